@@ -1,0 +1,41 @@
+/* dmann.c: entry point of the dmann CLI; dispatches to the subcommands listed below. */
+#include "cli.h"
+#include "dm_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Subcommands, in the order --help lists them. */
+static const struct dm_cli_cmd cmds[] = {
+	{ NULL, NULL, NULL },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dmann <command> [options]   (dmann <command> --help for details)\n\n"
+		   "dmann %s: vector search for disaggregated memory.\n\ncommands:\n", DM_VERSION);
+	for (const struct dm_cli_cmd *c = cmds; c->name; c++)
+		fprintf(f, "  %-8s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("dmann %s\n", DM_VERSION);
+		return 0;
+	}
+	for (const struct dm_cli_cmd *c = cmds; c->name; c++)
+		if (!strcmp(argv[1], c->name))
+			return c->run(argc - 1, argv + 1);
+	fprintf(stderr, "dmann: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
