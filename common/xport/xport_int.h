@@ -3,6 +3,7 @@
 #define DM_XPORT_INT_H
 
 #include "xport.h"
+#include "dm_config.h"
 
 struct dm_xport_backend {
 	const char *name;
