@@ -1,0 +1,372 @@
+/* config.c: cluster INI file loading and validation (inih does the lexing). */
+#include "config.h"
+
+#include <ini.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+struct parse_ctx {
+	struct dm_cluster_cfg *cfg;
+	const char *base_dir;
+	char msg[256];               /* first error, without location */
+	char secret_file[512];
+	char s3_secret_file[512];
+};
+
+static int fail(struct parse_ctx *pc, const char *fmt, const char *a, const char *b)
+{
+	if (!pc->msg[0])
+		snprintf(pc->msg, sizeof(pc->msg), fmt, a, b);
+	return 0;   /* inih: stop and report this line */
+}
+
+static bool copy_str(char *dst, size_t cap, const char *v)
+{
+	size_t n = strlen(v);
+
+	if (n == 0 || n >= cap)
+		return false;
+	memcpy(dst, v, n + 1);
+	return true;
+}
+
+static bool parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!*v || *v == '-')
+		return false;
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || *end || x > max)
+		return false;
+	*out = x;
+	return true;
+}
+
+static bool valid_addr(const char *v)
+{
+	const char *colon = strrchr(v, ':');
+	uint64_t port;
+
+	if (!colon || colon == v)
+		return false;
+	return parse_u64(colon + 1, 65535, &port);
+}
+
+static int node_key(struct parse_ctx *pc, struct dm_node_cfg *n, const char *key,
+		    const char *v)
+{
+	uint64_t u;
+
+	if (!strcmp(key, "address")) {
+		if (!copy_str(n->address, sizeof(n->address), v) || !valid_addr(v))
+			return fail(pc, "address '%s' is not host:port%s", v, "");
+	} else if (!strcmp(key, "http") && n->role == DM_ROLE_CN) {
+		if (!copy_str(n->http, sizeof(n->http), v) || !valid_addr(v))
+			return fail(pc, "http '%s' is not host:port%s", v, "");
+	} else if (!strcmp(key, "zone")) {
+		if (!copy_str(n->zone, sizeof(n->zone), v))
+			return fail(pc, "zone '%s' is empty or longer than 31 characters%s", v, "");
+	} else if (!strcmp(key, "device")) {
+		if (!copy_str(n->device, sizeof(n->device), v))
+			return fail(pc, "device '%s' is empty or too long%s", v, "");
+	} else if (!strcmp(key, "capacity")) {
+		char *end;
+		double d = strtod(v, &end);
+
+		if (*end || !isfinite(d) || d <= 0 || d > 1e6)
+			return fail(pc, "capacity '%s' must be a number in (0, 1e6]%s", v, "");
+		n->capacity = d;
+	} else if (!strcmp(key, "region_mb") && n->role == DM_ROLE_MN) {
+		if (!parse_u64(v, 1u << 24, &u) || u == 0)
+			return fail(pc, "region_mb '%s' must be an integer in 1..16777216%s", v, "");
+		n->region_bytes = u << 20;
+	} else if (!strcmp(key, "hugepages") && n->role == DM_ROLE_MN) {
+		if (!strcmp(v, "auto"))
+			n->hugepages = DM_HUGE_AUTO;
+		else if (!strcmp(v, "on"))
+			n->hugepages = DM_HUGE_ON;
+		else if (!strcmp(v, "off"))
+			n->hugepages = DM_HUGE_OFF;
+		else
+			return fail(pc, "hugepages '%s' must be auto, on or off%s", v, "");
+	} else if (!strcmp(key, "numa_node") && n->role == DM_ROLE_MN) {
+		char *end;
+		long x = strtol(v, &end, 10);
+
+		if (*end || !*v || x < -1 || x > 1023)
+			return fail(pc, "numa_node '%s' must be -1..1023%s", v, "");
+		n->numa_node = (int)x;
+	} else {
+		return fail(pc, "unknown key '%s' in a %s section", key,
+			    n->role == DM_ROLE_MN ? "memory-node" : "compute-node");
+	}
+	return 1;
+}
+
+static struct dm_node_cfg *node_for_section(struct parse_ctx *pc, const char *section)
+{
+	struct dm_cluster_cfg *cfg = pc->cfg;
+	enum dm_role role;
+	uint64_t id;
+	struct dm_node_cfg *n;
+
+	if (!strncmp(section, "mn.", 3))
+		role = DM_ROLE_MN;
+	else if (!strncmp(section, "cn.", 3))
+		role = DM_ROLE_CN;
+	else
+		return NULL;
+	if (!parse_u64(section + 3, DM_MAX_NODES - 1, &id))
+		return NULL;
+	n = role == DM_ROLE_MN ? &cfg->mn[id] : &cfg->cn[id];
+	if (!n->defined) {
+		n->defined = true;
+		n->role = role;
+		n->id = (uint32_t)id;
+		n->capacity = 1.0;
+		n->numa_node = -1;
+		n->hugepages = DM_HUGE_AUTO;
+		n->region_bytes = (uint64_t)256 << 20;
+		if (role == DM_ROLE_MN)
+			cfg->n_mn = DM_MAX(cfg->n_mn, (uint32_t)id + 1);
+		else
+			cfg->n_cn = DM_MAX(cfg->n_cn, (uint32_t)id + 1);
+	}
+	return n;
+}
+
+static int handler(void *user, const char *section, const char *key, const char *v)
+{
+	struct parse_ctx *pc = user;
+	struct dm_cluster_cfg *cfg = pc->cfg;
+	struct dm_node_cfg *n;
+	uint64_t u;
+
+	if (!key)   /* a section with no keys yet (INI_CALL_HANDLER_ON_NEW_SECTION builds) */
+		return 1;
+	if (!strcmp(section, "cluster")) {
+		if (!strcmp(key, "name")) {
+			if (!copy_str(cfg->name, sizeof(cfg->name), v))
+				return fail(pc, "cluster name '%s' is empty or longer than 63 characters%s", v, "");
+		} else if (!strcmp(key, "secret_file")) {
+			if (!copy_str(pc->secret_file, sizeof(pc->secret_file), v))
+				return fail(pc, "secret_file '%s' is empty or too long%s", v, "");
+		} else if (!strcmp(key, "transport")) {
+			if (strcmp(v, "tcp") && strcmp(v, "verbs") && strcmp(v, "auto"))
+				return fail(pc, "transport '%s' must be tcp, verbs or auto%s", v, "");
+			snprintf(cfg->transport, sizeof(cfg->transport), "%s",
+				 strcmp(v, "auto") ? v : "");
+		} else if (!strcmp(key, "redundancy")) {
+			if (!parse_u64(v, 16, &u) || u == 0)
+				return fail(pc, "redundancy '%s' must be 1..16%s", v, "");
+			cfg->redundancy = (uint32_t)u;
+		} else {
+			return fail(pc, "unknown key '%s' in section [%s]", key, section);
+		}
+		return 1;
+	}
+	if (!strcmp(section, "s3")) {
+		if (!strcmp(key, "access_key")) {
+			if (!copy_str(cfg->s3_access_key, sizeof(cfg->s3_access_key), v))
+				return fail(pc, "access_key '%s' is empty or too long%s", v, "");
+		} else if (!strcmp(key, "secret_key_file")) {
+			if (!copy_str(pc->s3_secret_file, sizeof(pc->s3_secret_file), v))
+				return fail(pc, "secret_key_file '%s' is empty or too long%s", v, "");
+		} else {
+			return fail(pc, "unknown key '%s' in section [%s]", key, section);
+		}
+		return 1;
+	}
+	n = node_for_section(pc, section);
+	if (!n)
+		return fail(pc, "unknown section [%s] (expected cluster, s3, mn.N or cn.N with N < 256)%s",
+			    section, "");
+	return node_key(pc, n, key, v);
+}
+
+/* Read a secret file: whole contents minus a trailing newline; 16..64 bytes. */
+static int read_secret(const char *base_dir, const char *file, uint8_t *out, size_t cap,
+		       size_t *len, char *msg, size_t msglen)
+{
+	char path[520];
+	struct stat st;
+	size_t n;
+	FILE *f;
+
+	int pn;
+
+	if (file[0] == '/' || !base_dir)
+		pn = snprintf(path, sizeof(path), "%s", file);
+	else
+		pn = snprintf(path, sizeof(path), "%s/%s", base_dir, file);
+	if (pn < 0 || (size_t)pn >= sizeof(path)) {
+		snprintf(msg, msglen, "secret file path is longer than %zu bytes", sizeof(path) - 1);
+		return -ENAMETOOLONG;
+	}
+	f = fopen(path, "rb");
+	if (!f) {
+		snprintf(msg, msglen, "cannot open secret file '%s': %s", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+		dm_warn("config: secret file '%s' is readable by group/others (chmod 600 it)", path);
+	n = fread(out, 1, cap, f);
+	if (n == cap && fgetc(f) != EOF) {
+		fclose(f);
+		snprintf(msg, msglen, "secret file '%s' is longer than %zu bytes", path, cap);
+		return -EINVAL;
+	}
+	fclose(f);
+	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+		n--;
+	if (n < 16) {
+		snprintf(msg, msglen, "secret file '%s' holds %zu bytes; at least 16 are needed",
+			 path, n);
+		return -EINVAL;
+	}
+	*len = n;
+	return 0;
+}
+
+static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errlen)
+{
+	struct dm_cluster_cfg *cfg = pc->cfg;
+	char msg[700] = "";
+	size_t dummy;
+	int rc;
+
+	if (!cfg->name[0]) {
+		snprintf(err, errlen, "%s: [cluster] name is missing", name);
+		return -EINVAL;
+	}
+	if (!pc->secret_file[0]) {
+		snprintf(err, errlen, "%s: [cluster] secret_file is missing", name);
+		return -EINVAL;
+	}
+	rc = read_secret(pc->base_dir, pc->secret_file, cfg->secret, sizeof(cfg->secret),
+			 &cfg->secret_len, msg, sizeof(msg));
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", name, msg);
+		return rc;
+	}
+	if (pc->s3_secret_file[0]) {
+		rc = read_secret(pc->base_dir, pc->s3_secret_file, (uint8_t *)cfg->s3_secret_key,
+				 sizeof(cfg->s3_secret_key) - 1, &dummy, msg, sizeof(msg));
+		if (rc) {
+			snprintf(err, errlen, "%s: %s", name, msg);
+			return rc;
+		}
+		cfg->s3_secret_key[dummy] = '\0';
+	}
+	for (int r = 0; r < 2; r++) {
+		struct dm_node_cfg *arr = r ? cfg->cn : cfg->mn;
+		uint32_t cnt = r ? cfg->n_cn : cfg->n_mn;
+
+		for (uint32_t i = 0; i < cnt; i++) {
+			if (!arr[i].defined) {
+				snprintf(err, errlen, "%s: [%s.%u] is missing (node ids must be 0..%u without gaps)",
+					 name, r ? "cn" : "mn", i, cnt - 1);
+				return -EINVAL;
+			}
+			if (!arr[i].address[0]) {
+				snprintf(err, errlen, "%s: [%s.%u] has no address", name,
+					 r ? "cn" : "mn", i);
+				return -EINVAL;
+			}
+		}
+	}
+	if (cfg->redundancy > cfg->n_mn && cfg->n_mn > 0) {
+		snprintf(err, errlen, "%s: redundancy %u exceeds the %u memory nodes", name,
+			 cfg->redundancy, cfg->n_mn);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int dm_config_parse(const char *text, const char *name, const char *base_dir,
+		    struct dm_cluster_cfg *cfg, char *err, size_t errlen)
+{
+	struct parse_ctx pc = { .cfg = cfg, .base_dir = base_dir };
+	int line;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->redundancy = 1;
+	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
+	line = ini_parse_string(text, handler, &pc);
+	if (line != 0) {
+		if (line < 0)
+			snprintf(err, errlen, "%s: cannot parse (%d)", name, line);
+		else if (pc.msg[0])
+			snprintf(err, errlen, "%s:%d: %s", name, line, pc.msg);
+		else
+			snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
+				 name, line);
+		return -EINVAL;
+	}
+	return finish(&pc, name, err, errlen);
+}
+
+int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size_t errlen)
+{
+	char dir[512], *slash;
+	char *text;
+	long sz;
+	FILE *f;
+	int rc;
+
+	f = fopen(path, "rb");
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return rc;
+	}
+	if (fseek(f, 0, SEEK_END) || (sz = ftell(f)) < 0 || sz > (1 << 20) || fseek(f, 0, SEEK_SET)) {
+		fclose(f);
+		snprintf(err, errlen, "%s: not a regular file of at most 1 MiB", path);
+		return -EINVAL;
+	}
+	text = malloc((size_t)sz + 1);
+	if (!text) {
+		fclose(f);
+		snprintf(err, errlen, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	if (fread(text, 1, (size_t)sz, f) != (size_t)sz) {
+		free(text);
+		fclose(f);
+		snprintf(err, errlen, "%s: read error", path);
+		return -EIO;
+	}
+	fclose(f);
+	text[sz] = '\0';
+	if (strlen(text) != (size_t)sz) {
+		free(text);
+		snprintf(err, errlen, "%s: contains a NUL byte", path);
+		return -EINVAL;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		snprintf(dir, sizeof(dir), ".");
+	rc = dm_config_parse(text, path, dir, cfg, err, errlen);
+	free(text);
+	return rc;
+}
+
+const struct dm_node_cfg *dm_config_node(const struct dm_cluster_cfg *cfg, enum dm_role role,
+					 uint32_t id)
+{
+	if (role == DM_ROLE_MN)
+		return id < cfg->n_mn ? &cfg->mn[id] : NULL;
+	return id < cfg->n_cn ? &cfg->cn[id] : NULL;
+}

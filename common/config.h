@@ -1,0 +1,79 @@
+/* config.h: the cluster configuration, one INI file (parsed with inih) that every node and
+ * the CLI read. Example:
+ *
+ *   [cluster]
+ *   name = demo                 ; checked in every transport handshake
+ *   secret_file = secret        ; relative paths are relative to the config file
+ *   transport = tcp             ; tcp | verbs | auto
+ *   redundancy = 1              ; replicas of each block / fragment
+ *
+ *   [mn.0]                      ; memory node 0
+ *   address = 127.0.0.1:7000
+ *   capacity = 1.0              ; placement weight
+ *   zone = a
+ *   region_mb = 256
+ *   hugepages = auto            ; auto | on | off
+ *   numa_node = -1              ; -1: the NIC's node (or unbound)
+ *   device = rxe0               ; RDMA device (verbs)
+ *
+ *   [cn.0]                      ; compute node 0
+ *   address = 127.0.0.1:7100    ; native client port (queries, forwarded traffic)
+ *   http = 127.0.0.1:8100       ; S3 Vectors gateway
+ *
+ *   [s3]
+ *   access_key = AKIDEXAMPLE
+ *   secret_key_file = s3.secret
+ *
+ * Every unknown section or key, and every bad value, is an error naming the file and line.
+ */
+#ifndef DM_CONFIG_H
+#define DM_CONFIG_H
+
+#include "dm.h"
+#include "mem.h"
+
+#define DM_MAX_NODES 256
+#define DM_ADDR_MAX 128
+
+enum dm_role { DM_ROLE_MN = 0, DM_ROLE_CN = 1 };
+
+struct dm_node_cfg {
+	enum dm_role role;
+	uint32_t id;                 /* index within its role */
+	char address[DM_ADDR_MAX];
+	char http[DM_ADDR_MAX];      /* CN only, may be empty */
+	char zone[32];
+	char device[32];
+	double capacity;
+	uint64_t region_bytes;       /* MN only */
+	enum dm_huge_mode hugepages;
+	int numa_node;
+	bool defined;
+};
+
+struct dm_cluster_cfg {
+	char path[512];
+	char name[64];
+	char transport[16];          /* "tcp", "verbs" or "" for auto */
+	uint8_t secret[64];
+	size_t secret_len;
+	uint32_t redundancy;
+	char s3_access_key[128];
+	char s3_secret_key[128];
+	uint32_t n_mn, n_cn;
+	struct dm_node_cfg mn[DM_MAX_NODES];
+	struct dm_node_cfg cn[DM_MAX_NODES];
+};
+
+/* Load and validate a cluster file. On error returns -errno (-EINVAL for content errors)
+ * and writes "FILE:LINE: problem" into err. */
+int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size_t errlen);
+
+/* Parse from a string (tests, fuzzing); base_dir resolves relative secret paths. */
+int dm_config_parse(const char *text, const char *name, const char *base_dir,
+		    struct dm_cluster_cfg *cfg, char *err, size_t errlen);
+
+const struct dm_node_cfg *dm_config_node(const struct dm_cluster_cfg *cfg, enum dm_role role,
+					 uint32_t id);
+
+#endif

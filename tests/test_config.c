@@ -1,0 +1,126 @@
+/* test_config.c: the cluster INI file: a valid file loads; each kind of mistake is refused
+ * with a message that names the file and line. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "/tmp/dmann-cfg-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	char p[128];
+
+	snprintf(p, sizeof(p), "%s/secret", dir);
+	f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fputs("0123456789abcdef0123456789abcdef\n", f);
+	fclose(f);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(config, .init = setup, .fini = teardown);
+
+static const char good[] =
+	"[cluster]\nname = demo\nsecret_file = secret\ntransport = tcp\nredundancy = 2\n"
+	"[mn.0]\naddress = 127.0.0.1:7000\nregion_mb = 64\nhugepages = off\n"
+	"[mn.1]\naddress = 127.0.0.1:7001\ncapacity = 2.5\nzone = b\n"
+	"[cn.0]\naddress = 127.0.0.1:7100\nhttp = 127.0.0.1:8100\n";
+
+Test(config, valid)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[256] = "";
+
+	cr_assert_eq(dm_config_parse(good, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(c->name, "demo");
+	cr_assert_str_eq(c->transport, "tcp");
+	cr_assert_eq(c->redundancy, 2);
+	cr_assert_eq(c->n_mn, 2);
+	cr_assert_eq(c->n_cn, 1);
+	cr_assert_eq(c->secret_len, 32);
+	cr_assert_eq(c->mn[0].region_bytes, 64ull << 20);
+	cr_assert_eq(c->mn[0].hugepages, DM_HUGE_OFF);
+	cr_assert_float_eq(c->mn[1].capacity, 2.5, 1e-9);
+	cr_assert_str_eq(c->mn[1].zone, "b");
+	cr_assert_str_eq(c->cn[0].http, "127.0.0.1:8100");
+	cr_assert_eq(dm_config_node(c, DM_ROLE_MN, 1), &c->mn[1]);
+	cr_assert_null(dm_config_node(c, DM_ROLE_CN, 1));
+	free(c);
+}
+
+static void expect_error(const char *text, const char *needle)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[512] = "";
+
+	cr_assert_lt(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0,
+		     "accepted: %s", text);
+	cr_assert_not_null(strstr(err, needle), "message '%s' lacks '%s'", err, needle);
+	cr_assert_not_null(strstr(err, "c.ini"), "message '%s' lacks the file name", err);
+	free(c);
+}
+
+#define HDR "[cluster]\nname = x\nsecret_file = secret\n"
+
+Test(config, errors)
+{
+	expect_error(HDR "bogus = 1\n", "c.ini:4: unknown key 'bogus'");
+	expect_error(HDR "[mn.0]\naddress = nope\n", "c.ini:5: address 'nope'");
+	expect_error(HDR "[mn.0]\naddress = h:70000\n", "c.ini:5");
+	expect_error(HDR "[mn.0]\naddress = h:1\nregion_mb = -3\n", "c.ini:6: region_mb");
+	expect_error(HDR "[mn.0]\naddress = h:1\ncapacity = nan\n", "capacity");
+	expect_error(HDR "[mn.0]\naddress = h:1\nhttp = h:2\n", "unknown key 'http'");
+	expect_error(HDR "[xx]\na = b\n", "unknown section [xx]");
+	expect_error(HDR "[mn.1]\naddress = h:1\n", "[mn.0] is missing");
+	expect_error(HDR "[cn.0]\nzone = a\n", "[cn.0] has no address");
+	expect_error(HDR "transport = carrier-pigeon\n", "transport");
+	expect_error(HDR "redundancy = 3\n[mn.0]\naddress = h:1\n", "redundancy 3 exceeds");
+	expect_error("[cluster]\nname = x\n", "secret_file is missing");
+	expect_error("[cluster]\nsecret_file = secret\n", "name is missing");
+	expect_error("[cluster]\nname = x\nsecret_file = nothere\n", "cannot open secret file");
+	expect_error("[cluster\nname = x\n", "c.ini:1");
+}
+
+Test(config, short_secret)
+{
+	char p[128];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/short", dir);
+	f = fopen(p, "w");
+	fputs("tooshort\n", f);
+	fclose(f);
+	expect_error("[cluster]\nname = x\nsecret_file = short\n", "at least 16");
+}
+
+Test(config, load_file)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char p[128], err[256] = "";
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/cluster.ini", dir);
+	f = fopen(p, "w");
+	fputs(good, f);
+	fclose(f);
+	cr_assert_eq(dm_config_load(p, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c->n_mn, 2);
+	cr_assert_lt(dm_config_load("/nonexistent/x.ini", c, err, sizeof(err)), 0);
+	cr_assert_not_null(strstr(err, "/nonexistent/x.ini: cannot open"));
+	free(c);
+}
