@@ -1,0 +1,81 @@
+#!/bin/bash
+# test.sh: build dmann and run its whole test suite, as CI does:
+#   1. a -Werror build and the fast, cluster and rxe (soft-RoCE VM) suites;
+#   2. an ASan + UBSan build and its fast and cluster suites;
+#   3. the libFuzzer targets (clang), each for its time budget.
+# Ends with one line "N passed, N failed[, N skipped]" summed from meson's counts, and exits
+# non-zero when anything failed. Needs the packages of deploy/install-deps.sh.
+# Env: DMANN_TEST_SKIP="asan fuzz rxe" skips steps (for quick local runs; CI skips nothing).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SKIP=" ${DMANN_TEST_SKIP:-} "
+PASS=0 FAIL=0 SKIPPED=0 STEP_FAIL=0
+T0=$SECONDS
+
+step() { echo; echo "=== [$((SECONDS - T0))s] $*"; }
+
+# Add one meson test run's counts (read from its printed summary) to the totals.
+count() {
+	local log=$1 ok xf fail to up sk
+	ok=$(awk '/^Ok:/{print $2}' "$log"); xf=$(awk '/^Expected Fail:/{print $3}' "$log")
+	fail=$(awk '/^Fail:/{print $2}' "$log"); to=$(awk '/^Timeout:/{print $2}' "$log")
+	up=$(awk '/^Unexpected Pass:/{print $3}' "$log"); sk=$(awk '/^Skipped:/{print $2}' "$log")
+	if [ -z "$ok" ]; then
+		echo "test.sh: no meson summary in $log: counting the run as one failure"
+		FAIL=$((FAIL + 1)); return
+	fi
+	PASS=$((PASS + ok + ${xf:-0})); FAIL=$((FAIL + ${fail:-0} + ${to:-0} + ${up:-0}))
+	SKIPPED=$((SKIPPED + ${sk:-0}))
+}
+
+# setup DIR [meson options...]: configure (fresh) and build; a failed build counts as a failure.
+setup() {
+	local dir=$1; shift
+	rm -rf "$dir"
+	if ! meson setup "$dir" --werror "$@" >"$dir.setup.log" 2>&1; then
+		cat "$dir.setup.log"; echo "test.sh: meson setup $dir failed"; FAIL=$((FAIL + 1)); return 1
+	fi
+	if ! ninja -C "$dir" >"$dir.build.log" 2>&1; then
+		tail -50 "$dir.build.log"; echo "test.sh: build in $dir failed"; FAIL=$((FAIL + 1)); return 1
+	fi
+}
+
+# run DIR [meson test options...]
+run() {
+	local dir=$1; shift
+	local log="$dir.test.log"
+	meson test -C "$dir" --print-errorlogs "$@" 2>&1 | tee "$log"
+	count "$log"
+}
+
+step "build (-Werror) and run suites fast, cluster"
+if setup build-test; then
+	run build-test --suite fast --suite cluster
+	if [[ $SKIP != *" rxe "* ]]; then
+		step "soft-RoCE VM suite (verbs backend under rdma_rxe in QEMU)"
+		if meson test -C build-test --list 2>/dev/null | grep -q '^dmann:rxe'; then
+			run build-test --suite rxe
+		else
+			echo "no rxe suite in this build"
+		fi
+	fi
+fi
+
+if [[ $SKIP != *" asan "* ]]; then
+	step "ASan + UBSan build, suites fast and cluster"
+	if setup build-asan -Dsanitizers=true; then
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run build-asan --suite fast --suite cluster
+	fi
+fi
+
+if [[ $SKIP != *" fuzz "* ]]; then
+	step "libFuzzer targets (clang)"
+	if CC=clang setup build-fuzz -Dfuzz=true -Dtests=disabled; then
+		run build-fuzz --suite fuzz
+	fi
+fi
+
+step "done in $((SECONDS - T0))s"
+echo "$PASS passed, $FAIL failed, $SKIPPED skipped"
+[ "$FAIL" -eq 0 ]
