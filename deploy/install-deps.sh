@@ -1,7 +1,7 @@
 #!/bin/sh
 # install-deps.sh: install exactly what building, testing and benchmarking dmann need on a
 # fresh Debian 12 (bookworm). Idempotent: packages already present are left alone.
-# Run as root (or with sudo).
+# Run as root, or as a user who may sudo.
 set -eu
 
 PKGS="
@@ -27,12 +27,15 @@ if [ -z "$missing" ]; then
 	echo "install-deps: all packages present"
 	exit 0
 fi
+SUDO=""
 if [ "$(id -u)" != 0 ]; then
-	echo "install-deps: missing:$missing; run as root (sudo $0)" >&2
-	exit 1
+	if ! command -v sudo >/dev/null 2>&1; then
+		echo "install-deps: missing:$missing; run this script as root" >&2
+		exit 1
+	fi
+	SUDO="sudo"
 fi
 echo "install-deps: installing$missing"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
 # shellcheck disable=SC2086
-apt-get install -y -q --no-install-recommends $missing
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
