@@ -40,6 +40,11 @@ struct dm_vecs {
 int dm_vecs_read(const char *path, enum dm_vec_format fmt, struct dm_vecs *out,
 		 char *err, size_t errlen);
 void dm_vecs_free(struct dm_vecs *v);
+/* Same validation and conversion for a file image already in memory (network uploads,
+ * fuzzing). name is used for the format (DM_VF_AUTO) and in messages; the result never
+ * points into buf (data is always a copy). */
+int dm_vecs_parse(const void *buf, size_t len, enum dm_vec_format fmt, const char *name,
+		  struct dm_vecs *out, char *err, size_t errlen);
 
 /* Write n rows of dim elements of type (F32 for float formats, I32 for id formats, U8/I8
  * for u8bin/i8bin/bvecs). Written to path.tmp then renamed, so readers never see half a

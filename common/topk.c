@@ -1,0 +1,260 @@
+/* topk.c: bounded top-k selection (max-heap of the k best hits, worst at the root) and a
+ * k-way merge of sorted partial lists with dedup by id. Every comparison goes through
+ * dm_hit_cmp, which orders by (dist, id) with NaN last, so results are deterministic
+ * whatever the order of the input. */
+#include "topk.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Total order on hits: ascending distance, then ascending id; NaN distances sort after
+ * every number (so they are never kept ahead of a real hit). */
+int dm_hit_cmp(const struct dm_hit *a, const struct dm_hit *b)
+{
+	if (a->dist < b->dist)
+		return -1;
+	if (a->dist > b->dist)
+		return 1;
+	bool an = isnan(a->dist), bn = isnan(b->dist);
+	if (an != bn)
+		return an ? 1 : -1;
+	return a->id < b->id ? -1 : (a->id > b->id ? 1 : 0);
+}
+
+struct dm_topk *dm_topk_new(size_t k)
+{
+	struct dm_topk *t;
+
+	if (k == 0 || k > SIZE_MAX / sizeof(struct dm_hit)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->h = malloc(k * sizeof(*t->h));
+	if (!t->h)
+		goto err_free_t;
+	t->k = k;
+	return t;
+
+err_free_t:
+	free(t);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void dm_topk_free(struct dm_topk *t)
+{
+	if (!t)
+		return;
+	free(t->h);
+	free(t);
+}
+
+void dm_topk_reset(struct dm_topk *t)
+{
+	t->n = 0;
+}
+
+/* Moves h[i] down until both children are not worse (max-heap on dm_hit_cmp). */
+static void sift_down(struct dm_hit *h, size_t n, size_t i)
+{
+	struct dm_hit x = h[i];
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && dm_hit_cmp(&h[c + 1], &h[c]) > 0)
+			c++;
+		if (dm_hit_cmp(&h[c], &x) <= 0)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	h[i] = x;
+}
+
+void dm_topk_push(struct dm_topk *t, float dist, uint64_t id)
+{
+	struct dm_hit x = { .dist = dist, .pad = 0, .id = id };
+
+	if (t->n < t->k) {
+		/* sift up */
+		size_t i = t->n++;
+		while (i > 0) {
+			size_t p = (i - 1) / 2;
+			if (dm_hit_cmp(&t->h[p], &x) >= 0)
+				break;
+			t->h[i] = t->h[p];
+			i = p;
+		}
+		t->h[i] = x;
+		return;
+	}
+	if (dm_hit_cmp(&x, &t->h[0]) >= 0)
+		return;
+	t->h[0] = x;
+	sift_down(t->h, t->n, 0);
+}
+
+float dm_topk_bound(const struct dm_topk *t)
+{
+	return t->n < t->k ? INFINITY : t->h[0].dist;
+}
+
+size_t dm_topk_drain(struct dm_topk *t, struct dm_hit *out)
+{
+	size_t n = t->n;
+
+	/* heap sort in place: move the worst to the end, shrink, repeat -> ascending */
+	for (size_t m = n; m > 1; m--) {
+		struct dm_hit w = t->h[0];
+		t->h[0] = t->h[m - 1];
+		t->h[m - 1] = w;
+		sift_down(t->h, m - 1, 0);
+	}
+	if (n)
+		memcpy(out, t->h, n * sizeof(*out));
+	t->n = 0;
+	return n;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Merge. A min-heap of list cursors yields hits in global (dist, id) order; a hit is kept
+ * unless its id was already output (its first appearance is its best, since every list is
+ * sorted). The id set is an open-addressing hash table of the ids output so far.
+ */
+
+struct cursor {
+	const struct dm_hit *cur, *end;
+};
+
+/* Min-heap sift down on cursors by their current hit. */
+static void cursor_sift_down(struct cursor *c, size_t n, size_t i)
+{
+	struct cursor x = c[i];
+
+	for (;;) {
+		size_t l = 2 * i + 1;
+		if (l >= n)
+			break;
+		if (l + 1 < n && dm_hit_cmp(c[l + 1].cur, c[l].cur) < 0)
+			l++;
+		if (dm_hit_cmp(c[l].cur, x.cur) >= 0)
+			break;
+		c[i] = c[l];
+		i = l;
+	}
+	c[i] = x;
+}
+
+static uint64_t id_hash(uint64_t x)
+{
+	/* splitmix64 finaliser */
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Whether id is in out[0..n) (linear; used for small k or when the table is missing). */
+static bool seen_linear(const struct dm_hit *out, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (out[i].id == id)
+			return true;
+	return false;
+}
+
+/* Inserts id into the table (slots hold index+1 into out, 0 = empty); returns true if it
+ * was there already. */
+static bool seen_insert(uint32_t *tab, size_t mask, const struct dm_hit *out, size_t n,
+			uint64_t id)
+{
+	for (size_t s = id_hash(id) & mask;; s = (s + 1) & mask) {
+		if (tab[s] == 0) {
+			tab[s] = (uint32_t)(n + 1);
+			return false;
+		}
+		if (out[tab[s] - 1].id == id)
+			return true;
+	}
+}
+
+/* Merge without any allocation (used when memory is short): each output slot is the
+ * smallest hit over all lists that sorts after the previous one, found by binary search in
+ * each list; O(k * nlists * log len) but correct. */
+static size_t merge_no_alloc(const struct dm_hit *const *lists, const size_t *lens,
+			     size_t nlists, size_t k, struct dm_hit *out)
+{
+	size_t n = 0;
+	const struct dm_hit *last = NULL;
+
+	while (n < k) {
+		const struct dm_hit *best = NULL;
+		for (size_t i = 0; i < nlists; i++) {
+			size_t lo = 0, hi = lists[i] ? lens[i] : 0;
+			while (lo < hi) {  /* first element > last */
+				size_t mid = lo + (hi - lo) / 2;
+				if (last && dm_hit_cmp(&lists[i][mid], last) <= 0)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo < lens[i] && lists[i] && (!best || dm_hit_cmp(&lists[i][lo], best) < 0))
+				best = &lists[i][lo];
+		}
+		if (!best)
+			break;
+		if (!seen_linear(out, n, best->id))
+			out[n++] = *best;
+		last = best;
+	}
+	return n;
+}
+
+size_t dm_topk_merge(const struct dm_hit *const *lists, const size_t *lens, size_t nlists,
+		     size_t k, struct dm_hit *out)
+{
+	struct cursor *c;
+	uint32_t *tab = NULL;
+	size_t nc = 0, n = 0, mask = 0;
+
+	if (k == 0 || nlists == 0)
+		return 0;
+	c = malloc(nlists * sizeof(*c));
+	if (!c)
+		return merge_no_alloc(lists, lens, nlists, k, out);
+	for (size_t i = 0; i < nlists; i++)
+		if (lens[i] > 0 && lists[i])
+			c[nc++] = (struct cursor){ lists[i], lists[i] + lens[i] };
+	for (size_t i = nc / 2; i-- > 0;)
+		cursor_sift_down(c, nc, i);
+
+	/* hash table for larger k (linear scan is faster below ~64); falls back to linear */
+	if (k > 64 && k < UINT32_MAX / 2) {
+		size_t cap = 128;
+		while (cap < 2 * k)
+			cap *= 2;
+		tab = calloc(cap, sizeof(*tab));
+		mask = cap - 1;
+	}
+
+	while (nc > 0 && n < k) {
+		const struct dm_hit *h = c[0].cur;
+		bool dup = tab ? seen_insert(tab, mask, out, n, h->id) : seen_linear(out, n, h->id);
+		if (!dup)
+			out[n++] = *h;
+		if (++c[0].cur == c[0].end)
+			c[0] = c[--nc];
+		if (nc > 0)
+			cursor_sift_down(c, nc, 0);
+	}
+	free(tab);
+	free(c);
+	return n;
+}
