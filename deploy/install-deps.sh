@@ -7,7 +7,7 @@ set -eu
 PKGS="
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils
-  libnuma-dev libhugetlbfs-dev libopenblas-dev libssl-dev libinih-dev
+  libnuma-dev libhugetlbfs-dev libopenblas-dev libssl-dev libinih-dev zlib1g-dev
   libcriterion-dev libmicrohttpd-dev libjansson-dev
   libhnswlib-dev libfaiss-dev python3 python3-matplotlib
   dataset-fashion-mnist
