@@ -1,0 +1,350 @@
+/* mn_store.c: objects in the memory node's region: allocate, commit with checksum, look up,
+ * drop, snapshot and restore. */
+#include "mn_store.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define SNAP_MAGIC "DMSNAP01"
+
+struct mn_store *mn_store_new(size_t len, int numa_node, enum dm_huge_mode huge)
+{
+	struct mn_store *st = calloc(1, sizeof(*st));
+	int rc;
+
+	if (!st)
+		return NULL;
+	st->objs = calloc(MN_MAX_OBJS, sizeof(*st->objs));
+	if (!st->objs)
+		goto err_free_st;
+	rc = dm_region_alloc(&st->region, len, numa_node, huge);
+	if (rc) {
+		errno = -rc;
+		goto err_free_objs;
+	}
+	pthread_mutex_init(&st->lock, NULL);
+	return st;
+
+err_free_objs:
+	free(st->objs);
+err_free_st:
+	free(st);
+	return NULL;
+}
+
+void mn_store_free(struct mn_store *st)
+{
+	if (!st)
+		return;
+	dm_region_free(&st->region);
+	pthread_mutex_destroy(&st->lock);
+	free(st->objs);
+	free(st);
+}
+
+static struct mn_obj *find(struct mn_store *st, uint64_t key)
+{
+	for (uint32_t i = 0; i < st->nobj; i++)
+		if (st->objs[i].state != MN_OBJ_FREE && st->objs[i].key == key)
+			return &st->objs[i];
+	return NULL;
+}
+
+/* Place a new object: the smallest free hole that fits, else the bump pointer. */
+static int place(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off)
+{
+	uint64_t need = DM_ALIGN_UP(len, MN_OBJ_ALIGN);
+	struct mn_obj *hole = NULL, *o;
+
+	for (uint32_t i = 0; i < st->nobj; i++) {
+		o = &st->objs[i];
+		if (o->state == MN_OBJ_FREE && o->len >= need && (!hole || o->len < hole->len))
+			hole = o;
+	}
+	if (hole) {
+		/* Keep the hole's full length so it can be reused whole again later. */
+		hole->key = key;
+		hole->state = MN_OBJ_WRITING;
+		hole->crc = 0;
+		*off = hole->off;
+		return 0;
+	}
+	if (st->region.len - st->used < need)
+		return -ENOSPC;
+	if (st->nobj == MN_MAX_OBJS)
+		return -ENOSPC;
+	o = &st->objs[st->nobj++];
+	*o = (struct mn_obj){ .key = key, .off = st->used, .len = need, .state = MN_OBJ_WRITING };
+	st->used += need;
+	*off = o->off;
+	return 0;
+}
+
+int mn_store_alloc(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off)
+{
+	struct mn_obj *o;
+	int rc;
+
+	if (len == 0 || len > st->region.len)
+		return len == 0 ? -EINVAL : -ENOSPC;
+	pthread_mutex_lock(&st->lock);
+	o = find(st, key);
+	if (o && o->state == MN_OBJ_COMMITTED) {
+		rc = -EEXIST;
+	} else if (o && o->len >= DM_ALIGN_UP(len, MN_OBJ_ALIGN)) {
+		*off = o->off;
+		rc = 0;
+	} else {
+		if (o)
+			o->state = MN_OBJ_FREE;
+		rc = place(st, key, len, off);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t crc)
+{
+	struct mn_obj *o;
+	uint32_t got;
+	int rc = 0;
+
+	pthread_mutex_lock(&st->lock);
+	o = find(st, key);
+	if (!o) {
+		rc = -ENOENT;
+	} else if (o->state == MN_OBJ_COMMITTED) {
+		rc = -EEXIST;
+	} else if (len == 0 || DM_ALIGN_UP(len, MN_OBJ_ALIGN) > o->len) {
+		rc = -EINVAL;
+	} else {
+		got = (uint32_t)crc32_z(0, (const Bytef *)st->region.addr + o->off, len);
+		if (got != crc) {
+			rc = -EBADMSG;
+		} else {
+			o->len = len;
+			o->crc = crc;
+			o->state = MN_OBJ_COMMITTED;
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+int mn_store_lookup(struct mn_store *st, uint64_t key, struct mn_obj *out)
+{
+	struct mn_obj *o;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&st->lock);
+	o = find(st, key);
+	if (o && o->state == MN_OBJ_COMMITTED) {
+		*out = *o;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t i = 0; i < st->nobj; i++) {
+		struct mn_obj *o = &st->objs[i];
+
+		if (o->state != MN_OBJ_FREE && (o->key & mask) == (key_value & mask)) {
+			o->state = MN_OBJ_FREE;
+			/* Committed objects keep only their exact length: restore the hole. */
+			o->len = DM_ALIGN_UP(o->len, MN_OBJ_ALIGN);
+			n++;
+		}
+	}
+	/* Give trailing holes back to the bump pointer. */
+	while (st->nobj > 0 && st->objs[st->nobj - 1].state == MN_OBJ_FREE) {
+		st->used = st->objs[st->nobj - 1].off;
+		st->nobj--;
+	}
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+void mn_store_stats(struct mn_store *st, uint32_t *objects, uint64_t *bytes)
+{
+	uint32_t n = 0;
+	uint64_t b = 0;
+
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t i = 0; i < st->nobj; i++)
+		if (st->objs[i].state == MN_OBJ_COMMITTED) {
+			n++;
+			b += st->objs[i].len;
+		}
+	pthread_mutex_unlock(&st->lock);
+	*objects = n;
+	*bytes = b;
+}
+
+/* Snapshot file: magic[8] | u32 version | u32 count | u64 region_len | count x
+ * {u64 key, u64 off, u64 len, u32 crc, u32 0} | u32 crc32 of everything before |
+ * then each object's len bytes in table order. Little-endian (x86 and arm64 only). */
+struct snap_ent {
+	uint64_t key, off, len;
+	uint32_t crc, zero;
+};
+_Static_assert(sizeof(struct snap_ent) == 32, "snapshot entry layout");
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int mn_store_snapshot(struct mn_store *st, const char *path)
+{
+	char tmp[1024];
+	struct snap_ent *ents = NULL;
+	uint32_t count = 0, version = 1, hcrc;
+	uint64_t rlen = st->region.len;
+	int fd, rc;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	pthread_mutex_lock(&st->lock);
+	ents = calloc(st->nobj ? st->nobj : 1, sizeof(*ents));
+	if (!ents) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	for (uint32_t i = 0; i < st->nobj; i++)
+		if (st->objs[i].state == MN_OBJ_COMMITTED)
+			ents[count++] = (struct snap_ent){ st->objs[i].key, st->objs[i].off,
+							   st->objs[i].len, st->objs[i].crc, 0 };
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	hcrc = (uint32_t)crc32_z(0, (const Bytef *)SNAP_MAGIC, 8);
+	hcrc = (uint32_t)crc32_z(hcrc, (const Bytef *)&version, 4);
+	hcrc = (uint32_t)crc32_z(hcrc, (const Bytef *)&count, 4);
+	hcrc = (uint32_t)crc32_z(hcrc, (const Bytef *)&rlen, 8);
+	hcrc = (uint32_t)crc32_z(hcrc, (const Bytef *)ents, count * sizeof(*ents));
+	rc = write_all(fd, SNAP_MAGIC, 8);
+	if (!rc) rc = write_all(fd, &version, 4);
+	if (!rc) rc = write_all(fd, &count, 4);
+	if (!rc) rc = write_all(fd, &rlen, 8);
+	if (!rc) rc = write_all(fd, ents, count * sizeof(*ents));
+	if (!rc) rc = write_all(fd, &hcrc, 4);
+	for (uint32_t i = 0; !rc && i < count; i++)
+		rc = write_all(fd, (char *)st->region.addr + ents[i].off, ents[i].len);
+	if (!rc && fsync(fd))
+		rc = -errno;
+	close(fd);
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+out_free:
+	free(ents);
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+static int read_all(FILE *f, void *buf, size_t len)
+{
+	return fread(buf, 1, len, f) == len ? 0 : -EBADMSG;
+}
+
+int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t errlen)
+{
+	char magic[8];
+	uint32_t version, count, hcrc, got;
+	uint64_t rlen, end = 0;
+	struct snap_ent *ents = NULL;
+	FILE *f;
+	int rc = -EBADMSG;
+
+	f = fopen(path, "rb");
+	if (!f)
+		return -errno;
+	if (read_all(f, magic, 8) || memcmp(magic, SNAP_MAGIC, 8) || read_all(f, &version, 4) ||
+	    read_all(f, &count, 4) || read_all(f, &rlen, 8)) {
+		snprintf(err, errlen, "%s: not a dmann snapshot (bad or short header)", path);
+		goto out_close;
+	}
+	if (version != 1 || count > MN_MAX_OBJS) {
+		snprintf(err, errlen, "%s: unsupported version %u or %u objects", path, version, count);
+		goto out_close;
+	}
+	ents = calloc(count ? count : 1, sizeof(*ents));
+	if (!ents) {
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	if (read_all(f, ents, count * sizeof(*ents)) || read_all(f, &hcrc, 4)) {
+		snprintf(err, errlen, "%s: truncated object table", path);
+		goto out_free;
+	}
+	got = (uint32_t)crc32_z(0, (const Bytef *)SNAP_MAGIC, 8);
+	got = (uint32_t)crc32_z(got, (const Bytef *)&version, 4);
+	got = (uint32_t)crc32_z(got, (const Bytef *)&count, 4);
+	got = (uint32_t)crc32_z(got, (const Bytef *)&rlen, 8);
+	got = (uint32_t)crc32_z(got, (const Bytef *)ents, count * sizeof(*ents));
+	if (got != hcrc) {
+		snprintf(err, errlen, "%s: object table checksum mismatch", path);
+		goto out_free;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		struct snap_ent *e = &ents[i];
+
+		if (e->len == 0 || e->off % MN_OBJ_ALIGN || e->off > st->region.len ||
+		    e->len > st->region.len - e->off) {
+			snprintf(err, errlen, "%s: object %u (%llu bytes at %llu) does not fit the %zu-byte region",
+				 path, i, (unsigned long long)e->len, (unsigned long long)e->off,
+				 st->region.len);
+			rc = -ENOSPC;
+			goto out_free;
+		}
+		if (read_all(f, (char *)st->region.addr + e->off, e->len)) {
+			snprintf(err, errlen, "%s: truncated in object %u", path, i);
+			goto out_free;
+		}
+		if ((uint32_t)crc32_z(0, (const Bytef *)st->region.addr + e->off, e->len) != e->crc) {
+			snprintf(err, errlen, "%s: object %u checksum mismatch", path, i);
+			goto out_free;
+		}
+		end = DM_MAX(end, e->off + DM_ALIGN_UP(e->len, MN_OBJ_ALIGN));
+	}
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t i = 0; i < count; i++)
+		st->objs[i] = (struct mn_obj){ ents[i].key, ents[i].off, ents[i].len, ents[i].crc,
+					       MN_OBJ_COMMITTED };
+	st->nobj = count;
+	st->used = DM_ALIGN_UP(end, MN_OBJ_ALIGN);
+	pthread_mutex_unlock(&st->lock);
+	rc = 0;
+out_free:
+	free(ents);
+out_close:
+	fclose(f);
+	return rc;
+}

@@ -1,0 +1,62 @@
+/* mn_store.h: the memory node's registered region and the objects in it. An object is a
+ * byte range named by a 64-bit key (an HNSW block, an index's metadata, a flat fragment)
+ * that a loader allocates, fills with one-sided WRITEs and then commits with a checksum the
+ * memory node verifies. Compute nodes find committed objects with a lookup and then read
+ * them with one-sided READs; the memory node's CPU is not on that path.
+ *
+ * The object table lives in process memory (not in the registered region) and is saved
+ * with the region's contents by mn_store_snapshot; mn_store_restore reloads it at start. */
+#ifndef DM_MN_STORE_H
+#define DM_MN_STORE_H
+
+#include <pthread.h>
+
+#include "dm.h"
+#include "mem.h"
+
+#define MN_MAX_OBJS 65536u
+#define MN_OBJ_ALIGN 64u
+
+enum mn_obj_state { MN_OBJ_FREE = 0, MN_OBJ_WRITING = 1, MN_OBJ_COMMITTED = 2 };
+
+struct mn_obj {
+	uint64_t key;
+	uint64_t off;       /* offset in the region */
+	uint64_t len;
+	uint32_t crc;       /* zlib crc32 of the contents, valid once committed */
+	uint32_t state;     /* enum mn_obj_state */
+};
+
+struct mn_store {
+	struct dm_region region;
+	pthread_mutex_t lock;
+	uint64_t used;      /* bump pointer */
+	uint32_t nobj;      /* entries in objs (free ones included, reused as holes) */
+	struct mn_obj *objs;
+};
+
+/* Constructor: allocates the region (hugepages / NUMA as asked). NULL with errno. */
+struct mn_store *mn_store_new(size_t len, int numa_node, enum dm_huge_mode huge);
+void mn_store_free(struct mn_store *st);
+
+/* Reserve len bytes for key; *off receives the offset. An uncommitted object of the same key
+ * is replaced. -EEXIST if key is committed (drop it first), -ENOSPC when the region is full,
+ * -EINVAL for len 0. */
+int mn_store_alloc(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off);
+/* Verify the contents against crc and mark committed: -ENOENT, -EBADMSG on mismatch (the
+ * object stays uncommitted), -EINVAL if len differs from the allocation. */
+int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t crc);
+/* Find a committed object. -ENOENT if none. */
+int mn_store_lookup(struct mn_store *st, uint64_t key, struct mn_obj *out);
+/* Drop every object whose key & mask == key_value & mask; returns how many. */
+int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask);
+/* Committed objects and bytes. */
+void mn_store_stats(struct mn_store *st, uint32_t *objects, uint64_t *bytes);
+
+/* Save committed objects to path (path.tmp, fsync, rename). 0 or -errno. */
+int mn_store_snapshot(struct mn_store *st, const char *path);
+/* Load a snapshot into an empty store. -ENOENT when there is none; -EBADMSG (with err
+ * naming the problem) for a corrupted or truncated file; -ENOSPC if it does not fit. */
+int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,132 @@
+/* test_mn_store.c: memory-node objects: allocate, commit with checksum, lookup, drop and
+ * hole reuse, snapshot round trip, corrupted and truncated snapshots refused. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "mn_store.h"
+
+static void fill(struct mn_store *st, uint64_t off, size_t len, unsigned seed)
+{
+	unsigned char *p = (unsigned char *)st->region.addr + off;
+
+	for (size_t i = 0; i < len; i++)
+		p[i] = (unsigned char)(seed * 131 + i * 7);
+}
+
+static uint32_t crc_of(struct mn_store *st, uint64_t off, size_t len)
+{
+	return (uint32_t)crc32_z(0, (const Bytef *)st->region.addr + off, len);
+}
+
+Test(mn_store, alloc_commit_lookup)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	struct mn_obj o;
+	uint64_t off, off2;
+
+	cr_assert_not_null(st);
+	cr_assert_eq(mn_store_alloc(st, 7, 1000, &off), 0);
+	cr_assert_eq(off % MN_OBJ_ALIGN, 0);
+	fill(st, off, 1000, 1);
+	cr_assert_eq(mn_store_lookup(st, 7, &o), -ENOENT, "uncommitted objects are invisible");
+	cr_assert_eq(mn_store_commit(st, 7, 1000, crc_of(st, off, 1000) ^ 1), -EBADMSG);
+	cr_assert_eq(mn_store_commit(st, 7, 1000, crc_of(st, off, 1000)), 0);
+	cr_assert_eq(mn_store_lookup(st, 7, &o), 0);
+	cr_assert_eq(o.off, off);
+	cr_assert_eq(o.len, 1000);
+	cr_assert_eq(mn_store_alloc(st, 7, 10, &off2), -EEXIST);
+	cr_assert_eq(mn_store_alloc(st, 8, 2 << 20, &off2), -ENOSPC);
+	cr_assert_eq(mn_store_alloc(st, 8, 0, &off2), -EINVAL);
+	cr_assert_eq(mn_store_commit(st, 99, 10, 0), -ENOENT);
+	mn_store_free(st);
+}
+
+Test(mn_store, drop_and_reuse)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	uint64_t a, b, c, d;
+	uint32_t n;
+	uint64_t bytes;
+
+	cr_assert_eq(mn_store_alloc(st, 0x100, 4096, &a), 0);
+	cr_assert_eq(mn_store_alloc(st, 0x101, 4096, &b), 0);
+	cr_assert_eq(mn_store_alloc(st, 0x200, 4096, &c), 0);
+	fill(st, a, 4096, 1);
+	fill(st, b, 4096, 2);
+	fill(st, c, 4096, 3);
+	cr_assert_eq(mn_store_commit(st, 0x100, 4096, crc_of(st, a, 4096)), 0);
+	cr_assert_eq(mn_store_commit(st, 0x101, 4096, crc_of(st, b, 4096)), 0);
+	cr_assert_eq(mn_store_commit(st, 0x200, 4096, crc_of(st, c, 4096)), 0);
+	mn_store_stats(st, &n, &bytes);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(bytes, 3 * 4096);
+	cr_assert_eq(mn_store_drop(st, 0x100, ~0xffull), 2);
+	cr_assert_eq(mn_store_alloc(st, 0x300, 4000, &d), 0);
+	cr_assert(d == a || d == b, "a freed hole is reused");
+	mn_store_free(st);
+}
+
+Test(mn_store, snapshot_round_trip_and_corruption)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF), *st2;
+	char path[] = "/tmp/dmann-snap-XXXXXX", err[256];
+	struct mn_obj o;
+	uint64_t off[5];
+	FILE *f;
+	long sz;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	for (unsigned i = 0; i < 5; i++) {
+		size_t len = 100 + i * 1000;
+
+		cr_assert_eq(mn_store_alloc(st, i, len, &off[i]), 0);
+		fill(st, off[i], len, i);
+		cr_assert_eq(mn_store_commit(st, i, len, crc_of(st, off[i], len)), 0);
+	}
+	cr_assert_eq(mn_store_snapshot(st, path), 0);
+
+	st2 = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st2, path, err, sizeof(err)), 0, "%s", err);
+	for (unsigned i = 0; i < 5; i++) {
+		cr_assert_eq(mn_store_lookup(st2, i, &o), 0);
+		cr_assert_eq(o.off, off[i]);
+		cr_assert_eq(memcmp((char *)st2->region.addr + o.off, (char *)st->region.addr + off[i],
+				    o.len), 0);
+	}
+	mn_store_free(st2);
+
+	/* Flip one data byte: refused with a message. */
+	f = fopen(path, "r+b");
+	fseek(f, 0, SEEK_END);
+	sz = ftell(f);
+	fseek(f, sz - 10, SEEK_SET);
+	fputc(0x5a ^ fgetc(f), f);
+	fclose(f);
+	st2 = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st2, path, err, sizeof(err)), -EBADMSG);
+	cr_assert_not_null(strstr(err, "checksum mismatch"), "%s", err);
+	mn_store_free(st2);
+
+	/* Truncate: refused. */
+	cr_assert_eq(truncate(path, sz - 500), 0);
+	st2 = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st2, path, err, sizeof(err)), -EBADMSG);
+	cr_assert_not_null(strstr(err, "truncated"), "%s", err);
+	mn_store_free(st2);
+
+	/* Too small a region: refused, not overflowed. */
+	st2 = mn_store_new(4096, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_snapshot(st, path), 0);
+	cr_assert_eq(mn_store_restore(st2, path, err, sizeof(err)), -ENOSPC);
+	mn_store_free(st2);
+
+	cr_assert_eq(mn_store_restore(st, "/nonexistent/snap", err, sizeof(err)), -ENOENT);
+	unlink(path);
+	mn_store_free(st);
+}
