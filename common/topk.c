@@ -185,9 +185,9 @@ static bool seen_insert(uint32_t *tab, size_t mask, const struct dm_hit *out, si
 	}
 }
 
-/* Merge without any allocation (used when memory is short): each output slot is the
- * smallest hit over all lists that sorts after the previous one, found by binary search in
- * each list; O(k * nlists * log len) but correct. */
+/* Merge without any allocation (for a few lists and small k, and when memory is short):
+ * each output slot is the smallest hit over all lists that sorts after the previous one,
+ * found by binary search in each list; O(k * nlists * log len). */
 static size_t merge_no_alloc(const struct dm_hit *const *lists, const size_t *lens,
 			     size_t nlists, size_t k, struct dm_hit *out)
 {
@@ -226,6 +226,9 @@ size_t dm_topk_merge(const struct dm_hit *const *lists, const size_t *lens, size
 
 	if (k == 0 || nlists == 0)
 		return 0;
+	/* a few short lists (the common case: a handful of shards, small k) need no heap */
+	if (nlists <= 4 && k <= 64)
+		return merge_no_alloc(lists, lens, nlists, k, out);
 	c = malloc(nlists * sizeof(*c));
 	if (!c)
 		return merge_no_alloc(lists, lens, nlists, k, out);
