@@ -1,0 +1,167 @@
+/* flat.h: the flat-index storage engine a memory node holds for the S3 Vectors workload.
+ *
+ * A store is a directory: a catalog of buckets and indexes, and per index the rows
+ * (key, float32 vector, metadata) in fragments of a fixed number of rows. The last fragment
+ * is the mutable tail; a full one is sealed and its columns never change again. Deletes are
+ * tombstones (a per-index table beside the fragments); an overwrite by key is a tombstone +
+ * an append. Every change is appended to a write-ahead log and fsync'ed before the call
+ * returns, so a returned write survives a crash. Opening a store loads the last snapshot
+ * (a compacted image of the catalog and the live rows) and replays the WAL after it; a torn
+ * record at the WAL tail (crash mid-write) is dropped and the log truncated there.
+ *
+ * Row ids: u64, dense, in append order within one open of the store (they are compacted by
+ * a snapshot, so they are not stable across restarts). A scan returns (distance, row id)
+ * partial top-k lists; flat_get_ids resolves ids to rows.
+ *
+ * Metadata is opaque to the engine: `meta` (what GetVectors returns, JSON text for the S3
+ * gateway) and `fmeta` (the filterable part in the encoding the filter evaluator reads) are
+ * stored and handed back as given. Filters come in as a callback.
+ *
+ * Locking: every function is thread-safe. Readers of an index run concurrently; writers to
+ * one index are serialised (WAL order == apply order) and block readers only while they
+ * apply in memory, not during the fsync.
+ */
+#ifndef DM_FLAT_H
+#define DM_FLAT_H
+
+#include "dm.h"
+#include "distance.h"
+#include "topk.h"
+
+#define FLAT_NAME_MAX 63            /* bucket and index names */
+#define FLAT_KEY_MAX 1024           /* vector keys, bytes */
+#define FLAT_DIM_MAX 4096
+
+struct flat_store;
+struct flat_index;
+
+struct flat_opts {
+	uint32_t frag_rows;             /* rows per fragment (default 4096) */
+	uint64_t checkpoint_bytes;      /* snapshot when the WAL grows past this (default 256 MiB;
+					   0 = only at close / flat_checkpoint) */
+	bool no_sync;                   /* skip fsync (tests of non-durability paths only) */
+};
+
+struct flat_bucket_info {
+	char name[FLAT_NAME_MAX + 1];
+	int64_t created_ms;             /* creation time, ms since the epoch */
+};
+
+struct flat_index_info {
+	char bucket[FLAT_NAME_MAX + 1];
+	char name[FLAT_NAME_MAX + 1];
+	uint32_t dim;
+	enum dm_metric metric;
+	int64_t created_ms;
+	const void *conf;               /* opaque per-index configuration given at create */
+	uint32_t conf_len;
+};
+
+/* One row to write. */
+struct flat_row_in {
+	const char *key;                /* NUL-terminated, 1..FLAT_KEY_MAX bytes */
+	const float *vec;               /* dim floats */
+	const void *meta;
+	uint32_t meta_len;
+	const void *fmeta;
+	uint32_t fmeta_len;
+};
+
+/* One row as read (pointers valid only inside the callback). */
+struct flat_row {
+	uint64_t id;
+	const char *key;
+	const float *vec;
+	const void *meta;
+	uint32_t meta_len;
+	const void *fmeta;
+	uint32_t fmeta_len;
+};
+
+/* Row callback: return 0 to continue, > 0 to stop after this row (counted), < 0 to stop
+ * before it (not counted; e.g. a page byte limit reached). */
+typedef int (*flat_row_fn)(void *ctx, const struct flat_row *row);
+
+/* Open (create if missing) the store in dir and recover it. NULL + errno on failure
+ * (EBUSY: another process holds it; EBADMSG: corrupt snapshot). */
+struct flat_store *flat_open(const char *dir, const struct flat_opts *opts);
+/* Snapshot, then free. */
+void flat_close(struct flat_store *s);
+/* Free without a snapshot, as a crash would leave the directory (tests). */
+void flat_abandon(struct flat_store *s);
+/* Write a snapshot and truncate the WAL. */
+int flat_checkpoint(struct flat_store *s);
+/* Bytes currently in the WAL. */
+uint64_t flat_wal_bytes(struct flat_store *s);
+
+/* Catalog. Names are validated by the caller (the gateway applies AWS naming rules); the
+ * engine only bounds their length. -EEXIST, -ENOENT, -ENOTEMPTY (bucket with indexes). */
+int flat_bucket_create(struct flat_store *s, const char *name, int64_t created_ms);
+int flat_bucket_get(struct flat_store *s, const char *name, struct flat_bucket_info *out);
+int flat_bucket_delete(struct flat_store *s, const char *name);
+/* Buckets in name order with the given prefix and name > after (either may be NULL), at
+ * most max of them into out; *more tells whether more follow. Returns the count. */
+int flat_bucket_list(struct flat_store *s, const char *prefix, const char *after, size_t max,
+		     struct flat_bucket_info *out, bool *more);
+
+int flat_index_create(struct flat_store *s, const char *bucket, const char *name, uint32_t dim,
+		      enum dm_metric metric, const void *conf, uint32_t conf_len,
+		      int64_t created_ms);
+int flat_index_delete(struct flat_store *s, const char *bucket, const char *name);
+/* Index names of a bucket, same paging rules as flat_bucket_list. names[i] receives a
+ * FLAT_NAME_MAX + 1 byte name. -ENOENT for an unknown bucket. */
+int flat_index_list(struct flat_store *s, const char *bucket, const char *prefix,
+		    const char *after, size_t max, char (*names)[FLAT_NAME_MAX + 1], bool *more);
+
+/* Take a reference to an index (NULL + errno ENOENT). The handle stays usable after a
+ * concurrent delete (its writes then fail with -ENOENT) until flat_index_put. */
+struct flat_index *flat_index_get(struct flat_store *s, const char *bucket, const char *name);
+void flat_index_put(struct flat_index *ix);
+/* The index's description (owned by the handle). */
+const struct flat_index_info *flat_index_info(const struct flat_index *ix);
+/* Live rows, all rows (incl. tombstoned), fragments. */
+void flat_index_stats(struct flat_index *ix, uint64_t *live, uint64_t *rows, uint64_t *frags);
+
+/* Insert or overwrite rows; durable when it returns 0. A key repeated in one call: the last
+ * one wins. -EINVAL for a bad key or length. */
+int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n);
+/* Delete keys (missing keys are ignored); durable when it returns. Returns 0. */
+int flat_delete(struct flat_index *ix, const char *const *keys, size_t n);
+
+/* Call fn for each present key (missing keys are skipped). Returns the number found. */
+int flat_get(struct flat_index *ix, const char *const *keys, size_t n, flat_row_fn fn,
+	     void *ctx);
+/* Same by row id (ids of tombstoned rows are skipped too). */
+int flat_get_ids(struct flat_index *ix, const uint64_t *ids, size_t n, flat_row_fn fn,
+		 void *ctx);
+/* List live rows with id >= start in id order, only keys in segment seg_index of seg_count
+ * (by flat_key_hash; seg_count 0 or 1 = all), at most max rows. *next is where to resume,
+ * or UINT64_MAX when the end was reached. Returns the number of rows given to fn. */
+int flat_list(struct flat_index *ix, uint64_t start, uint32_t seg_count, uint32_t seg_index,
+	      size_t max, flat_row_fn fn, void *ctx, uint64_t *next);
+
+/* Stable 64-bit hash of a key (segments, the key map). */
+uint64_t flat_key_hash(const char *key, size_t len);
+
+/* Filter callback: true if the row's filterable metadata matches. */
+typedef bool (*flat_match_fn)(void *ctx, const void *fmeta, uint32_t fmeta_len);
+
+/* An exact scan of nq queries (one sgemm per fragment when nq > 1). */
+struct flat_scan {
+	const float *q;                 /* nq x dim */
+	size_t nq;
+	size_t k;                       /* partial top-k size per query */
+	flat_match_fn match;            /* NULL = no filter */
+	void *const *match_ctx;         /* per query ctx, NULL entries = no filter for it */
+	/* Scan only fragments f with f % share_count == share_index (a CN's share of the
+	 * index); share_count 0 = every fragment. */
+	uint32_t share_count, share_index;
+};
+
+/* Scan: out receives nq lists of up to k hits, list i at out + i*k sorted ascending by
+ * (distance, id), nout[i] its length. Distances as in distance.h (L2 squared, cosine
+ * 1 - cos). -EINVAL for bad arguments, -ENOMEM. */
+int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit *out,
+		size_t *nout);
+
+#endif

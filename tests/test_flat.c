@@ -1,0 +1,579 @@
+/* test_flat.c: the flat-index storage engine (mn/flat): catalog, put/get/overwrite/delete,
+ * WAL recovery after a simulated crash (incl. a torn tail record), snapshot + WAL, exact
+ * scans against brute force (single query, sgemm batch, filter, shares merged with
+ * dm_topk_merge), ListVectors-style paging with segments. */
+#include <criterion/criterion.h>
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "flat.h"
+
+static char tdir[64];
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st; (void)flag; (void)f;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	snprintf(tdir, sizeof(tdir), "/tmp/dmann-flat-XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+}
+
+static void teardown(void)
+{
+	nftw(tdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(flat, .init = setup, .fini = teardown);
+
+static struct flat_store *open_store(uint32_t frag_rows)
+{
+	struct flat_opts o = { .frag_rows = frag_rows };
+	struct flat_store *s = flat_open(tdir, &o);
+
+	cr_assert_not_null(s, "flat_open: %s", strerror(errno));
+	return s;
+}
+
+/* Deterministic vector of key number i (dim d). */
+static void vec_of(unsigned i, unsigned gen, float *v, uint32_t d)
+{
+	uint64_t x = (uint64_t)i * 2654435761u + gen * 40503u + 1;
+
+	for (uint32_t j = 0; j < d; j++) {
+		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		v[j] = (float)((x >> 11) % 20001) / 10000.0f - 1.0f;
+	}
+}
+
+static void put_range(struct flat_index *ix, unsigned from, unsigned to, unsigned gen)
+{
+	uint32_t d = flat_index_info(ix)->dim;
+	size_t n = to - from;
+	struct flat_row_in *rows = calloc(n, sizeof(*rows));
+	float *v = malloc(n * d * sizeof(float));
+	char (*keys)[32] = malloc(n * 32), (*meta)[48] = malloc(n * 48);
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned k = from + (unsigned)i;
+
+		snprintf(keys[i], 32, "key-%u", k);
+		snprintf(meta[i], 48, "{\"n\":%u,\"gen\":%u}", k, gen);
+		vec_of(k, gen, v + i * d, d);
+		rows[i] = (struct flat_row_in){ keys[i], v + i * d, meta[i],
+						(uint32_t)strlen(meta[i]), &meta[i][5], 1 };
+	}
+	cr_assert_eq(flat_put(ix, rows, n), 0);
+	free(rows); free(v); free(keys); free(meta);
+}
+
+struct seen {
+	unsigned gen;
+	uint32_t dim;
+	int bad;
+	int n;
+};
+
+static int check_row(void *ctx, const struct flat_row *r)
+{
+	struct seen *s = ctx;
+	unsigned k;
+	char want[48];
+	float v[64];
+
+	if (sscanf(r->key, "key-%u", &k) != 1) {
+		s->bad++;
+		return 0;
+	}
+	snprintf(want, sizeof(want), "{\"n\":%u,\"gen\":%u}", k, s->gen);
+	vec_of(k, s->gen, v, s->dim);
+	if (r->meta_len != strlen(want) || memcmp(r->meta, want, r->meta_len) ||
+	    memcmp(r->vec, v, s->dim * sizeof(float)))
+		s->bad++;
+	s->n++;
+	return 0;
+}
+
+/* Every key in [from, to) is present with generation gen. */
+static void expect_range(struct flat_index *ix, unsigned from, unsigned to, unsigned gen)
+{
+	struct seen s = { .gen = gen, .dim = flat_index_info(ix)->dim };
+
+	for (unsigned k = from; k < to; k++) {
+		char key[32];
+		const char *kp = key;
+
+		snprintf(key, sizeof(key), "key-%u", k);
+		cr_assert_eq(flat_get(ix, &kp, 1, check_row, &s), 1, "key-%u missing", k);
+	}
+	cr_assert_eq(s.bad, 0, "%d rows differ", s.bad);
+}
+
+static void expect_absent(struct flat_index *ix, unsigned from, unsigned to)
+{
+	struct seen s = { 0 };
+
+	for (unsigned k = from; k < to; k++) {
+		char key[32];
+		const char *kp = key;
+
+		snprintf(key, sizeof(key), "key-%u", k);
+		cr_assert_eq(flat_get(ix, &kp, 1, check_row, &s), 0, "key-%u present", k);
+	}
+}
+
+Test(flat, catalog)
+{
+	struct flat_store *s = open_store(0);
+	struct flat_bucket_info bi[4];
+	char names[4][FLAT_NAME_MAX + 1];
+	bool more;
+
+	cr_assert_eq(flat_bucket_create(s, "b2", 2), 0);
+	cr_assert_eq(flat_bucket_create(s, "b1", 1), 0);
+	cr_assert_eq(flat_bucket_create(s, "c1", 3), 0);
+	cr_assert_eq(flat_bucket_create(s, "b1", 1), -EEXIST);
+	cr_assert_eq(flat_bucket_list(s, "b", NULL, 1, bi, &more), 1);
+	cr_assert_str_eq(bi[0].name, "b1");
+	cr_assert(more);
+	cr_assert_eq(flat_bucket_list(s, "b", "b1", 4, bi, &more), 1);
+	cr_assert_str_eq(bi[0].name, "b2");
+	cr_assert(!more);
+	cr_assert_eq(flat_index_create(s, "nope", "i", 4, DM_METRIC_L2, NULL, 0, 0), -ENOENT);
+	cr_assert_eq(flat_index_create(s, "b1", "i2", 4, DM_METRIC_L2, "{}", 2, 5), 0);
+	cr_assert_eq(flat_index_create(s, "b1", "i1", 8, DM_METRIC_COS, NULL, 0, 6), 0);
+	cr_assert_eq(flat_index_create(s, "b1", "i1", 8, DM_METRIC_COS, NULL, 0, 6), -EEXIST);
+	cr_assert_eq(flat_index_create(s, "b1", "i0", 0, DM_METRIC_COS, NULL, 0, 6), -EINVAL);
+	cr_assert_eq(flat_index_list(s, "b1", NULL, NULL, 4, names, &more), 2);
+	cr_assert_str_eq(names[0], "i1");
+	cr_assert_str_eq(names[1], "i2");
+	cr_assert_eq(flat_bucket_delete(s, "b1"), -ENOTEMPTY);
+
+	struct flat_index *ix = flat_index_get(s, "b1", "i2");
+
+	cr_assert_not_null(ix);
+	cr_assert_eq(flat_index_info(ix)->conf_len, 2);
+	cr_assert_eq(flat_index_delete(s, "b1", "i2"), 0);
+	/* The handle outlives the delete; writes through it fail. */
+	float v[4] = { 1, 2, 3, 4 };
+	struct flat_row_in r = { "k", v, NULL, 0, NULL, 0 };
+
+	cr_assert_eq(flat_put(ix, &r, 1), -ENOENT);
+	flat_index_put(ix);
+	cr_assert_eq(flat_index_delete(s, "b1", "i1"), 0);
+	cr_assert_eq(flat_bucket_delete(s, "b1"), 0);
+	cr_assert_eq(flat_bucket_get(s, "b1", NULL), -ENOENT);
+	flat_close(s);
+
+	s = open_store(0);
+	cr_assert_eq(flat_bucket_list(s, NULL, NULL, 4, bi, &more), 2);
+	cr_assert_str_eq(bi[0].name, "b2");
+	cr_assert_eq(bi[0].created_ms, 2);
+	flat_close(s);
+}
+
+Test(flat, put_overwrite_delete)
+{
+	struct flat_store *s = open_store(64);
+	struct flat_index *ix;
+	uint64_t live, rows, frags;
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", 16, DM_METRIC_L2, NULL, 0, 0);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 0, 300, 1);
+	put_range(ix, 100, 200, 2);            /* overwrite */
+	const char *del[] = { "key-0", "key-1", "key-150", "no-such" };
+
+	cr_assert_eq(flat_delete(ix, del, 4), 0);
+	flat_index_stats(ix, &live, &rows, &frags);
+	cr_assert_eq(live, 297);
+	cr_assert_eq(rows, 400);
+	cr_assert_eq(frags, 7);
+	expect_range(ix, 2, 100, 1);
+	expect_range(ix, 100, 150, 2);
+	expect_range(ix, 151, 200, 2);
+	expect_range(ix, 200, 300, 1);
+	expect_absent(ix, 0, 2);
+	expect_absent(ix, 150, 151);
+
+	/* Repeated key in one call: the last wins. */
+	float a[16] = { 1 }, b[16] = { 2 };
+	struct flat_row_in two[2] = { { "dup", a, "x", 1, NULL, 0 }, { "dup", b, "y", 1, NULL, 0 } };
+	struct flat_row_in bad = { "", a, NULL, 0, NULL, 0 };
+
+	cr_assert_eq(flat_put(ix, two, 2), 0);
+	cr_assert_eq(flat_put(ix, &bad, 1), -EINVAL);
+	flat_index_stats(ix, &live, NULL, NULL);
+	cr_assert_eq(live, 298);
+	flat_index_put(ix);
+	flat_close(s);
+}
+
+/* Crash without close: every acknowledged write is recovered from the WAL alone. */
+Test(flat, wal_recovery_after_crash)
+{
+	struct flat_store *s = open_store(50);
+	struct flat_index *ix;
+	uint64_t live;
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", 8, DM_METRIC_COS, "{\"c\":1}", 7, 42);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 0, 200, 1);
+	put_range(ix, 50, 80, 2);
+	const char *del[] = { "key-10", "key-60" };
+
+	flat_delete(ix, del, 2);
+	flat_index_put(ix);
+	cr_assert_gt(flat_wal_bytes(s), 0);
+	flat_abandon(s);
+
+	s = open_store(50);
+	ix = flat_index_get(s, "b", "i");
+	cr_assert_not_null(ix);
+	cr_assert_eq(flat_index_info(ix)->metric, DM_METRIC_COS);
+	cr_assert_eq(flat_index_info(ix)->created_ms, 42);
+	cr_assert_eq(memcmp(flat_index_info(ix)->conf, "{\"c\":1}", 7), 0);
+	flat_index_stats(ix, &live, NULL, NULL);
+	cr_assert_eq(live, 198);
+	expect_range(ix, 0, 10, 1);
+	expect_range(ix, 11, 50, 1);
+	expect_range(ix, 50, 60, 2);
+	expect_range(ix, 61, 80, 2);
+	expect_range(ix, 80, 200, 1);
+	expect_absent(ix, 10, 11);
+	flat_index_put(ix);
+	flat_abandon(s);
+}
+
+/* A record torn mid-write (crash during the append, never acknowledged) is dropped, the
+ * records before it survive, and the log stays appendable. */
+Test(flat, wal_torn_tail)
+{
+	struct flat_store *s = open_store(0);
+	struct flat_index *ix;
+	char wal[128];
+	struct stat st;
+	uint64_t before;
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 0, 100, 1);
+	before = flat_wal_bytes(s);
+	put_range(ix, 100, 150, 1);            /* this record gets torn below */
+	flat_index_put(ix);
+	flat_abandon(s);
+
+	snprintf(wal, sizeof(wal), "%s/wal", tdir);
+	cr_assert_eq(stat(wal, &st), 0);
+	cr_assert_gt((uint64_t)st.st_size, before + 100);
+	cr_assert_eq(truncate(wal, (off_t)(before + (st.st_size - before) / 2)), 0);
+
+	s = open_store(0);
+	ix = flat_index_get(s, "b", "i");
+	cr_assert_not_null(ix);
+	expect_range(ix, 0, 100, 1);
+	expect_absent(ix, 100, 150);
+	cr_assert_eq(flat_wal_bytes(s), before);
+	put_range(ix, 200, 220, 3);
+	flat_index_put(ix);
+	flat_abandon(s);
+
+	/* Garbage (a torn header) at the tail is dropped the same way. */
+	FILE *f = fopen(wal, "ab");
+
+	fwrite("\x13\x00\x00", 1, 3, f);
+	fclose(f);
+	s = open_store(0);
+	ix = flat_index_get(s, "b", "i");
+	expect_range(ix, 0, 100, 1);
+	expect_range(ix, 200, 220, 3);
+	flat_index_put(ix);
+	flat_close(s);
+}
+
+/* Snapshot + WAL; and a crash between the snapshot rename and the WAL truncate (old
+ * records still in the WAL) replays nothing twice. */
+Test(flat, snapshot_then_wal)
+{
+	struct flat_store *s = open_store(32);
+	struct flat_index *ix;
+	char wal[128], *old = NULL;
+	size_t oldn = 0;
+	uint64_t live;
+	FILE *f;
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 0, 100, 1);
+	const char *del[] = { "key-5" };
+
+	flat_delete(ix, del, 1);
+	snprintf(wal, sizeof(wal), "%s/wal", tdir);
+	f = fopen(wal, "rb");
+	old = malloc(1 << 20);
+	oldn = fread(old, 1, 1 << 20, f);
+	fclose(f);
+	cr_assert_eq(flat_checkpoint(s), 0);
+	cr_assert_eq(flat_wal_bytes(s), 0);
+	flat_index_put(ix);
+	flat_abandon(s);
+
+	/* Put the pre-snapshot records back, as if the truncate had not happened. */
+	f = fopen(wal, "wb");
+	fwrite(old, 1, oldn, f);
+	fclose(f);
+	free(old);
+	s = open_store(32);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 100, 120, 1);
+	const char *del2[] = { "key-6" };
+
+	flat_delete(ix, del2, 1);
+	flat_index_put(ix);
+	flat_abandon(s);
+
+	s = open_store(32);
+	ix = flat_index_get(s, "b", "i");
+	flat_index_stats(ix, &live, NULL, NULL);
+	cr_assert_eq(live, 118);
+	expect_range(ix, 0, 5, 1);
+	expect_range(ix, 7, 120, 1);
+	expect_absent(ix, 5, 7);
+	flat_index_put(ix);
+	flat_close(s);
+}
+
+Test(flat, busy_dir)
+{
+	struct flat_store *s = open_store(0);
+	struct flat_store *t = flat_open(tdir, NULL);
+
+	cr_assert_null(t);
+	cr_assert_eq(errno, EBUSY);
+	flat_close(s);
+}
+
+/* ---- scans ---------------------------------------------------------------------- */
+
+#define DIM 24
+#define NV 3000
+
+static bool odd_only(void *ctx, const void *fmeta, uint32_t len)
+{
+	(void)ctx;
+	return len == 1 && (((const char *)fmeta)[0] - '0') % 2 == 1;
+}
+
+struct bf { float d; uint64_t k; };
+
+static int bf_cmp(const void *a, const void *b)
+{
+	const struct bf *x = a, *y = b;
+
+	return x->d < y->d ? -1 : x->d > y->d ? 1 : 0;
+}
+
+/* Reference distances: double precision. */
+static float ref_dist(enum dm_metric m, const float *a, const float *b)
+{
+	double dot = 0, na = 0, nb = 0, l2 = 0;
+
+	for (int j = 0; j < DIM; j++) {
+		dot += (double)a[j] * b[j];
+		na += (double)a[j] * a[j];
+		nb += (double)b[j] * b[j];
+		l2 += ((double)a[j] - b[j]) * ((double)a[j] - b[j]);
+	}
+	return m == DM_METRIC_L2 ? (float)l2 : (float)(1.0 - dot / sqrt(na * nb));
+}
+
+/* Live key numbers after the scan fixture's writes. */
+static bool fixture_live(unsigned k)
+{
+	return k % 7 != 3;
+}
+
+static struct flat_index *scan_fixture(struct flat_store *s, enum dm_metric m)
+{
+	struct flat_index *ix;
+	const char *del[NV / 7 + 1];
+	char (*keys)[32] = malloc((NV / 7 + 1) * 32);
+	size_t nd = 0;
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", DIM, m, NULL, 0, 0);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 0, NV, 1);
+	put_range(ix, 1000, 1500, 2);          /* overwrites: the old rows are tombstones */
+	for (unsigned k = 3; k < NV; k += 7) {
+		snprintf(keys[nd], 32, "key-%u", k);
+		del[nd] = keys[nd];
+		nd++;
+	}
+	flat_delete(ix, del, nd);
+	free(keys);
+	return ix;
+}
+
+/* Check a scan result list against brute force over the model of live rows. */
+static void check_hits(struct flat_index *ix, enum dm_metric m, const float *q,
+		       const struct dm_hit *h, size_t n, size_t k, bool odd)
+{
+	struct bf *all = malloc(NV * sizeof(*all));
+	size_t na = 0;
+	float v[DIM];
+
+	for (unsigned key = 0; key < NV; key++) {
+		if (!fixture_live(key))
+			continue;
+		if (odd) {
+			/* fmeta is the 6th char of the meta text: the first digit of n */
+			char meta[48];
+
+			snprintf(meta, sizeof(meta), "{\"n\":%u", key);
+			if ((meta[5] - '0') % 2 != 1)
+				continue;
+		}
+		vec_of(key, key >= 1000 && key < 1500 ? 2 : 1, v, DIM);
+		all[na++] = (struct bf){ ref_dist(m, q, v), key };
+	}
+	qsort(all, na, sizeof(*all), bf_cmp);
+	cr_assert_eq(n, DM_MIN(k, na));
+	for (size_t i = 0; i < n; i++) {
+		struct seen sn = { 0 };
+		float tol = 1e-4f * (1 + fabsf(all[i].d));
+
+		/* The i-th distance equals brute force; the row it names has that distance. */
+		cr_assert(fabsf(h[i].dist - all[i].d) <= tol, "rank %zu: %g vs %g", i,
+			  h[i].dist, all[i].d);
+		cr_assert_eq(flat_get_ids(ix, &h[i].id, 1, check_row, &sn), 1);
+		if (i)
+			cr_assert(h[i - 1].dist <= h[i].dist);
+	}
+	free(all);
+}
+
+static void scan_vs_bruteforce(enum dm_metric m)
+{
+	struct flat_store *s = open_store(256);
+	struct flat_index *ix = scan_fixture(s, m);
+	enum { NQ = 5, K = 10 };
+	float q[NQ * DIM];
+	struct dm_hit one[K], batch[NQ * K];
+	size_t n1, nb[NQ];
+
+	for (int i = 0; i < NQ; i++)
+		vec_of(100000 + i, 9, q + i * DIM, DIM);
+	for (int i = 0; i < NQ; i++) {
+		struct flat_scan sc = { .q = q + i * DIM, .nq = 1, .k = K };
+
+		cr_assert_eq(flat_search(ix, &sc, one, &n1), 0);
+		check_hits(ix, m, q + i * DIM, one, n1, K, false);
+	}
+	struct flat_scan sb = { .q = q, .nq = NQ, .k = K };
+
+	cr_assert_eq(flat_search(ix, &sb, batch, nb), 0);
+	for (int i = 0; i < NQ; i++)
+		check_hits(ix, m, q + i * DIM, batch + i * K, nb[i], K, false);
+
+	/* Filter: only rows whose fmeta digit is odd. */
+	void *ctx[NQ];
+
+	for (int i = 0; i < NQ; i++)
+		ctx[i] = (void *)1;
+	struct flat_scan sf = { .q = q, .nq = 1, .k = K, .match = odd_only, .match_ctx = ctx };
+
+	cr_assert_eq(flat_search(ix, &sf, one, &n1), 0);
+	check_hits(ix, m, q, one, n1, K, true);
+	sf.nq = NQ;
+	cr_assert_eq(flat_search(ix, &sf, batch, nb), 0);
+	for (int i = 0; i < NQ; i++)
+		check_hits(ix, m, q + i * DIM, batch + i * K, nb[i], K, true);
+
+	/* Shares on 3 "CNs", merged at the ingress, equal the full scan. */
+	struct dm_hit part[3][K], merged[K];
+	const struct dm_hit *lists[3] = { part[0], part[1], part[2] };
+	size_t lens[3];
+
+	for (uint32_t w = 0; w < 3; w++) {
+		struct flat_scan ss = { .q = q, .nq = 1, .k = K, .share_count = 3,
+					.share_index = w };
+
+		cr_assert_eq(flat_search(ix, &ss, part[w], &lens[w]), 0);
+	}
+	size_t nm = dm_topk_merge(lists, lens, 3, K, merged);
+
+	check_hits(ix, m, q, merged, nm, K, false);
+	struct flat_scan bad = { .q = q, .nq = 1, .k = 0 };
+
+	cr_assert_eq(flat_search(ix, &bad, one, &n1), -EINVAL);
+	flat_index_put(ix);
+	flat_close(s);
+}
+
+Test(flat, scan_l2_vs_bruteforce)
+{
+	scan_vs_bruteforce(DM_METRIC_L2);
+}
+
+Test(flat, scan_cosine_vs_bruteforce)
+{
+	scan_vs_bruteforce(DM_METRIC_COS);
+}
+
+static int count_key(void *ctx, const struct flat_row *r)
+{
+	unsigned k;
+	uint8_t *seen = ctx;
+
+	cr_assert_eq(sscanf(r->key, "key-%u", &k), 1);
+	cr_assert_lt(k, NV);
+	cr_assert_eq(seen[k], 0, "key-%u listed twice", k);
+	seen[k] = 1;
+	return 0;
+}
+
+/* Paging through 4 segments visits each live key exactly once. */
+Test(flat, list_segments_paging)
+{
+	struct flat_store *s = open_store(256);
+	struct flat_index *ix = scan_fixture(s, DM_METRIC_L2);
+	uint8_t *seen = calloc(NV, 1);
+
+	for (uint32_t seg = 0; seg < 4; seg++) {
+		uint64_t at = 0, next;
+		int pages = 0;
+
+		do {
+			int n = flat_list(ix, at, 4, seg, 97, count_key, seen, &next);
+
+			cr_assert_geq(n, 0);
+			cr_assert_leq(n, 97);
+			cr_assert(n > 0 || next == UINT64_MAX);
+			at = next;
+			pages++;
+		} while (at != UINT64_MAX);
+		cr_assert_gt(pages, 1);
+	}
+	for (unsigned k = 0; k < NV; k++)
+		cr_assert_eq(seen[k], fixture_live(k), "key-%u", k);
+	free(seen);
+	uint64_t nx;
+
+	cr_assert_eq(flat_list(ix, 0, 4, 4, 10, count_key, NULL, &nx), -EINVAL);
+	flat_index_put(ix);
+	flat_close(s);
+}
