@@ -4,6 +4,8 @@
  * and at unaligned addresses; and the sgemm batch path against the same reference. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -281,4 +283,41 @@ Test(distance, batch_zero_vectors)
 	dm_distance_batch(DM_METRIC_L2, b, 1, b, 2, 4, NULL, out);
 	cr_assert_eq(out[0], 0.0f);
 	cr_assert_float_eq(out[1], 30.0f, 1e-5);
+}
+
+/* Child side of env_forces_isa: only meaningful when started by it with DMANN_EXPECT_ISA. */
+Test(distance, env_probe)
+{
+	const char *want = getenv("DMANN_EXPECT_ISA");
+	if (!want)
+		cr_skip_test("only run as a child of distance::env_forces_isa");
+	cr_assert_str_eq(dm_kernel_isa(), want);
+}
+
+/* DMANN_ISA is read once at start-up, so check it in a fresh process: this test binary
+ * re-run with a filter on env_probe. A wrong expectation must fail (proves the probe). */
+Test(distance, env_forces_isa)
+{
+	static const char *isas[] = { "scalar", "avx2", "avx512" };
+	char cmd[4608], self[4096];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);  /* not the shell's */
+
+	cr_assert(len > 0);
+	self[len] = '\0';
+	/* Criterion marks its sandboxed test processes with BXFI_MAP; the re-run must not
+	 * inherit it or it would try to act as a sandbox child */
+	unsetenv("BXFI_MAP");
+
+	for (size_t i = 0; i < DM_ARRAY_SIZE(isas); i++) {
+		if (dm_kernel_set_isa(isas[i]) != 0)
+			continue;  /* not supported here */
+		snprintf(cmd, sizeof(cmd),
+			 "DMANN_ISA=%s DMANN_EXPECT_ISA=%s '%s' --filter='distance/env_probe' "
+			 "--jobs=1 >/dev/null 2>&1", isas[i], isas[i], self);
+		cr_assert_eq(system(cmd), 0, "DMANN_ISA=%s was not honoured", isas[i]);
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "DMANN_ISA=scalar DMANN_EXPECT_ISA=avx2 '%s' --filter='distance/env_probe' "
+		 "--jobs=1 >/dev/null 2>&1", self);
+	cr_assert_neq(system(cmd), 0, "the probe cannot detect a wrong ISA");
 }
