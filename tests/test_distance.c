@@ -55,12 +55,18 @@ static struct ref reference(const float *a, const float *b, size_t dim)
  * way, plus an absolute float epsilon for the 1 - x. */
 #define TOL 1e-5
 
+/* Largest error seen, as a fraction of the tolerance scale (logged per ISA). */
+static double worst_l2, worst_dot;
+
 /* Checks all kernels of the active ISA on one pair. */
 static void check_pair(const float *a, const float *b, size_t dim)
 {
 	struct ref r = reference(a, b, dim);
 	const char *isa = dm_kernel_isa();
 	double got;
+
+	worst_l2 = DM_MAX(worst_l2, fabs(dm_l2sq(a, b, dim) - r.l2) / r.l2);
+	worst_dot = DM_MAX(worst_dot, fabs(dm_dot(a, b, dim) - r.dot) / r.dot_abs);
 
 	got = dm_l2sq(a, b, dim);
 	cr_assert(fabs(got - r.l2) <= TOL * r.l2 + 1e-30, "%s l2 dim %zu: %.9g vs %.9g", isa,
@@ -157,6 +163,8 @@ static void check_isa(const char *isa)
 	}
 	munmap(ga.base, ga.len);
 	munmap(gb.base, gb.len);
+	cr_log_info("%s: worst |error| / sum|terms|: l2 %.3g, dot %.3g (tolerance %g)", isa,
+		    worst_l2, worst_dot, TOL);
 }
 
 Test(distance, scalar_matches_reference) { check_isa("scalar"); }
