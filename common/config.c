@@ -77,6 +77,12 @@ static int node_key(struct parse_ctx *pc, struct dm_node_cfg *n, const char *key
 	} else if (!strcmp(key, "device")) {
 		if (!copy_str(n->device, sizeof(n->device), v))
 			return fail(pc, "device '%s' is empty or too long%s", v, "");
+	} else if (!strcmp(key, "data_dir") && n->role == DM_ROLE_MN) {
+		if (!copy_str(n->data_dir, sizeof(n->data_dir), v))
+			return fail(pc, "data_dir '%s' is empty or too long%s", v, "");
+	} else if (!strcmp(key, "metrics")) {
+		if (!copy_str(n->metrics, sizeof(n->metrics), v) || !valid_addr(v))
+			return fail(pc, "metrics '%s' is not host:port%s", v, "");
 	} else if (!strcmp(key, "capacity")) {
 		char *end;
 		double d = strtod(v, &end);
@@ -276,6 +282,8 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 					 name, r ? "cn" : "mn", i, cnt - 1);
 				return -EINVAL;
 			}
+			if (!r && !arr[i].data_dir[0])
+				snprintf(arr[i].data_dir, sizeof(arr[i].data_dir), "mn%u", i);
 			if (!arr[i].address[0]) {
 				snprintf(err, errlen, "%s: [%s.%u] has no address", name,
 					 r ? "cn" : "mn", i);
@@ -300,6 +308,7 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->redundancy = 1;
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
+	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, &pc);
 	if (line != 0) {
 		if (line < 0)

@@ -15,6 +15,8 @@
  *   hugepages = auto            ; auto | on | off
  *   numa_node = -1              ; -1: the NIC's node (or unbound)
  *   device = rxe0               ; RDMA device (verbs)
+ *   data_dir = mn0              ; snapshots (default: mn<N> beside the config file)
+ *   metrics = 127.0.0.1:9100    ; Prometheus text metrics (optional, any node)
  *
  *   [cn.0]                      ; compute node 0
  *   address = 127.0.0.1:7100    ; native client port (queries, forwarded traffic)
@@ -44,6 +46,8 @@ struct dm_node_cfg {
 	char http[DM_ADDR_MAX];      /* CN only, may be empty */
 	char zone[32];
 	char device[32];
+	char data_dir[512];          /* MN: absolute or relative to the config file's dir */
+	char metrics[DM_ADDR_MAX];   /* host:port of the Prometheus endpoint, may be empty */
 	double capacity;
 	uint64_t region_bytes;       /* MN only */
 	enum dm_huge_mode hugepages;
@@ -53,6 +57,7 @@ struct dm_node_cfg {
 
 struct dm_cluster_cfg {
 	char path[512];
+	char dir[512];               /* directory of the config file */
 	char name[64];
 	char transport[16];          /* "tcp", "verbs" or "" for auto */
 	uint8_t secret[64];
