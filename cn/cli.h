@@ -15,4 +15,18 @@ struct dm_progress *dm_progress_start(const char *what, unsigned long long total
 void dm_progress_update(struct dm_progress *p, unsigned long long done);
 void dm_progress_end(struct dm_progress *p);
 
+/* Argument helpers (cli_args.c): parse a number in [min, max] or print
+ * "dmann CMD: OPT: 'S' is not ..." and return -EINVAL; report an unknown/incomplete option. */
+int dm_cli_parse_u64(const char *cmd, const char *opt, const char *s, unsigned long long min,
+		     unsigned long long max, unsigned long long *out);
+int dm_cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max,
+			double *out);
+void dm_cli_bad_option(const char *cmd, int c, char **argv, int optind);
+
+/* Data and local-index commands (cli_data.c, cli_index.c). */
+int dm_cmd_gen(int argc, char **argv);
+int dm_cmd_fmnist(int argc, char **argv);
+int dm_cmd_build(int argc, char **argv);
+int dm_cmd_search(int argc, char **argv);
+
 #endif

@@ -7,6 +7,10 @@
 
 /* Subcommands, in the order --help lists them. */
 static const struct dm_cli_cmd cmds[] = {
+	{ "gen", "generate a Gaussian-mixture data set + exact ground truth", dm_cmd_gen },
+	{ "fmnist", "convert Fashion-MNIST (Debian package) + exact ground truth", dm_cmd_fmnist },
+	{ "build", "build an HNSW index image from a vector file", dm_cmd_build },
+	{ "search", "search an index image locally: recall, QPS, latency", dm_cmd_search },
 	{ NULL, NULL, NULL },
 };
 

@@ -1,0 +1,493 @@
+/* hnsw_image.c: the HNSW index image file. One file holds everything a memory node needs to
+ * serve the index and a compute node needs to search it:
+ *
+ *   header (128 bytes): magic "DMANNHNW", format version, parameters, geometry, entry
+ *                       point, offsets, checksums of block table and upper area, and a
+ *                       CRC32 of the header itself (last 4 bytes)
+ *   block table:        per block {u64 file offset, u32 records, u32 CRC32 of its bytes}
+ *   upper area:         the upper-level lists (format in hnsw_layout.h)
+ *   blocks:             at a 4096-aligned offset, the records of each block back to back
+ *
+ * All integers little-endian (the only byte order dmann runs on: x86-64 / aarch64 LE).
+ * The loader checks every size, offset and checksum before trusting anything, then
+ * validates the graph structure, so a truncated or corrupted image is refused with a message
+ * and never crashes a reader. CRC32 is zlib's. */
+#include "hnsw_int.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define IMG_MAGIC   "DMANNHNW"
+#define IMG_FORMAT  1u
+#define IMG_HDR     128u
+#define IMG_ALIGN   4096u
+
+struct img_hdr {
+	char magic[8];
+	uint32_t format;
+	uint32_t hdr_size;
+	uint32_t dim, metric, M, efc;
+	uint64_t seed;
+	uint32_t block_shift, rec_size;
+	uint32_t n, nblocks;
+	uint32_t entry;
+	int32_t max_level;
+	uint64_t up_words;     /* words of the image's upper area (with id/level prefixes) */
+	uint64_t btab_off, up_off, data_off, file_size;
+	uint32_t btab_crc, up_crc;
+	uint8_t reserved[12];
+	uint32_t hdr_crc;      /* CRC32 of the 124 bytes before it */
+};
+_Static_assert(sizeof(struct img_hdr) == IMG_HDR, "image header is 128 bytes");
+
+struct img_block {
+	uint64_t off;
+	uint32_t nrec;
+	uint32_t crc;
+};
+_Static_assert(sizeof(struct img_block) == 16, "block table entry is 16 bytes");
+
+static uint32_t crc(const void *p, size_t len)
+{
+	return (uint32_t)crc32_z(crc32_z(0, Z_NULL, 0), p, len);
+}
+
+/* Records in block b of an index of n records. */
+static uint32_t block_nrec(uint32_t n, uint32_t shift, uint32_t b)
+{
+	uint64_t per = 1ull << shift, first = (uint64_t)b * per;
+	return (uint32_t)DM_MIN(per, n - first);
+}
+
+/* Image upper area: [id, level, lists...] for every node of level >= 1. */
+static uint32_t *upper_serialize(const struct hnsw_index *idx, uint64_t *words)
+{
+	uint32_t M = idx->p.M;
+	uint64_t w = 0;
+	for (uint32_t id = 0; id < idx->n; id++) {
+		uint32_t lv = hnsw_rec(idx, id)->level;
+		if (lv)
+			w += hnsw_up_entry_words(M, lv);
+	}
+	uint32_t *a = calloc(w ? w : 1, sizeof(*a));
+	if (!a)
+		return NULL;
+	uint64_t o = 0;
+	for (uint32_t id = 0; id < idx->n; id++) {
+		uint32_t lv = hnsw_rec(idx, id)->level;
+		if (!lv)
+			continue;
+		a[o++] = id;
+		a[o++] = lv;
+		memcpy(a + o, idx->upl[id], (size_t)lv * hnsw_up_list_words(M) * sizeof(*a));
+		o += (uint64_t)lv * hnsw_up_list_words(M);
+	}
+	*words = w;
+	return a;
+}
+
+static int write_all(int fd, const void *p, size_t len)
+{
+	const char *c = p;
+	while (len) {
+		ssize_t w = write(fd, c, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		c += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Save the index image atomically (tmp file + fsync + rename). */
+int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t errlen)
+{
+	int rc;
+	if (idx->n == 0 || idx->max_level < 0) {
+		snprintf(err, errlen, "%s: refusing to save an empty index", path);
+		return -EINVAL;
+	}
+	uint64_t up_words;
+	uint32_t *up = upper_serialize(idx, &up_words);
+	if (!up) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	struct img_block *bt = calloc(idx->nblocks, sizeof(*bt));
+	if (!bt) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		rc = -ENOMEM;
+		goto err_free_up;
+	}
+	struct img_hdr h;
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, IMG_MAGIC, 8);
+	h.format = IMG_FORMAT;
+	h.hdr_size = IMG_HDR;
+	h.dim = idx->p.dim;
+	h.metric = (uint32_t)idx->p.metric;
+	h.M = idx->p.M;
+	h.efc = idx->p.ef_construction;
+	h.seed = idx->p.seed;
+	h.block_shift = idx->p.block_shift;
+	h.rec_size = idx->rec_size;
+	h.n = idx->n;
+	h.nblocks = idx->nblocks;
+	h.entry = idx->entry;
+	h.max_level = idx->max_level;
+	h.up_words = up_words;
+	h.btab_off = IMG_HDR;
+	h.up_off = h.btab_off + (uint64_t)idx->nblocks * sizeof(*bt);
+	h.data_off = DM_ALIGN_UP(h.up_off + up_words * 4, IMG_ALIGN);
+	uint64_t off = h.data_off;
+	for (uint32_t b = 0; b < idx->nblocks; b++) {
+		uint32_t nr = block_nrec(idx->n, idx->p.block_shift, b);
+		bt[b].off = off;
+		bt[b].nrec = nr;
+		bt[b].crc = crc(idx->blocks[b], (size_t)nr * idx->rec_size);
+		off += (uint64_t)nr * idx->rec_size;
+	}
+	h.file_size = off;
+	h.btab_crc = crc(bt, (size_t)idx->nblocks * sizeof(*bt));
+	h.up_crc = crc(up, up_words * 4);
+	h.hdr_crc = crc(&h, offsetof(struct img_hdr, hdr_crc));
+
+	char tmp[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+		snprintf(err, errlen, "%s: path too long", path);
+		rc = -ENAMETOOLONG;
+		goto err_free_bt;
+	}
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+		goto err_free_bt;
+	}
+	static const char zeros[IMG_ALIGN];
+	uint64_t pad = h.data_off - (h.up_off + up_words * 4);
+	if ((rc = write_all(fd, &h, sizeof(h))) < 0 ||
+	    (rc = write_all(fd, bt, (size_t)idx->nblocks * sizeof(*bt))) < 0 ||
+	    (rc = write_all(fd, up, up_words * 4)) < 0 || (rc = write_all(fd, zeros, pad)) < 0)
+		goto err_write;
+	for (uint32_t b = 0; b < idx->nblocks; b++)
+		if ((rc = write_all(fd, idx->blocks[b], (size_t)bt[b].nrec * idx->rec_size)) < 0)
+			goto err_write;
+	if (fsync(fd) < 0) {
+		rc = -errno;
+		goto err_write;
+	}
+	if (close(fd) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: close: %s", tmp, strerror(-rc));
+		goto err_unlink;
+	}
+	if (rename(tmp, path) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: rename to %s: %s", tmp, path, strerror(-rc));
+		goto err_unlink;
+	}
+	free(bt);
+	free(up);
+	return 0;
+
+err_write:
+	snprintf(err, errlen, "%s: write: %s", tmp, strerror(-rc));
+	close(fd);
+err_unlink:
+	unlink(tmp);
+err_free_bt:
+	free(bt);
+err_free_up:
+	free(up);
+	return rc;
+}
+
+static int read_at(int fd, void *p, size_t len, uint64_t off)
+{
+	char *c = p;
+	while (len) {
+		ssize_t r = pread(fd, c, len, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		c += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* Check the header fields against each other and the file size. */
+static int check_header(const struct img_hdr *h, uint64_t fsize, char *err, size_t errlen)
+{
+	if (memcmp(h->magic, IMG_MAGIC, 8)) {
+		snprintf(err, errlen, "not a dmann HNSW image (bad magic)");
+		return -EINVAL;
+	}
+	if (h->format != IMG_FORMAT || h->hdr_size != IMG_HDR) {
+		snprintf(err, errlen, "unsupported image format %u (header %u bytes); this dmann reads format %u",
+			 h->format, h->hdr_size, IMG_FORMAT);
+		return -EINVAL;
+	}
+	if (crc(h, offsetof(struct img_hdr, hdr_crc)) != h->hdr_crc) {
+		snprintf(err, errlen, "header checksum mismatch (corrupted header)");
+		return -EINVAL;
+	}
+	if (h->file_size != fsize) {
+		snprintf(err, errlen, "file is %llu bytes, header says %llu (%s)",
+			 (unsigned long long)fsize, (unsigned long long)h->file_size,
+			 fsize < h->file_size ? "truncated" : "trailing garbage");
+		return -EINVAL;
+	}
+	struct hnsw_params p = { .dim = h->dim, .metric = (enum dm_metric)h->metric, .M = h->M,
+				 .ef_construction = h->efc, .seed = h->seed,
+				 .block_shift = h->block_shift };
+	char msg[160];
+	if (h->metric > DM_METRIC_COS || hnsw_params_check(&p, msg, sizeof(msg)) < 0) {
+		snprintf(err, errlen, "bad parameters in header: %s",
+			 h->metric > DM_METRIC_COS ? "unknown metric" : msg);
+		return -EINVAL;
+	}
+	if (h->rec_size != hnsw_rec_size(h->M, h->dim)) {
+		snprintf(err, errlen, "record size %u does not match M=%u dim=%u", h->rec_size, h->M, h->dim);
+		return -EINVAL;
+	}
+	uint64_t per = 1ull << h->block_shift;
+	if (h->n == 0 || h->n == UINT32_MAX || h->nblocks != (h->n + per - 1) / per) {
+		snprintf(err, errlen, "inconsistent node count %u / block count %u", h->n, h->nblocks);
+		return -EINVAL;
+	}
+	if (h->max_level < 0 || h->max_level > (int32_t)HNSW_MAX_LEVEL || h->entry >= h->n) {
+		snprintf(err, errlen, "bad entry point %u / max level %d", h->entry, h->max_level);
+		return -EINVAL;
+	}
+	uint64_t max_words = (uint64_t)h->n * hnsw_up_entry_words(h->M, HNSW_MAX_LEVEL);
+	uint64_t up_off = IMG_HDR + (uint64_t)h->nblocks * sizeof(struct img_block);
+	if (h->up_words > max_words || h->btab_off != IMG_HDR || h->up_off != up_off ||
+	    h->data_off != DM_ALIGN_UP(up_off + h->up_words * 4, IMG_ALIGN) ||
+	    h->file_size != h->data_off + (uint64_t)h->n * h->rec_size) {
+		snprintf(err, errlen, "inconsistent section offsets in header");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Rebuild upl/up_store from the image's upper area; checks entries against the records. */
+static int upper_parse(struct hnsw_index *idx, const uint32_t *a, uint64_t words, char *err,
+		       size_t errlen)
+{
+	uint32_t M = idx->p.M, lw = hnsw_up_list_words(M);
+	uint64_t store = 0, o = 0;
+	int64_t last = -1;
+	while (o < words) {
+		if (words - o < 2) {
+			snprintf(err, errlen, "upper area: entry header cut at word %llu", (unsigned long long)o);
+			return -EINVAL;
+		}
+		uint32_t id = a[o], lv = a[o + 1];
+		if ((int64_t)id <= last || id >= idx->n || lv == 0 || lv > HNSW_MAX_LEVEL ||
+		    lv != hnsw_rec(idx, id)->level || words - o - 2 < (uint64_t)lv * lw) {
+			snprintf(err, errlen, "upper area: bad entry at word %llu (node %u level %u)",
+				 (unsigned long long)o, id, lv);
+			return -EINVAL;
+		}
+		last = id;
+		store += (uint64_t)lv * lw;
+		o += 2 + (uint64_t)lv * lw;
+	}
+	idx->up_words = store;
+	idx->up_store = calloc(store ? store : 1, sizeof(uint32_t));
+	if (!idx->up_store) {
+		snprintf(err, errlen, "out of memory for the upper area");
+		return -ENOMEM;
+	}
+	uint64_t s = 0;
+	for (o = 0; o < words;) {
+		uint32_t id = a[o], lv = a[o + 1];
+		idx->upl[id] = idx->up_store + s;
+		memcpy(idx->upl[id], a + o + 2, (size_t)lv * lw * sizeof(uint32_t));
+		s += (uint64_t)lv * lw;
+		o += 2 + (uint64_t)lv * lw;
+	}
+	return 0;
+}
+
+struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
+{
+	char msg[256] = "";
+	int rc;
+	struct hnsw_index *idx = NULL;
+	uint32_t *up = NULL;
+	struct img_block *bt = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		errno = -rc;
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		snprintf(msg, sizeof(msg), "stat: %s", strerror(errno));
+		goto err_close;
+	}
+	struct img_hdr h;
+	if ((uint64_t)st.st_size < IMG_HDR) {
+		snprintf(msg, sizeof(msg), "file is %lld bytes, shorter than the %u-byte header (truncated)",
+			 (long long)st.st_size, IMG_HDR);
+		rc = -EINVAL;
+		goto err_close;
+	}
+	if ((rc = read_at(fd, &h, sizeof(h), 0)) < 0) {
+		snprintf(msg, sizeof(msg), "read header: %s", strerror(-rc));
+		goto err_close;
+	}
+	if ((rc = check_header(&h, (uint64_t)st.st_size, msg, sizeof(msg))) < 0)
+		goto err_close;
+
+	bt = malloc((size_t)h.nblocks * sizeof(*bt));
+	up = malloc(h.up_words ? h.up_words * 4 : 4);
+	if (!bt || !up) {
+		rc = -ENOMEM;
+		snprintf(msg, sizeof(msg), "out of memory");
+		goto err_free;
+	}
+	if ((rc = read_at(fd, bt, (size_t)h.nblocks * sizeof(*bt), h.btab_off)) < 0 ||
+	    (rc = read_at(fd, up, h.up_words * 4, h.up_off)) < 0) {
+		snprintf(msg, sizeof(msg), "read: %s", strerror(-rc));
+		goto err_free;
+	}
+	if (crc(bt, (size_t)h.nblocks * sizeof(*bt)) != h.btab_crc) {
+		rc = -EINVAL;
+		snprintf(msg, sizeof(msg), "block table checksum mismatch (corrupted)");
+		goto err_free;
+	}
+	if (crc(up, h.up_words * 4) != h.up_crc) {
+		rc = -EINVAL;
+		snprintf(msg, sizeof(msg), "upper area checksum mismatch (corrupted)");
+		goto err_free;
+	}
+	uint64_t off = h.data_off;
+	for (uint32_t b = 0; b < h.nblocks; b++) {
+		uint32_t nr = block_nrec(h.n, h.block_shift, b);
+		if (bt[b].off != off || bt[b].nrec != nr) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "block table entry %u inconsistent", b);
+			goto err_free;
+		}
+		off += (uint64_t)nr * h.rec_size;
+	}
+
+	struct hnsw_params p = { .dim = h.dim, .metric = (enum dm_metric)h.metric, .M = h.M,
+				 .ef_construction = h.efc, .seed = h.seed,
+				 .block_shift = h.block_shift };
+	idx = hnsw_alloc(&p, h.n);
+	if (!idx) {
+		rc = -ENOMEM;
+		snprintf(msg, sizeof(msg), "out of memory for %u records", h.n);
+		goto err_free;
+	}
+	for (uint32_t b = 0; b < h.nblocks; b++) {
+		size_t len = (size_t)bt[b].nrec * h.rec_size;
+		if ((rc = read_at(fd, idx->blocks[b], len, bt[b].off)) < 0) {
+			snprintf(msg, sizeof(msg), "read block %u: %s", b, strerror(-rc));
+			goto err_free;
+		}
+		if (crc(idx->blocks[b], len) != bt[b].crc) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "block %u checksum mismatch (corrupted)", b);
+			goto err_free;
+		}
+	}
+	idx->entry = h.entry;
+	idx->max_level = h.max_level;
+	/* Record levels must be checked before upper_parse trusts them. */
+	for (uint32_t id = 0; id < h.n; id++) {
+		const struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
+		if (r->version != HNSW_REC_VERSION || r->level > (uint32_t)h.max_level) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "record %u: bad version %u or level %u", id,
+				 r->version, r->level);
+			goto err_free;
+		}
+	}
+	if ((rc = upper_parse(idx, up, h.up_words, msg, sizeof(msg))) < 0)
+		goto err_free;
+	if ((rc = hnsw_validate(idx, msg, sizeof(msg))) < 0)
+		goto err_free;
+	free(up);
+	free(bt);
+	close(fd);
+	return idx;
+
+err_free:
+	hnsw_free(idx);
+	free(up);
+	free(bt);
+err_close:
+	close(fd);
+	snprintf(err, errlen, "%s: %s", path, msg);
+	errno = -rc;
+	return NULL;
+}
+
+/* Structural validation: everything a search trusts without checking. */
+int hnsw_validate(const struct hnsw_index *idx, char *err, size_t errlen)
+{
+	uint32_t n = idx->n, M = idx->p.M;
+	if (idx->max_level < 0 || idx->entry >= n ||
+	    hnsw_rec(idx, idx->entry)->level != (uint32_t)idx->max_level) {
+		snprintf(err, errlen, "entry point %u is not a node of the top level %d", idx->entry,
+			 idx->max_level);
+		return -EINVAL;
+	}
+	for (uint32_t id = 0; id < n; id++) {
+		const struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
+		if (r->version != HNSW_REC_VERSION || r->flags != 0 || r->n0 > 2 * M ||
+		    r->level > (uint32_t)idx->max_level) {
+			snprintf(err, errlen, "record %u: bad header (version %u level %u flags %u n0 %u)",
+				 id, r->version, r->level, r->flags, r->n0);
+			return -EINVAL;
+		}
+		const uint32_t *nb = hnsw_rec_nbrs(r);
+		for (uint32_t j = 0; j < r->n0; j++) {
+			if (nb[j] >= n) {
+				snprintf(err, errlen, "record %u: level-0 neighbour %u out of range", id, nb[j]);
+				return -EINVAL;
+			}
+		}
+		if ((r->level > 0) != (idx->upl[id] != NULL)) {
+			snprintf(err, errlen, "node %u: level %u but %s upper lists", id, r->level,
+				 idx->upl[id] ? "has" : "no");
+			return -EINVAL;
+		}
+		for (uint32_t l = 1; l <= r->level; l++) {
+			const uint32_t *w = hnsw_up_list(idx, id, l);
+			if (w[0] > M) {
+				snprintf(err, errlen, "node %u level %u: %u neighbours > M=%u", id, l, w[0], M);
+				return -EINVAL;
+			}
+			for (uint32_t j = 0; j < w[0]; j++) {
+				if (w[1 + j] >= n || hnsw_rec(idx, w[1 + j])->level < l) {
+					snprintf(err, errlen, "node %u level %u: neighbour %u invalid", id, l,
+						 w[1 + j]);
+					return -EINVAL;
+				}
+			}
+		}
+	}
+	return 0;
+}

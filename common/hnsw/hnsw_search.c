@@ -1,0 +1,244 @@
+/* hnsw_search.c: K-NN-SEARCH (Algorithm 5 of Malkov & Yashunin): greedy descent through the
+ * upper levels, then SEARCH-LAYER (Algorithm 2) with ef candidates on level 0.
+ *
+ * Records are read only through hnsw_get() on a struct hnsw_src, and every expansion is
+ * structured as collect -> fetch -> score: the unvisited neighbour ids of the expanded node
+ * are collected first, handed to src->fetch as one batch (a remote source posts all their
+ * READs with one doorbell; the local source only prefetches), and scored afterwards. The
+ * same code therefore serves a local index and the compute node's remote reader. */
+#include "hnsw_int.h"
+
+#include <stdlib.h>
+
+struct hnsw_searcher {
+	struct hnsw_visited vis;
+	struct hnsw_heap cand;      /* min-heap */
+	struct hnsw_heap res;       /* max-heap, at most ef */
+	uint32_t *batch;
+	uint32_t batch_cap;
+	float *qbuf;                /* normalised query (cos) */
+	uint32_t qdim;
+	enum dm_metric kmetric;
+	hnsw_kernel_fn kern;
+};
+
+struct hnsw_searcher *hnsw_searcher_new(uint32_t nodes, uint32_t dim)
+{
+	struct hnsw_searcher *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	if (hnsw_visited_init(&s->vis, nodes) < 0 || hnsw_heap_init(&s->cand, 256) < 0 ||
+	    hnsw_heap_init(&s->res, 256) < 0)
+		goto err_free;
+	s->batch_cap = 64;
+	s->batch = malloc(s->batch_cap * sizeof(*s->batch));
+	s->qdim = dim ? dim : 1;
+	s->qbuf = malloc((size_t)s->qdim * sizeof(*s->qbuf));
+	if (!s->batch || !s->qbuf)
+		goto err_free;
+	s->kmetric = DM_METRIC_L2;
+	s->kern = hnsw_kernel_for(DM_METRIC_L2);
+	return s;
+
+err_free:
+	hnsw_searcher_free(s);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void hnsw_searcher_free(struct hnsw_searcher *s)
+{
+	if (!s)
+		return;
+	hnsw_visited_fini(&s->vis);
+	hnsw_heap_fini(&s->cand);
+	hnsw_heap_fini(&s->res);
+	free(s->batch);
+	free(s->qbuf);
+	free(s);
+}
+
+void hnsw_src_local(const struct hnsw_index *idx, struct hnsw_src *src)
+{
+	memset(src, 0, sizeof(*src));
+	src->dim = idx->p.dim;
+	src->M = idx->p.M;
+	src->rec_size = idx->rec_size;
+	src->block_shift = idx->p.block_shift;
+	src->n = idx->n;
+	src->metric = idx->p.metric;
+	src->blocks = idx->blocks;
+	src->upl = idx->upl;
+	src->entry = idx->entry;
+	src->max_level = idx->max_level;
+}
+
+/* Make a batch of records readable: prefetch locally, one READ batch remotely. */
+static inline int fetch_batch(struct hnsw_src *src, const uint32_t *ids, uint32_t n)
+{
+	if (dm_likely(src->blocks != NULL)) {
+		uint32_t voff = hnsw_rec_vec_off(src->M);
+		for (uint32_t j = 0; j < n; j++) {
+			const char *r = (const char *)hnsw_get(src, ids[j]);
+			__builtin_prefetch(r + voff);
+			__builtin_prefetch(r + voff + 64);
+		}
+		return 0;
+	}
+	return n ? src->fetch(src, ids, n) : 0;
+}
+
+/* Greedy descent on upper level l (ef = 1), reading lists from the local upper area. */
+static int greedy_upper(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
+			uint32_t l, uint32_t *cur, float *curd)
+{
+	uint32_t M = src->M, dim = src->dim;
+	bool changed = true;
+	while (changed) {
+		changed = false;
+		const uint32_t *w = src->upl[*cur] + (size_t)(l - 1) * hnsw_up_list_words(M);
+		uint32_t n = DM_MIN(w[0], M);
+		/* w stays valid across fetches: the upper area is local and immutable here. */
+		int rc = fetch_batch(src, w + 1, n);
+		if (rc < 0)
+			return rc;
+		src->hops++;
+		uint32_t best = *cur;
+		for (uint32_t j = 0; j < n; j++) {
+			const struct hnsw_rec_hdr *r = hnsw_get(src, w[1 + j]);
+			if (dm_unlikely(!r))
+				return -EIO;
+			float d = s->kern(q, hnsw_rec_vec(r, M), dim);
+			src->dist_evals++;
+			if (d < *curd) {
+				*curd = d;
+				best = w[1 + j];
+				changed = true;
+			}
+		}
+		*cur = best;
+	}
+	return 0;
+}
+
+/* Algorithm 2 on level 0 with ef; results left in the max-heap s->res. */
+static int search_level0(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
+			 uint32_t ep, float epd, uint32_t ef)
+{
+	uint32_t M = src->M, dim = src->dim, n = src->n;
+	struct hnsw_heap *cand = &s->cand, *res = &s->res;
+	hnsw_visited_next(&s->vis);
+	uint16_t *tag = s->vis.tag, epoch = s->vis.epoch;
+	hnsw_kernel_fn kern = s->kern;
+	uint32_t *batch = s->batch;
+	uint64_t hops = 0, evals = 0;
+	cand->n = res->n = 0;
+	tag[ep] = epoch;
+	hnsw_minheap_push(cand, epd, ep);
+	hnsw_maxheap_push(res, epd, ep);
+	while (cand->n) {
+		struct hnsw_cand c = hnsw_minheap_pop(cand);
+		if (c.d > res->a[0].d && res->n >= ef)
+			break;
+		hops++;
+		/* collect: unvisited neighbours of c */
+		const struct hnsw_rec_hdr *r = hnsw_get(src, c.id);
+		if (dm_unlikely(!r))
+			return -EIO;
+		const uint32_t *nb = hnsw_rec_nbrs(r);
+		uint32_t cnt = DM_MIN(r->n0, 2 * M), m = 0;
+		for (uint32_t j = 0; j < cnt; j++) {
+			uint32_t id = nb[j];
+			if (dm_unlikely(id >= n))
+				continue;   /* a corrupt remote record must not index out of bounds */
+			if (tag[id] == epoch)
+				continue;
+			tag[id] = epoch;
+			batch[m++] = id;
+		}
+		/* fetch: one batch (prefetch locally, one doorbell remotely) */
+		int rc = fetch_batch(src, batch, m);
+		if (rc < 0)
+			return rc;
+		if (dm_unlikely(hnsw_heap_reserve(cand, cand->n + m) < 0))
+			return -ENOMEM;
+		/* score */
+		for (uint32_t j = 0; j < m; j++) {
+			const struct hnsw_rec_hdr *nr = hnsw_get(src, batch[j]);
+			if (dm_unlikely(!nr))
+				return -EIO;
+			float d = kern(q, hnsw_rec_vec(nr, M), dim);
+			evals++;
+			if (res->n < ef || d < res->a[0].d) {
+				hnsw_minheap_push(cand, d, batch[j]);
+				hnsw_maxheap_push(res, d, batch[j]);
+				if (res->n > ef)
+					hnsw_maxheap_pop(res);
+			}
+		}
+	}
+	src->hops += hops;
+	src->dist_evals += evals;
+	return 0;
+}
+
+/* Algorithm 5: K-NN-SEARCH. */
+int hnsw_search(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, size_t k,
+		size_t ef, struct dm_hit *out)
+{
+	if (k == 0 || src->max_level < 0 || src->n == 0)
+		return 0;
+	if (src->dim != s->qdim || ef > (1u << 24) || k > (1u << 24))
+		return -EINVAL;
+	if (ef < k)
+		ef = k;
+	if (s->kmetric != src->metric) {
+		s->kmetric = src->metric;
+		s->kern = hnsw_kernel_for(src->metric);
+	}
+	if (hnsw_visited_reserve(&s->vis, src->n) < 0 || hnsw_heap_reserve(&s->res, (uint32_t)ef + 1) < 0)
+		return -ENOMEM;
+	if (s->batch_cap < 2 * src->M) {
+		uint32_t *b = realloc(s->batch, (size_t)2 * src->M * sizeof(*b));
+		if (!b)
+			return -ENOMEM;
+		s->batch = b;
+		s->batch_cap = 2 * src->M;
+	}
+	if (src->metric == DM_METRIC_COS) {
+		memcpy(s->qbuf, q, (size_t)src->dim * sizeof(*q));
+		if (dm_normalize(s->qbuf, src->dim) < 0)
+			return -EINVAL;
+		q = s->qbuf;
+	}
+
+	uint32_t cur = src->entry;
+	int rc = fetch_batch(src, &cur, 1);
+	if (rc < 0)
+		return rc;
+	const struct hnsw_rec_hdr *r = hnsw_get(src, cur);
+	if (!r)
+		return -EIO;
+	float curd = s->kern(q, hnsw_rec_vec(r, src->M), src->dim);
+	for (int l = src->max_level; l >= 1; l--) {
+		rc = greedy_upper(src, s, q, (uint32_t)l, &cur, &curd);
+		if (rc < 0)
+			return rc;
+	}
+	rc = search_level0(src, s, q, cur, curd, (uint32_t)ef);
+	if (rc < 0)
+		return rc;
+
+	/* The heap holds up to ef; drop the worst until k remain, then drain ascending. */
+	struct hnsw_heap *res = &s->res;
+	while (res->n > k)
+		hnsw_maxheap_pop(res);
+	int nk = (int)res->n;
+	for (int i = nk; i-- > 0;) {
+		struct hnsw_cand c = hnsw_maxheap_pop(res);
+		out[i].dist = hnsw_score_to_dist(src->metric, c.d);
+		out[i].pad = 0;
+		out[i].id = c.id;
+	}
+	return nk;
+}

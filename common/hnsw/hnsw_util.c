@@ -1,0 +1,235 @@
+/* hnsw_util.c: HNSW index allocation, parameter checks, level draws, the distance kernels of
+ * the graph hot path, heaps and the visited set. */
+#include "hnsw_int.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Validate build parameters; a message goes to err. */
+int hnsw_params_check(const struct hnsw_params *p, char *err, size_t errlen)
+{
+	if (p->dim == 0 || p->dim > 65536) {
+		snprintf(err, errlen, "dimension %u out of range 1..65536", p->dim);
+		return -EINVAL;
+	}
+	if (p->metric != DM_METRIC_L2 && p->metric != DM_METRIC_IP && p->metric != DM_METRIC_COS) {
+		snprintf(err, errlen, "unknown metric %d", (int)p->metric);
+		return -EINVAL;
+	}
+	if (p->M < 2 || p->M > HNSW_MAX_M) {
+		snprintf(err, errlen, "M=%u out of range 2..%u", p->M, HNSW_MAX_M);
+		return -EINVAL;
+	}
+	if (p->ef_construction < 1 || p->ef_construction > 100000) {
+		snprintf(err, errlen, "efConstruction=%u out of range 1..100000", p->ef_construction);
+		return -EINVAL;
+	}
+	if (p->block_shift < 6 || p->block_shift > 20) {
+		snprintf(err, errlen, "block_shift=%u out of range 6..20", p->block_shift);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Allocate an index with zeroed records for n nodes. */
+struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n)
+{
+	char msg[128];
+	if (hnsw_params_check(p, msg, sizeof(msg)) < 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct hnsw_index *idx = calloc(1, sizeof(*idx));
+	if (!idx)
+		return NULL;
+	idx->p = *p;
+	idx->n = n;
+	idx->rec_size = hnsw_rec_size(p->M, p->dim);
+	idx->max_level = -1;
+	idx->kern = hnsw_kernel_for(p->metric);
+	pthread_mutex_init(&idx->glock, NULL);
+	uint32_t per = 1u << p->block_shift;
+	idx->nblocks = n ? (uint32_t)(((uint64_t)n + per - 1) / per) : 0;
+	idx->blocks = calloc(idx->nblocks ? idx->nblocks : 1, sizeof(*idx->blocks));
+	idx->upl = calloc(n ? n : 1, sizeof(*idx->upl));
+	if (!idx->blocks || !idx->upl)
+		goto err_free_idx;
+	for (uint32_t b = 0; b < idx->nblocks; b++) {
+		size_t len = (size_t)per * idx->rec_size;
+		idx->blocks[b] = aligned_alloc(HNSW_REC_ALIGN, len);
+		if (!idx->blocks[b])
+			goto err_free_idx;
+		memset(idx->blocks[b], 0, len);
+	}
+	return idx;
+
+err_free_idx:
+	hnsw_free(idx);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void hnsw_free(struct hnsw_index *idx)
+{
+	if (!idx)
+		return;
+	if (idx->blocks)
+		for (uint32_t b = 0; b < idx->nblocks; b++)
+			free(idx->blocks[b]);
+	free(idx->blocks);
+	free(idx->upl);
+	free(idx->up_store);
+	free(idx->locks);
+	pthread_mutex_destroy(&idx->glock);
+	free(idx);
+}
+
+/* splitmix64: a good 64-bit mix for per-id random draws. */
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint32_t hnsw_draw_level(uint64_t seed, uint32_t id, uint32_t M)
+{
+	uint64_t r = mix64(seed ^ mix64(id));
+	/* U in (0, 1]: 53 random bits, never 0 so the log is finite. */
+	double u = ((double)(r >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+	double l = -log(u) / log((double)M);
+	return l >= HNSW_MAX_LEVEL ? HNSW_MAX_LEVEL : (uint32_t)l;
+}
+
+/* ---- kernels ------------------------------------------------------------------------------
+ * The graph calls one distance per neighbour; these AVX+FMA versions (256-bit, two
+ * accumulators) are used when the CPU has them, else the portable kernels of distance.h. */
+
+__attribute__((target("avx,fma"))) static inline float hsum256(__m256 v)
+{
+	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+	lo = _mm_add_ps(lo, hi);
+	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+	return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx,fma"))) static float l2_avx(const float *a, const float *b, size_t d)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16) {
+		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+		__m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
+		s0 = _mm256_fmadd_ps(d0, d0, s0);
+		s1 = _mm256_fmadd_ps(d1, d1, s1);
+	}
+	if (i + 8 <= d) {
+		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+		s0 = _mm256_fmadd_ps(d0, d0, s0);
+		i += 8;
+	}
+	float s = hsum256(_mm256_add_ps(s0, s1));
+	for (; i < d; i++) {
+		float t = a[i] - b[i];
+		s += t * t;
+	}
+	return s;
+}
+
+__attribute__((target("avx,fma"))) static float negdot_avx(const float *a, const float *b, size_t d)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+	size_t i = 0;
+	for (; i + 16 <= d; i += 16) {
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+	}
+	if (i + 8 <= d) {
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+		i += 8;
+	}
+	float s = hsum256(_mm256_add_ps(s0, s1));
+	for (; i < d; i++)
+		s += a[i] * b[i];
+	return -s;
+}
+
+static float negdot_generic(const float *a, const float *b, size_t d)
+{
+	return -dm_dot(a, b, d);
+}
+
+hnsw_kernel_fn hnsw_kernel_for(enum dm_metric m)
+{
+	bool avx = __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
+	const char *force = getenv("DMANN_ISA");
+	if (force && !strcmp(force, "scalar"))
+		avx = false;
+	if (m == DM_METRIC_L2)
+		return avx ? l2_avx : dm_l2sq;
+	return avx ? negdot_avx : negdot_generic;
+}
+
+/* ---- heaps and visited set --------------------------------------------------------------- */
+
+int hnsw_heap_init(struct hnsw_heap *h, uint32_t cap)
+{
+	h->n = 0;
+	h->cap = cap ? cap : 16;
+	h->a = malloc((size_t)h->cap * sizeof(*h->a));
+	return h->a ? 0 : -ENOMEM;
+}
+
+void hnsw_heap_fini(struct hnsw_heap *h)
+{
+	free(h->a);
+	h->a = NULL;
+	h->n = h->cap = 0;
+}
+
+int hnsw_heap_reserve(struct hnsw_heap *h, uint32_t need)
+{
+	if (need <= h->cap)
+		return 0;
+	uint32_t cap = h->cap;
+	while (cap < need)
+		cap *= 2;
+	struct hnsw_cand *a = realloc(h->a, (size_t)cap * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	h->a = a;
+	h->cap = cap;
+	return 0;
+}
+
+int hnsw_visited_init(struct hnsw_visited *v, uint32_t n)
+{
+	v->n = n;
+	v->epoch = 0;
+	v->tag = calloc(n ? n : 1, sizeof(*v->tag));
+	return v->tag ? 0 : -ENOMEM;
+}
+
+void hnsw_visited_fini(struct hnsw_visited *v)
+{
+	free(v->tag);
+	v->tag = NULL;
+	v->n = 0;
+}
+
+int hnsw_visited_reserve(struct hnsw_visited *v, uint32_t n)
+{
+	if (n <= v->n)
+		return 0;
+	uint16_t *t = realloc(v->tag, (size_t)n * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	memset(t + v->n, 0, (size_t)(n - v->n) * sizeof(*t));
+	v->tag = t;
+	v->n = n;
+	return 0;
+}
