@@ -1,0 +1,123 @@
+/* oracle.h: the SHINE-style oracle. Balanced k-means over a representative sample of the
+ * index (so that every CN owns a logical partition of the graph), a predictor that ranks CNs
+ * for a query by centroid distance, the semantic ring of CNs (Semord's ordering: centroid kNN
+ * graph -> MST -> DFS preorder -> 2-opt -> cut at the longest edge) used to spill overflow to
+ * semantic neighbours, and the cache split penalty (CSP) estimators.
+ *
+ * Determinism contract: dm_oracle_build() returns bit-identical centroids for the same sample,
+ * parameters and seed on every x86-64 machine, whatever the OpenBLAS thread count or the ISA
+ * the distance kernels picked. See oracle/kmeans.c for how (BLAS only pre-selects candidates;
+ * every decision is taken on fixed-order double arithmetic).
+ *
+ * All distances here are squared L2 (the k-means metric). For IP/COS indexes, callers pass
+ * normalised vectors, for which L2 ranking equals cosine ranking.
+ */
+#ifndef DM_ORACLE_H
+#define DM_ORACLE_H
+
+#include "dm.h"
+
+/* Clustering algorithms (both measured in docs/oracle.md). */
+enum dm_oracle_algo {
+	/* k-means++ then Lloyd with capacity-constrained assignment (every cluster holds at
+	 * most ceil((1+eps) n/k) points). The default: see docs/oracle.md for the figures. */
+	DM_ORACLE_CONSTRAINED = 0,
+	/* SHINE: k-means with k, doubling k until balanced, then greedy weighted merges of
+	 * the closest clusters until k groups remain. */
+	DM_ORACLE_DOUBLING = 1,
+};
+
+struct dm_oracle_params {
+	uint32_t k;               /* number of CNs (groups), >= 1 */
+	enum dm_oracle_algo algo;
+	uint64_t seed;            /* same seed on every CN */
+	double balance_eps;       /* balanced: every group <= (1+eps) * n / k sample points */
+	uint32_t max_iter;        /* Lloyd iterations per k-means run */
+	uint32_t max_doublings;   /* DOUBLING: at most k * 2^max_doublings fine clusters */
+	uint32_t ring_knn;        /* neighbours per centroid in the ring's kNN graph */
+};
+
+/* Defaults: k as given, CONSTRAINED, seed 0x5348494e45 ("SHINE"), eps 0.10, 50 iterations,
+ * 4 doublings, ring kNN 8. */
+void dm_oracle_params_default(struct dm_oracle_params *p, uint32_t k);
+
+/* The built oracle: immutable once built, safe to share between threads. */
+struct dm_oracle {
+	uint32_t k;          /* groups = CNs */
+	uint32_t dim;
+	uint32_t nfine;      /* fine centroids (k for CONSTRAINED, k * 2^d for DOUBLING) */
+	float *fine;         /* nfine x dim: what the predictor compares a query with */
+	uint32_t *fine_group;/* nfine: group (CN) of each fine centroid */
+	float *centroids;    /* k x dim: mean of each group's sample points (used by the ring) */
+	uint64_t *sizes;     /* k: sample points per group under the predictor's assignment */
+	double sse;          /* sum of squared distances of sample points to their fine centroid */
+	uint64_t n;          /* sample size */
+	uint32_t *ring;      /* k: CN ids in ring order (position -> CN) */
+	uint32_t *ring_pos;  /* k: CN id -> position in ring */
+	enum dm_oracle_algo algo;
+	uint32_t iterations; /* Lloyd iterations of the final run (diagnostics) */
+	uint32_t exact_rechecks; /* assignments BLAS could not settle alone (diagnostics) */
+};
+
+/* Index of the first HNSW level from the top holding >= min_nodes nodes, given node counts
+ * per level (counts[0] = level 0 = all nodes). Level 0 if no upper level is big enough;
+ * -EINVAL if nlevels == 0. */
+int dm_oracle_pick_level(const uint64_t *counts, uint32_t nlevels, uint64_t min_nodes);
+
+/* Cluster the n x dim sample (row-major). NULL with errno EINVAL (bad parameters, n < k,
+ * non-finite values) or ENOMEM. */
+struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
+				  const struct dm_oracle_params *p);
+void dm_oracle_free(struct dm_oracle *o);
+
+/* Predictor: CN of the fine centroid nearest to q. */
+uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q);
+/* Predictor: all k CNs ranked by distance (a CN's distance is that of its nearest fine
+ * centroid), nearest first, ties to the lower CN id. dist may be NULL. Returns k. */
+int dm_oracle_rank(const struct dm_oracle *o, const float *q, uint32_t *cns, float *dist);
+
+/* Semantic ring: the CN before/after cn in ring order, or -1 at an end of the ring (the ring
+ * is cut at its longest edge, so its two ends are not semantic neighbours). */
+int dm_oracle_ring_prev(const struct dm_oracle *o, uint32_t cn);
+int dm_oracle_ring_next(const struct dm_oracle *o, uint32_t cn);
+/* Spill order: the other k-1 CNs ordered by ring distance from cn (|position difference|),
+ * at equal ring distance the one with the nearer centroid first. Returns k-1. */
+int dm_oracle_spill_order(const struct dm_oracle *o, uint32_t cn, uint32_t *out);
+
+/* Semord's ordering of k points (k x dim, row-major): kNN graph (knn neighbours each,
+ * symmetrised) -> MST (Prim, components joined by their closest pair) -> DFS preorder from
+ * point 0, children by increasing edge length -> 2-opt on the closed tour -> cut at the
+ * longest edge. order[] receives the k indices. -EINVAL / -ENOMEM. */
+int dm_oracle_ring_order(const float *pts, uint32_t k, size_t dim, uint32_t knn,
+			 uint32_t *order);
+/* Length of the closed tour through pts in order (Euclidean, not squared). */
+double dm_oracle_tour_length(const float *pts, const uint32_t *order, uint32_t k, size_t dim);
+/* 2-opt on the closed tour, in place, first-improvement passes until no improving move or
+ * max_passes. Never lengthens the tour. Returns the number of moves applied. */
+int dm_oracle_two_opt(const float *pts, uint32_t *order, uint32_t k, size_t dim,
+		      uint32_t max_passes);
+
+/* Deterministic squared L2 in double, fixed summation order (same bits on every x86-64). */
+double dm_oracle_l2_exact(const float *a, const float *b, size_t dim);
+
+/* ---- cache split penalty ---------------------------------------------------------------- */
+
+/* SHINE's offline CSP: 1 - CHR(n CNs at r%) / CHR(1 CN at n*r%). Returns a value in
+ * [0,1] (clamped), NaN if chr_one <= 0 or an input is outside [0,1]. */
+double dm_csp_from_chr(double chr_n_cns, double chr_one_cn);
+
+/* Exact CSP from the sets of cached node ids of ncn CNs: duplicated entries / all entries,
+ * where an id cached by c CNs counts c entries of which c-1 are duplicates. Repeated ids
+ * within one CN count once. 0 when nothing is cached; -ENOMEM/-EINVAL as a negative
+ * return value (check < 0). */
+double dm_csp_exact(const uint32_t *const *ids, const size_t *counts, uint32_t ncn);
+
+/* The sampled slice: ids whose 64-bit mixed hash has its top 6 bits zero (1/64 of ids). */
+bool dm_csp_in_sample(uint32_t id);
+/* Copy the ids of in[] that are in the sample slice to out[] (may alias in); returns the
+ * count. */
+size_t dm_csp_sample(const uint32_t *in, size_t n, uint32_t *out);
+/* CSP over only the sampled ids of each CN (what CNs exchange online). */
+double dm_csp_sampled(const uint32_t *const *ids, const size_t *counts, uint32_t ncn);
+
+#endif /* DM_ORACLE_H */
