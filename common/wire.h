@@ -1,0 +1,275 @@
+/* wire.h: every message dmann puts on a network, in one place.
+ *
+ * Protocol overview
+ * -----------------
+ * All integers are little-endian, fixed width, and every message starts with the same
+ * 24-byte header:
+ *
+ *      0        4     5     6        8          12         16                    24
+ *      +--------+-----+-----+--------+----------+----------+---------------------+
+ *      | magic  | ver |flags|   op   |  length  |  status  |       req_id        |
+ *      +--------+-----+-----+--------+----------+----------+---------------------+
+ *
+ *   magic   DM_WIRE_MAGIC ("DMAN")
+ *   ver     DM_WIRE_VERSION; a peer speaking another version is refused in the handshake
+ *   flags   per-op flags (none defined yet, must be 0)
+ *   op      enum dm_wire_op
+ *   length  whole message length, header included (so a reader can always skip a message)
+ *   status  0 in requests; 0 or -errno in responses
+ *   req_id  chosen by the requester, echoed in the response
+ *
+ * Op numbers are grouped in ranges so that later layers get their own block:
+ *   0x0001-0x00ff  handshake (every backend, before anything else)
+ *   0x0100-0x01ff  tcp transport: one-sided ops as request/response, two-sided SEND
+ *   0x1000-0x1fff  control RPC between CN and MN (catalog, appends, snapshots) -- reserved
+ *   0x2000-0x2fff  messages forwarded between compute nodes -- reserved
+ *
+ * Handshake (client C connects to server S; secret K is the cluster secret):
+ *   C -> S  HS_HELLO   {version, cluster name, nonce_c}
+ *   S -> C  HS_REPLY   {version, cluster name, nonce_s, proof_s}
+ *                      proof_s = HMAC-SHA256(K, "dmann-hs-server" | cluster | nonce_c | nonce_s)
+ *   C -> S  HS_AUTH    {proof_c}
+ *                      proof_c = HMAC-SHA256(K, "dmann-hs-client" | cluster | nonce_c | nonce_s)
+ *   S -> C  HS_RESULT  {} with header status 0 (accepted) or -errno (refused)
+ * Either side may answer any step with HS_RESULT carrying a negative status and close. Each
+ * side proves knowledge of K over a nonce the other chose, so a recorded exchange is useless;
+ * the role label keeps a server proof from being replayed as a client proof.
+ *
+ * tcp transport (after the handshake; the target serves requests in order, so responses come
+ * back in request order):
+ *   READ_REQ   {remote, rkey, len}                     -> READ_RESP  + len data bytes
+ *   WRITE_REQ  {remote, rkey, len} + len data bytes    -> WRITE_RESP
+ *   CAS_REQ    {remote, rkey, compare, swap}           -> CAS_RESP   {old value}
+ *   FAA_REQ    {remote, rkey, add}                     -> FAA_RESP   {old value}
+ *   SEND       payload (length - header)               -> SEND_ACK   (cumulative: acks every
+ *                                                         SEND up to and including req_id)
+ * An error response carries status -EACCES (bad key / access), -EFAULT (out of bounds),
+ * -EINVAL (misaligned atomic) or -EMSGSIZE (SEND larger than the posted receive buffer) and
+ * no body.
+ *
+ * The structs below are the decoded, host-order form; dm_wire_*_encode/decode convert to and
+ * from byte buffers and never cast a struct onto a buffer. Their sizes equal the wire sizes
+ * (asserted), which documents the layout. Decoders check every length and return -EBADMSG
+ * (malformed) or -EPROTO (well-formed but not acceptable, e.g. unknown version or op).
+ */
+#ifndef DM_WIRE_H
+#define DM_WIRE_H
+
+#include "dm.h"
+
+#define DM_WIRE_MAGIC   0x4e414d44u   /* "DMAN" as little-endian bytes */
+#define DM_WIRE_VERSION 1
+#define DM_WIRE_HDR_LEN 24u
+/* Largest message any decoder accepts (header + payload). */
+#define DM_WIRE_MAX_LEN (1u << 30)
+
+enum dm_wire_op {
+	/* 0x0001-0x00ff: handshake */
+	DM_OP_HS_HELLO   = 0x0001,
+	DM_OP_HS_REPLY   = 0x0002,
+	DM_OP_HS_AUTH    = 0x0003,
+	DM_OP_HS_RESULT  = 0x0004,
+	/* 0x0100-0x01ff: tcp transport */
+	DM_OP_READ_REQ   = 0x0100,
+	DM_OP_READ_RESP  = 0x0101,
+	DM_OP_WRITE_REQ  = 0x0102,
+	DM_OP_WRITE_RESP = 0x0103,
+	DM_OP_CAS_REQ    = 0x0104,
+	DM_OP_CAS_RESP   = 0x0105,
+	DM_OP_FAA_REQ    = 0x0106,
+	DM_OP_FAA_RESP   = 0x0107,
+	DM_OP_SEND       = 0x0108,
+	DM_OP_SEND_ACK   = 0x0109,
+	/* 0x1000-0x1fff: control RPC (reserved) */
+	DM_OP_CTL_FIRST  = 0x1000,
+	DM_OP_CTL_LAST   = 0x1fff,
+	/* 0x2000-0x2fff: CN-to-CN forwarded messages (reserved) */
+	DM_OP_FWD_FIRST  = 0x2000,
+	DM_OP_FWD_LAST   = 0x2fff,
+};
+
+/* Common header. */
+struct dm_wire_hdr {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t flags;
+	uint16_t op;
+	uint32_t length;
+	int32_t status;
+	uint64_t req_id;
+};
+_Static_assert(sizeof(struct dm_wire_hdr) == DM_WIRE_HDR_LEN, "wire header layout");
+
+/* ---- handshake bodies ---- */
+#define DM_HS_NONCE_LEN   32
+#define DM_HS_PROOF_LEN   32
+#define DM_HS_CLUSTER_LEN 64   /* NUL-padded, at least one NUL, not empty */
+
+struct dm_wire_hs_hello {      /* HS_HELLO */
+	uint16_t version;          /* protocol version the client speaks */
+	uint16_t flags;            /* 0 */
+	uint32_t reserved;         /* 0 */
+	uint8_t nonce[DM_HS_NONCE_LEN];
+	char cluster[DM_HS_CLUSTER_LEN];
+};
+_Static_assert(sizeof(struct dm_wire_hs_hello) == 104, "hs_hello layout");
+
+struct dm_wire_hs_reply {      /* HS_REPLY */
+	uint16_t version;
+	uint16_t flags;
+	uint32_t reserved;
+	uint8_t nonce[DM_HS_NONCE_LEN];
+	uint8_t proof[DM_HS_PROOF_LEN];
+	char cluster[DM_HS_CLUSTER_LEN];
+};
+_Static_assert(sizeof(struct dm_wire_hs_reply) == 136, "hs_reply layout");
+
+struct dm_wire_hs_auth {       /* HS_AUTH */
+	uint8_t proof[DM_HS_PROOF_LEN];
+};
+_Static_assert(sizeof(struct dm_wire_hs_auth) == 32, "hs_auth layout");
+/* HS_RESULT has no body: the header status says accepted (0) or refused (-errno). */
+
+/* ---- tcp transport bodies ---- */
+struct dm_wire_rw_req {        /* READ_REQ, WRITE_REQ (WRITE: followed by len bytes) */
+	uint64_t remote;
+	uint32_t rkey;
+	uint32_t len;
+};
+_Static_assert(sizeof(struct dm_wire_rw_req) == 16, "rw_req layout");
+
+struct dm_wire_cas_req {       /* CAS_REQ */
+	uint64_t remote;
+	uint32_t rkey;
+	uint32_t reserved;         /* 0 */
+	uint64_t compare;
+	uint64_t swap;
+};
+_Static_assert(sizeof(struct dm_wire_cas_req) == 32, "cas_req layout");
+
+struct dm_wire_faa_req {       /* FAA_REQ */
+	uint64_t remote;
+	uint32_t rkey;
+	uint32_t reserved;         /* 0 */
+	uint64_t add;
+};
+_Static_assert(sizeof(struct dm_wire_faa_req) == 24, "faa_req layout");
+
+struct dm_wire_atomic_resp {   /* CAS_RESP, FAA_RESP when status == 0 */
+	uint64_t old;
+};
+_Static_assert(sizeof(struct dm_wire_atomic_resp) == 8, "atomic_resp layout");
+/* READ_RESP: header + data (status 0) or header only (error). WRITE_RESP, SEND_ACK: header. */
+
+/* Largest fixed body of any transport message: a reader needs this many bytes after the
+ * header before it can decode the body. */
+#define DM_WIRE_MAX_FIXED_BODY 32u
+
+/* ---- little-endian helpers ---- */
+static inline void dm_put_le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void dm_put_le32(uint8_t *p, uint32_t v)
+{ for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline void dm_put_le64(uint8_t *p, uint64_t v)
+{ for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline uint16_t dm_get_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t dm_get_le32(const uint8_t *p)
+{ uint32_t v = 0; for (int i = 3; i >= 0; i--) v = (v << 8) | p[i]; return v; }
+static inline uint64_t dm_get_le64(const uint8_t *p)
+{ uint64_t v = 0; for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; return v; }
+
+/* Header. encode writes DM_WIRE_HDR_LEN bytes (fills magic and version itself). decode
+ * checks magic, version, length (>= header, <= DM_WIRE_MAX_LEN), flags == 0:
+ * 0, -EBADMSG (len < header or bad magic/length) or -EPROTO (other version, flags). */
+void dm_wire_hdr_encode(uint8_t *buf, uint16_t op, uint32_t length, int32_t status,
+			uint64_t req_id);
+int dm_wire_hdr_decode(const uint8_t *buf, size_t len, struct dm_wire_hdr *h);
+
+/* Expected body size for op: fixed part only (READ_RESP/WRITE_REQ/SEND add a payload).
+ * For responses with status != 0 the body is empty. -EPROTO for an op outside the handshake
+ * and transport ranges. */
+int dm_wire_body_len(uint16_t op, int32_t status);
+
+/* Check that a decoded header's length fits its op: exactly header + fixed body, or for
+ * READ_RESP (status 0), WRITE_REQ, SEND at least that. 0 or -EBADMSG/-EPROTO. */
+int dm_wire_check_len(const struct dm_wire_hdr *h);
+
+/* Bodies: encode writes exactly sizeof(struct) bytes; decode needs len >= that many bytes and
+ * validates reserved fields (0 or -EBADMSG/-EPROTO). */
+void dm_wire_hs_hello_encode(uint8_t *buf, const struct dm_wire_hs_hello *m);
+int dm_wire_hs_hello_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_hello *m);
+void dm_wire_hs_reply_encode(uint8_t *buf, const struct dm_wire_hs_reply *m);
+int dm_wire_hs_reply_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_reply *m);
+void dm_wire_hs_auth_encode(uint8_t *buf, const struct dm_wire_hs_auth *m);
+int dm_wire_hs_auth_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_auth *m);
+
+void dm_wire_rw_req_encode(uint8_t *buf, const struct dm_wire_rw_req *m);
+int dm_wire_rw_req_decode(const uint8_t *buf, size_t len, struct dm_wire_rw_req *m);
+void dm_wire_cas_req_encode(uint8_t *buf, const struct dm_wire_cas_req *m);
+int dm_wire_cas_req_decode(const uint8_t *buf, size_t len, struct dm_wire_cas_req *m);
+void dm_wire_faa_req_encode(uint8_t *buf, const struct dm_wire_faa_req *m);
+int dm_wire_faa_req_decode(const uint8_t *buf, size_t len, struct dm_wire_faa_req *m);
+void dm_wire_atomic_resp_encode(uint8_t *buf, const struct dm_wire_atomic_resp *m);
+int dm_wire_atomic_resp_decode(const uint8_t *buf, size_t len, struct dm_wire_atomic_resp *m);
+
+/* Validate a NUL-padded cluster name field: non-empty, NUL-terminated inside the field.
+ * 0 or -EBADMSG. */
+int dm_wire_cluster_check(const char name[DM_HS_CLUSTER_LEN]);
+
+/* ---- control RPC between CN/CLI and MN (0x1000-0x1fff) -------------------------------
+ *
+ * Carried as the payload of a transport SEND; every request is answered by exactly one
+ * response with op = request op + 1, the same req_id and status 0 or -errno. Bulk data never
+ * travels in control messages: a loader ALLOCs an object, fills it with one-sided WRITEs and
+ * COMMITs it with its crc32 (zlib), which the MN verifies before the object becomes visible.
+ *
+ *   CTL_INFO      {}                         -> {region addr/len/rkey, used, node id, ...}
+ *   CTL_ALLOC     obj{key, len}              -> obj{key, len, addr}     (-EEXIST, -ENOSPC)
+ *   CTL_COMMIT    obj{key, len, aux=crc32}   -> {}                      (-EBADMSG: crc)
+ *   CTL_LOOKUP    obj{key}                   -> obj{key, len, addr, aux=crc32} (-ENOENT)
+ *   CTL_DROP      obj{key, aux=mask}         -> obj{len=objects dropped}
+ *   CTL_SNAPSHOT  {}                         -> {}
+ * Error responses have no body.
+ */
+enum dm_wire_ctl_op {
+	DM_OP_CTL_INFO     = 0x1000,
+	DM_OP_CTL_ALLOC    = 0x1002,
+	DM_OP_CTL_COMMIT   = 0x1004,
+	DM_OP_CTL_LOOKUP   = 0x1006,
+	DM_OP_CTL_DROP     = 0x1008,
+	DM_OP_CTL_SNAPSHOT = 0x100a,
+	/* responses: request op + 1 */
+};
+
+struct dm_wire_ctl_info {      /* CTL_INFO response */
+	uint64_t region_addr;      /* address to use in READ/WRITE with rkey */
+	uint64_t region_len;
+	uint64_t used;             /* bytes allocated */
+	uint32_t rkey;
+	uint32_t node_id;
+	uint32_t objects;          /* committed objects */
+	uint8_t huge;              /* region on hugepages */
+	uint8_t reserved[3];       /* 0 */
+	int32_t numa_node;         /* -1: unbound */
+	uint32_t reserved2;        /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_ctl_info) == 48, "ctl_info layout");
+
+struct dm_wire_ctl_obj {       /* object descriptor: ALLOC, COMMIT, LOOKUP, DROP */
+	uint64_t key;
+	uint64_t len;
+	uint64_t addr;
+	uint64_t aux;              /* crc32 (COMMIT, LOOKUP) or key mask (DROP) */
+};
+_Static_assert(sizeof(struct dm_wire_ctl_obj) == 32, "ctl_obj layout");
+
+/* Fixed body length of a control message, or -EPROTO for an unknown control op. */
+int dm_wire_ctl_body_len(uint16_t op, int32_t status);
+/* Validate a decoded control header against the buffer length it came in: the op is a
+ * control op, length equals the buffer length and header + fixed body. 0, -EBADMSG, -EPROTO. */
+int dm_wire_ctl_check(const struct dm_wire_hdr *h, size_t buflen);
+void dm_wire_ctl_info_encode(uint8_t *buf, const struct dm_wire_ctl_info *m);
+int dm_wire_ctl_info_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_info *m);
+void dm_wire_ctl_obj_encode(uint8_t *buf, const struct dm_wire_ctl_obj *m);
+int dm_wire_ctl_obj_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_obj *m);
+
+#endif /* DM_WIRE_H */
