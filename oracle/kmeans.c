@@ -371,6 +371,12 @@ static int km_lloyd(struct km *m, float *cent, size_t k, uint32_t *assign, uint3
 
 /* ---- capacity-constrained assignment ------------------------------------------------- */
 
+static int dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 struct pair {
 	double d;
 	uint32_t i, j;
@@ -434,6 +440,80 @@ out_free:
 	free(p);
 	free(na);
 	free(fill);
+	return ret;
+}
+
+/* Balancing biases: the constrained assignment is balanced, but the predictor sends a query
+ * to its nearest centroid, and the nearest-centroid cells of the constrained centroids are
+ * not. Find additive biases b_j (a power diagram) so that argmin_j |x - c_j|^2 + b_j is
+ * balanced on the sample: while some cluster holds more than cap points, raise the bias of
+ * the fullest one just enough to push its excess (the points with the smallest margin to
+ * their second choice) out. Biases only grow and only for full clusters (an auction), so
+ * this terminates; max_rounds bounds it anyway. Exact D (n x k), deterministic.
+ * bias[] receives float biases; assign[] the assignment under those float biases. */
+static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, float *bias,
+		   uint32_t *assign)
+{
+	size_t n = m->n, dim = m->dim;
+	double *D = malloc(n * k * sizeof(double)), *b = calloc(k, sizeof(double));
+	double *mg = malloc(n * sizeof(double));
+	uint64_t *sz = malloc(k * sizeof(uint64_t));
+	int ret = 0;
+
+	if (!D || !b || !mg || !sz) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < k; j++)
+			D[i * k + j] = dm_oracle_l2_exact(m->x + i * dim, cent + j * dim, dim);
+	for (uint32_t round = 0; round < 50 * k + 100; round++) {
+		memset(sz, 0, k * sizeof(uint64_t));
+		for (size_t i = 0; i < n; i++) {
+			size_t bj = 0;
+			for (size_t j = 1; j < k; j++)
+				if (D[i * k + j] + b[j] < D[i * k + bj] + b[bj])
+					bj = j;
+			assign[i] = (uint32_t)bj;
+			sz[bj]++;
+		}
+		size_t full = 0;
+		for (size_t j = 1; j < k; j++)
+			if (sz[j] > sz[full])
+				full = j;
+		if (sz[full] <= cap)
+			break;
+		/* margins of the fullest cluster's points to their best other choice */
+		size_t cnt = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (assign[i] != full)
+				continue;
+			double other = INFINITY;
+			for (size_t j = 0; j < k; j++)
+				if (j != full && D[i * k + j] + b[j] < other)
+					other = D[i * k + j] + b[j];
+			mg[cnt++] = other - (D[i * k + full] + b[full]);
+		}
+		qsort(mg, cnt, sizeof(double), dbl_cmp);
+		double delta = mg[sz[full] - cap - 1];
+		/* strictly past the margin so the point leaves, scaled to the values involved */
+		b[full] += delta + 1e-9 * (fabs(delta) + fabs(b[full]) + 1e-30) + 1e-300;
+	}
+	/* the predictor keeps float biases: assign with exactly those */
+	for (size_t j = 0; j < k; j++)
+		bias[j] = (float)b[j];
+	for (size_t i = 0; i < n; i++) {
+		size_t bj = 0;
+		for (size_t j = 1; j < k; j++)
+			if (D[i * k + j] + (double)bias[j] < D[i * k + bj] + (double)bias[bj])
+				bj = j;
+		assign[i] = (uint32_t)bj;
+	}
+out_free:
+	free(D);
+	free(b);
+	free(mg);
+	free(sz);
 	return ret;
 }
 
@@ -578,8 +658,10 @@ int dm_oracle_pick_level(const uint64_t *counts, uint32_t nlevels, uint64_t min_
 
 int dm_oracle_ring_build(struct dm_oracle *o, uint32_t knn); /* ring.c */
 
-/* Fill the model from fine centroids, their groups and the sample. */
-static int finish_model(struct dm_oracle *o, struct km *m, uint32_t *assign)
+/* Fill the model from fine centroids, their groups and the sample. have_assign: assign[]
+ * already holds the predictor's assignment (CONSTRAINED, biases included); otherwise it is
+ * computed here as the nearest fine centroid. */
+static int finish_model(struct dm_oracle *o, struct km *m, uint32_t *assign, bool have_assign)
 {
 	size_t n = m->n, dim = m->dim;
 	double *sum = calloc((size_t)o->k * dim, sizeof(double));
@@ -587,16 +669,16 @@ static int finish_model(struct dm_oracle *o, struct km *m, uint32_t *assign)
 
 	if (!sum)
 		return -ENOMEM;
-	ret = km_dbuf(m, o->nfine);
-	if (ret)
-		goto out_free;
-	for (size_t i = 0; i < n; i++)
-		assign[i] = UINT32_MAX;
-	km_assign(m, o->fine, o->nfine, assign);
-	o->sse = 0;
+	if (!have_assign) {
+		ret = km_dbuf(m, o->nfine);
+		if (ret)
+			goto out_free;
+		for (size_t i = 0; i < n; i++)
+			assign[i] = UINT32_MAX;
+		km_assign(m, o->fine, o->nfine, assign);
+	}
 	for (size_t i = 0; i < n; i++) {
 		uint32_t g = o->fine_group[assign[i]];
-		o->sse += dm_oracle_l2_exact(m->x + i * dim, o->fine + (size_t)assign[i] * dim, dim);
 		o->sizes[g]++;
 		for (size_t d = 0; d < dim; d++)
 			sum[(size_t)g * dim + d] += m->x[i * dim + d];
@@ -620,6 +702,10 @@ static int finish_model(struct dm_oracle *o, struct km *m, uint32_t *assign)
 		for (size_t d = 0; d < dim; d++)
 			o->centroids[g * dim + d] = cnt ? (float)(sum[g * dim + d] / cnt) : 0.0f;
 	}
+	o->sse = 0;
+	for (size_t i = 0; i < n; i++)
+		o->sse += dm_oracle_l2_exact(m->x + i * dim,
+					     o->centroids + (size_t)o->fine_group[assign[i]] * dim, dim);
 out_free:
 	free(sum);
 	return ret;
@@ -648,6 +734,7 @@ static int build_doubling(struct dm_oracle *o, struct km *m, const struct dm_ora
 	if (cap < (n + k - 1) / k)
 		cap = (n + k - 1) / k;
 	for (uint32_t dbl = 0; dbl <= p->max_doublings; dbl++) {
+		/* SHINE's loop; each run is seeded from (seed, k') so runs are independent */
 		size_t kf = k << dbl;
 		struct rng rng;
 
@@ -702,6 +789,11 @@ static int build_doubling(struct dm_oracle *o, struct km *m, const struct dm_ora
 		if (mx <= cap)
 			break;
 	}
+	if (!ret) {
+		o->bias = calloc(o->nfine, sizeof(float));
+		if (!o->bias)
+			ret = -ENOMEM;
+	}
 out_free:
 	free(cent);
 	free(grp);
@@ -739,7 +831,10 @@ static int build_constrained(struct dm_oracle *o, struct km *m,
 	if (ret < 0)
 		return ret;
 	o->iterations = (uint32_t)ret;
-	return 0;
+	o->bias = malloc(k * sizeof(float));
+	if (!o->bias)
+		return -ENOMEM;
+	return km_bias(m, o->fine, k, cap, o->bias, assign);
 }
 
 struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
@@ -788,7 +883,7 @@ struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 					    : build_constrained(o, &m, p, assign);
 	if (ret)
 		goto err_fini;
-	ret = finish_model(o, &m, assign);
+	ret = finish_model(o, &m, assign, p->algo == DM_ORACLE_CONSTRAINED);
 	if (ret)
 		goto err_fini;
 	o->exact_rechecks = (uint32_t)DM_MIN(m.rechecks, (uint64_t)UINT32_MAX);
@@ -813,6 +908,7 @@ void dm_oracle_free(struct dm_oracle *o)
 		return;
 	free(o->fine);
 	free(o->fine_group);
+	free(o->bias);
 	free(o->centroids);
 	free(o->sizes);
 	free(o->ring);

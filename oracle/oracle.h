@@ -48,9 +48,12 @@ struct dm_oracle {
 	uint32_t nfine;      /* fine centroids (k for CONSTRAINED, k * 2^d for DOUBLING) */
 	float *fine;         /* nfine x dim: what the predictor compares a query with */
 	uint32_t *fine_group;/* nfine: group (CN) of each fine centroid */
+	float *bias;         /* nfine: added to the squared distance of each fine centroid by the
+			      * predictor (CONSTRAINED: makes nearest-centroid routing reproduce
+			      * the balanced assignment; DOUBLING: zeros) */
 	float *centroids;    /* k x dim: mean of each group's sample points (used by the ring) */
 	uint64_t *sizes;     /* k: sample points per group under the predictor's assignment */
-	double sse;          /* sum of squared distances of sample points to their fine centroid */
+	double sse;          /* sum of squared distances of sample points to their group's mean */
 	uint64_t n;          /* sample size */
 	uint32_t *ring;      /* k: CN ids in ring order (position -> CN) */
 	uint32_t *ring_pos;  /* k: CN id -> position in ring */
@@ -70,10 +73,10 @@ struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 				  const struct dm_oracle_params *p);
 void dm_oracle_free(struct dm_oracle *o);
 
-/* Predictor: CN of the fine centroid nearest to q. */
+/* Predictor: CN of the fine centroid nearest to q (squared distance + bias). */
 uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q);
 /* Predictor: all k CNs ranked by distance (a CN's distance is that of its nearest fine
- * centroid), nearest first, ties to the lower CN id. dist may be NULL. Returns k. */
+ * centroid, bias included), nearest first, ties to the lower CN id. dist may be NULL. Returns k. */
 int dm_oracle_rank(const struct dm_oracle *o, const float *q, uint32_t *cns, float *dist);
 
 /* Semantic ring: the CN before/after cn in ring order, or -1 at an end of the ring (the ring

@@ -14,7 +14,7 @@ uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q)
 	uint32_t bf = 0;
 
 	for (uint32_t f = 0; f < o->nfine; f++) {
-		float d = dm_l2sq(q, o->fine + (size_t)f * o->dim, o->dim);
+		float d = dm_l2sq(q, o->fine + (size_t)f * o->dim, o->dim) + o->bias[f];
 		if (d < best) {
 			best = d;
 			bf = f;
@@ -30,7 +30,7 @@ int dm_oracle_rank(const struct dm_oracle *o, const float *q, uint32_t *cns, flo
 	for (uint32_t g = 0; g < o->k; g++)
 		gd[g] = INFINITY;
 	for (uint32_t f = 0; f < o->nfine; f++) {
-		float d = dm_l2sq(q, o->fine + (size_t)f * o->dim, o->dim);
+		float d = dm_l2sq(q, o->fine + (size_t)f * o->dim, o->dim) + o->bias[f];
 		uint32_t g = o->fine_group[f];
 		if (d < gd[g])
 			gd[g] = d;
