@@ -29,4 +29,7 @@ int dm_cmd_fmnist(int argc, char **argv);
 int dm_cmd_build(int argc, char **argv);
 int dm_cmd_search(int argc, char **argv);
 
+/* Local clusters (cli_local.c). */
+int dm_cmd_local(int argc, char **argv);
+
 #endif

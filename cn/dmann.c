@@ -11,6 +11,7 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "fmnist", "convert Fashion-MNIST (Debian package) + exact ground truth", dm_cmd_fmnist },
 	{ "build", "build an HNSW index image from a vector file", dm_cmd_build },
 	{ "search", "search an index image locally: recall, QPS, latency", dm_cmd_search },
+	{ "local", "start or stop a local cluster (loopback or network namespaces)", dm_cmd_local },
 	{ NULL, NULL, NULL },
 };
 

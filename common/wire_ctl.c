@@ -1,0 +1,93 @@
+/* wire_ctl.c: encoders and checked decoders for the control RPC messages of wire.h. */
+#include "wire.h"
+
+#include <string.h>
+
+int dm_wire_ctl_body_len(uint16_t op, int32_t status)
+{
+	bool resp = op & 1;
+
+	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_SNAPSHOT + 1)
+		return -EPROTO;
+	if (resp && status)
+		return 0;
+	switch (op & ~1u) {
+	case DM_OP_CTL_INFO:
+		return resp ? (int)sizeof(struct dm_wire_ctl_info) : 0;
+	case DM_OP_CTL_ALLOC:
+	case DM_OP_CTL_LOOKUP:
+	case DM_OP_CTL_DROP:
+		return sizeof(struct dm_wire_ctl_obj);
+	case DM_OP_CTL_COMMIT:
+		return resp ? 0 : (int)sizeof(struct dm_wire_ctl_obj);
+	case DM_OP_CTL_SNAPSHOT:
+		return 0;
+	default:
+		return -EPROTO;
+	}
+}
+
+int dm_wire_ctl_check(const struct dm_wire_hdr *h, size_t buflen)
+{
+	int body = dm_wire_ctl_body_len(h->op, h->status);
+
+	if (body < 0)
+		return body;
+	if (!(h->op & 1) && h->status != 0)
+		return -EBADMSG;
+	if (h->length != buflen || h->length != DM_WIRE_HDR_LEN + (uint32_t)body)
+		return -EBADMSG;
+	return 0;
+}
+
+void dm_wire_ctl_info_encode(uint8_t *b, const struct dm_wire_ctl_info *m)
+{
+	dm_put_le64(b + 0, m->region_addr);
+	dm_put_le64(b + 8, m->region_len);
+	dm_put_le64(b + 16, m->used);
+	dm_put_le32(b + 24, m->rkey);
+	dm_put_le32(b + 28, m->node_id);
+	dm_put_le32(b + 32, m->objects);
+	b[36] = m->huge;
+	memset(b + 37, 0, 3);
+	dm_put_le32(b + 40, (uint32_t)m->numa_node);
+	dm_put_le32(b + 44, 0);
+}
+
+int dm_wire_ctl_info_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_info *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	memset(m, 0, sizeof(*m));
+	m->region_addr = dm_get_le64(b + 0);
+	m->region_len = dm_get_le64(b + 8);
+	m->used = dm_get_le64(b + 16);
+	m->rkey = dm_get_le32(b + 24);
+	m->node_id = dm_get_le32(b + 28);
+	m->objects = dm_get_le32(b + 32);
+	m->huge = b[36];
+	m->numa_node = (int32_t)dm_get_le32(b + 40);
+	if (b[37] || b[38] || b[39] || dm_get_le32(b + 44) || m->huge > 1 || m->numa_node < -1 ||
+	    m->used > m->region_len)
+		return -EBADMSG;
+	return 0;
+}
+
+void dm_wire_ctl_obj_encode(uint8_t *b, const struct dm_wire_ctl_obj *m)
+{
+	dm_put_le64(b + 0, m->key);
+	dm_put_le64(b + 8, m->len);
+	dm_put_le64(b + 16, m->addr);
+	dm_put_le64(b + 24, m->aux);
+}
+
+int dm_wire_ctl_obj_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_obj *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->key = dm_get_le64(b + 0);
+	m->len = dm_get_le64(b + 8);
+	m->addr = dm_get_le64(b + 16);
+	m->aux = dm_get_le64(b + 24);
+	return 0;
+}

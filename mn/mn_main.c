@@ -1,0 +1,382 @@
+/* mn_main.c: dmann-mn, the memory node. Allocates and registers its region, reloads the
+ * last snapshot, and serves the control RPC (one thread per connection); compute nodes
+ * read the region with one-sided READs, so this process's CPU is not on the read path.
+ * SIGTERM / SIGINT: stop accepting, snapshot, exit 0. */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "dm_config.h"
+#include "mem.h"
+#include "mn_store.h"
+#include "rpc.h"
+
+struct mn {
+	struct dm_cluster_cfg *cfg;
+	const struct dm_node_cfg *node;
+	struct dm_xport *x;
+	struct mn_store *st;
+	struct dm_mr *mr;
+	struct dm_msgpool *pool;
+	char snap_path[1024];
+	int active;              /* connection threads alive */
+	pthread_mutex_t lock;
+};
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: dmann-mn --config FILE --id N [--log LEVEL]\n\n"
+		"Run memory node N of the cluster described by FILE: allocate its region\n"
+		"(hugepages on the NIC's NUMA node when possible), reload its snapshot from\n"
+		"data_dir, and serve the control RPC on its address. SIGTERM snapshots and exits.\n\n"
+		"  --config FILE  cluster INI file (see docs/operations.md)\n"
+		"  --id N         which [mn.N] section this process is\n"
+		"  --log LEVEL    error|warn|info|debug (default info)\n"
+		"  --help         this text\n");
+}
+
+static void fill_info(struct mn *m, struct dm_wire_ctl_info *info)
+{
+	uint32_t objs;
+	uint64_t bytes;
+
+	mn_store_stats(m->st, &objs, &bytes);
+	memset(info, 0, sizeof(*info));
+	info->region_addr = (uint64_t)(uintptr_t)m->st->region.addr;
+	info->region_len = m->st->region.len;
+	info->used = m->st->used;
+	info->rkey = m->mr->rkey;
+	info->node_id = m->node->id;
+	info->objects = objs;
+	info->huge = m->st->region.huge;
+	info->numa_node = m->st->region.numa_node;
+}
+
+/* Serve one control request; writes the response body into out. Returns its status. */
+static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body,
+		  uint8_t *out, uint32_t *olen)
+{
+	struct dm_wire_ctl_obj o, r;
+	struct dm_wire_ctl_info info;
+	struct mn_obj mo;
+	uint64_t off;
+	int rc;
+
+	*olen = 0;
+	if (h->op != DM_OP_CTL_INFO && h->op != DM_OP_CTL_SNAPSHOT)
+		dm_wire_ctl_obj_decode(body, sizeof(o), &o);
+	switch (h->op) {
+	case DM_OP_CTL_INFO:
+		fill_info(m, &info);
+		dm_wire_ctl_info_encode(out, &info);
+		*olen = sizeof(info);
+		return 0;
+	case DM_OP_CTL_ALLOC:
+		rc = mn_store_alloc(m->st, o.key, o.len, &off);
+		if (rc)
+			return rc;
+		r = (struct dm_wire_ctl_obj){ .key = o.key, .len = o.len,
+			.addr = (uint64_t)(uintptr_t)m->st->region.addr + off };
+		break;
+	case DM_OP_CTL_COMMIT:
+		if (o.aux > UINT32_MAX)
+			return -EINVAL;
+		return mn_store_commit(m->st, o.key, o.len, (uint32_t)o.aux);
+	case DM_OP_CTL_LOOKUP:
+		rc = mn_store_lookup(m->st, o.key, &mo);
+		if (rc)
+			return rc;
+		r = (struct dm_wire_ctl_obj){ .key = mo.key, .len = mo.len,
+			.addr = (uint64_t)(uintptr_t)m->st->region.addr + mo.off, .aux = mo.crc };
+		break;
+	case DM_OP_CTL_DROP:
+		rc = mn_store_drop(m->st, o.key, o.aux);
+		r = (struct dm_wire_ctl_obj){ .len = (uint64_t)rc };
+		break;
+	case DM_OP_CTL_SNAPSHOT:
+		rc = mn_store_snapshot(m->st, m->snap_path);
+		if (rc)
+			dm_err("mn%u: snapshot to %s failed: %s", m->node->id, m->snap_path,
+			       strerror(-rc));
+		else
+			dm_info("mn%u: snapshot written to %s", m->node->id, m->snap_path);
+		return rc;
+	default:
+		return -EPROTO;
+	}
+	dm_wire_ctl_obj_encode(out, &r);
+	*olen = sizeof(r);
+	return 0;
+}
+
+struct conn_arg {
+	struct mn *m;
+	struct dm_conn *c;
+};
+
+/* One control connection: requests in, responses out, until the peer leaves or we stop. */
+static void *conn_thread(void *arg)
+{
+	struct conn_arg *a = arg;
+	struct mn *m = a->m;
+	struct dm_rpc_chan ch;
+	uint8_t out[256];
+	int rc;
+
+	rc = dm_rpc_chan_init(&ch, a->c, m->pool, 4096, 10000);
+	if (rc) {
+		dm_err("mn%u: cannot set up a channel to %s: %s", m->node->id, a->c->peer,
+		       strerror(-rc));
+		goto out_close;
+	}
+	while (!stopping) {
+		struct dm_wire_hdr h;
+		uint8_t *buf;
+		uint32_t len, olen;
+		uint64_t wr_id;
+		int st;
+
+		rc = dm_rpc_recv(&ch, 200, &buf, &len, &wr_id);
+		if (rc == 0)
+			continue;
+		if (rc < 0) {
+			if (rc != -ECONNRESET && rc != -ECANCELED && rc != -ENOTCONN)
+				dm_warn("mn%u: connection %s: %s", m->node->id, a->c->peer,
+					strerror(-rc));
+			break;
+		}
+		rc = dm_wire_hdr_decode(buf, len, &h);
+		if (rc == 0)
+			rc = dm_wire_ctl_check(&h, len);
+		if (rc || (h.op & 1)) {
+			/* A peer that sends garbage is not one we want to keep talking to. */
+			dm_warn("mn%u: malformed control message from %s (%s); closing",
+				m->node->id, a->c->peer, rc ? strerror(-rc) : "a response");
+			dm_msgpool_repost(m->pool, wr_id);
+			break;
+		}
+		st = handle(m, &h, buf + DM_WIRE_HDR_LEN, out, &olen);
+		dm_msgpool_repost(m->pool, wr_id);
+		rc = dm_rpc_send(&ch, h.op + 1, h.req_id, st, st ? NULL : out, st ? 0 : olen);
+		if (rc) {
+			dm_warn("mn%u: reply to %s failed: %s", m->node->id, a->c->peer,
+				strerror(-rc));
+			break;
+		}
+	}
+	dm_rpc_chan_fini(&ch);
+out_close:
+	dm_conn_close(a->c);
+	pthread_mutex_lock(&m->lock);
+	m->active--;
+	pthread_mutex_unlock(&m->lock);
+	free(a);
+	return NULL;
+}
+
+static int open_store(struct mn *m)
+{
+	char dir[1024], err[512];
+	int numa = m->node->numa_node, rc;
+
+	if (numa < 0 && m->node->device[0])
+		numa = dm_dev_numa_node(m->node->device);
+	m->st = mn_store_new(m->node->region_bytes, numa, m->node->hugepages);
+	if (!m->st) {
+		dm_err("mn%u: cannot allocate a %llu-byte region: %s", m->node->id,
+		       (unsigned long long)m->node->region_bytes, strerror(errno));
+		return -errno;
+	}
+	dm_info("mn%u: region %zu bytes on %s, NUMA node %d", m->node->id, m->st->region.len,
+		m->st->region.huge ? "hugepages" : "ordinary pages", m->st->region.numa_node);
+	if (dm_cluster_path(m->cfg, m->node->data_dir, dir, sizeof(dir)) ||
+	    (size_t)snprintf(m->snap_path, sizeof(m->snap_path), "%s/region.snap", dir) >=
+		    sizeof(m->snap_path)) {
+		dm_err("mn%u: data_dir path too long", m->node->id);
+		return -ENAMETOOLONG;
+	}
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		dm_err("mn%u: cannot create data_dir %s: %s", m->node->id, dir, strerror(errno));
+		return -errno;
+	}
+	rc = mn_store_restore(m->st, m->snap_path, err, sizeof(err));
+	if (rc == 0) {
+		uint32_t n;
+		uint64_t b;
+
+		mn_store_stats(m->st, &n, &b);
+		dm_info("mn%u: reloaded %u objects (%llu bytes) from %s", m->node->id, n,
+			(unsigned long long)b, m->snap_path);
+	} else if (rc != -ENOENT) {
+		/* Refuse to start on a damaged snapshot rather than silently serve nothing. */
+		dm_err("mn%u: %s (move it away to start empty)", m->node->id, err);
+		return rc;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "id", required_argument, NULL, 'i' },
+		{ "log", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct mn m = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	const char *config = NULL, *log = "info";
+	struct dm_listener *lis = NULL;
+	struct sigaction sa = { .sa_handler = on_signal };
+	char err[1024], *end;
+	long id = -1;
+	int c, rc, status = 1;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config = optarg; break;
+		case 'i':
+			id = strtol(optarg, &end, 10);
+			if (*end || id < 0 || id >= DM_MAX_NODES) {
+				fprintf(stderr, "dmann-mn: --id '%s' is not a node number\n", optarg);
+				return 2;
+			}
+			break;
+		case 'l': log = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!config || id < 0 || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(log, "error")) dm_log_set_level(DM_LOG_ERROR);
+	else if (!strcmp(log, "warn")) dm_log_set_level(DM_LOG_WARN);
+	else if (!strcmp(log, "info")) dm_log_set_level(DM_LOG_INFO);
+	else if (!strcmp(log, "debug")) dm_log_set_level(DM_LOG_DEBUG);
+	else {
+		fprintf(stderr, "dmann-mn: --log '%s' must be error, warn, info or debug\n", log);
+		return 2;
+	}
+
+	m.cfg = calloc(1, sizeof(*m.cfg));
+	if (!m.cfg)
+		return 1;
+	rc = dm_config_load(config, m.cfg, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dmann-mn: %s\n", err);
+		goto out_free_cfg;
+	}
+	m.node = dm_config_node(m.cfg, DM_ROLE_MN, (uint32_t)id);
+	if (!m.node) {
+		fprintf(stderr, "dmann-mn: %s has no [mn.%ld] (it defines %u memory nodes)\n",
+			config, id, m.cfg->n_mn);
+		goto out_free_cfg;
+	}
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (open_store(&m))
+		goto out_free_store;
+	m.x = dm_cluster_xport(m.cfg, m.node->device);
+	if (!m.x)
+		goto out_free_store;
+	rc = dm_xport_reg(m.x, m.st->region.addr, m.st->region.len, DM_MR_REMOTE_ALL, &m.mr);
+	if (rc) {
+		dm_err("mn%u: cannot register the region: %s (memlock limit? ulimit -l)",
+		       m.node->id, strerror(-rc));
+		goto out_close_x;
+	}
+	m.pool = dm_msgpool_new(m.x, 256, 4096);
+	if (!m.pool) {
+		dm_err("mn%u: cannot post receive buffers: %s", m.node->id, strerror(errno));
+		goto out_dereg;
+	}
+	rc = dm_xport_listen(m.x, m.node->address, &lis);
+	if (rc) {
+		dm_err("mn%u: cannot listen on %s: %s", m.node->id, m.node->address,
+		       strerror(-rc));
+		goto out_free_pool;
+	}
+	dm_info("mn%u: serving on %s (%s transport)", m.node->id, m.node->address,
+		dm_xport_name(m.x));
+
+	while (!stopping) {
+		struct dm_conn *conn;
+		struct conn_arg *a;
+		pthread_t t;
+
+		rc = dm_listener_accept(lis, 200, &conn);
+		if (rc) {
+			/* Timeouts are how we notice `stopping`; failed handshakes were already
+			 * logged by the transport. Either way keep serving. */
+			if (rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR)
+				dm_debug("mn%u: accept: %s", m.node->id, strerror(-rc));
+			continue;
+		}
+		a = malloc(sizeof(*a));
+		if (!a) {
+			dm_conn_close(conn);
+			continue;
+		}
+		*a = (struct conn_arg){ .m = &m, .c = conn };
+		pthread_mutex_lock(&m.lock);
+		m.active++;
+		pthread_mutex_unlock(&m.lock);
+		if (pthread_create(&t, NULL, conn_thread, a)) {
+			pthread_mutex_lock(&m.lock);
+			m.active--;
+			pthread_mutex_unlock(&m.lock);
+			dm_conn_close(conn);
+			free(a);
+			continue;
+		}
+		pthread_detach(t);
+	}
+	dm_info("mn%u: stopping", m.node->id);
+	dm_listener_close(lis);
+	/* Connection threads notice `stopping` within their 200 ms receive timeout. */
+	for (int i = 0; i < 100; i++) {
+		int n;
+
+		pthread_mutex_lock(&m.lock);
+		n = m.active;
+		pthread_mutex_unlock(&m.lock);
+		if (!n)
+			break;
+		usleep(50000);
+	}
+	rc = mn_store_snapshot(m.st, m.snap_path);
+	if (rc)
+		dm_err("mn%u: final snapshot failed: %s", m.node->id, strerror(-rc));
+	else
+		status = 0;
+out_free_pool:
+	dm_msgpool_free(m.pool);
+out_dereg:
+	dm_xport_dereg(m.x, m.mr);
+out_close_x:
+	dm_xport_close(m.x);
+out_free_store:
+	mn_store_free(m.st);
+out_free_cfg:
+	free(m.cfg);
+	return status;
+}
