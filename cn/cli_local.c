@@ -25,7 +25,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cluster.h"
 #include "dm.h"
+#include <sched.h>
 
 #define NS_PREFIX "dmann"
 
@@ -39,7 +41,7 @@ static void local_usage(FILE *f)
 		"background processes. `up` writes DIR/cluster.ini (nodes, the compute nodes' HTTP\n"
 		"endpoints, test credentials) and returns when every node accepts connections.\n\n"
 		"  --mn N          memory nodes (1..16, default 2)\n"
-		"  --cn M          compute nodes (1..16, default 2)\n"
+		"  --cn M          compute nodes (0..16, default 2)\n"
 		"  --dir DIR       state directory (created; config, logs, pids, snapshots)\n"
 		"  --netns         one network namespace per node, joined by rate-limited veth\n"
 		"                  links to a bridge (needs root, iproute2 and tc)\n"
@@ -175,36 +177,51 @@ static int pick_ports(int span)
 	return -EADDRINUSE;
 }
 
-/* Wait until host:port accepts a TCP connection (in namespace ns, if any). */
-static int wait_listening(const char *ns, const char *ip, int port, int timeout_ms, pid_t pid)
+/* Wait until the node at addr completes a transport handshake (from inside namespace ns,
+ * if any): a real readiness check that also proves the node got the cluster secret. */
+static int wait_ready(const struct dm_cluster_cfg *cfg, const char *ns, const char *addr,
+		      int timeout_ms, pid_t node_pid)
 {
 	uint64_t deadline = dm_now_ns() + (uint64_t)timeout_ms * 1000000;
 
 	while (dm_now_ns() < deadline) {
+		pid_t probe;
 		int st;
 
-		if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)
+		if (node_pid > 0 && waitpid(node_pid, &st, WNOHANG) == node_pid)
 			return -ECHILD;   /* the node exited: its log says why */
-		if (ns) {
-			/* bash's /dev/tcp inside the namespace: no netns code of our own needed. */
-			char cmd[256];
+		probe = fork();
+		if (probe < 0)
+			return -errno;
+		if (probe == 0) {
+			struct dm_xport *x;
+			struct dm_conn *c;
+			char p[PATH_MAX];
+			int fd;
 
-			snprintf(cmd, sizeof(cmd), "exec 3<>/dev/tcp/%s/%d", ip, port);
-			char *argv[] = { "ip", "netns", "exec", (char *)ns, "bash", "-c", cmd, NULL };
-
-			if (run_cmd(argv, true) == 0)
-				return 0;
-		} else {
-			struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-			int fd = socket(AF_INET, SOCK_STREAM, 0), rc;
-
-			inet_pton(AF_INET, ip, &a.sin_addr);
-			rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
-			close(fd);
-			if (rc == 0)
-				return 0;
+			if (ns) {
+				snprintf(p, sizeof(p), "/var/run/netns/%s", ns);
+				fd = open(p, O_RDONLY | O_CLOEXEC);
+				if (fd < 0 || setns(fd, CLONE_NEWNET))
+					_exit(3);
+			}
+			dm_log_set_level(DM_LOG_ERROR);
+			x = dm_cluster_xport(cfg, NULL);
+			if (!x)
+				_exit(2);
+			if (dm_xport_connect(x, addr, 1000, &c))
+				_exit(1);
+			dm_conn_close(c);
+			dm_xport_close(x);
+			_exit(0);
 		}
-		usleep(50000);
+		if (waitpid(probe, &st, 0) == probe && WIFEXITED(st)) {
+			if (WEXITSTATUS(st) == 0)
+				return 0;
+			if (WEXITSTATUS(st) >= 2)
+				return -EIO;
+		}
+		usleep(100000);
 	}
 	return -ETIMEDOUT;
 }
@@ -267,6 +284,7 @@ static void netns_down(const char *tag)
 	}
 	snprintf(name, sizeof(name), NS_PREFIX "-%s-br", tag);
 	runf(true, "ip netns del %s", name);
+	runf(true, "ip link del dmh%s", tag);
 }
 
 /* Bridge namespace + one namespace per node, veth to the bridge, tbf on both ends. */
@@ -275,9 +293,16 @@ static int netns_up(const char *tag, struct node_spec *nodes, int nn, const char
 	char br[64];
 
 	snprintf(br, sizeof(br), NS_PREFIX "-%s-br", tag);
+	/* The host (where dmann load / bench / demo run) joins the bridge as 10.213.0.1. */
 	if (runf(false, "ip netns add %s", br) ||
 	    runf(false, "ip -n %s link add br0 type bridge", br) ||
-	    runf(false, "ip -n %s link set br0 up", br))
+	    runf(false, "ip -n %s link set br0 up", br) ||
+	    runf(false, "ip link add dmh%s type veth peer name dmhb%s", tag, tag) ||
+	    runf(false, "ip link set dmhb%s netns %s", tag, br) ||
+	    runf(false, "ip -n %s link set dmhb%s master br0", br, tag) ||
+	    runf(false, "ip -n %s link set dmhb%s up", br, tag) ||
+	    runf(false, "ip addr add 10.213.0.1/24 dev dmh%s", tag) ||
+	    runf(false, "ip link set dmh%s up", tag))
 		return -EIO;
 	for (int i = 0; i < nn; i++) {
 		struct node_spec *n = &nodes[i];
@@ -319,7 +344,8 @@ static int cmd_up(int argc, char **argv)
 	bool netns = false;
 	struct node_spec nodes[32];
 	char path[PATH_MAX], secret[80], s3secret[80], tag[16], bin_mn[PATH_MAX], bin_cn[PATH_MAX];
-	char *ini = NULL;
+	char *ini = NULL, addr[64], err[1024];
+	struct dm_cluster_cfg *cfg;
 	size_t inilen = 0;
 	FILE *f;
 	int c, nn, rc;
@@ -328,7 +354,7 @@ static int cmd_up(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': if (dm_cli_parse_u64("local up", "--mn", optarg, 1, 16, &nmn)) return 2; break;
-		case 'c': if (dm_cli_parse_u64("local up", "--cn", optarg, 1, 16, &ncn)) return 2; break;
+		case 'c': if (dm_cli_parse_u64("local up", "--cn", optarg, 0, 16, &ncn)) return 2; break;
 		case 'd': dir = optarg; break;
 		case 'n': netns = true; break;
 		case 'r': rate = optarg; break;
@@ -426,6 +452,12 @@ static int cmd_up(int argc, char **argv)
 		return 1;
 	}
 
+	cfg = calloc(1, sizeof(*cfg));
+	if (!cfg || dm_config_load(path, cfg, err, sizeof(err))) {
+		fprintf(stderr, "dmann local up: %s\n", cfg ? err : "out of memory");
+		free(cfg);
+		return 1;
+	}
 	find_binary("dmann-mn", bin_mn, sizeof(bin_mn));
 	find_binary("dmann-cn", bin_cn, sizeof(bin_cn));
 	snprintf(path, sizeof(path), "%s/pids", dir);
@@ -448,13 +480,16 @@ static int cmd_up(int argc, char **argv)
 		}
 		fprintf(f, "%d %s%d\n", (int)n->pid, n->role, n->id);
 		fflush(f);
-		rc = wait_listening(netns ? n->ns : NULL, n->ip, n->port, 20000, n->pid);
+		snprintf(addr, sizeof(addr), "%s:%d", n->ip, n->port);
+		rc = wait_ready(cfg, netns ? n->ns : NULL, addr, 30000, n->pid);
 		if (rc)
 			fprintf(stderr, "dmann local up: %s%d did not start (%s); see %s/%s%d.log\n",
-				n->role, n->id, rc == -ECHILD ? "it exited" : "timeout", dir,
-				n->role, n->id);
+				n->role, n->id, rc == -ECHILD ? "it exited" :
+				rc == -ETIMEDOUT ? "no handshake within 30 s" : "probe failed",
+				dir, n->role, n->id);
 	}
 	fclose(f);
+	free(cfg);
 	if (rc) {
 		char *dargv[] = { "down", "--dir", (char *)dir, NULL };
 

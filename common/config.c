@@ -224,15 +224,18 @@ static int read_secret(const char *base_dir, const char *file, uint8_t *out, siz
 	}
 	if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
 		dm_warn("config: secret file '%s' is readable by group/others (chmod 600 it)", path);
-	n = fread(out, 1, cap, f);
-	if (n == cap && fgetc(f) != EOF) {
-		fclose(f);
+	uint8_t buf[256];
+
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n > cap) {
 		snprintf(msg, msglen, "secret file '%s' is longer than %zu bytes", path, cap);
 		return -EINVAL;
 	}
-	fclose(f);
-	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
-		n--;
+	memcpy(out, buf, n);
+	memset(buf, 0, sizeof(buf));
 	if (n < 16) {
 		snprintf(msg, msglen, "secret file '%s' holds %zu bytes; at least 16 are needed",
 			 path, n);
