@@ -1,0 +1,436 @@
+/* hnsw_query.c: K-NN-SEARCH (Algorithm 5) and SEARCH-LAYER (Algorithm 2) as a resumable
+ * state machine; see hnsw_query.h. */
+#include "hnsw_query.h"
+#include "hnsw_int.h"
+
+#include <stdlib.h>
+
+enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0, ST_L0_SCORE, ST_DONE };
+
+#define VIS_EMPTY UINT32_MAX
+
+struct hnsw_query *hnsw_query_new(uint32_t dim)
+{
+	struct hnsw_query *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	q->q = malloc((size_t)(dim ? dim : 1) * sizeof(float));
+	q->cap_cand = q->cap_res = 256;
+	q->cand = malloc(q->cap_cand * sizeof(*q->cand));
+	q->res = malloc(q->cap_res * sizeof(*q->res));
+	q->vis_cap = 4096;
+	q->vis = malloc(q->vis_cap * sizeof(*q->vis));
+	q->arena_cap = 1 << 16;
+	q->arena = malloc(q->arena_cap * sizeof(*q->arena));
+	q->batch_cap = 64;
+	q->batch = malloc(q->batch_cap * sizeof(*q->batch));
+	q->dim = dim;
+	if (!q->q || !q->cand || !q->res || !q->vis || !q->arena || !q->batch) {
+		hnsw_query_free(q);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return q;
+}
+
+void hnsw_query_free(struct hnsw_query *q)
+{
+	if (!q)
+		return;
+	free(q->q);
+	free(q->cand);
+	free(q->res);
+	free(q->vis);
+	free(q->arena);
+	free(q->batch);
+	free(q);
+}
+
+/* ---- heaps: the same sift rules as hnsw_int.h, so the visiting order is identical ---- */
+
+static void minheap_push(struct hnsw_qcand *a, uint32_t *n, struct hnsw_qcand x)
+{
+	uint32_t i = (*n)++;
+
+	while (i > 0) {
+		uint32_t p = (i - 1) >> 1;
+
+		if (a[p].d <= x.d)
+			break;
+		a[i] = a[p];
+		i = p;
+	}
+	a[i] = x;
+}
+
+static struct hnsw_qcand minheap_pop(struct hnsw_qcand *a, uint32_t *np)
+{
+	struct hnsw_qcand top = a[0], last = a[--*np];
+	uint32_t n = *np, i = 0;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && a[c + 1].d < a[c].d)
+			c++;
+		if (last.d <= a[c].d)
+			break;
+		a[i] = a[c];
+		i = c;
+	}
+	if (n)
+		a[i] = last;
+	return top;
+}
+
+static void maxheap_push(struct hnsw_qcand *a, uint32_t *n, struct hnsw_qcand x)
+{
+	uint32_t i = (*n)++;
+
+	while (i > 0) {
+		uint32_t p = (i - 1) >> 1;
+
+		if (a[p].d >= x.d)
+			break;
+		a[i] = a[p];
+		i = p;
+	}
+	a[i] = x;
+}
+
+static struct hnsw_qcand maxheap_pop(struct hnsw_qcand *a, uint32_t *np)
+{
+	struct hnsw_qcand top = a[0], last = a[--*np];
+	uint32_t n = *np, i = 0;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && a[c + 1].d > a[c].d)
+			c++;
+		if (last.d >= a[c].d)
+			break;
+		a[i] = a[c];
+		i = c;
+	}
+	if (n)
+		a[i] = last;
+	return top;
+}
+
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
+{
+	uint32_t c = *cap;
+	void *np;
+
+	if (need <= c)
+		return 0;
+	while (c < need)
+		c *= 2;
+	np = realloc(*p, (size_t)c * elem);
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = c;
+	return 0;
+}
+
+/* ---- visited set: open addressing over node ids, sized to the query, not the index ---- */
+
+static inline uint32_t vis_hash(uint32_t id)
+{
+	return (uint32_t)((id * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static int vis_rehash(struct hnsw_query *q, uint32_t cap)
+{
+	uint32_t *old = q->vis, ocap = q->vis_cap;
+	uint32_t *nv = malloc((size_t)cap * sizeof(*nv));
+
+	if (!nv)
+		return -ENOMEM;
+	memset(nv, 0xff, (size_t)cap * sizeof(*nv));
+	for (uint32_t i = 0; i < ocap; i++) {
+		if (old[i] == VIS_EMPTY)
+			continue;
+		uint32_t pos = vis_hash(old[i]) & (cap - 1);
+
+		while (nv[pos] != VIS_EMPTY)
+			pos = (pos + 1) & (cap - 1);
+		nv[pos] = old[i];
+	}
+	free(old);
+	q->vis = nv;
+	q->vis_cap = cap;
+	return 0;
+}
+
+/* Mark id visited; returns 1 if it was new, 0 if already visited, -ENOMEM. */
+static int vis_add(struct hnsw_query *q, uint32_t id)
+{
+	uint32_t mask, pos;
+
+	if (dm_unlikely(2 * (q->vis_n + 1) > q->vis_cap) && vis_rehash(q, 2 * q->vis_cap))
+		return -ENOMEM;
+	mask = q->vis_cap - 1;
+	pos = vis_hash(id) & mask;
+	while (q->vis[pos] != VIS_EMPTY) {
+		if (q->vis[pos] == id)
+			return 0;
+		pos = (pos + 1) & mask;
+	}
+	q->vis[pos] = id;
+	q->vis_n++;
+	return 1;
+}
+
+/* Keep a copy of a record's level-0 neighbour list; returns its arena offset or -ENOMEM. */
+static int64_t keep_nbrs(struct hnsw_query *q, const struct hnsw_rec_hdr *r)
+{
+	uint32_t cnt = DM_MIN(r->n0, 2 * q->M);
+	size_t need = q->arena_len + 1 + cnt;
+	int64_t off = (int64_t)q->arena_len;
+
+	if (need > q->arena_cap) {
+		size_t c = q->arena_cap;
+		uint32_t *na;
+
+		while (c < need)
+			c *= 2;
+		na = realloc(q->arena, c * sizeof(*na));
+		if (!na)
+			return -ENOMEM;
+		q->arena = na;
+		q->arena_cap = c;
+	}
+	q->arena[q->arena_len] = cnt;
+	memcpy(q->arena + q->arena_len + 1, hnsw_rec_nbrs(r), (size_t)cnt * sizeof(uint32_t));
+	q->arena_len = need;
+	return off;
+}
+
+int hnsw_query_start(struct hnsw_query *q, const struct hnsw_src *src, const float *vec,
+		     size_t k, size_t ef)
+{
+	if (src->dim != q->dim || k == 0 || k > (1u << 24) || ef > (1u << 24))
+		return -EINVAL;
+	q->M = src->M;
+	q->n = src->n;
+	q->k = (uint32_t)k;
+	q->ef = (uint32_t)DM_MAX(ef, k);
+	if (q->metric != src->metric || !q->kern) {
+		q->metric = src->metric;
+		q->kern = hnsw_kernel_for(src->metric);
+	}
+	memcpy(q->q, vec, (size_t)q->dim * sizeof(float));
+	if (src->metric == DM_METRIC_COS && dm_normalize(q->q, q->dim) < 0)
+		return -EINVAL;
+	if (grow((void **)&q->batch, &q->batch_cap, 2 * q->M + 1, sizeof(*q->batch)) ||
+	    grow((void **)&q->res, &q->cap_res, q->ef + 1, sizeof(*q->res)))
+		return -ENOMEM;
+	memset(q->vis, 0xff, (size_t)q->vis_cap * sizeof(*q->vis));
+	q->vis_n = 0;
+	q->ncand = q->nres = 0;
+	q->arena_len = 0;
+	q->hops = q->fetches = q->fetched = q->dist_evals = 0;
+	if (src->max_level < 0 || src->n == 0) {
+		q->state = ST_DONE;
+		return 0;
+	}
+	q->state = ST_START;
+	q->level = src->max_level;
+	q->batch[0] = src->entry;
+	q->nbatch = 1;
+	return 0;
+}
+
+/* Ask for the batch currently in q->batch. */
+static int need(struct hnsw_query *q, int next_state)
+{
+	q->state = next_state;
+	q->fetches++;
+	q->fetched += q->nbatch;
+	return HNSW_Q_FETCH;
+}
+
+/* Put the upper list of cur at q->level into the batch (ef = 1 greedy descent). */
+static void upper_batch(struct hnsw_query *q, const struct hnsw_src *src)
+{
+	const uint32_t *w = src->upl[q->cur] + (size_t)(q->level - 1) * hnsw_up_list_words(q->M);
+	uint32_t n = DM_MIN(w[0], q->M);
+
+	memcpy(q->batch, w + 1, (size_t)n * sizeof(uint32_t));
+	q->nbatch = n;
+}
+
+/* Enter level 0: the current node seeds both heaps (as in search_level0). */
+static int start_level0(struct hnsw_query *q)
+{
+	if (vis_add(q, q->cur) < 0 || grow((void **)&q->cand, &q->cap_cand, 1, sizeof(*q->cand)))
+		return -ENOMEM;
+	minheap_push(q->cand, &q->ncand, (struct hnsw_qcand){ q->curd, q->cur, q->cur_off });
+	maxheap_push(q->res, &q->nres, (struct hnsw_qcand){ q->curd, q->cur, q->cur_off });
+	q->state = ST_L0;
+	return 0;
+}
+
+int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
+{
+	const struct hnsw_rec_hdr *r;
+	int64_t off;
+
+	for (;;) {
+		switch (q->state) {
+		case ST_START:
+			/* First of all the entry point's record (batch set up by start). */
+			return need(q, ST_ENTRY);
+		case ST_ENTRY:
+			/* The entry point's record arrived: score it, start the descent. */
+			r = hnsw_get(src, q->batch[0]);
+			if (!r)
+				return -EIO;
+			q->cur = q->batch[0];
+			q->curd = q->kern(q->q, hnsw_rec_vec(r, q->M), q->dim);
+			off = keep_nbrs(q, r);
+			if (off < 0)
+				return (int)off;
+			q->cur_off = (uint32_t)off;
+			if (q->level < 1) {
+				int rc = start_level0(q);
+
+				if (rc)
+					return rc;
+				break;
+			}
+			src->hops++;
+			q->hops++;
+			upper_batch(q, src);
+			return need(q, ST_UPPER);
+		case ST_UPPER: {
+			/* One greedy step on level q->level: move to the closest neighbour. */
+			bool changed = false;
+
+			for (uint32_t j = 0; j < q->nbatch; j++) {
+				float d;
+
+				r = hnsw_get(src, q->batch[j]);
+				if (!r)
+					return -EIO;
+				d = q->kern(q->q, hnsw_rec_vec(r, q->M), q->dim);
+				q->dist_evals++;
+				if (d < q->curd) {
+					q->curd = d;
+					q->cur = q->batch[j];
+					off = keep_nbrs(q, r);
+					if (off < 0)
+						return (int)off;
+					q->cur_off = (uint32_t)off;
+					changed = true;
+				}
+			}
+			if (!changed && --q->level < 1) {
+				int rc = start_level0(q);
+
+				if (rc)
+					return rc;
+				break;
+			}
+			src->hops++;
+			q->hops++;
+			upper_batch(q, src);
+			return need(q, ST_UPPER);
+		}
+		case ST_L0: {
+			/* Expand the closest candidate: collect its unvisited neighbours. */
+			struct hnsw_qcand c;
+			const uint32_t *nb;
+			uint32_t cnt, m = 0;
+
+			if (!q->ncand) {
+				q->state = ST_DONE;
+				return HNSW_Q_DONE;
+			}
+			c = minheap_pop(q->cand, &q->ncand);
+			if (c.d > q->res[0].d && q->nres >= q->ef) {
+				q->state = ST_DONE;
+				return HNSW_Q_DONE;
+			}
+			q->hops++;
+			src->hops++;
+			nb = q->arena + c.off + 1;
+			cnt = q->arena[c.off];
+			for (uint32_t j = 0; j < cnt; j++) {
+				uint32_t id = nb[j];
+				int added;
+
+				if (dm_unlikely(id >= q->n))
+					continue;   /* a corrupt record must not index out of bounds */
+				added = vis_add(q, id);
+				if (added < 0)
+					return -ENOMEM;
+				if (added)
+					q->batch[m++] = id;
+			}
+			q->nbatch = m;
+			if (!m)
+				break;
+			return need(q, ST_L0_SCORE);
+		}
+		case ST_L0_SCORE:
+			/* Score the batch; keep the neighbour lists of those that enter the queue. */
+			if (grow((void **)&q->cand, &q->cap_cand, q->ncand + q->nbatch,
+				 sizeof(*q->cand)))
+				return -ENOMEM;
+			for (uint32_t j = 0; j < q->nbatch; j++) {
+				float d;
+
+				r = hnsw_get(src, q->batch[j]);
+				if (!r)
+					return -EIO;
+				d = q->kern(q->q, hnsw_rec_vec(r, q->M), q->dim);
+				q->dist_evals++;
+				if (q->nres < q->ef || d < q->res[0].d) {
+					off = keep_nbrs(q, r);
+					if (off < 0)
+						return (int)off;
+					struct hnsw_qcand x = { d, q->batch[j], (uint32_t)off };
+
+					minheap_push(q->cand, &q->ncand, x);
+					maxheap_push(q->res, &q->nres, x);
+					if (q->nres > q->ef)
+						maxheap_pop(q->res, &q->nres);
+				}
+			}
+			q->state = ST_L0;
+			break;
+		case ST_DONE:
+			return HNSW_Q_DONE;
+		default:
+			return -EINVAL;
+		}
+	}
+}
+
+int hnsw_query_results(struct hnsw_query *q, struct dm_hit *out)
+{
+	int nk;
+
+	if (q->state != ST_DONE)
+		return -EINVAL;
+	while (q->nres > q->k)
+		maxheap_pop(q->res, &q->nres);
+	nk = (int)q->nres;
+	for (int i = nk; i-- > 0;) {
+		struct hnsw_qcand c = maxheap_pop(q->res, &q->nres);
+
+		out[i].dist = hnsw_score_to_dist(q->metric, c.d);
+		out[i].pad = 0;
+		out[i].id = c.id;
+	}
+	return nk;
+}
