@@ -449,8 +449,8 @@ out_free:
  * balanced on the sample: while some cluster holds more than cap points, raise the bias of
  * the fullest one just enough to push its excess (the points with the smallest margin to
  * their second choice) out. Biases only grow and only for full clusters (an auction), so
- * this terminates; max_rounds bounds it anyway. Exact D (n x k), deterministic.
- * bias[] receives float biases; assign[] the assignment under those float biases. */
+ * this terminates; a round limit bounds it anyway. Exact D (n x k), deterministic.
+ * bias[] receives the biases; assign[] the assignment under them. */
 static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, float *bias,
 		   uint32_t *assign)
 {
@@ -467,7 +467,18 @@ static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, floa
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < k; j++)
 			D[i * k + j] = dm_oracle_l2_exact(m->x + i * dim, cent + j * dim, dim);
-	for (uint32_t round = 0; round < 50 * k + 100; round++) {
+	/* bid increment (auction epsilon): without it two full clusters can pass one point back
+	 * and forth with ever tinier raises; 1% of the mean distance to the nearest centroid */
+	double scale = 0;
+	for (size_t i = 0; i < n; i++) {
+		double mn = D[i * k];
+		for (size_t j = 1; j < k; j++)
+			mn = fmin(mn, D[i * k + j]);
+		scale += mn;
+	}
+	double bid_eps = 0.01 * scale / (double)n;
+	uint32_t round, max_rounds = 2000 + 100 * (uint32_t)k;
+	for (round = 0; round < max_rounds; round++) {
 		memset(sz, 0, k * sizeof(uint64_t));
 		for (size_t i = 0; i < n; i++) {
 			size_t bj = 0;
@@ -481,8 +492,10 @@ static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, floa
 		for (size_t j = 1; j < k; j++)
 			if (sz[j] > sz[full])
 				full = j;
-		if (sz[full] <= cap)
+		if (sz[full] <= cap) {
+			dm_debug("oracle: balancing biases settled after %u rounds", round);
 			break;
+		}
 		/* margins of the fullest cluster's points to their best other choice */
 		size_t cnt = 0;
 		for (size_t i = 0; i < n; i++) {
@@ -496,19 +509,28 @@ static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, floa
 		}
 		qsort(mg, cnt, sizeof(double), dbl_cmp);
 		double delta = mg[sz[full] - cap - 1];
-		/* strictly past the margin so the point leaves, scaled to the values involved */
-		b[full] += delta + 1e-9 * (fabs(delta) + fabs(b[full]) + 1e-30) + 1e-300;
+		/* strictly past the margin so the point leaves; biases stay float-representable
+		 * (the predictor stores floats), so this loop's final assignment is the one the
+		 * stored biases give */
+		double target = b[full] + delta + bid_eps;
+		float f = (float)target;
+		while ((double)f <= target)
+			f = nextafterf(f, INFINITY);
+		b[full] = f;
 	}
-	/* the predictor keeps float biases: assign with exactly those */
-	for (size_t j = 0; j < k; j++)
-		bias[j] = (float)b[j];
+	if (round == max_rounds)
+		dm_warn("oracle: balancing biases did not settle in %u rounds", max_rounds);
+	/* the assignment under the final biases (differs from the loop's only when the round
+	 * limit stopped it) */
 	for (size_t i = 0; i < n; i++) {
 		size_t bj = 0;
 		for (size_t j = 1; j < k; j++)
-			if (D[i * k + j] + (double)bias[j] < D[i * k + bj] + (double)bias[bj])
+			if (D[i * k + j] + b[j] < D[i * k + bj] + b[bj])
 				bj = j;
 		assign[i] = (uint32_t)bj;
 	}
+	for (size_t j = 0; j < k; j++)
+		bias[j] = (float)b[j];
 out_free:
 	free(D);
 	free(b);
@@ -520,8 +542,9 @@ out_free:
 /* ---- greedy merging of fine clusters into k groups -------------------------------------- */
 
 /* Merge nf clusters (centroids cent, sizes sz) into k groups: repeatedly the pair with the
- * smallest Ward cost among those whose union fits cap (if none fits, the pair with the
- * smallest union). group[f] receives the group of fine cluster f, groups numbered by their
+ * smallest Ward cost among those whose union fits cap, else the pair with the smallest
+ * union. (Preferring unions within n/k first was measured and balanced worse.) Greedy: no
+ * guarantee that a balanced grouping is found when one exists. group[f] receives the group of fine cluster f, groups numbered by their
  * lowest fine index. Deterministic: exact double arithmetic, ties to the lowest (i, j). */
 static int merge_groups(const float *cent, const uint64_t *sz, size_t nf, size_t dim, size_t k,
 			uint64_t cap, uint32_t *group)
@@ -564,10 +587,8 @@ static int merge_groups(const float *cent, const uint64_t *sz, size_t nf, size_t
 						: 0.0;
 				bool fit = u <= cap;
 				bool better;
-				if (!found)
-					better = true;
-				else if (fit != bfit)
-					better = fit;
+				if (!found || fit != bfit)
+					better = !found || fit;
 				else if (fit)
 					better = cost < bcost;
 				else

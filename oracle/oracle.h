@@ -90,7 +90,7 @@ int dm_oracle_spill_order(const struct dm_oracle *o, uint32_t cn, uint32_t *out)
 /* Semord's ordering of k points (k x dim, row-major): kNN graph (knn neighbours each,
  * symmetrised) -> MST (Prim, components joined by their closest pair) -> DFS preorder from
  * point 0, children by increasing edge length -> 2-opt on the closed tour -> cut at the
- * longest edge. order[] receives the k indices. -EINVAL / -ENOMEM. */
+ * longest edge -> 2-opt on the open path. order[] receives the k indices. -EINVAL / -ENOMEM. */
 int dm_oracle_ring_order(const float *pts, uint32_t k, size_t dim, uint32_t knn,
 			 uint32_t *order);
 /* Length of the closed tour through pts in order (Euclidean, not squared). */

@@ -2,7 +2,8 @@
  * centroids so that neighbours on the ring are neighbours in vector space, and let an
  * overloaded CN spill queries to its ring neighbours first (their caches hold the nearby
  * part of the graph). Centroid kNN graph -> minimum spanning tree -> depth-first preorder ->
- * 2-opt on the closed tour -> cut at the longest edge.
+ * 2-opt on the closed tour -> cut at the longest edge; then a 2-opt pass on the open path,
+ * which the closed-tour objective cannot do alone (see two_opt_path).
  *
  * Everything is deterministic (exact double distances, ties to the lower index), so every CN
  * derives the same ring from the same centroids.
@@ -90,6 +91,45 @@ int dm_oracle_two_opt(const float *pts, uint32_t *order, uint32_t k, size_t dim,
 		return -ENOMEM;
 	moves = two_opt_mat(d, order, k, max_passes);
 	free(d);
+	return moves;
+}
+
+/* 2-opt on the open path o[0..k-1] (the cut ring): reversing o[i+1..j] replaces edges
+ * (o[i], o[i+1]) and (o[j], o[j+1]), where a missing edge past either end costs nothing
+ * (i = -1 reverses a prefix, j = k-1 a suffix). On a cycle, orders that go out and come
+ * back are as short as the straight one (points on a line); on the path they are not, so
+ * this pass turns the cut tour into the straight order. Never lengthens the path. */
+static int two_opt_path(const double *d, uint32_t *o, uint32_t k, uint32_t max_passes)
+{
+	int moves = 0;
+
+	for (uint32_t pass = 0; pass < max_passes; pass++) {
+		bool improved = false;
+		for (int64_t i = -1; i + 2 < (int64_t)k; i++) {
+			for (uint32_t j = (uint32_t)(i + 2); j < k; j++) {
+				double before = 0, after = 0;
+				if (i >= 0) {
+					before += d[(size_t)o[i] * k + o[i + 1]];
+					after += d[(size_t)o[i] * k + o[j]];
+				}
+				if (j + 1 < k) {
+					before += d[(size_t)o[j] * k + o[j + 1]];
+					after += d[(size_t)o[i + 1] * k + o[j + 1]];
+				}
+				if (after < before - 1e-12 * before) {
+					for (uint32_t l = (uint32_t)(i + 1), r = j; l < r; l++, r--) {
+						uint32_t t = o[l];
+						o[l] = o[r];
+						o[r] = t;
+					}
+					moves++;
+					improved = true;
+				}
+			}
+		}
+		if (!improved)
+			break;
+	}
 	return moves;
 }
 
@@ -217,6 +257,7 @@ int dm_oracle_ring_order(const float *pts, uint32_t k, size_t dim, uint32_t knn,
 	memcpy(stack, order, k * sizeof(uint32_t));
 	for (uint32_t i = 0; i < k; i++)
 		order[i] = stack[(cut + 1 + i) % k];
+	two_opt_path(d, order, k, 1000);
 out_free:
 	free(d);
 	free(tier);
