@@ -202,8 +202,12 @@ static void conn_fail_locked(struct tcp_conn *c, int status, const char *why)
 {
 	if (c->failed)
 		return;
-	if (why)
-		dm_warn("tcp: connection to %s failed: %s", c->base.peer, why);
+	/* A peer that hangs up with nothing of ours outstanding is an ordinary close. */
+	if (why && (c->head_id != c->next_id || status != -ECONNRESET))
+		dm_warn("tcp: connection to %s failed: %s (%lu ops outstanding)", c->base.peer,
+			why, (unsigned long)(c->next_id - c->head_id));
+	else if (why)
+		dm_debug("tcp: connection to %s closed: %s", c->base.peer, why);
 	c->failed = true;
 	for (; c->head_id != c->next_id; c->head_id++) {
 		struct tcp_op *op = &c->ops[c->head_id % c->cap_ops];
@@ -524,6 +528,8 @@ static uint8_t *emit(struct tcp_conn *c, uint16_t op, uint32_t len, int32_t stat
 				   DM_WIRE_HDR_LEN, 0, c->ack_id);
 		c->ack_owed = false;
 	}
+	if (op == DM_OP_SEND_ACK)
+		c->ack_owed = false;   /* cumulative: this one covers what we owed */
 	p = buf_tail(&c->out, len);
 	dm_wire_hdr_encode(p, op, len, status, req_id);
 	return p;
