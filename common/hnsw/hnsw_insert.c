@@ -136,8 +136,12 @@ static uint32_t search_layer(struct hnsw_index *idx, struct hnsw_scratch *s, con
 		}
 		if (hnsw_heap_reserve(cand, cand->n + m) < 0)
 			abort();   /* construction scratch cannot grow: out of memory */
+		for (uint32_t j = 0; j < DM_MIN(m, HNSW_PF_AHEAD); j++)
+			hnsw_prefetch_vec(vec_of(idx, s->batch[j]), dim);
 		for (uint32_t j = 0; j < m; j++) {
 			uint32_t id = s->batch[j];
+			if (j + HNSW_PF_AHEAD < m)
+				hnsw_prefetch_vec(vec_of(idx, s->batch[j + HNSW_PF_AHEAD]), dim);
 			float d = idx->kern(q, vec_of(idx, id), dim);
 			if (res->n < ef || d < res->a[0].d) {
 				hnsw_minheap_push(cand, d, id);

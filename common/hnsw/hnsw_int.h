@@ -116,6 +116,18 @@ static inline void hnsw_visited_next(struct hnsw_visited *v)
 	}
 }
 
+/* Prefetch a whole vector: distances over records not in cache are bound by memory
+ * latency, and prefetching the next vectors in full keeps many lines in flight. */
+static inline void hnsw_prefetch_vec(const float *v, size_t dim)
+{
+	const char *c = (const char *)v;
+	for (size_t o = 0; o < dim * sizeof(float); o += 64)
+		__builtin_prefetch(c + o);
+}
+
+/* Vectors prefetched ahead of the one being scored (measured best on Fashion-MNIST). */
+#define HNSW_PF_AHEAD 2u
+
 /* Node spinlocks (one byte each): short critical sections only, never two held at once. */
 static inline void hnsw_lock(uint8_t *l)
 {

@@ -73,6 +73,12 @@ void hnsw_src_local(const struct hnsw_index *idx, struct hnsw_src *src)
 	src->max_level = idx->max_level;
 }
 
+/* Prefetch the whole vector of a local record (one of the next to score). */
+static inline void prefetch_vec(struct hnsw_src *src, uint32_t id)
+{
+	hnsw_prefetch_vec(hnsw_rec_vec(hnsw_get(src, id), src->M), src->dim);
+}
+
 /* Make a batch of records readable: prefetch locally, one READ batch remotely. */
 static inline int fetch_batch(struct hnsw_src *src, const uint32_t *ids, uint32_t n)
 {
@@ -81,7 +87,6 @@ static inline int fetch_batch(struct hnsw_src *src, const uint32_t *ids, uint32_
 		for (uint32_t j = 0; j < n; j++) {
 			const char *r = (const char *)hnsw_get(src, ids[j]);
 			__builtin_prefetch(r + voff);
-			__builtin_prefetch(r + voff + 64);
 		}
 		return 0;
 	}
@@ -163,8 +168,14 @@ static int search_level0(struct hnsw_src *src, struct hnsw_searcher *s, const fl
 		if (dm_unlikely(hnsw_heap_reserve(cand, cand->n + m) < 0))
 			return -ENOMEM;
 		/* score */
+		if (src->blocks) {
+			for (uint32_t j = 0; j < DM_MIN(m, (uint32_t)HNSW_PF_AHEAD); j++)
+				prefetch_vec(src, batch[j]);
+		}
 		for (uint32_t j = 0; j < m; j++) {
 			const struct hnsw_rec_hdr *nr = hnsw_get(src, batch[j]);
+			if (src->blocks && j + HNSW_PF_AHEAD < m)
+				prefetch_vec(src, batch[j + HNSW_PF_AHEAD]);
 			if (dm_unlikely(!nr))
 				return -EIO;
 			float d = kern(q, hnsw_rec_vec(nr, M), dim);
