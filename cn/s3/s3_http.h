@@ -1,0 +1,46 @@
+/* s3_http.h: the S3 Vectors HTTP front end (libmicrohttpd, internal thread pool): reads
+ * `POST [prefix]/<OperationName>` requests, verifies SigV4, runs the operation through
+ * s3_api, and answers with AWS error shapes (x-amzn-errortype header + {"__type",
+ * "message"} body).
+ *
+ * QueryVectors goes through a bounded admission queue served by search threads (which
+ * batch queued queries of one index into one sgemm scan); when the queue is full the
+ * request is refused at once with 503 ServiceUnavailableException. Other operations run on
+ * the HTTP threads.
+ */
+#ifndef DM_S3_HTTP_H
+#define DM_S3_HTTP_H
+
+#include "dm.h"
+#include "s3_api.h"
+#include "s3_sigv4.h"
+
+struct s3_http_cfg {
+	const char *addr;              /* numeric IPv4/IPv6 address; NULL = all IPv4 */
+	uint16_t port;                 /* 0 = an ephemeral port (see s3_http_port) */
+	struct s3_api *api;
+	struct s3_sigv4_cfg auth;      /* ncreds must be >= 1 */
+	unsigned http_threads;         /* default 4 */
+	unsigned search_threads;       /* default: online CPUs */
+	unsigned queue_depth;          /* admitted queries (running + waiting), default 64 */
+	unsigned batch_max;            /* queries per batched scan, default 16 */
+};
+
+struct s3_http_stats {
+	uint64_t requests;             /* requests answered */
+	uint64_t auth_failures;        /* 403 */
+	uint64_t queries;              /* QueryVectors executed */
+	uint64_t rejected;             /* QueryVectors refused with 503 */
+	uint64_t batches;              /* scans run by the search threads */
+};
+
+struct s3_http;
+
+/* Start serving; NULL + errno (EADDRINUSE, EINVAL...). */
+struct s3_http *s3_http_start(const struct s3_http_cfg *cfg);
+uint16_t s3_http_port(const struct s3_http *h);
+void s3_http_stats(const struct s3_http *h, struct s3_http_stats *out);
+/* Finish admitted queries, stop the threads, close the socket. */
+void s3_http_stop(struct s3_http *h);
+
+#endif

@@ -1,0 +1,317 @@
+/* s3_main.c: dmann-s3, the S3 Vectors gateway in single-process mode: the HTTP front end
+ * over one local, durable flat store (state in --data DIR). It exists so that the API and
+ * the official SDKs can be used and tested before the distributed path (CN fan-out, MN
+ * fragments) is built. */
+#include "dm.h"
+#include "flat.h"
+#include "s3_api.h"
+#include "s3_http.h"
+
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: dmann-s3 --listen ADDR:PORT --data DIR (--access-key AK --secret-key SK |\n"
+"                --access-key AK --secret-key-file F | --credentials FILE) [options]\n"
+"\n"
+"S3 Vectors API gateway (REST-JSON, SigV4, AWS error shapes) over a local, durable\n"
+"flat-index store: every write is in the write-ahead log in DIR, fsync'ed, before it is\n"
+"acknowledged; a restart recovers snapshot + WAL. Queries are exact scans (recall 1.0).\n"
+"\n"
+"SINGLE-PROCESS MODE: this is not the distributed S3 Vectors service of DESIGN.md §7.\n"
+"Not built yet: placement of fragments on memory nodes, replica groups of W compute\n"
+"nodes (R groups) chosen by weighted rendezvous hashing, the fan-out of a query to a\n"
+"group and the ingress merge of partial top-k lists, hedged and retried sub-requests,\n"
+"replicated WAL. All data lives in this process and its DIR.\n"
+"\n"
+"options:\n"
+"  --listen ADDR:PORT      numeric address and port (PORT 0 = ephemeral; [v6]:PORT)\n"
+"  --data DIR              store directory (created if missing)\n"
+"  --access-key AK         access key id accepted for SigV4\n"
+"  --secret-key SK         its secret (visible in ps: prefer --secret-key-file)\n"
+"  --secret-key-file F     read the secret from the first line of F\n"
+"  --credentials FILE      lines of 'ACCESS_KEY SECRET_KEY' (several keys)\n"
+"  --region R              region in ARNs; if given, signatures must be scoped to it\n"
+"                          (default: any region accepted, ARNs say us-east-1)\n"
+"  --account ID            account id in ARNs (default 000000000000)\n"
+"  --max-skew S            allowed clock skew of x-amz-date in seconds (default 900)\n"
+"  --http-threads N        HTTP thread pool size (default 4)\n"
+"  --search-threads N      query threads (default: online CPUs)\n"
+"  --queue-depth N         admitted queries (running + waiting); beyond it QueryVectors\n"
+"                          gets 503 ServiceUnavailableException at once (default 64)\n"
+"  --batch N               queries of one index scanned together (sgemm) (default 16)\n"
+"  --frag-rows N           rows per fragment (default 4096)\n"
+"  --port-file F           write the bound port to F once listening\n"
+"  --help                  this text\n"
+"\n"
+"Prints 'dmann-s3 listening on ADDR:PORT' on stdout when ready; SIGINT/SIGTERM stop it\n"
+"cleanly (answers admitted queries, writes a snapshot).\n");
+}
+
+static int add_cred(struct s3_cred **creds, size_t *n, const char *ak, const char *sk)
+{
+	struct s3_cred *nc = realloc(*creds, (*n + 1) * sizeof(*nc));
+
+	if (!nc)
+		return -ENOMEM;
+	*creds = nc;
+	nc[*n].access_key = strdup(ak);
+	nc[*n].secret_key = strdup(sk);
+	if (!nc[*n].access_key || !nc[*n].secret_key)
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* First line of a file, without the newline; NULL on error. */
+static char *read_line(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (!f)
+		return NULL;
+	n = getline(&line, &cap, f);
+	fclose(f);
+	if (n <= 0) {
+		free(line);
+		return NULL;
+	}
+	line[strcspn(line, "\r\n")] = 0;
+	return line;
+}
+
+static int load_credentials(const char *path, struct s3_cred **creds, size_t *n)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024];
+	int ln = 0;
+
+	if (!f) {
+		fprintf(stderr, "dmann-s3: cannot open %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char ak[256], sk[256], extra[2];
+		int k;
+
+		ln++;
+		line[strcspn(line, "\r\n")] = 0;
+		if (!line[strspn(line, " \t")] || line[strspn(line, " \t")] == '#')
+			continue;
+		k = sscanf(line, "%255s %255s %1s", ak, sk, extra);
+		if (k != 2) {
+			fprintf(stderr, "dmann-s3: %s:%d: expected 'ACCESS_KEY SECRET_KEY'\n", path,
+				ln);
+			fclose(f);
+			return -EINVAL;
+		}
+		if (add_cred(creds, n, ak, sk)) {
+			fclose(f);
+			return -ENOMEM;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoul(s, &end, 10);
+	return !errno && *s && !*end && *out >= lo && *out <= hi;
+}
+
+/* "ADDR:PORT" or "[ADDR6]:PORT". */
+static bool parse_listen(const char *s, char *addr, size_t alen, uint16_t *port)
+{
+	const char *colon;
+	unsigned long p;
+
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+
+		if (!rb || rb[1] != ':' || (size_t)(rb - s - 1) >= alen)
+			return false;
+		memcpy(addr, s + 1, (size_t)(rb - s - 1));
+		addr[rb - s - 1] = 0;
+		colon = rb + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || (size_t)(colon - s) >= alen)
+			return false;
+		memcpy(addr, s, (size_t)(colon - s));
+		addr[colon - s] = 0;
+	}
+	if (!parse_uint(colon + 1, 0, 65535, &p))
+		return false;
+	*port = (uint16_t)p;
+	return addr[0] != 0;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_LISTEN = 1, O_DATA, O_AK, O_SK, O_SKF, O_CREDS, O_REGION, O_ACCOUNT, O_SKEW,
+	       O_HTTP, O_SEARCH, O_QUEUE, O_BATCH, O_FRAG, O_PORTFILE, O_HELP };
+	static const struct option lo[] = {
+		{ "listen", required_argument, NULL, O_LISTEN },
+		{ "data", required_argument, NULL, O_DATA },
+		{ "access-key", required_argument, NULL, O_AK },
+		{ "secret-key", required_argument, NULL, O_SK },
+		{ "secret-key-file", required_argument, NULL, O_SKF },
+		{ "credentials", required_argument, NULL, O_CREDS },
+		{ "region", required_argument, NULL, O_REGION },
+		{ "account", required_argument, NULL, O_ACCOUNT },
+		{ "max-skew", required_argument, NULL, O_SKEW },
+		{ "http-threads", required_argument, NULL, O_HTTP },
+		{ "search-threads", required_argument, NULL, O_SEARCH },
+		{ "queue-depth", required_argument, NULL, O_QUEUE },
+		{ "batch", required_argument, NULL, O_BATCH },
+		{ "frag-rows", required_argument, NULL, O_FRAG },
+		{ "port-file", required_argument, NULL, O_PORTFILE },
+		{ "help", no_argument, NULL, O_HELP },
+		{ 0 },
+	};
+	const char *listen = NULL, *data = NULL, *ak = NULL, *sk = NULL, *skf = NULL;
+	const char *creds_file = NULL, *region = NULL, *account = NULL, *port_file = NULL;
+	unsigned long skew = 900, http = 4, search = 0, queue = 64, batch = 16, frag = 4096;
+	struct s3_cred *creds = NULL;
+	size_t ncreds = 0;
+	char addr[64];
+	uint16_t port;
+	char *sk_owned = NULL;
+	struct flat_opts fo = { .checkpoint_bytes = 256ull << 20 };
+	struct flat_store *store;
+	struct s3_api *api;
+	struct s3_http *h;
+	sigset_t set;
+	int opt, sig, rc = 1;
+
+	while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		bool okv = true;
+
+		switch (opt) {
+		case O_LISTEN: listen = optarg; break;
+		case O_DATA: data = optarg; break;
+		case O_AK: ak = optarg; break;
+		case O_SK: sk = optarg; break;
+		case O_SKF: skf = optarg; break;
+		case O_CREDS: creds_file = optarg; break;
+		case O_REGION: region = optarg; break;
+		case O_ACCOUNT: account = optarg; break;
+		case O_SKEW: okv = parse_uint(optarg, 1, 7 * 86400, &skew); break;
+		case O_HTTP: okv = parse_uint(optarg, 1, 256, &http); break;
+		case O_SEARCH: okv = parse_uint(optarg, 1, 256, &search); break;
+		case O_QUEUE: okv = parse_uint(optarg, 1, 1000000, &queue); break;
+		case O_BATCH: okv = parse_uint(optarg, 1, 64, &batch); break;
+		case O_FRAG: okv = parse_uint(optarg, 1, 1u << 24, &frag); break;
+		case O_PORTFILE: port_file = optarg; break;
+		case O_HELP: usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (!okv) {
+			fprintf(stderr, "dmann-s3: bad value '%s' for --%s\n", optarg,
+				lo[opt - 1].name);
+			return 2;
+		}
+	}
+	if (optind < argc || !listen || !data) {
+		fprintf(stderr, "dmann-s3: --listen and --data are required (see --help)\n");
+		return 2;
+	}
+	if (!parse_listen(listen, addr, sizeof(addr), &port)) {
+		fprintf(stderr, "dmann-s3: --listen wants ADDR:PORT, got '%s'\n", listen);
+		return 2;
+	}
+	if (skf) {
+		sk_owned = read_line(skf);
+		if (!sk_owned) {
+			fprintf(stderr, "dmann-s3: cannot read a secret from %s\n", skf);
+			return 2;
+		}
+		sk = sk_owned;
+	}
+	if ((ak && !sk) || (!ak && sk)) {
+		fprintf(stderr, "dmann-s3: --access-key needs --secret-key(-file) and vice versa\n");
+		return 2;
+	}
+	if (ak && add_cred(&creds, &ncreds, ak, sk))
+		goto err_free_creds;
+	if (creds_file && load_credentials(creds_file, &creds, &ncreds))
+		goto err_free_creds;
+	if (!ncreds) {
+		fprintf(stderr, "dmann-s3: no credentials: give --access-key/--secret-key or "
+			"--credentials\n");
+		rc = 2;
+		goto err_free_creds;
+	}
+
+	/* Block the stop signals in every thread; main waits for them. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	fo.frag_rows = (uint32_t)frag;
+	store = flat_open(data, &fo);
+	if (!store) {
+		fprintf(stderr, "dmann-s3: cannot open the store in %s: %s\n", data,
+			strerror(errno));
+		goto err_free_creds;
+	}
+	api = s3_api_new(store, region, account);
+	if (!api)
+		goto err_close_store;
+	struct s3_http_cfg hc = {
+		.addr = addr, .port = port, .api = api,
+		.auth = { .creds = creds, .ncreds = ncreds, .service = "s3vectors",
+			  .region = region, .max_skew_s = (int)skew },
+		.http_threads = (unsigned)http, .search_threads = (unsigned)search,
+		.queue_depth = (unsigned)queue, .batch_max = (unsigned)batch,
+	};
+
+	h = s3_http_start(&hc);
+	if (!h) {
+		fprintf(stderr, "dmann-s3: cannot listen on %s: %s\n", listen, strerror(errno));
+		goto err_free_api;
+	}
+	if (port_file) {
+		FILE *f = fopen(port_file, "w");
+
+		if (!f || fprintf(f, "%u\n", s3_http_port(h)) < 0 || fclose(f)) {
+			fprintf(stderr, "dmann-s3: cannot write %s\n", port_file);
+			s3_http_stop(h);
+			goto err_free_api;
+		}
+	}
+	printf(strchr(addr, ':') ? "dmann-s3 listening on [%s]:%u\n" :
+				   "dmann-s3 listening on %s:%u\n", addr, s3_http_port(h));
+	fflush(stdout);
+	sigwait(&set, &sig);
+	dm_info("dmann-s3: signal %d, stopping", sig);
+	s3_http_stop(h);
+	rc = 0;
+err_free_api:
+	s3_api_free(api);
+err_close_store:
+	flat_close(store);
+err_free_creds:
+	for (size_t i = 0; i < ncreds; i++) {
+		free(creds[i].access_key);
+		free(creds[i].secret_key);
+	}
+	free(creds);
+	free(sk_owned);
+	return rc;
+}
