@@ -377,51 +377,74 @@ static int dbl_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-struct pair {
-	double d;
-	uint32_t i, j;
-};
-
-static int pair_cmp(const void *a, const void *b)
+/* Sort (key, idx) pairs by key, stably, with an LSD radix sort (4 passes of 16 bits).
+ * Keys are the bit patterns of non-negative doubles, which order like the doubles; stability
+ * keeps equal distances in (point, centroid) order, so ties are broken deterministically.
+ * The result is in key[]/idx[] again. */
+static void radix_sort(uint64_t *key, uint32_t *idx, uint64_t *tk, uint32_t *ti, size_t n,
+		       size_t *cnt /* 65536 */)
 {
-	const struct pair *x = a, *y = b;
-	if (x->d != y->d)
-		return x->d < y->d ? -1 : 1;
-	if (x->i != y->i)
-		return x->i < y->i ? -1 : 1;
-	return x->j < y->j ? -1 : (x->j > y->j);
+	for (int pass = 0; pass < 4; pass++) {
+		int sh = pass * 16;
+		memset(cnt, 0, 65536 * sizeof(size_t));
+		for (size_t t = 0; t < n; t++)
+			cnt[(key[t] >> sh) & 0xffff]++;
+		size_t sum = 0;
+		for (size_t b = 0; b < 65536; b++) {
+			size_t c = cnt[b];
+			cnt[b] = sum;
+			sum += c;
+		}
+		for (size_t t = 0; t < n; t++) {
+			size_t dst = cnt[(key[t] >> sh) & 0xffff]++;
+			tk[dst] = key[t];
+			ti[dst] = idx[t];
+		}
+		uint64_t *sk = key;
+		uint32_t *si = idx;
+		key = tk;
+		idx = ti;
+		tk = sk;
+		ti = si;
+	}
+	/* 4 passes: the data is back in the caller's arrays */
 }
 
 /* Lloyd with a capacity-constrained assignment step, starting from cent[]. */
 static int km_constrained(struct km *m, float *cent, size_t k, uint32_t *assign,
 			  uint64_t cap, uint32_t max_iter)
 {
-	size_t n = m->n, dim = m->dim;
-	struct pair *p = malloc(n * k * sizeof(*p));
+	size_t n = m->n, dim = m->dim, np = n * k;
+	uint64_t *key = malloc(np * sizeof(uint64_t)), *tk = malloc(np * sizeof(uint64_t));
+	uint32_t *idx = malloc(np * sizeof(uint32_t)), *ti = malloc(np * sizeof(uint32_t));
+	size_t *cnt = malloc(65536 * sizeof(size_t));
 	uint32_t *na = malloc(n * sizeof(uint32_t));
 	uint64_t *fill = malloc(k * sizeof(uint64_t));
 	int ret = 0;
 	uint32_t it;
 
-	if (!p || !na || !fill) {
+	if (!key || !tk || !idx || !ti || !cnt || !na || !fill) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	for (it = 0; it < max_iter; it++) {
-		for (size_t i = 0; i < n; i++)
-			for (size_t j = 0; j < k; j++)
-				p[i * k + j] = (struct pair){
-					dm_oracle_l2_exact(m->x + i * dim, cent + j * dim, dim),
-					(uint32_t)i, (uint32_t)j };
-		qsort(p, n * k, sizeof(*p), pair_cmp);
+		/* all (point, centroid) pairs by increasing exact distance, ties in (i, j) order */
+		for (size_t t = 0; t < np; t++) {
+			double d = dm_oracle_l2_exact(m->x + (t / k) * dim, cent + (t % k) * dim, dim);
+			memcpy(&key[t], &d, sizeof(d));
+			idx[t] = (uint32_t)t;
+		}
+		radix_sort(key, idx, tk, ti, np, cnt);
 		memset(fill, 0, k * sizeof(uint64_t));
 		for (size_t i = 0; i < n; i++)
 			na[i] = UINT32_MAX;
-		for (size_t t = 0, left = n; t < n * k && left; t++) {
-			if (na[p[t].i] != UINT32_MAX || fill[p[t].j] >= cap)
+		/* each point to the first centroid in that order that still has room */
+		for (size_t t = 0, left = n; t < np && left; t++) {
+			size_t i = idx[t] / k, j = idx[t] % k;
+			if (na[i] != UINT32_MAX || fill[j] >= cap)
 				continue;
-			na[p[t].i] = p[t].j;
-			fill[p[t].j]++;
+			na[i] = (uint32_t)j;
+			fill[j]++;
 			left--;
 		}
 		long changed = 0;
@@ -437,7 +460,11 @@ static int km_constrained(struct km *m, float *cent, size_t k, uint32_t *assign,
 	}
 	ret = (int)it;
 out_free:
-	free(p);
+	free(key);
+	free(tk);
+	free(idx);
+	free(ti);
+	free(cnt);
 	free(na);
 	free(fill);
 	return ret;
@@ -867,7 +894,7 @@ struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 	int ret;
 
 	if (!sample || !p || p->k == 0 || n < p->k || dim == 0 || dim > (1u << 20) ||
-	    n > UINT32_MAX || !(p->balance_eps >= 0) || p->max_iter == 0 ||
+	    (uint64_t)n * p->k > UINT32_MAX || !(p->balance_eps >= 0) || p->max_iter == 0 ||
 	    (p->algo != DM_ORACLE_CONSTRAINED && p->algo != DM_ORACLE_DOUBLING) ||
 	    p->max_doublings > 16) {
 		errno = EINVAL;

@@ -128,6 +128,8 @@ static void run(const char *name, const float *x, size_t n, const float *h, size
 		       name, n, k, an[a], o->nfine, (double)mx / ideal, (double)mn / ideal,
 		       o->sse / (double)n, (double)hmx / hideal, (double)hmn / hideal,
 		       hsse / (double)nh, ms, o->exact_rechecks);
+		if (getenv("ORACLE_EVAL_ITERS"))
+			fprintf(stderr, "iterations %u\n", o->iterations);
 		dm_oracle_free(o);
 	}
 }
