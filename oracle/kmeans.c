@@ -505,6 +505,10 @@ static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, floa
 	}
 	double bid_eps = 0.01 * scale / (double)n;
 	uint32_t round, max_rounds = 2000 + 100 * (uint32_t)k;
+	/* every point sits on a centroid (n == k, duplicates): distances cannot separate them,
+	 * biases stay 0 */
+	if (scale == 0)
+		max_rounds = 0;
 	for (round = 0; round < max_rounds; round++) {
 		memset(sz, 0, k * sizeof(uint64_t));
 		for (size_t i = 0; i < n; i++) {
@@ -545,7 +549,7 @@ static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, floa
 			f = nextafterf(f, INFINITY);
 		b[full] = f;
 	}
-	if (round == max_rounds)
+	if (max_rounds && round == max_rounds)
 		dm_warn("oracle: balancing biases did not settle in %u rounds", max_rounds);
 	/* the assignment under the final biases (differs from the loop's only when the round
 	 * limit stopped it) */

@@ -734,3 +734,47 @@ Test(oracle, csp_sampled_close_to_exact)
 			free(ids[c]);
 	}
 }
+
+/* Degenerate inputs still give a complete model: k=1, n=k, all points identical. */
+Test(oracle, degenerate_inputs)
+{
+	float x[64 * 4];
+	uint64_t s = 4;
+	for (size_t i = 0; i < 64 * 4; i++)
+		x[i] = (float)u01(&s);
+	for (int algo = 0; algo < 2; algo++) {
+		struct dm_oracle_params p;
+		dm_oracle_params_default(&p, 1);
+		p.algo = (enum dm_oracle_algo)algo;
+		struct dm_oracle *o = dm_oracle_build(x, 64, 4, &p);
+		cr_assert(o);
+		cr_assert_eq(o->sizes[0], 64);
+		cr_assert_eq(dm_oracle_best(o, x), 0);
+		cr_assert_eq(dm_oracle_ring_prev(o, 0), -1);
+		cr_assert_eq(dm_oracle_ring_next(o, 0), -1);
+		dm_oracle_free(o);
+
+		p.k = 8; /* n == k */
+		o = dm_oracle_build(x, 8, 4, &p);
+		cr_assert(o);
+		uint64_t tot = 0;
+		for (uint32_t g = 0; g < 8; g++)
+			tot += o->sizes[g];
+		cr_assert_eq(tot, 8);
+		dm_oracle_free(o);
+
+		float same[40 * 3];
+		for (size_t i = 0; i < 40 * 3; i++)
+			same[i] = 1.5f;
+		p.k = 4;
+		o = dm_oracle_build(same, 40, 3, &p);
+		cr_assert(o);
+		tot = 0;
+		for (uint32_t g = 0; g < 4; g++)
+			tot += o->sizes[g];
+		cr_assert_eq(tot, 40);
+		uint32_t sp[4];
+		cr_assert_eq(dm_oracle_spill_order(o, 0, sp), 3);
+		dm_oracle_free(o);
+	}
+}
