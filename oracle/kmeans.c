@@ -27,7 +27,8 @@
  *    with a capacity-constrained assignment: all (point, centroid) pairs in increasing exact
  *    distance, a point goes to the first centroid that still has room (capacity
  *    ceil((1+eps) n/k)). A greedy stand-in for Malinen & Fraenti's balanced k-means (which
- *    solves the assignment exactly with the Hungarian algorithm, O(n^3)).
+ *    solves the assignment exactly with the Hungarian algorithm, O(n^3)). Then balancing
+ *    biases (km_bias) so that the predictor's nearest-centroid rule reproduces the balance.
  *  - DM_ORACLE_DOUBLING (SHINE): Lloyd with k' = k, 2k, 4k ... fine clusters; after each run
  *    the fine clusters are merged greedily into k groups (Ward cost n_i n_j/(n_i+n_j) |c_i -
  *    c_j|^2, i.e. the closest pair weighted by size, among pairs whose union still fits the
@@ -36,9 +37,9 @@
  * Why CONSTRAINED is the default (figures in docs/oracle.md, Fashion-MNIST and a skewed
  * Gaussian mixture, k = 4, 8, 16): with its balancing biases it meets the balance bound on
  * the sample in every case (doubling: 2 of 6, greedy merging has no look-ahead), its
- * held-out largest group is smaller in 4 of 6, its partitions are as tight or tighter (up
- * to 17% lower mean squared distance on Fashion-MNIST), and prediction costs k distance
- * computations instead of up to k * 2^4.
+ * held-out largest group is smaller in 4 of 6, its partitions are tighter on Fashion-MNIST
+ * (12-17% lower mean squared distance to the group mean) and within 4% on the mixture, and
+ * prediction costs k distance computations instead of up to k * 2^4.
  *
  * Balance criterion (both): the largest group holds at most (1+eps) n/k sample points when
  * every sample point is assigned the way the predictor would assign a query (nearest fine
