@@ -380,6 +380,21 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 		snprintf(msg, sizeof(msg), "upper area checksum mismatch (corrupted)");
 		goto err_free;
 	}
+	/* the padding before the blocks is covered by no checksum: it must be zeros */
+	uint64_t pad_off = h.up_off + h.up_words * 4, pad = h.data_off - pad_off;
+	unsigned char padbuf[IMG_ALIGN];
+	if ((rc = read_at(fd, padbuf, pad, pad_off)) < 0) {
+		snprintf(msg, sizeof(msg), "read: %s", strerror(-rc));
+		goto err_free;
+	}
+	for (uint64_t i = 0; i < pad; i++) {
+		if (padbuf[i]) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "non-zero padding at offset %llu (corrupted)",
+				 (unsigned long long)(pad_off + i));
+			goto err_free;
+		}
+	}
 	uint64_t off = h.data_off;
 	for (uint32_t b = 0; b < h.nblocks; b++) {
 		uint32_t nr = block_nrec(h.n, h.block_shift, b);

@@ -16,6 +16,8 @@ struct hnsw_scratch {
 	struct hnsw_cand *tmp;      /* neighbour-shrink candidates (2M + 1) */
 	uint32_t *nbuf;             /* copy of one neighbour list (2M) */
 	uint32_t *batch;            /* unvisited neighbours of one expansion (2M) */
+	struct hnsw_cand *lsel;     /* selected neighbours per level ((MAX_LEVEL + 1) x M) */
+	uint32_t lns[HNSW_MAX_LEVEL + 1];
 	uint32_t ef;
 };
 
@@ -33,7 +35,8 @@ struct hnsw_scratch *hnsw_scratch_new(uint32_t nodes, uint32_t M, uint32_t ef)
 	s->tmp = malloc((size_t)(2 * M + 1) * sizeof(*s->tmp));
 	s->nbuf = malloc((size_t)2 * M * sizeof(*s->nbuf));
 	s->batch = malloc((size_t)2 * M * sizeof(*s->batch));
-	if (!s->w || !s->sel || !s->tmp || !s->nbuf || !s->batch)
+	s->lsel = malloc((size_t)(HNSW_MAX_LEVEL + 1) * M * sizeof(*s->lsel));
+	if (!s->w || !s->sel || !s->tmp || !s->nbuf || !s->batch || !s->lsel)
 		goto err_free;
 	return s;
 
@@ -55,6 +58,7 @@ void hnsw_scratch_free(struct hnsw_scratch *s)
 	free(s->tmp);
 	free(s->nbuf);
 	free(s->batch);
+	free(s->lsel);
 	free(s);
 }
 
@@ -231,7 +235,13 @@ out_unlock:
 	hnsw_unlock(&idx->locks[e]);
 }
 
-/* Algorithm 1: INSERT. The record of id already holds its vector and level. */
+/* Algorithm 1: INSERT. The record of id already holds its vector and level.
+ *
+ * All levels are searched first, then the node's own lists are written, and only then do
+ * its neighbours link back to it. The searches cannot see the new node (nothing links to it
+ * yet), so this gives the same graph as linking level by level, but a concurrent insert that
+ * finds the node at some level always finds its lists of every level already written: it
+ * can never descend into a node with an empty list, nor have a back-link overwritten. */
 void hnsw_insert(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t id)
 {
 	uint32_t M = idx->p.M, dim = idx->p.dim;
@@ -258,25 +268,30 @@ void hnsw_insert(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t id)
 	for (int l = maxl; l > level; l--)
 		greedy(idx, s, q, (uint32_t)l, &cur, &curd);
 
-	for (int l = DM_MIN(level, maxl); l >= 0; l--) {
+	int low = DM_MIN(level, maxl);
+	for (int l = low; l >= 0; l--) {
 		uint32_t nw = search_layer(idx, s, q, cur, curd, idx->p.ef_construction, (uint32_t)l);
-		uint32_t mmax = l ? M : 2 * M;
-		uint32_t ns = select_heuristic(idx, s->w, nw, M, s->sel);
-		/* Our own list first (others may find us through it only after link_back). */
-		uint32_t *cnt, *ids = list_of(idx, id, (uint32_t)l, &cnt);
-		hnsw_lock(&idx->locks[id]);
-		for (uint32_t j = 0; j < ns; j++)
-			ids[j] = s->sel[j].id;
-		*cnt = ns;
-		hnsw_unlock(&idx->locks[id]);
-		/* link_back reuses s->sel: keep our selection in s->w (W is no longer needed). */
-		memcpy(s->w, s->sel, (size_t)ns * sizeof(*s->w));
-		for (uint32_t j = 0; j < ns; j++)
-			link_back(idx, s, s->w[j].id, id, s->w[j].d, (uint32_t)l, mmax);
+		struct hnsw_cand *sel = s->lsel + (size_t)l * M;
+		uint32_t ns = select_heuristic(idx, s->w, nw, M, sel);
+		s->lns[l] = ns;
 		if (ns) {
-			cur = s->w[0].id;
-			curd = s->w[0].d;
+			cur = sel[0].id;
+			curd = sel[0].d;
 		}
+	}
+	hnsw_lock(&idx->locks[id]);
+	for (int l = low; l >= 0; l--) {
+		uint32_t *cnt, *ids = list_of(idx, id, (uint32_t)l, &cnt);
+		for (uint32_t j = 0; j < s->lns[l]; j++)
+			ids[j] = s->lsel[(size_t)l * M + j].id;
+		*cnt = s->lns[l];
+	}
+	hnsw_unlock(&idx->locks[id]);
+	for (int l = low; l >= 0; l--) {
+		const struct hnsw_cand *sel = s->lsel + (size_t)l * M;
+		uint32_t mmax = l ? M : 2 * M;
+		for (uint32_t j = 0; j < s->lns[l]; j++)
+			link_back(idx, s, sel[j].id, id, sel[j].d, (uint32_t)l, mmax);
 	}
 
 	if (top) {
