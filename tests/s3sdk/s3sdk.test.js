@@ -1,0 +1,535 @@
+// s3sdk.test.js: drives dmann-s3 through the official AWS SDK for JavaScript
+// (@aws-sdk/client-s3vectors) on a loopback port: every operation, paging (nextToken,
+// segments), filters, every error shape, query results equal to a brute force computed here,
+// 503 under overload, and acknowledged writes surviving kill -9.
+//
+// Environment: DMANN_S3_BIN (the dmann-s3 binary), S3SDK_NODE_MODULES (where
+// @aws-sdk/client-s3vectors is installed). Run by tests/s3sdk/run.sh.
+'use strict';
+
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+
+const sdk = require(path.join(process.env.S3SDK_NODE_MODULES, '@aws-sdk/client-s3vectors'));
+const BIN = process.env.DMANN_S3_BIN;
+const AK = 'AKIDDMANNTEST';
+const SK = 'dmann/test+secret';
+const servers = [];
+
+// ---- server lifecycle --------------------------------------------------------------------
+
+async function startServer(dir, extra = []) {
+  const portFile = path.join(dir, 'port');
+  fs.rmSync(portFile, { force: true });
+  const proc = spawn(BIN, ['--listen', '127.0.0.1:0', '--data', path.join(dir, 'data'),
+    '--access-key', AK, '--secret-key', SK, '--port-file', portFile, ...extra],
+  { stdio: ['ignore', 'pipe', 'inherit'] });
+  const srv = { proc, dir, exited: new Promise((res) => proc.on('exit', (c, s) => res(s || c))) };
+  servers.push(srv);
+  await new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('listening on')) resolve();
+    });
+    proc.on('exit', (c) => reject(new Error(`dmann-s3 exited early (${c})`)));
+  });
+  srv.port = Number(fs.readFileSync(portFile, 'utf8'));
+  return srv;
+}
+
+async function stopServer(srv, signal = 'SIGTERM') {
+  srv.proc.kill(signal);
+  await srv.exited;
+  servers.splice(servers.indexOf(srv), 1);
+}
+
+after(async () => {
+  for (const s of [...servers]) await stopServer(s, 'SIGKILL');
+});
+
+function client(port, opts = {}) {
+  // A path prefix on the endpoint is kept by the SDK: the gateway routes on the last segment.
+  return new sdk.S3VectorsClient({
+    endpoint: `http://127.0.0.1:${port}/s3v`,
+    region: 'us-east-1',
+    credentials: { accessKeyId: opts.ak || AK, secretAccessKey: opts.sk || SK },
+    maxAttempts: opts.maxAttempts || 1,
+    systemClockOffset: opts.clockOffset || 0,
+  });
+}
+
+const send = (c, Cmd, input) => c.send(new sdk[Cmd](input));
+
+async function expectError(promise, name, status) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.equal(e.name, name, `expected ${name}, got ${e.name}: ${e.message}`);
+    assert.equal(e.$metadata.httpStatusCode, status);
+    assert.ok(typeof e.message === 'string' && e.message.length > 0);
+    return e;
+  }
+  assert.fail(`expected ${name}`);
+}
+
+// ---- data and brute force -----------------------------------------------------------------
+
+function rng(seed) {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    return x / 4294967296;
+  };
+}
+
+const GENRES = ['drama', 'comedy', 'horror', 'documentary'];
+const NONFILTER = ['text'];
+
+function makeVectors(n, dim, seed, prefix = 'v') {
+  const r = rng(seed);
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const data = Array.from({ length: dim }, () => Math.fround(r() * 2 - 1));
+    const md = {
+      genre: GENRES[Math.floor(r() * GENRES.length)],
+      year: 1990 + Math.floor(r() * 35),
+      rating: Math.round(r() * 50) / 10,
+      tags: ['t' + Math.floor(r() * 5), 't' + Math.floor(r() * 5)],
+      text: `free text ${i}`,
+    };
+    if (r() < 0.2) delete md.rating;
+    if (r() < 0.1) md.flag = r() < 0.5;
+    out.push({ key: `${prefix}${i}`, data: { float32: data }, metadata: md });
+  }
+  return out;
+}
+
+function distance(metric, a, b) {
+  let dot = 0, na = 0, nb = 0, l2 = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i];
+    l2 += (a[i] - b[i]) * (a[i] - b[i]);
+  }
+  return metric === 'euclidean' ? Math.sqrt(l2) : 1 - dot / Math.sqrt(na * nb);
+}
+
+// The filter semantics of docs/api.md, written independently of the C evaluator.
+function evalOp(op, arg, md, k) {
+  const has = Object.prototype.hasOwnProperty.call(md, k);
+  const vals = has ? (Array.isArray(md[k]) ? md[k] : [md[k]]) : [];
+  const eq = (a, b) => typeof a === typeof b && a === b;
+  const num = (f) => vals.some((x) => typeof x === 'number' && f(x));
+  switch (op) {
+    case '$eq': return vals.some((x) => eq(x, arg));
+    case '$ne': return !vals.some((x) => eq(x, arg));
+    case '$gt': return num((x) => x > arg);
+    case '$gte': return num((x) => x >= arg);
+    case '$lt': return num((x) => x < arg);
+    case '$lte': return num((x) => x <= arg);
+    case '$in': return vals.some((x) => arg.some((a) => eq(x, a)));
+    case '$nin': return !vals.some((x) => arg.some((a) => eq(x, a)));
+    case '$exists': return has === arg;
+    default: throw new Error(op);
+  }
+}
+
+function evalFilter(f, md) {
+  return Object.entries(f).every(([k, v]) => {
+    if (k === '$and') return v.every((g) => evalFilter(g, md));
+    if (k === '$or') return v.some((g) => evalFilter(g, md));
+    if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      return Object.entries(v).every(([op, arg]) => evalOp(op, arg, md, k));
+    }
+    return evalOp('$eq', v, md, k);
+  });
+}
+
+function bruteForce(rows, metric, q, k, filter) {
+  return rows
+    .filter((r) => !filter || evalFilter(filter, r.metadata || {}))
+    .map((r) => ({ key: r.key, d: distance(metric, q, r.data.float32) }))
+    .sort((a, b) => a.d - b.d)
+    .slice(0, k);
+}
+
+// Rank-by-rank equality with brute force (recall 1.0): the i-th returned distance equals the
+// i-th brute-force distance, and each returned key really has that distance (exact ties may
+// be ordered either way, so keys are not compared position by position).
+function assertSameAsBruteForce(got, rows, metric, q, k, filter) {
+  const want = bruteForce(rows, metric, q, k, filter);
+  const byKey = new Map(rows.map((r) => [r.key, r]));
+  assert.equal(got.length, want.length, `result count for filter ${JSON.stringify(filter)}`);
+  for (let i = 0; i < got.length; i++) {
+    const tol = 1e-4 * (1 + Math.abs(want[i].d));
+    assert.ok(Math.abs(got[i].distance - want[i].d) <= tol,
+      `rank ${i}: ${got[i].distance} vs brute force ${want[i].d}`);
+    const row = byKey.get(got[i].key);
+    assert.ok(row, `unknown key ${got[i].key}`);
+    assert.ok(Math.abs(distance(metric, q, row.data.float32) - got[i].distance) <= tol);
+    if (filter) assert.ok(evalFilter(filter, row.metadata), `${got[i].key} fails the filter`);
+  }
+  const keys = new Set(got.map((h) => h.key));
+  assert.equal(keys.size, got.length, 'duplicate keys in a result');
+}
+
+async function putAll(c, bucket, index, vectors) {
+  for (let i = 0; i < vectors.length; i += 500) {
+    await send(c, 'PutVectorsCommand', { vectorBucketName: bucket, indexName: index,
+      vectors: vectors.slice(i, i + 500) });
+  }
+}
+
+async function listAll(c, input) {
+  const out = [];
+  let nextToken;
+  let pages = 0;
+  do {
+    const r = await send(c, 'ListVectorsCommand', { ...input, nextToken });
+    out.push(...r.vectors);
+    nextToken = r.nextToken;
+    pages++;
+  } while (nextToken);
+  return { vectors: out, pages };
+}
+
+// ---- the tests -----------------------------------------------------------------------------
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'dmann-s3sdk-'));
+after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+let srv;
+let c;
+
+test('start dmann-s3', async () => {
+  srv = await startServer(tmp, ['--frag-rows', '256']);
+  c = client(srv.port);
+});
+
+test('vector buckets: create, get, list with prefix and paging, delete', async () => {
+  const arns = [];
+  for (const b of ['alpha-1', 'alpha-2', 'alpha-3', 'beta-1']) {
+    const r = await send(c, 'CreateVectorBucketCommand', { vectorBucketName: b });
+    assert.match(r.vectorBucketArn, new RegExp(`^arn:aws:s3vectors:[^:]+:\\d+:bucket/${b}$`));
+    arns.push(r.vectorBucketArn);
+  }
+  await expectError(send(c, 'CreateVectorBucketCommand', { vectorBucketName: 'alpha-1' }),
+    'ConflictException', 409);
+  const g = await send(c, 'GetVectorBucketCommand', { vectorBucketArn: arns[1] });
+  assert.equal(g.vectorBucket.vectorBucketName, 'alpha-2');
+  assert.ok(g.vectorBucket.creationTime instanceof Date);
+  assert.ok(Math.abs(g.vectorBucket.creationTime - Date.now()) < 600e3);
+
+  const names = [];
+  for await (const page of sdk.paginateListVectorBuckets({ client: c, pageSize: 1 },
+    { prefix: 'alpha' })) {
+    assert.ok(page.vectorBuckets.length <= 1);
+    names.push(...page.vectorBuckets.map((b) => b.vectorBucketName));
+  }
+  assert.deepEqual(names, ['alpha-1', 'alpha-2', 'alpha-3']);
+  await send(c, 'DeleteVectorBucketCommand', { vectorBucketName: 'alpha-3' });
+  await expectError(send(c, 'GetVectorBucketCommand', { vectorBucketName: 'alpha-3' }),
+    'NotFoundException', 404);
+  const all = await send(c, 'ListVectorBucketsCommand', {});
+  assert.deepEqual(all.vectorBuckets.map((b) => b.vectorBucketName),
+    ['alpha-1', 'alpha-2', 'beta-1']);
+});
+
+const B = 'alpha-1';
+const DIM = 24;
+const rowsCos = makeVectors(1300, DIM, 7, 'c');
+const rowsL2 = makeVectors(700, 8, 11, 'e');
+
+test('indexes: create, get, list, conflicts', async () => {
+  const r = await send(c, 'CreateIndexCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    dataType: 'float32', dimension: DIM, distanceMetric: 'cosine',
+    metadataConfiguration: { nonFilterableMetadataKeys: NONFILTER } });
+  assert.match(r.indexArn, /bucket\/alpha-1\/index\/cos-idx$/);
+  await send(c, 'CreateIndexCommand', { vectorBucketName: B, indexName: 'l2.idx',
+    dataType: 'float32', dimension: 8, distanceMetric: 'euclidean' });
+  await send(c, 'CreateIndexCommand', { vectorBucketName: B, indexName: 'tmp-idx',
+    dataType: 'float32', dimension: 2, distanceMetric: 'euclidean' });
+  await expectError(send(c, 'CreateIndexCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    dataType: 'float32', dimension: DIM, distanceMetric: 'cosine' }), 'ConflictException', 409);
+  const g = await send(c, 'GetIndexCommand', { indexArn: r.indexArn });
+  assert.equal(g.index.indexName, 'cos-idx');
+  assert.equal(g.index.vectorBucketName, B);
+  assert.equal(g.index.dimension, DIM);
+  assert.equal(g.index.distanceMetric, 'cosine');
+  assert.equal(g.index.dataType, 'float32');
+  assert.deepEqual(g.index.metadataConfiguration.nonFilterableMetadataKeys, NONFILTER);
+  assert.ok(g.index.creationTime instanceof Date);
+
+  const names = [];
+  for await (const p of sdk.paginateListIndexes({ client: c, pageSize: 2 },
+    { vectorBucketName: B })) names.push(...p.indexes.map((i) => i.indexName));
+  assert.deepEqual(names, ['cos-idx', 'l2.idx', 'tmp-idx']);
+  const pre = await send(c, 'ListIndexesCommand', { vectorBucketName: B, prefix: 'l2' });
+  assert.deepEqual(pre.indexes.map((i) => i.indexName), ['l2.idx']);
+  await expectError(send(c, 'DeleteVectorBucketCommand', { vectorBucketName: B }),
+    'ConflictException', 409);
+  await send(c, 'DeleteIndexCommand', { vectorBucketName: B, indexName: 'tmp-idx' });
+  await expectError(send(c, 'GetIndexCommand', { vectorBucketName: B, indexName: 'tmp-idx' }),
+    'NotFoundException', 404);
+});
+
+test('PutVectors and GetVectors round trip data and metadata', async () => {
+  await putAll(c, B, 'cos-idx', rowsCos);
+  await putAll(c, B, 'l2.idx', rowsL2);
+  const keys = ['c5', 'nope', 'c1299', 'c0'];
+  const r = await send(c, 'GetVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    keys, returnData: true, returnMetadata: true });
+  assert.deepEqual(r.vectors.map((v) => v.key), ['c5', 'c1299', 'c0']);
+  for (const v of r.vectors) {
+    const want = rowsCos[Number(v.key.slice(1))];
+    assert.deepEqual(v.data.float32.map(Math.fround), want.data.float32);
+    assert.deepEqual(v.metadata, want.metadata);
+  }
+  const bare = await send(c, 'GetVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    keys: ['c1'] });
+  assert.equal(bare.vectors[0].data, undefined);
+  assert.equal(bare.vectors[0].metadata, undefined);
+});
+
+test('ListVectors: nextToken paging and segments cover every key once', async () => {
+  const { vectors, pages } = await listAll(c, { vectorBucketName: B, indexName: 'cos-idx',
+    maxResults: 300, returnMetadata: true });
+  assert.equal(pages, 5);
+  assert.deepEqual(vectors.map((v) => v.key).sort(), rowsCos.map((r) => r.key).sort());
+  assert.deepEqual(vectors[0].metadata, rowsCos.find((r) => r.key === vectors[0].key).metadata);
+  assert.equal(vectors[0].data, undefined);
+
+  const seen = new Set();
+  for (let s = 0; s < 4; s++) {
+    const part = await listAll(c, { vectorBucketName: B, indexName: 'cos-idx', maxResults: 100,
+      segmentCount: 4, segmentIndex: s, returnData: true });
+    assert.ok(part.vectors.length > 0);
+    for (const v of part.vectors) {
+      assert.ok(!seen.has(v.key), `${v.key} in two segments`);
+      seen.add(v.key);
+      assert.equal(v.data.float32.length, DIM);
+    }
+  }
+  assert.equal(seen.size, rowsCos.length);
+  const def = await send(c, 'ListVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx' });
+  assert.equal(def.vectors.length, 500);
+  assert.ok(def.nextToken);
+});
+
+const FILTERS = [
+  { genre: 'drama' },
+  { genre: { $ne: 'drama' } },
+  { year: { $gte: 2010 } },
+  { $and: [{ genre: { $eq: 'drama' } }, { year: { $gte: 2005 } }] },
+  { $or: [{ genre: 'horror' }, { rating: { $lt: 1.5 } }] },
+  { genre: { $in: ['comedy', 'documentary'] } },
+  { genre: { $nin: ['comedy', 'documentary'] }, year: { $lt: 2000 } },
+  { rating: { $exists: false } },
+  { flag: true },
+  { tags: 't3' },
+  { tags: { $in: ['t0', 't4'] }, rating: { $gt: 2, $lte: 4 } },
+  { $or: [{ $and: [{ genre: 'comedy' }, { tags: { $ne: 't1' } }] }, { year: 1990 }] },
+  { genre: 'no-such-genre' },
+];
+
+test('QueryVectors equals brute force (cosine and euclidean, batched and filtered)', async () => {
+  const r = rng(99);
+  for (const [index, rows, metric, dim] of [['cos-idx', rowsCos, 'cosine', DIM],
+    ['l2.idx', rowsL2, 'euclidean', 8]]) {
+    // Concurrent queries: the gateway batches queued queries of one index into one scan.
+    const qs = Array.from({ length: 12 }, () => Array.from({ length: dim },
+      () => Math.fround(r() * 2 - 1)));
+    const res = await Promise.all(qs.map((q) => send(c, 'QueryVectorsCommand', {
+      vectorBucketName: B, indexName: index, topK: 10, queryVector: { float32: q },
+      returnDistance: true })));
+    res.forEach((out, i) => {
+      assert.equal(out.distanceMetric, metric);
+      assertSameAsBruteForce(out.vectors, rows, metric, qs[i], 10);
+      assert.equal(out.vectors[0].metadata, undefined);
+    });
+    for (const filter of FILTERS) {
+      const q = qs[0];
+      const out = await send(c, 'QueryVectorsCommand', { indexArn:
+        `arn:aws:s3vectors:us-east-1:000000000000:bucket/${B}/index/${index}`, topK: 25,
+      queryVector: { float32: q }, filter, returnDistance: true, returnMetadata: true });
+      assertSameAsBruteForce(out.vectors, rows, metric, q, 25, filter);
+      for (const v of out.vectors) {
+        assert.deepEqual(v.metadata, rows.find((x) => x.key === v.key).metadata);
+      }
+    }
+  }
+  const noDist = await send(c, 'QueryVectorsCommand', { vectorBucketName: B,
+    indexName: 'l2.idx', topK: 1, queryVector: { float32: rowsL2[3].data.float32 } });
+  assert.deepEqual(noDist.vectors, [{ key: 'e3' }]);
+});
+
+test('overwrite and DeleteVectors are visible to Get, List and Query', async () => {
+  const dead = rowsCos.slice(0, 40).map((v) => v.key);
+  await send(c, 'DeleteVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    keys: [...dead, 'never-existed'] });
+  const changed = rowsCos.slice(40, 60).map((v) => ({ key: v.key,
+    data: { float32: v.data.float32.map((x) => Math.fround(-x)) },
+    metadata: { genre: 'changed', year: 2030 } }));
+  await send(c, 'PutVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    vectors: changed });
+  const live = [...changed, ...rowsCos.slice(60)];
+  const g = await send(c, 'GetVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    keys: ['c0', 'c39', 'c40'], returnMetadata: true });
+  assert.deepEqual(g.vectors, [{ key: 'c40', metadata: { genre: 'changed', year: 2030 } }]);
+  const { vectors } = await listAll(c, { vectorBucketName: B, indexName: 'cos-idx',
+    maxResults: 1000 });
+  assert.equal(vectors.length, live.length);
+  const q = changed[0].data.float32;
+  const out = await send(c, 'QueryVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    topK: 30, queryVector: { float32: q }, returnDistance: true });
+  assertSameAsBruteForce(out.vectors, live, 'cosine', q, 30);
+  assert.equal(out.vectors[0].key, 'c40');
+  const f = await send(c, 'QueryVectorsCommand', { vectorBucketName: B, indexName: 'cos-idx',
+    topK: 100, queryVector: { float32: q }, filter: { genre: 'changed' }, returnDistance: true });
+  assertSameAsBruteForce(f.vectors, live, 'cosine', q, 100, { genre: 'changed' });
+  assert.equal(f.vectors.length, 20);
+});
+
+test('error shapes: ValidationException with fieldList, NotFound, Conflict, AccessDenied',
+  async () => {
+    const base = { vectorBucketName: B, indexName: 'cos-idx' };
+    const q = rowsCos[100].data.float32;
+    let e = await expectError(send(c, 'QueryVectorsCommand', { ...base, topK: 101,
+      queryVector: { float32: q } }), 'ValidationException', 400);
+    assert.equal(e.fieldList[0].path, '/topK');
+    e = await expectError(send(c, 'QueryVectorsCommand', { ...base, topK: 1,
+      queryVector: { float32: [1, 2] } }), 'ValidationException', 400);
+    assert.equal(e.fieldList[0].path, '/queryVector/float32');
+    e = await expectError(send(c, 'QueryVectorsCommand', { ...base, topK: 1,
+      queryVector: { float32: q }, filter: { text: 'free text 1' } }), 'ValidationException', 400);
+    assert.match(e.message, /non-filterable/);
+    e = await expectError(send(c, 'QueryVectorsCommand', { ...base, topK: 1,
+      queryVector: { float32: q }, filter: { year: { $gt: 'x' } } }), 'ValidationException', 400);
+    assert.equal(e.fieldList[0].path, '/filter');
+    e = await expectError(send(c, 'PutVectorsCommand', { ...base, vectors: [{ key: 'z',
+      data: { float32: new Array(DIM).fill(0) } }] }), 'ValidationException', 400);
+    assert.match(e.message, /zero/);
+    e = await expectError(send(c, 'PutVectorsCommand', { ...base, vectors: [{ key: 'z',
+      data: { float32: q }, metadata: Object.fromEntries(Array.from({ length: 51 },
+        (_, i) => [`k${i}`, i])) }] }), 'ValidationException', 400);
+    assert.equal(e.fieldList[0].path, '/vectors/0/metadata');
+    e = await expectError(send(c, 'PutVectorsCommand', { ...base,
+      vectors: Array.from({ length: 501 }, (_, i) => ({ key: `k${i}`, data: { float32: q } })) }),
+    'ValidationException', 400);
+    e = await expectError(send(c, 'GetVectorsCommand', { ...base,
+      keys: Array.from({ length: 101 }, (_, i) => `k${i}`) }), 'ValidationException', 400);
+    e = await expectError(send(c, 'CreateIndexCommand', { vectorBucketName: B,
+      indexName: 'big', dataType: 'float32', dimension: 4097, distanceMetric: 'cosine' }),
+    'ValidationException', 400);
+    assert.equal(e.fieldList[0].path, '/dimension');
+    e = await expectError(send(c, 'ListVectorsCommand', { ...base, nextToken: 'bogus' }),
+      'ValidationException', 400);
+    await expectError(send(c, 'QueryVectorsCommand', { vectorBucketName: B, indexName: 'nope',
+      topK: 1, queryVector: { float32: q } }), 'NotFoundException', 404);
+    await expectError(send(c, 'GetVectorsCommand', { vectorBucketName: 'no-bucket',
+      indexName: 'nope', keys: ['a'] }), 'NotFoundException', 404);
+    await expectError(send(c, 'CreateVectorBucketCommand', { vectorBucketName: B }),
+      'ConflictException', 409);
+    await expectError(send(client(srv.port, { sk: 'wrong' }), 'ListVectorBucketsCommand', {}),
+      'AccessDeniedException', 403);
+    await expectError(send(client(srv.port, { ak: 'AKIDUNKNOWN' }), 'ListVectorBucketsCommand',
+      {}), 'AccessDeniedException', 403);
+    e = await expectError(send(client(srv.port, { clockOffset: 3600e3 }),
+      'ListVectorBucketsCommand', {}), 'AccessDeniedException', 403);
+    assert.match(e.message, /expired/);
+  });
+
+test('overload: more concurrent queries than the queue admits get 503 at once', async () => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'ovl-'));
+  const s2 = await startServer(dir, ['--queue-depth', '2', '--search-threads', '1',
+    '--batch', '1']);
+  const c2 = client(s2.port);
+  await send(c2, 'CreateVectorBucketCommand', { vectorBucketName: 'ovl' });
+  await send(c2, 'CreateIndexCommand', { vectorBucketName: 'ovl', indexName: 'big',
+    dataType: 'float32', dimension: 512, distanceMetric: 'euclidean' });
+  const big = makeVectors(6000, 512, 5, 'b').map((v) => ({ key: v.key, data: v.data }));
+  await putAll(c2, 'ovl', 'big', big);
+  const t0 = Date.now();
+  const results = await Promise.allSettled(Array.from({ length: 40 }, (_, i) =>
+    send(c2, 'QueryVectorsCommand', { vectorBucketName: 'ovl', indexName: 'big', topK: 5,
+      queryVector: { float32: big[i].data.float32 } }).then((r) => ({ r, t: Date.now() - t0 }))
+      .catch((e) => { e.t = Date.now() - t0; throw e; })));
+  const ok = results.filter((x) => x.status === 'fulfilled');
+  const refused = results.filter((x) => x.status === 'rejected');
+  assert.ok(ok.length >= 1, 'some queries are served');
+  assert.ok(refused.length >= 1, 'some queries are refused');
+  for (const x of refused) {
+    assert.equal(x.reason.name, 'ServiceUnavailableException');
+    assert.equal(x.reason.$metadata.httpStatusCode, 503);
+  }
+  for (const x of ok) assert.equal(x.value.r.vectors[0].key, big[results.indexOf(x)].key);
+  const slowestOk = Math.max(...ok.map((x) => x.value.t));
+  const slowestRefusal = Math.max(...refused.map((x) => x.reason.t));
+  console.log(`# overload: ${ok.length} served, ${refused.length} refused with 503; ` +
+    `slowest refusal ${slowestRefusal} ms, slowest answer ${slowestOk} ms`);
+  await stopServer(s2);
+});
+
+test('kill -9 after acknowledged PutVectors: every acknowledged vector survives', async () => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'crash-'));
+  let s3 = await startServer(dir);
+  let c3 = client(s3.port);
+  await send(c3, 'CreateVectorBucketCommand', { vectorBucketName: 'crash' });
+  await send(c3, 'CreateIndexCommand', { vectorBucketName: 'crash', indexName: 'crash-ix',
+    dataType: 'float32', dimension: 16, distanceMetric: 'cosine' });
+  const rows = makeVectors(900, 16, 3, 'k');
+  // A stream of puts; kill -9 while more are in flight; only acknowledged ones count.
+  const acked = [];
+  let killed = false;
+  const stream = (async () => {
+    for (let i = 0; i < rows.length && !killed; i += 50) {
+      const batch = rows.slice(i, i + 50);
+      try {
+        await send(c3, 'PutVectorsCommand', { vectorBucketName: 'crash', indexName: 'crash-ix',
+          vectors: batch });
+        acked.push(...batch);
+      } catch (e) {
+        break;
+      }
+    }
+  })();
+  while (acked.length < 300) await new Promise((res) => setTimeout(res, 5));
+  killed = true;
+  s3.proc.kill('SIGKILL');
+  await s3.exited;
+  servers.splice(servers.indexOf(s3), 1);
+  await stream;
+  s3 = await startServer(dir);
+  c3 = client(s3.port);
+  for (let i = 0; i < acked.length; i += 100) {
+    const keys = acked.slice(i, i + 100).map((v) => v.key);
+    const r = await send(c3, 'GetVectorsCommand', { vectorBucketName: 'crash', indexName: 'crash-ix',
+      keys, returnData: true, returnMetadata: true });
+    assert.equal(r.vectors.length, keys.length, 'acknowledged vectors missing after kill -9');
+    for (const v of r.vectors) {
+      const want = rows[Number(v.key.slice(1))];
+      assert.deepEqual(v.metadata, want.metadata);
+      assert.deepEqual(v.data.float32.map(Math.fround), want.data.float32);
+    }
+  }
+  console.log(`# kill -9: ${acked.length} acknowledged vectors all recovered`);
+  await stopServer(s3);
+});
+
+test('clean restart keeps everything; delete index and bucket', async () => {
+  await stopServer(srv);
+  srv = await startServer(tmp);
+  c = client(srv.port);
+  const { vectors } = await listAll(c, { vectorBucketName: B, indexName: 'l2.idx',
+    maxResults: 1000 });
+  assert.equal(vectors.length, rowsL2.length);
+  await send(c, 'DeleteIndexCommand', { vectorBucketName: B, indexName: 'l2.idx' });
+  await send(c, 'DeleteIndexCommand', { indexArn:
+    `arn:aws:s3vectors:us-east-1:000000000000:bucket/${B}/index/cos-idx` });
+  await send(c, 'DeleteVectorBucketCommand', { vectorBucketName: B });
+  const all = await send(c, 'ListVectorBucketsCommand', {});
+  assert.deepEqual(all.vectorBuckets.map((b) => b.vectorBucketName), ['alpha-2', 'beta-1']);
+});
