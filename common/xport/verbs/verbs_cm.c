@@ -12,10 +12,10 @@
  * FNV-1a hash over them and the payload, so a READ racing the local write is detected and
  * retried). Only handshake messages, which are public (nonces and HMAC proofs), are ever
  * readable there; no key to application memory exists before the handshake succeeded.
- * After the server's HS_RESULT the client writes an empty DONE slot, and the server returns
- * from accept only when it has read it, so neither side tears down a handshake the other
- * is still reading. A side that refuses the peer writes its HS_RESULT(-errno) and lingers
- * until the peer disconnects (at most a second) so that the peer can read why.
+ * The area stays registered for the connection's lifetime, so the client can still read
+ * the server's HS_RESULT after accept returned. A side that refuses the peer writes its
+ * HS_RESULT(-errno) and lingers until the peer disconnects (at most a second) so that the
+ * peer can read why before the area goes away.
  */
 #include "verbs_int.h"
 #include "../handshake.h"
@@ -468,16 +468,6 @@ static int verbs_handshake(struct verbs_conn *vc, enum dm_hs_role role, uint64_t
 		goto out_clear;
 	}
 	rc = 0;
-	if (role == DM_HS_CLIENT) {
-		hs_put(vc, mine, NULL, 0);   /* DONE: the server may stop serving its slots */
-	} else {
-		rc = hs_get(vc, theirs, in, sizeof(in), &inlen, deadline);
-		if (rc == 0 && inlen != 0)
-			rc = -EPROTO;
-		if (rc)
-			dm_warn("verbs: handshake with %s: no DONE from the client: %s",
-				vc->base.peer, strerror(-rc));
-	}
 out_clear:
 	dm_hs_clear(&hs);
 	return rc;

@@ -330,6 +330,26 @@ int verbs_write_batch(struct dm_conn *c, const struct dm_rdma_wr *wr, int n)
 	return rw_batch(c, wr, n, true);
 }
 
+/* Fail a WR the device refused at post time for a reason the responder would have refused
+ * it for (rxe checks atomic alignment in ibv_post_send): report it as the error completion
+ * an RNIC would produce and put the connection in error state, like RC does. */
+static int fail_as_completion(struct verbs_conn *vc, uint64_t wr_id, uint8_t opcode, int status)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	struct dm_wc wc = { .wr_id = wr_id, .status = status, .opcode = opcode };
+	int rc = verbs_reap(vc);   /* earlier completions first */
+
+	if (rc)
+		return rc;
+	if (vc->stash_n >= vc->stash_cap)
+		return -EAGAIN;
+	stash_push(vc, &wc);
+	vc->error = true;
+	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE))
+		dm_warn("verbs: %s: cannot move the QP to error: %s", vc->base.peer, strerror(errno));
+	return 0;
+}
+
 /* One 8-byte atomic (compare-and-swap or fetch-and-add); the old value lands in *local. */
 static int atomic_op(struct verbs_conn *vc, bool cas, uint64_t wr_id, uint64_t *local,
 		     struct dm_mr *mr, uint64_t remote, uint32_t rkey, uint64_t a, uint64_t b,
@@ -339,13 +359,15 @@ static int atomic_op(struct verbs_conn *vc, bool cas, uint64_t wr_id, uint64_t *
 	struct ibv_sge *s = &vc->sges[0];
 	int rc;
 
-	/* a misaligned remote address is the responder's to refuse (an error completion,
-	 * -EINVAL), as with any other bad remote address */
+	/* a misaligned remote address fails as a completion (-EINVAL), not at post time,
+	 * as the responder would refuse it */
 	if (!in_mr(mr, local, 8) || ((uintptr_t)local & 7))
 		return -EINVAL;
 	rc = sq_reserve(vc, 1);
 	if (rc)
 		return rc;
+	if (remote & 7)
+		return fail_as_completion(vc, wr_id, cas ? DM_WC_CAS : DM_WC_FAA, -EINVAL);
 	memset(w, 0, sizeof(*w));
 	s->addr = (uintptr_t)local;
 	s->length = 8;
