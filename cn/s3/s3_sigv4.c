@@ -190,7 +190,8 @@ static int canonical_query(struct sb *out, const char *q)
 		q = amp ? amp + 1 : end;
 	}
 	if (!rc) {
-		qsort(ps, np, sizeof(*ps), qparam_cmp);
+		if (np)
+			qsort(ps, np, sizeof(*ps), qparam_cmp);
 		for (size_t i = 0; i < np; i++) {
 			if (i)
 				sb_putc(out, '&');
