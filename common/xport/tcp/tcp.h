@@ -23,6 +23,13 @@ struct tcp_buf {                 /* bytes [off, len) are pending */
 	size_t off, len, cap;
 };
 
+struct tcp_seg {                 /* response data sent straight from an MR (no copy) */
+	size_t at;               /* position in the output buffer where it belongs */
+	const uint8_t *ptr;
+	uint32_t len;
+};
+#define TCP_MAX_SEGS 256
+
 struct tcp_mr {
 	struct dm_mr mr;
 	int access;
@@ -87,6 +94,9 @@ struct tcp_conn {
 	bool ack_owed;
 	uint64_t ack_id;
 	bool removed;                      /* taken out of epoll by the progress thread */
+	struct tcp_seg *segs;              /* zero-copy READ responses of this parse batch */
+	uint32_t nseg;
+	bool zc;                           /* output was empty: zero-copy allowed */
 	struct tcp_conn *blk_next;         /* blocked list (progress thread) */
 	bool closing;
 };

@@ -9,11 +9,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TCP_RX_CAP       (256u * 1024)
 #define TCP_DIRECT_MIN   (16u * 1024)   /* payloads this large are received in place */
+#define TCP_ZC_MIN       1024u          /* READ data this large is sent from the MR */
 #define RW_REQ_LEN       (DM_WIRE_HDR_LEN + sizeof(struct dm_wire_rw_req))
 
 static inline struct tcp_conn *to_tc(struct dm_conn *dc)
@@ -80,7 +82,8 @@ struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer)
 	c->cq = calloc(c->cq_cap, sizeof(*c->cq));
 	c->rx_cap = TCP_RX_CAP;
 	c->rx = malloc(c->rx_cap);
-	if (!c->ops || !c->cq || !c->rx)
+	c->segs = calloc(TCP_MAX_SEGS, sizeof(*c->segs));
+	if (!c->ops || !c->cq || !c->rx || !c->segs)
 		goto err_free;
 	if (buf_reserve(&c->out, 16384))
 		goto err_free;
@@ -104,6 +107,7 @@ struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer)
 err_free:
 	errno = ENOMEM;
 err_free_keep_errno:
+	free(c->segs);
 	free(c->out.data);
 	free(c->rx);
 	free(c->cq);
@@ -122,6 +126,7 @@ void tcp_conn_free(struct tcp_conn *c)
 	close(c->fd);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
+	free(c->segs);
 	free(c->out.data);
 	free(c->rx);
 	free(c->cq);
@@ -214,12 +219,18 @@ static void conn_fail_locked(struct tcp_conn *c, int status, const char *why)
 
 		cq_push(c, op->wr_id, status, 0, op->opcode);
 	}
+	/* A receive buffer being filled is not returned to the pool: it completes in error. */
+	if (c->pl_kind == TCP_PL_SEND) {
+		cq_push(c, c->pl_recv.wr_id, status, 0, DM_WC_RECV);
+		c->pl_kind = TCP_PL_NONE;
+	}
 	if (!c->removed) {
 		epoll_ctl(c->tx->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		c->removed = true;
 	}
 	shutdown(c->fd, SHUT_RDWR);
 	c->out.off = c->out.len = 0;
+	c->nseg = 0;
 	pthread_cond_broadcast(&c->cond);
 }
 
@@ -251,6 +262,63 @@ static int conn_flush(struct tcp_conn *c)
 	b->off = b->len = 0;
 	if (c->ev_out) {
 		c->ev_out = false;
+		conn_arm(c);
+	}
+	return 0;
+}
+
+/* Write the output buffer with the zero-copy segments gathered in (one sendmsg when the
+ * socket takes it all); what the socket does not take is copied into a fresh output buffer,
+ * because MR memory may change or go away once the MR read lock is released. c->lock and
+ * the MR read lock held. 0, -ENOMEM or -ECONNRESET. */
+static int conn_flush_segs(struct tcp_conn *c)
+{
+	struct iovec iov[2 * TCP_MAX_SEGS + 1];
+	struct tcp_buf *b = &c->out, nb = { 0 };
+	size_t pos = b->off, total = 0;
+	int k = 0, i = 0;
+
+	for (uint32_t s = 0; s < c->nseg; s++) {
+		if (c->segs[s].at > pos)
+			iov[k++] = (struct iovec){ b->data + pos, c->segs[s].at - pos };
+		iov[k++] = (struct iovec){ (void *)c->segs[s].ptr, c->segs[s].len };
+		pos = c->segs[s].at;
+	}
+	if (b->len > pos)
+		iov[k++] = (struct iovec){ b->data + pos, b->len - pos };
+	c->nseg = 0;
+	for (int j = 0; j < k; j++)
+		total += iov[j].iov_len;
+	while (i < k) {
+		struct msghdr mh = { .msg_iov = iov + i, .msg_iovlen = (size_t)(k - i) };
+		ssize_t n = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		if (n <= 0)
+			return -ECONNRESET;
+		total -= (size_t)n;
+		for (; i < k && (size_t)n >= iov[i].iov_len; i++)
+			n -= (ssize_t)iov[i].iov_len;
+		if (i < k) {
+			iov[i].iov_base = (uint8_t *)iov[i].iov_base + n;
+			iov[i].iov_len -= (size_t)n;
+		}
+	}
+	if (i == k) {
+		b->off = b->len = 0;
+		return 0;
+	}
+	if (buf_reserve(&nb, total))
+		return -ENOMEM;
+	for (; i < k; i++)
+		memcpy(buf_tail(&nb, iov[i].iov_len), iov[i].iov_base, iov[i].iov_len);
+	free(b->data);
+	*b = nb;
+	if (!c->ev_out) {
+		c->ev_out = true;
 		conn_arm(c);
 	}
 	return 0;
@@ -514,12 +582,12 @@ int tcp_wait(struct dm_conn *dc, struct dm_wc *wc, int n, int timeout_ms)
 
 /* Append a header-only or fixed-body message to the output; any SEND_ACK we owe goes first
  * so that the peer sees its completions in request order. c->lock held. */
-static uint8_t *emit(struct tcp_conn *c, uint16_t op, uint32_t len, int32_t status,
-		     uint64_t req_id)
+static uint8_t *emit_part(struct tcp_conn *c, uint16_t op, uint32_t len, uint32_t inbuf,
+			  int32_t status, uint64_t req_id)
 {
 	uint8_t *p;
 
-	if (buf_reserve(&c->out, len + DM_WIRE_HDR_LEN)) {
+	if (buf_reserve(&c->out, inbuf + DM_WIRE_HDR_LEN)) {
 		conn_fail_locked(c, -ENOMEM, "out of memory");
 		return NULL;
 	}
@@ -530,9 +598,16 @@ static uint8_t *emit(struct tcp_conn *c, uint16_t op, uint32_t len, int32_t stat
 	}
 	if (op == DM_OP_SEND_ACK)
 		c->ack_owed = false;   /* cumulative: this one covers what we owed */
-	p = buf_tail(&c->out, len);
+	p = buf_tail(&c->out, inbuf);
 	dm_wire_hdr_encode(p, op, len, status, req_id);
 	return p;
+}
+
+/* Append a whole message of len bytes (header + fixed body + payload to fill in). */
+static uint8_t *emit(struct tcp_conn *c, uint16_t op, uint32_t len, int32_t status,
+		     uint64_t req_id)
+{
+	return emit_part(c, op, len, len, status, req_id);
 }
 
 /* An error response: the request is refused and, like an RC QP after a remote error, this
@@ -633,6 +708,14 @@ static int handle(struct tcp_conn *c, const struct dm_wire_hdr *h, const uint8_t
 		st = mr_check(tx, m.rkey, m.remote, m.len, DM_MR_REMOTE_READ, &ptr);
 		if (st) {
 			emit_error(c, DM_OP_READ_RESP, st, h->req_id);
+			return 0;
+		}
+		if (c->zc && c->nseg < TCP_MAX_SEGS && m.len >= TCP_ZC_MIN) {
+			/* Header now, data gathered from the MR when the batch is written. */
+			if (emit_part(c, DM_OP_READ_RESP, DM_WIRE_HDR_LEN + m.len, DM_WIRE_HDR_LEN,
+				      0, h->req_id))
+				c->segs[c->nseg++] = (struct tcp_seg){ .at = c->out.len, .ptr = ptr,
+								       .len = m.len };
 			return 0;
 		}
 		p = emit(c, DM_OP_READ_RESP, DM_WIRE_HDR_LEN + m.len, 0, h->req_id);
@@ -773,6 +856,7 @@ static void conn_parse(struct tcp_conn *c)
 
 	pthread_rwlock_rdlock(&tx->mr_lock);
 	pthread_mutex_lock(&c->lock);
+	c->zc = c->out.off == c->out.len && !c->ev_out;
 	while (!c->failed && !c->rx_blocked) {
 		size_t avail = c->rx_len - c->rx_off;
 		struct dm_wire_hdr h;
@@ -831,8 +915,15 @@ static void conn_parse(struct tcp_conn *c)
 	if (!c->failed) {
 		if (c->ack_owed)
 			emit(c, DM_OP_SEND_ACK, DM_WIRE_HDR_LEN, 0, c->ack_id);
-		if (!c->failed && !c->ev_out && conn_flush(c))
+		if (c->nseg) {
+			int rc = conn_flush_segs(c);
+
+			if (rc)
+				conn_fail_locked(c, rc, rc == -ENOMEM ? "out of memory" :
+					      "peer closed the connection");
+		} else if (!c->failed && !c->ev_out && conn_flush(c)) {
 			conn_fail_locked(c, -ECONNRESET, "peer closed the connection");
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	pthread_rwlock_unlock(&tx->mr_lock);
