@@ -32,4 +32,9 @@ int dm_cmd_search(int argc, char **argv);
 /* Local clusters (cli_local.c). */
 int dm_cmd_local(int argc, char **argv);
 
+/* Commands on a running cluster (cli_cluster.c). */
+int dm_cmd_load(int argc, char **argv);
+int dm_cmd_bench(int argc, char **argv);
+int dm_cmd_status(int argc, char **argv);
+
 #endif

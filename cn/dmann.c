@@ -12,6 +12,9 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "build", "build an HNSW index image from a vector file", dm_cmd_build },
 	{ "search", "search an index image locally: recall, QPS, latency", dm_cmd_search },
 	{ "local", "start or stop a local cluster (loopback or network namespaces)", dm_cmd_local },
+	{ "load", "place an index image on the memory nodes", dm_cmd_load },
+	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },
+	{ "status", "show every node of a cluster", dm_cmd_status },
 	{ NULL, NULL, NULL },
 };
 

@@ -12,6 +12,8 @@ struct dm_xport *dm_cluster_xport(const struct dm_cluster_cfg *cfg, const char *
 		.secret = cfg->secret,
 		.secret_len = cfg->secret_len,
 		.device = device && *device ? device : NULL,
+		/* Every process posts several message pools to one shared receive queue. */
+		.max_recv_wr = 4096,
 	};
 	struct dm_xport *x = dm_xport_open(&p);
 

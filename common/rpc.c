@@ -154,13 +154,11 @@ int dm_rpc_send(struct dm_rpc_chan *ch, uint16_t op, uint64_t req_id, int32_t st
 			return wc.status;
 		if (wc.opcode == DM_WC_RECV && wc.status)
 			return wc.status;
-		/* The answer may be polled before our own send completion: keep it for recv. */
-		if (wc.opcode == DM_WC_RECV && !ch->stashed) {
-			ch->stash = wc;
-			ch->stashed = true;
-		} else {
+		/* Answers may be polled before our own send completion: keep them for recv. */
+		if (wc.opcode == DM_WC_RECV && ch->nstash < DM_ARRAY_SIZE(ch->stash))
+			ch->stash[ch->nstash++] = wc;
+		else
 			stray(ch, &wc);
-		}
 	}
 }
 
@@ -171,9 +169,9 @@ int dm_rpc_recv(struct dm_rpc_chan *ch, int timeout_ms, uint8_t **buf, uint32_t 
 	int rc;
 
 	for (;;) {
-		if (ch->stashed) {
-			wc = ch->stash;
-			ch->stashed = false;
+		if (ch->nstash) {
+			wc = ch->stash[0];
+			memmove(ch->stash, ch->stash + 1, --ch->nstash * sizeof(wc));
 			rc = 1;
 		} else {
 			rc = dm_conn_wait(ch->c, &wc, 1, timeout_ms);

@@ -1,7 +1,8 @@
 /* rpc.h: request/response messaging over the two-sided channel of the transport, as used
  * by the control RPC (CN/CLI -> MN) and, later, query forwarding.
  *
- * A message pool is the receive side of a context: count buffers of size bytes in one
+ * A message pool is the receive side of a context (exactly one per context: the shared
+ * receive queue mixes all connections' messages, and wr_ids name pool buffers): count buffers of size bytes in one
  * registered area, all posted to the context's shared receive queue; a RECV completion's
  * wr_id names its buffer, which must be reposted after use. A channel pairs a connection
  * with a registered send buffer; dm_rpc_call sends a request and waits for the response
@@ -40,8 +41,10 @@ struct dm_rpc_chan {
 	uint32_t ssize;
 	uint64_t next_id;
 	int timeout_ms;
-	bool stashed;          /* a RECV that completed before our SEND did */
-	struct dm_wc stash;
+	/* RECVs polled while waiting for our own SEND completion (a pipelining caller has
+	 * several answers in flight), handed out first by dm_rpc_recv. */
+	uint32_t nstash;
+	struct dm_wc stash[64];
 };
 
 /* Set up a channel on conn with a send buffer of ssize bytes. 0 or -errno. */

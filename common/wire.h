@@ -23,6 +23,7 @@
  *   0x0100-0x01ff  tcp transport: one-sided ops as request/response, two-sided SEND
  *   0x1000-0x1fff  control RPC between CN and MN (catalog, appends, snapshots) -- reserved
  *   0x2000-0x2fff  messages forwarded between compute nodes -- reserved
+ *   0x3000-0x30ff  native query protocol: clients (dmann bench) <-> compute nodes
  *
  * Handshake (client C connects to server S; secret K is the cluster secret):
  *   C -> S  HS_HELLO   {version, cluster name, nonce_c}
@@ -271,5 +272,91 @@ void dm_wire_ctl_info_encode(uint8_t *buf, const struct dm_wire_ctl_info *m);
 int dm_wire_ctl_info_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_info *m);
 void dm_wire_ctl_obj_encode(uint8_t *buf, const struct dm_wire_ctl_obj *m);
 int dm_wire_ctl_obj_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_obj *m);
+
+/* ---- native query protocol: client <-> compute node (0x3000-0x30ff) --------------------
+ *
+ * Carried as transport SEND payloads on a client's connection to a CN; a client may keep
+ * many SEARCH requests in flight (answers can come back in any order; qid matches them).
+ *
+ *   Q_SEARCH  search{qid, k, ef, dim} + dim f32        -> result{qid, n, counters} + n hits
+ *   Q_CONFIG  config{cache bytes, admission ppm, flags} -> {}    (flags: CLEAR the cache)
+ *   Q_STATS   {}                                        -> stats{cache and query counters}
+ * A failed search answers Q_SEARCH+1 with status -errno and a result body whose n is 0
+ * (so that the client still learns the qid).
+ */
+enum dm_wire_q_op {
+	DM_OP_Q_SEARCH = 0x3000,
+	DM_OP_Q_CONFIG = 0x3002,
+	DM_OP_Q_STATS  = 0x3004,
+	/* responses: request op + 1 */
+};
+
+#define DM_Q_MAX_DIM 4096u
+#define DM_Q_MAX_K   1024u
+#define DM_Q_MAX_EF  65536u
+#define DM_Q_CONFIG_CLEAR 1u
+
+struct dm_wire_q_search {      /* Q_SEARCH request, followed by dim little-endian f32 */
+	uint64_t qid;
+	uint32_t k;
+	uint32_t ef;
+	uint32_t dim;
+	uint32_t flags;            /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_q_search) == 24, "q_search layout");
+
+struct dm_wire_q_result {      /* Q_SEARCH response, followed by n hits */
+	uint64_t qid;
+	uint32_t n;
+	uint32_t hops;
+	uint32_t reads;            /* records read from memory nodes */
+	uint32_t round_trips;      /* batches that needed at least one remote READ */
+	uint32_t cache_hits;
+	uint32_t rereads;          /* records read again after failing validation */
+	uint64_t bytes;            /* bytes read from memory nodes */
+	uint64_t latency_ns;       /* time the CN spent on the query */
+};
+_Static_assert(sizeof(struct dm_wire_q_result) == 48, "q_result layout");
+
+struct dm_wire_q_hit {
+	uint64_t id;
+	float dist;
+	uint32_t reserved;         /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_q_hit) == 16, "q_hit layout");
+
+struct dm_wire_q_config {      /* Q_CONFIG request */
+	uint64_t cache_bytes;
+	uint32_t admit_ppm;        /* admission probability once full, parts per million */
+	uint32_t flags;            /* DM_Q_CONFIG_CLEAR */
+};
+_Static_assert(sizeof(struct dm_wire_q_config) == 16, "q_config layout");
+
+struct dm_wire_q_stats {       /* Q_STATS response */
+	uint64_t hits, misses, evictions, entries;
+	uint64_t cache_bytes, capacity_bytes;
+	uint64_t queries, errors;
+	uint64_t index_bytes;      /* size of the index's records (for cache ratios) */
+	uint32_t node_id, workers;
+};
+_Static_assert(sizeof(struct dm_wire_q_stats) == 80, "q_stats layout");
+
+/* Check a query-protocol message (header decoded from a buffer of buflen bytes): known op,
+ * length consistent with the body (SEARCH: dim floats; result: n hits). 0 or -EBADMSG /
+ * -EPROTO. */
+int dm_wire_q_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t buflen);
+void dm_wire_q_search_encode(uint8_t *buf, const struct dm_wire_q_search *m);
+int dm_wire_q_search_decode(const uint8_t *buf, size_t len, struct dm_wire_q_search *m);
+void dm_wire_q_result_encode(uint8_t *buf, const struct dm_wire_q_result *m);
+int dm_wire_q_result_decode(const uint8_t *buf, size_t len, struct dm_wire_q_result *m);
+void dm_wire_q_hit_encode(uint8_t *buf, const struct dm_wire_q_hit *m);
+int dm_wire_q_hit_decode(const uint8_t *buf, size_t len, struct dm_wire_q_hit *m);
+void dm_wire_q_config_encode(uint8_t *buf, const struct dm_wire_q_config *m);
+int dm_wire_q_config_decode(const uint8_t *buf, size_t len, struct dm_wire_q_config *m);
+void dm_wire_q_stats_encode(uint8_t *buf, const struct dm_wire_q_stats *m);
+int dm_wire_q_stats_decode(const uint8_t *buf, size_t len, struct dm_wire_q_stats *m);
+/* dim floats after the search body (little-endian on the wire, as on every host we run). */
+void dm_wire_put_f32s(uint8_t *buf, const float *v, uint32_t n);
+void dm_wire_get_f32s(const uint8_t *buf, float *v, uint32_t n);
 
 #endif /* DM_WIRE_H */

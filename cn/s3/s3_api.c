@@ -442,6 +442,25 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* encryptionConfiguration: only the default (SSE with AES256) is accepted; the gateway
+ * does not encrypt at rest itself (docs/api.md). */
+static int check_encryption(struct s3_resp *r, json_t *enc)
+{
+	const char *sse;
+
+	if (!enc || json_is_null(enc))
+		return 0;
+	if (!json_is_object(enc))
+		return verr(r, "/encryptionConfiguration", "encryptionConfiguration must be an "
+			    "object");
+	if (get_str(r, enc, "sseType", &sse) < 0)
+		return -EINVAL;
+	if (json_object_get(enc, "kmsKeyArn") || (sse && strcmp(sse, "AES256")))
+		return verr(r, "/encryptionConfiguration/sseType", "only sseType AES256 is "
+			    "accepted by this gateway (no KMS)");
+	return 0;
+}
+
 static void op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 {
 	const char *name;
@@ -460,21 +479,8 @@ static void op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 		     "or digit");
 		return;
 	}
-	if (enc && !json_is_null(enc)) {
-		const char *sse;
-
-		if (!json_is_object(enc)) {
-			verr(r, "/encryptionConfiguration", "must be an object");
-			return;
-		}
-		if (get_str(r, enc, "sseType", &sse) < 0)
-			return;
-		if (sse && strcmp(sse, "AES256")) {
-			verr(r, "/encryptionConfiguration/sseType", "only AES256 is supported "
-			     "by this gateway");
-			return;
-		}
-	}
+	if (check_encryption(r, enc))
+		return;
 	rc = flat_bucket_create(a->store, name, now_ms());
 	if (rc) {
 		engine_err(r, rc, "vector bucket");
@@ -496,9 +502,9 @@ static void op_get_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 		engine_err(r, rc, "vector bucket");
 		return;
 	}
-	ok(r, json_pack("{s:{s:s, s:o, s:f, s:{s:s}}}", "vectorBucket", "vectorBucketName", b,
+	ok(r, json_pack("{s:{s:s, s:o, s:f}}", "vectorBucket", "vectorBucketName", b,
 			"vectorBucketArn", bucket_arn(a, b), "creationTime",
-			ms_to_s(bi.created_ms), "encryptionConfiguration", "sseType", "AES256"));
+			ms_to_s(bi.created_ms)));
 }
 
 static void op_delete_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
@@ -592,6 +598,8 @@ static void op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 		     "digits, hyphens and dots, starting and ending with a letter or digit");
 		return;
 	}
+	if (check_encryption(r, json_object_get(o, "encryptionConfiguration")))
+		return;
 	if (!dtype || strcmp(dtype, "float32")) {
 		verr(r, "/dataType", "dataType is required and must be float32");
 		return;

@@ -1,0 +1,230 @@
+/* cn_main.c: dmann-cn, the compute node. Connects to the memory nodes, reads the index
+ * metadata and block table from them (when an index is loaded), and serves clients on its
+ * address: each client connection gets a worker thread that keeps many queries in flight.
+ * A memory node failure fails the affected queries with a clear error; the main thread
+ * reconnects and re-reads the block table until the node is back. SIGTERM: clean exit. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cn.h"
+#include "dm_config.h"
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	got_signal = 1;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: dmann-cn --config FILE --id N [--log LEVEL]\n\n"
+		"Run compute node N of the cluster described by FILE: connect to the memory\n"
+		"nodes, load the block table and upper levels of the placed index, and serve\n"
+		"queries (dmann bench, the native protocol) on its address.\n\n"
+		"  --config FILE  cluster INI file\n"
+		"  --id N         which [cn.N] section this process is\n"
+		"  --log LEVEL    error|warn|info|debug (default info)\n"
+		"  --help         this text\n");
+}
+
+int cn_refresh(struct cn *cn, bool force)
+{
+	struct dindex *d = NULL;
+	struct mn_set *s;
+	char err[512];
+	int rc;
+
+	pthread_mutex_lock(&cn->ctl_lock);
+	if (force || !cn->mns) {
+		s = mn_set_open(cn->cfg, cn->x, cn->pool, false, 2000);
+		if (!s) {
+			rc = -errno;
+			goto out_unlock;
+		}
+		pthread_rwlock_wrlock(&cn->lock);
+		mn_set_close(cn->mns);
+		cn->mns = s;
+		atomic_fetch_add(&cn->gen, 1);
+		pthread_rwlock_unlock(&cn->lock);
+	}
+	rc = dindex_open(cn->mns, &d, err, sizeof(err));
+	if (rc) {
+		if (rc != -ENOENT)
+			dm_warn("cn%u: %s", cn->node->id, err);
+		else if (cn->idx)
+			dm_info("cn%u: index gone from the memory nodes", cn->node->id);
+		goto out_unlock;
+	}
+	pthread_rwlock_wrlock(&cn->lock);
+	if (force || !cn->idx || cn->idx->meta_crc != d->meta_crc ||
+	    memcmp(cn->idx->block_addr, d->block_addr, d->nblocks * sizeof(uint64_t))) {
+		bool changed = !cn->idx || cn->idx->meta_crc != d->meta_crc;
+
+		dindex_free(cn->idx);
+		cn->idx = d;
+		d = NULL;
+		if (changed && cn->cache)
+			dm_cache_clear(cn->cache);
+		atomic_fetch_add(&cn->gen, 1);
+		dm_info("cn%u: index of %u records (dim %u, M %u, %u blocks) ready", cn->node->id,
+			cn->idx->n, cn->idx->p.dim, cn->idx->p.M, cn->idx->nblocks);
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	atomic_store(&cn->need_refresh, false);
+out_unlock:
+	pthread_mutex_unlock(&cn->ctl_lock);
+	dindex_free(d);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "id", required_argument, NULL, 'i' },
+		{ "log", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cn cn = { .ctl_lock = PTHREAD_MUTEX_INITIALIZER };
+	struct sigaction sa = { .sa_handler = on_signal };
+	pthread_rwlockattr_t rwa;
+	const char *config = NULL, *log = "info";
+	struct dm_listener *lis = NULL;
+	char err[1024], *end;
+	uint64_t last_refresh = 0;
+	long id = -1;
+	int c, rc, status = 1;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config = optarg; break;
+		case 'i':
+			id = strtol(optarg, &end, 10);
+			if (*end || id < 0 || id >= DM_MAX_NODES) {
+				fprintf(stderr, "dmann-cn: --id '%s' is not a node number\n", optarg);
+				return 2;
+			}
+			break;
+		case 'l': log = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!config || id < 0 || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(log, "error")) dm_log_set_level(DM_LOG_ERROR);
+	else if (!strcmp(log, "warn")) dm_log_set_level(DM_LOG_WARN);
+	else if (!strcmp(log, "info")) dm_log_set_level(DM_LOG_INFO);
+	else if (!strcmp(log, "debug")) dm_log_set_level(DM_LOG_DEBUG);
+	else {
+		fprintf(stderr, "dmann-cn: --log '%s' must be error, warn, info or debug\n", log);
+		return 2;
+	}
+	cn.cfg = calloc(1, sizeof(*cn.cfg));
+	if (!cn.cfg)
+		return 1;
+	rc = dm_config_load(config, cn.cfg, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dmann-cn: %s\n", err);
+		goto out_free_cfg;
+	}
+	cn.node = dm_config_node(cn.cfg, DM_ROLE_CN, (uint32_t)id);
+	if (!cn.node) {
+		fprintf(stderr, "dmann-cn: %s has no [cn.%ld] (it defines %u compute nodes)\n",
+			config, id, cn.cfg->n_cn);
+		goto out_free_cfg;
+	}
+	if (cn.cfg->n_mn == 0) {
+		fprintf(stderr, "dmann-cn: %s defines no memory node\n", config);
+		goto out_free_cfg;
+	}
+	/* Writers (index reload, cache resize) must not starve behind busy workers. */
+	pthread_rwlockattr_init(&rwa);
+	pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&cn.lock, &rwa);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	cn.x = dm_cluster_xport(cn.cfg, NULL);
+	if (!cn.x)
+		goto out_free_cfg;
+	cn.pool = dm_msgpool_new(cn.x, 1024, 16384);
+	if (!cn.pool) {
+		dm_err("cn%u: cannot post receive buffers: %s", cn.node->id, strerror(errno));
+		goto out_close_x;
+	}
+	rc = cn_refresh(&cn, true);
+	if (rc && rc != -ENOENT)
+		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
+			strerror(-rc));
+	rc = dm_xport_listen(cn.x, cn.node->address, &lis);
+	if (rc) {
+		dm_err("cn%u: cannot listen on %s: %s", cn.node->id, cn.node->address,
+		       strerror(-rc));
+		goto out_free_pool;
+	}
+	dm_info("cn%u: serving on %s (%s transport)", cn.node->id, cn.node->address,
+		dm_xport_name(cn.x));
+
+	while (!got_signal) {
+		struct cn_worker_arg *a;
+		struct dm_conn *conn;
+		pthread_t t;
+		uint64_t now = dm_now_ns();
+
+		/* Reconnect / re-read the block table after a memory-node failure. */
+		if ((atomic_load(&cn.need_refresh) || !cn.mns) && now - last_refresh > 500000000ull) {
+			last_refresh = now;
+			cn_refresh(&cn, true);
+		}
+		rc = dm_listener_accept(lis, 200, &conn);
+		if (rc) {
+			if (rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR)
+				dm_debug("cn%u: accept: %s", cn.node->id, strerror(-rc));
+			continue;
+		}
+		a = malloc(sizeof(*a));
+		if (!a) {
+			dm_conn_close(conn);
+			continue;
+		}
+		*a = (struct cn_worker_arg){ .cn = &cn, .client = conn };
+		if (pthread_create(&t, NULL, cn_worker, a)) {
+			dm_conn_close(conn);
+			free(a);
+			continue;
+		}
+		pthread_detach(t);
+	}
+	dm_info("cn%u: stopping", cn.node->id);
+	atomic_store(&cn.stopping, true);
+	dm_listener_close(lis);
+	for (int i = 0; i < 100 && atomic_load(&cn.workers); i++)
+		usleep(50000);
+	status = 0;
+out_free_pool:
+	if (!atomic_load(&cn.workers)) {
+		mn_set_close(cn.mns);
+		dindex_free(cn.idx);
+		dm_cache_free(cn.cache);
+		dm_msgpool_free(cn.pool);
+	}
+out_close_x:
+	if (!atomic_load(&cn.workers))
+		dm_xport_close(cn.x);
+out_free_cfg:
+	if (!atomic_load(&cn.workers))
+		free(cn.cfg);
+	return status;
+}

@@ -1,0 +1,725 @@
+/* cn_worker.c: a compute node worker: serves one client connection with up to DEPTH
+ * queries in flight, each an explicit state machine (hnsw_query). When a query expands a
+ * candidate, the records of all its unvisited neighbours are taken from the shared cache
+ * or, for the rest, READ from their memory nodes with one doorbell per memory node; the
+ * worker then serves the other queries until those READs complete. Records that fail
+ * validation are read again. Per-query counters travel back with each result. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cn.h"
+#include "hnsw/hnsw_query.h"
+
+#define DEPTH 32
+#define SEND_SLOTS (2 * DEPTH)
+#define SEND_SLOT_SIZE (DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_result) + \
+			16u * DM_Q_MAX_K)
+#define MAX_REREADS 3
+#define SQ_LIMIT 200            /* READ work requests in flight per memory node */
+
+/* wr_id layout for READs: tag | last-of-group | slot | memory node */
+#define WR_READ_TAG (1ull << 62)
+#define WR_LAST     (1ull << 61)
+#define WR_SEND_TAG (1ull << 60)
+
+enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
+
+struct qslot {
+	int state;
+	struct hnsw_query *q;
+	uint64_t qid, t0;
+	uint32_t k;
+	uint32_t pending;            /* groups of READs outstanding */
+	int err;
+	uint8_t *stage;              /* one record per batch entry */
+	uint8_t *remote;             /* per batch entry: read remotely this time */
+	uint16_t grp_n[DM_MAX_NODES];
+	uint32_t reads, round_trips, cache_hits, rereads, rereads_left;
+	uint64_t bytes;
+	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
+	struct dm_hit *hits;         /* DM_Q_MAX_K entries */
+};
+
+struct worker {
+	struct cn *cn;
+	struct dm_conn *client;
+	struct dm_mr *smr;
+	uint8_t *sbuf;
+	bool sfree[SEND_SLOTS];
+	uint8_t *stage_mem;
+	struct dm_mr *stage_mr;
+	size_t stage_size;           /* bytes per slot */
+	uint32_t stage_recs;
+	struct qslot slot[DEPTH];
+	uint64_t backlog[256];       /* RECV wr_ids of queries waiting for a slot */
+	uint32_t nbacklog;
+	struct dm_rdma_wr *wrs;      /* READ work requests of one batch, grouped by node */
+	struct dm_conn *mc[DM_MAX_NODES];
+	uint32_t inflight[DM_MAX_NODES];
+	uint32_t nmn;
+	unsigned gen;
+	struct hnsw_src src;
+	struct qslot *cur;           /* the slot being stepped (for src.get) */
+	const struct dindex *idx;
+	bool client_gone;
+	struct ctl_req {
+		uint64_t wr_id;
+		uint32_t len;
+	} ctlq[8];
+	uint32_t nctl;
+};
+
+static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
+{
+	struct worker *w = s->ctx;
+	struct qslot *q = w->cur;
+
+	for (uint32_t j = 0; j < q->q->nbatch; j++)
+		if (q->q->batch[j] == id)
+			return (const struct hnsw_rec_hdr *)(q->stage + (size_t)j * w->idx->rec_size);
+	return NULL;
+}
+
+/* ---- sending ---------------------------------------------------------------------------- */
+
+static int send_slot(struct worker *w)
+{
+	for (int i = 0; i < SEND_SLOTS; i++)
+		if (w->sfree[i])
+			return i;
+	return -1;
+}
+
+/* Send header + body from a free send slot; -EAGAIN when all are in flight. */
+static int send_msg(struct worker *w, uint16_t op, uint64_t req_id, int32_t status,
+		    const uint8_t *body, uint32_t blen)
+{
+	int s = send_slot(w), rc;
+	uint8_t *b;
+
+	if (s < 0)
+		return -EAGAIN;
+	if (DM_WIRE_HDR_LEN + blen > SEND_SLOT_SIZE)
+		return -EMSGSIZE;
+	b = w->sbuf + (size_t)s * SEND_SLOT_SIZE;
+	dm_wire_hdr_encode(b, op, DM_WIRE_HDR_LEN + blen, status, req_id);
+	if (blen)
+		memcpy(b + DM_WIRE_HDR_LEN, body, blen);
+	rc = dm_conn_send(w->client, WR_SEND_TAG | (uint64_t)s, b, DM_WIRE_HDR_LEN + blen,
+			  w->smr, DM_WR_SIGNALED);
+	if (rc == 0)
+		w->sfree[s] = false;
+	return rc;
+}
+
+/* Send a query's result (or its error); -EAGAIN keeps it for later. */
+static int send_result(struct worker *w, struct qslot *q)
+{
+	uint8_t body[sizeof(struct dm_wire_q_result) + 16 * DM_Q_MAX_K];
+	struct dm_wire_q_result r = { .qid = q->qid, .reads = q->reads, .bytes = q->bytes,
+				      .round_trips = q->round_trips, .cache_hits = q->cache_hits,
+				      .rereads = q->rereads,
+				      .latency_ns = dm_now_ns() - q->t0 };
+	int rc;
+
+	if (q->nhits < 0) {
+		/* Extract once: the query's heap is consumed by it. */
+		q->nhits = q->err ? 0 : hnsw_query_results(q->q, q->hits);
+		if (q->nhits < 0) {
+			q->err = q->nhits;
+			q->nhits = 0;
+		}
+	}
+	r.n = (uint32_t)q->nhits;
+	r.hops = q->err ? 0 : (uint32_t)q->q->hops;
+	dm_wire_q_result_encode(body, &r);
+	for (int i = 0; i < q->nhits; i++) {
+		struct dm_wire_q_hit h = { .id = q->hits[i].id, .dist = q->hits[i].dist };
+
+		dm_wire_q_hit_encode(body + sizeof(r) + 16 * (size_t)i, &h);
+	}
+	rc = send_msg(w, DM_OP_Q_SEARCH + 1, q->qid, q->err, body,
+		      (uint32_t)(sizeof(r) + 16 * (size_t)q->nhits));
+	if (rc == -EAGAIN)
+		return rc;
+	if (rc)
+		w->client_gone = true;
+	atomic_fetch_add(&w->cn->queries, 1);
+	if (q->err)
+		atomic_fetch_add(&w->cn->errors, 1);
+	q->state = S_FREE;
+	return 0;
+}
+
+/* ---- memory-node connections ------------------------------------------------------------ */
+
+static void close_mns(struct worker *w)
+{
+	for (uint32_t i = 0; i < w->nmn; i++) {
+		dm_conn_close(w->mc[i]);
+		w->mc[i] = NULL;
+		w->inflight[i] = 0;
+	}
+}
+
+static void connect_mns(struct worker *w)
+{
+	struct cn *cn = w->cn;
+
+	w->nmn = cn->cfg->n_mn;
+	for (uint32_t i = 0; i < w->nmn; i++) {
+		if (w->mc[i] || (cn->mns && !cn->mns->link[i].up))
+			continue;
+		if (dm_xport_connect(cn->x, cn->cfg->mn[i].address, 2000, &w->mc[i])) {
+			w->mc[i] = NULL;
+			atomic_store(&cn->need_refresh, true);
+		}
+	}
+}
+
+/* ---- queries ---------------------------------------------------------------------------- */
+
+static void fail(struct qslot *q, int err)
+{
+	if (!q->err)
+		q->err = err;
+}
+
+/* Post READs for the records of the slot's batch that the cache does not hold; one
+ * read_batch (one doorbell) per memory node. Leaves the slot in S_ISSUE if a send queue is
+ * full, S_WAIT with pending groups, or steps on at once when everything was cached. */
+static void issue(struct worker *w, struct qslot *q)
+{
+	const struct dindex *d = w->idx;
+	struct dm_rdma_wr *wr = w->wrs;
+	uint32_t nb = q->q->nbatch, cnt[DM_MAX_NODES] = { 0 }, first[DM_MAX_NODES], pos = 0;
+	struct dm_cache *cache = w->cn->cache;
+
+	/* Cache first; count the misses per memory node. */
+	for (uint32_t j = 0; j < nb; j++) {
+		uint32_t id = q->q->batch[j];
+		uint8_t *dst = q->stage + (size_t)j * d->rec_size;
+
+		if (!q->remote[j] && cache && dm_cache_get(cache, id, dst)) {
+			q->cache_hits++;
+			q->remote[j] = 2;     /* served from the cache: nothing to validate */
+			continue;
+		}
+		q->remote[j] = 1;
+		cnt[d->block_mn[id >> d->p.block_shift]]++;
+	}
+	/* A batch is posted whole or not at all: check the send queues first. */
+	for (uint32_t m = 0; m < w->nmn; m++) {
+		if (cnt[m] && w->inflight[m] + cnt[m] > SQ_LIMIT) {
+			for (uint32_t j = 0; j < nb; j++)
+				if (q->remote[j] == 1)
+					q->remote[j] = 0;
+			return;
+		}
+		first[m] = pos;
+		pos += cnt[m];
+		cnt[m] = 0;
+	}
+	for (uint32_t j = 0; j < nb; j++) {
+		uint32_t mn, rkey;
+		uint64_t addr;
+
+		if (q->remote[j] != 1)
+			continue;
+		dindex_locate(d, w->cn->mns, q->q->batch[j], &mn, &addr, &rkey);
+		wr[first[mn] + cnt[mn]++] = (struct dm_rdma_wr){
+			.wr_id = WR_READ_TAG | ((uint64_t)(q - w->slot) << 16) | mn,
+			.local = q->stage + (size_t)j * d->rec_size, .mr = w->stage_mr,
+			.remote = addr, .rkey = rkey, .len = d->rec_size };
+	}
+	q->pending = 0;
+	for (uint32_t m = 0; m < w->nmn; m++) {
+		struct dm_rdma_wr *g = wr + first[m];
+		int rc;
+
+		if (!cnt[m])
+			continue;
+		if (!w->mc[m]) {
+			fail(q, -EHOSTDOWN);
+			continue;
+		}
+		g[cnt[m] - 1].wr_id |= WR_LAST;
+		g[cnt[m] - 1].flags = DM_WR_SIGNALED;
+		rc = dm_conn_read_batch(w->mc[m], g, (int)cnt[m]);
+		if (rc) {
+			fail(q, rc == -ENOTCONN ? -EHOSTDOWN : rc);
+			continue;
+		}
+		w->inflight[m] += cnt[m];
+		q->grp_n[m] = (uint16_t)cnt[m];
+		q->pending++;
+		q->reads += cnt[m];
+		q->bytes += (uint64_t)cnt[m] * d->rec_size;
+	}
+	if (q->pending)
+		q->round_trips++;
+	q->state = S_WAIT;
+}
+
+/* All READs of the batch are in: validate, cache, and run the query to its next fetch. */
+static void advance(struct worker *w, struct qslot *q)
+{
+	const struct dindex *d = w->idx;
+	bool again = false;
+	int rc;
+
+	if (q->err) {
+		q->state = S_DONE;
+		return;
+	}
+	for (uint32_t j = 0; j < q->q->nbatch; j++) {
+		const struct hnsw_rec_hdr *r;
+
+		if (q->remote[j] != 1)
+			continue;
+		r = (const struct hnsw_rec_hdr *)(q->stage + (size_t)j * d->rec_size);
+		if (!dindex_rec_ok(d, r)) {
+			/* Torn or garbage: read it again (still marked remote). */
+			again = true;
+			q->rereads++;
+			continue;
+		}
+		q->remote[j] = 0;
+		if (w->cn->cache)
+			dm_cache_put(w->cn->cache, q->q->batch[j], r, r->level > 0);
+	}
+	if (again) {
+		if (q->rereads_left-- == 0) {
+			fail(q, -EIO);
+			q->state = S_DONE;
+		} else {
+			q->state = S_ISSUE;
+		}
+		return;
+	}
+	w->cur = q;
+	rc = hnsw_query_step(q->q, &w->src);
+	if (rc == HNSW_Q_FETCH) {
+		memset(q->remote, 0, q->q->nbatch);
+		q->rereads_left = MAX_REREADS;
+		q->state = S_ISSUE;
+	} else {
+		if (rc < 0)
+			fail(q, rc);
+		q->state = S_DONE;
+	}
+}
+
+/* Start a query from a Q_SEARCH message into a free slot. */
+static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_t len)
+{
+	struct dm_wire_q_search s;
+	float vec[DM_Q_MAX_DIM];
+	int rc;
+
+	struct hnsw_query *hq = q->q;
+	uint8_t *remote = q->remote;
+	struct dm_hit *hits = q->hits;
+
+	memset(q, 0, sizeof(*q));
+	q->q = hq;
+	q->remote = remote;
+	q->hits = hits;
+	q->nhits = -1;
+	q->stage = w->stage_mem + (size_t)(q - w->slot) * w->stage_size;
+	q->t0 = dm_now_ns();
+	dm_wire_q_search_decode(msg + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &s);
+	q->qid = s.qid;
+	q->k = s.k;
+	q->state = S_DONE;
+	q->rereads_left = MAX_REREADS;
+	if (!w->idx) {
+		q->err = -ENOENT;
+		return;
+	}
+	if (s.dim != w->idx->p.dim) {
+		q->err = -EINVAL;
+		return;
+	}
+	dm_wire_get_f32s(msg + DM_WIRE_HDR_LEN + sizeof(s), vec, s.dim);
+	for (uint32_t i = 0; i < s.dim; i++)
+		if (!(vec[i] == vec[i]) || vec[i] > 3e38f || vec[i] < -3e38f) {
+			q->err = -EINVAL;
+			return;
+		}
+	rc = hnsw_query_start(q->q, &w->src, vec, s.k, s.ef ? s.ef : s.k);
+	if (rc) {
+		q->err = rc;
+		return;
+	}
+	w->cur = q;
+	rc = hnsw_query_step(q->q, &w->src);
+	if (rc == HNSW_Q_FETCH) {
+		memset(q->remote, 0, q->q->nbatch);
+		q->state = S_ISSUE;
+	} else if (rc < 0) {
+		q->err = rc;
+	}
+}
+
+/* ---- the loop --------------------------------------------------------------------------- */
+
+/* (Re)build everything that depends on the index: staging buffers, query states. */
+static int bind_index(struct worker *w)
+{
+	struct cn *cn = w->cn;
+	const struct dindex *d = cn->idx;
+
+	w->idx = d;
+	w->gen = atomic_load(&cn->gen);
+	if (!d)
+		return 0;
+	if (w->stage_mr) {
+		dm_xport_dereg(cn->x, w->stage_mr);
+		w->stage_mr = NULL;
+	}
+	free(w->stage_mem);
+	for (int i = 0; i < DEPTH; i++) {
+		hnsw_query_free(w->slot[i].q);
+		free(w->slot[i].remote);
+		free(w->slot[i].hits);
+		w->slot[i] = (struct qslot){ 0 };
+	}
+	w->stage_recs = 2 * d->p.M + 1;
+	w->stage_size = (size_t)w->stage_recs * d->rec_size;
+	w->stage_mem = aligned_alloc(64, DEPTH * w->stage_size);
+	free(w->wrs);
+	w->wrs = calloc(w->stage_recs, sizeof(*w->wrs));
+	if (!w->stage_mem || !w->wrs)
+		return -ENOMEM;
+	for (int i = 0; i < DEPTH; i++) {
+		w->slot[i].q = hnsw_query_new(d->p.dim);
+		w->slot[i].remote = calloc(w->stage_recs, 1);
+		w->slot[i].hits = malloc(DM_Q_MAX_K * sizeof(struct dm_hit));
+		if (!w->slot[i].q || !w->slot[i].remote || !w->slot[i].hits)
+			return -ENOMEM;
+	}
+	memset(&w->src, 0, sizeof(w->src));
+	w->src.dim = d->p.dim;
+	w->src.M = d->p.M;
+	w->src.rec_size = d->rec_size;
+	w->src.block_shift = d->p.block_shift;
+	w->src.n = d->n;
+	w->src.metric = d->p.metric;
+	w->src.upl = d->upl;
+	w->src.entry = d->entry;
+	w->src.max_level = d->max_level;
+	w->src.get = stage_get;
+	w->src.ctx = w;
+	return dm_xport_reg(cn->x, w->stage_mem, DEPTH * w->stage_size, 0, &w->stage_mr);
+}
+
+/* Fail everything in flight (the index view changed underneath) and reconnect. */
+static void rebind(struct worker *w)
+{
+	for (int i = 0; i < DEPTH; i++)
+		if (w->slot[i].state != S_FREE) {
+			fail(&w->slot[i], -ESTALE);
+			w->slot[i].state = S_DONE;
+		}
+	/* Closing flushes outstanding READs before their staging memory is reused. */
+	close_mns(w);
+	for (int i = 0; i < DEPTH; i++)
+		if (w->slot[i].state == S_DONE)
+			send_result(w, &w->slot[i]);
+	if (bind_index(w))
+		dm_err("cn%u: out of memory binding the index", w->cn->node->id);
+	connect_mns(w);
+}
+
+static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
+{
+	uint32_t si = (uint32_t)(wc->wr_id >> 16) & 0xffff, mn = (uint32_t)wc->wr_id & 0xffff;
+	struct qslot *q;
+
+	if (si >= DEPTH || mn >= w->nmn)
+		return;
+	q = &w->slot[si];
+	if (wc->status) {
+		if (!q->err)
+			dm_warn("cn%u: READ from memory node %u failed: %s", w->cn->node->id, mn,
+				strerror(-wc->status));
+		fail(q, wc->status == -ECANCELED || wc->status == -ECONNRESET ? -EHOSTDOWN :
+		     wc->status);
+		if (wc->status == -ECONNRESET || wc->status == -ECANCELED ||
+		    wc->status == -ENOTCONN)
+			atomic_store(&w->cn->need_refresh, true);
+	}
+	if (!(wc->wr_id & WR_LAST))
+		return;
+	w->inflight[mn] -= q->grp_n[mn];
+	if (q->state == S_WAIT && --q->pending == 0)
+		advance(w, q);
+}
+
+/* A search message into a free slot, or the backlog (its buffer is then held: the client
+ * runs out of receive credit, which is the back-pressure). can_start is false when the
+ * caller does not hold the read lock. */
+static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start)
+{
+	uint8_t *buf = dm_msgpool_buf(w->cn->pool, wr_id);
+
+	if (can_start && !w->nbacklog)
+		for (int i = 0; i < DEPTH; i++)
+			if (w->slot[i].state == S_FREE) {
+				start(w, &w->slot[i], buf, len);
+				dm_msgpool_repost(w->cn->pool, wr_id);
+				return;
+			}
+	if (w->nbacklog == DM_ARRAY_SIZE(w->backlog)) {
+		dm_warn("cn%u: client %s exceeds %zu queries in flight; closing",
+			w->cn->node->id, w->client->peer, DM_ARRAY_SIZE(w->backlog) + DEPTH);
+		dm_msgpool_repost(w->cn->pool, wr_id);
+		w->client_gone = true;
+		return;
+	}
+	w->backlog[w->nbacklog++] = (wr_id & 0xffffffffull) | ((uint64_t)len << 32);
+}
+
+/* One completion of the client connection. Control requests are queued in ctlq. */
+static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_start)
+{
+	struct dm_wire_hdr h;
+	uint8_t *buf;
+
+	if (wc->status) {
+		w->client_gone = true;
+		return false;
+	}
+	if (wc->opcode == DM_WC_SEND) {
+		if ((wc->wr_id & WR_SEND_TAG) && (wc->wr_id & 0xffff) < SEND_SLOTS)
+			w->sfree[wc->wr_id & 0xffff] = true;
+		return true;
+	}
+	if (wc->opcode != DM_WC_RECV)
+		return true;
+	buf = dm_msgpool_buf(w->cn->pool, wc->wr_id);
+	if (!buf || dm_wire_hdr_decode(buf, wc->byte_len, &h) ||
+	    dm_wire_q_check(&h, buf, wc->byte_len) || (h.op & 1)) {
+		dm_warn("cn%u: malformed message from client %s; closing", w->cn->node->id,
+			w->client->peer);
+		if (buf)
+			dm_msgpool_repost(w->cn->pool, wc->wr_id);
+		w->client_gone = true;
+		return false;
+	}
+	if (h.op == DM_OP_Q_SEARCH) {
+		take_search(w, wc->wr_id, wc->byte_len, can_start);
+	} else if (w->nctl < DM_ARRAY_SIZE(w->ctlq)) {
+		w->ctlq[w->nctl++] = (struct ctl_req){ wc->wr_id, wc->byte_len };
+	} else {
+		dm_msgpool_repost(w->cn->pool, wc->wr_id);
+		w->client_gone = true;
+	}
+	return true;
+}
+
+/* Reap client completions (send credits) while a control reply waits for a send slot. */
+static int send_ctl(struct worker *w, uint16_t op, uint64_t req_id, int32_t status,
+		    const uint8_t *body, uint32_t blen)
+{
+	for (;;) {
+		struct dm_wc wc;
+		int rc = send_msg(w, op, req_id, status, body, blen);
+
+		if (rc != -EAGAIN)
+			return rc;
+		rc = dm_conn_wait(w->client, &wc, 1, 1000);
+		if (rc < 0)
+			return rc;
+		if (rc == 1 && !on_client_wc(w, &wc, false))
+			return -ECONNRESET;
+	}
+}
+
+static void reply_stats(struct worker *w, uint64_t req_id)
+{
+	struct cn *cn = w->cn;
+	struct dm_cache_stats cs = { 0 };
+	struct dm_wire_q_stats st = { 0 };
+	uint8_t body[sizeof(st)];
+
+	pthread_rwlock_rdlock(&cn->lock);
+	if (cn->cache)
+		dm_cache_stats(cn->cache, &cs);
+	st.index_bytes = cn->idx ? cn->idx->index_bytes : 0;
+	pthread_rwlock_unlock(&cn->lock);
+	st.hits = cs.hits;
+	st.misses = cs.misses;
+	st.evictions = cs.evictions;
+	st.entries = cs.entries;
+	st.cache_bytes = cs.bytes;
+	st.capacity_bytes = cs.capacity_bytes;
+	st.queries = atomic_load(&cn->queries);
+	st.errors = atomic_load(&cn->errors);
+	st.node_id = cn->node->id;
+	st.workers = atomic_load(&cn->workers);
+	dm_wire_q_stats_encode(body, &st);
+	send_ctl(w, DM_OP_Q_STATS + 1, req_id, 0, body, sizeof(body));
+}
+
+/* Q_CONFIG: pick up a newly loaded index and resize / clear the shared cache. */
+static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uint64_t req_id)
+{
+	struct cn *cn = w->cn;
+	struct dm_wire_q_config c;
+	int rc;
+
+	dm_wire_q_config_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &c);
+	rc = cn_refresh(cn, false);
+	if (rc == 0 || rc == -ENOENT) {
+		double admit = c.admit_ppm / 1e6;
+
+		pthread_rwlock_wrlock(&cn->lock);
+		if (c.cache_bytes != cn->cache_bytes || (c.flags & DM_Q_CONFIG_CLEAR) ||
+		    admit != cn->admit_prob || !cn->cache) {
+			uint32_t rs = cn->idx ? cn->idx->rec_size : 64;
+			struct dm_cache *nc = dm_cache_new(c.cache_bytes, rs, admit,
+							   cn->node->id + 1);
+
+			if (nc) {
+				dm_cache_free(cn->cache);
+				cn->cache = nc;
+				cn->cache_bytes = c.cache_bytes;
+				cn->admit_prob = admit;
+			} else {
+				rc = -ENOMEM;
+			}
+		}
+		pthread_rwlock_unlock(&cn->lock);
+	}
+	send_ctl(w, DM_OP_Q_CONFIG + 1, req_id, rc == -ENOENT ? 0 : rc, NULL, 0);
+}
+
+void *cn_worker(void *arg)
+{
+	struct cn_worker_arg *a = arg;
+	struct worker *w = calloc(1, sizeof(*w));
+	struct cn *cn = a->cn;
+	bool idle = false;
+
+	if (!w)
+		goto out_close;
+	w->cn = cn;
+	w->client = a->client;
+	atomic_fetch_add(&cn->workers, 1);
+	w->sbuf = aligned_alloc(64, DM_ALIGN_UP((size_t)SEND_SLOTS * SEND_SLOT_SIZE, 64));
+	if (!w->sbuf || dm_xport_reg(cn->x, w->sbuf, (size_t)SEND_SLOTS * SEND_SLOT_SIZE, 0,
+				     &w->smr))
+		goto out_free;
+	for (int i = 0; i < SEND_SLOTS; i++)
+		w->sfree[i] = true;
+	pthread_rwlock_rdlock(&cn->lock);
+	if (bind_index(w))
+		dm_err("cn%u: out of memory for a worker", cn->node->id);
+	connect_mns(w);
+	pthread_rwlock_unlock(&cn->lock);
+
+	while (!atomic_load(&cn->stopping) && !w->client_gone) {
+		struct dm_wc wc[32];
+		bool progress = false, busy = false;
+		int n;
+
+		pthread_rwlock_rdlock(&cn->lock);
+		if (atomic_load(&cn->gen) != w->gen)
+			rebind(w);
+		/* Client: queries in, send credits back. Block briefly only when idle. */
+		n = idle ? dm_conn_wait(w->client, wc, 32, 50) : dm_conn_poll(w->client, wc, 32);
+		if (n < 0)
+			w->client_gone = true;
+		for (int i = 0; i < n; i++) {
+			progress = true;
+			if (!on_client_wc(w, &wc[i], true))
+				break;
+		}
+		/* Backlogged queries into free slots, oldest first. */
+		for (int i = 0; i < DEPTH && w->nbacklog; i++)
+			if (w->slot[i].state == S_FREE) {
+				uint64_t e = w->backlog[0];
+				uint64_t wr = (e & 0xffffffffull) | DM_RPC_RECV_TAG;
+
+				memmove(w->backlog, w->backlog + 1, --w->nbacklog * sizeof(uint64_t));
+				start(w, &w->slot[i], dm_msgpool_buf(cn->pool, wr), (uint32_t)(e >> 32));
+				dm_msgpool_repost(cn->pool, wr);
+				progress = true;
+			}
+		/* Memory nodes: READ completions. */
+		for (uint32_t m = 0; m < w->nmn; m++) {
+			if (!w->mc[m])
+				continue;
+			n = dm_conn_poll(w->mc[m], wc, 32);
+			for (int i = 0; i < n; i++) {
+				progress = true;
+				if (wc[i].wr_id & WR_READ_TAG)
+					handle_read_wc(w, &wc[i]);
+			}
+		}
+		/* Queries: post what needs posting, send what is done. */
+		for (int i = 0; i < DEPTH; i++) {
+			struct qslot *q = &w->slot[i];
+
+			if (q->state == S_ISSUE) {
+				issue(w, q);
+				if (q->state == S_WAIT && q->pending == 0)
+					advance(w, q);
+				progress = true;
+			}
+			if (q->state == S_DONE && send_result(w, q) == 0)
+				progress = true;
+			if (q->state != S_FREE)
+				busy = true;
+		}
+		pthread_rwlock_unlock(&cn->lock);
+
+		/* Control requests, outside the read lock (CONFIG takes the write lock). */
+		for (uint32_t i = 0; i < w->nctl; i++) {
+			uint8_t *b = dm_msgpool_buf(cn->pool, w->ctlq[i].wr_id);
+			struct dm_wire_hdr h;
+
+			dm_wire_hdr_decode(b, w->ctlq[i].len, &h);
+			if (h.op == DM_OP_Q_CONFIG)
+				reply_config(w, b, w->ctlq[i].len, h.req_id);
+			else
+				reply_stats(w, h.req_id);
+			dm_msgpool_repost(cn->pool, w->ctlq[i].wr_id);
+			progress = true;
+		}
+		w->nctl = 0;
+		idle = !progress && !busy;
+		if (!progress && busy)
+			usleep(20);   /* waiting for READs: give the CPU away rather than spin */
+	}
+	/* Close memory-node connections first: that flushes READs aimed at our buffers. */
+	pthread_rwlock_rdlock(&cn->lock);
+	close_mns(w);
+	pthread_rwlock_unlock(&cn->lock);
+	for (uint32_t i = 0; i < w->nbacklog; i++)
+		dm_msgpool_repost(cn->pool, (w->backlog[i] & 0xffffffffull) | DM_RPC_RECV_TAG);
+	for (uint32_t i = 0; i < w->nctl; i++)
+		dm_msgpool_repost(cn->pool, w->ctlq[i].wr_id);
+	for (int i = 0; i < DEPTH; i++) {
+		hnsw_query_free(w->slot[i].q);
+		free(w->slot[i].remote);
+		free(w->slot[i].hits);
+	}
+	if (w->stage_mr)
+		dm_xport_dereg(cn->x, w->stage_mr);
+	free(w->stage_mem);
+	free(w->wrs);
+	dm_xport_dereg(cn->x, w->smr);
+out_free:
+	free(w->sbuf);
+	atomic_fetch_sub(&cn->workers, 1);
+	free(w);
+out_close:
+	dm_conn_close(a->client);
+	free(a);
+	return NULL;
+}

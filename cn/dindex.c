@@ -1,0 +1,530 @@
+/* dindex.c: memory-node connections, placing an index on the memory nodes, and a compute
+ * node's view of it (metadata + block table). */
+#include "dindex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "placement.h"
+
+#define CHUNK (1u << 20)          /* one WRITE / READ work request */
+#define CHUNKS_PER_BATCH 16
+
+static uint32_t crc(const void *p, size_t len)
+{
+	return (uint32_t)crc32_z(0, p, len);
+}
+
+/* ---- connections ------------------------------------------------------------------------ */
+
+struct mn_set *mn_set_open(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
+			   struct dm_msgpool *pool, bool require_all, int timeout_ms)
+{
+	struct mn_set *s = calloc(1, sizeof(*s));
+	uint32_t up = 0;
+
+	if (!s)
+		return NULL;
+	s->cfg = cfg;
+	s->x = x;
+	s->n = cfg->n_mn;
+	s->pool = pool;
+	if (!pool) {
+		s->pool = dm_msgpool_new(x, 16 + 4 * cfg->n_mn, 4096);
+		s->own_pool = true;
+	}
+	if (!s->pool)
+		goto err_free;
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct mn_link *l = &s->link[i];
+		uint8_t body[sizeof(struct dm_wire_ctl_info)];
+		uint32_t blen;
+		int rc = dm_xport_connect(x, cfg->mn[i].address, timeout_ms, &l->conn);
+
+		if (!rc) {
+			rc = dm_rpc_chan_init(&l->ch, l->conn, s->pool, 4096, timeout_ms);
+			if (rc) {
+				dm_conn_close(l->conn);
+				l->conn = NULL;
+			}
+		}
+		if (!rc) {
+			rc = dm_rpc_call(&l->ch, DM_OP_CTL_INFO, NULL, 0, body, sizeof(body), &blen);
+			if (!rc)
+				rc = dm_wire_ctl_info_decode(body, blen, &l->info);
+			if (rc) {
+				dm_rpc_chan_fini(&l->ch);
+				dm_conn_close(l->conn);
+				l->conn = NULL;
+			}
+		}
+		if (rc) {
+			dm_warn("memory node %u (%s) unreachable: %s", i, cfg->mn[i].address,
+				strerror(-rc));
+			if (require_all) {
+				errno = -rc;
+				goto err_close;
+			}
+			continue;
+		}
+		l->up = true;
+		up++;
+	}
+	if (!up) {
+		dm_err("no memory node reachable");
+		errno = EHOSTUNREACH;
+		goto err_close;
+	}
+	return s;
+
+err_close:
+	mn_set_close(s);
+	return NULL;
+err_free:
+	free(s);
+	return NULL;
+}
+
+void mn_set_close(struct mn_set *s)
+{
+	if (!s)
+		return;
+	for (uint32_t i = 0; i < s->n; i++)
+		if (s->link[i].conn) {
+			dm_rpc_chan_fini(&s->link[i].ch);
+			dm_conn_close(s->link[i].conn);
+		}
+	if (s->own_pool)
+		dm_msgpool_free(s->pool);
+	free(s);
+}
+
+int mn_set_snapshot(struct mn_set *s)
+{
+	int first = 0;
+
+	for (uint32_t i = 0; i < s->n; i++) {
+		int rc;
+
+		if (!s->link[i].up)
+			continue;
+		rc = dm_rpc_call(&s->link[i].ch, DM_OP_CTL_SNAPSHOT, NULL, 0, NULL, 0, NULL);
+		if (rc && !first)
+			first = rc;
+	}
+	return first;
+}
+
+static int obj_call(struct mn_link *l, uint16_t op, struct dm_wire_ctl_obj *o)
+{
+	uint8_t buf[sizeof(*o)];
+	uint32_t blen = 0;
+	int rc;
+
+	dm_wire_ctl_obj_encode(buf, o);
+	rc = dm_rpc_call(&l->ch, op, buf, sizeof(buf), buf, sizeof(buf), &blen);
+	if (rc)
+		return rc;
+	if (blen == sizeof(buf))
+		return dm_wire_ctl_obj_decode(buf, blen, o);
+	return blen == 0 ? 0 : -EBADMSG;
+}
+
+/* Wait for the one signaled completion of a batch; any error completion fails it. */
+static int wait_batch(struct mn_link *l, uint64_t wr_id)
+{
+	for (;;) {
+		struct dm_wc wc;
+		int rc = dm_conn_wait(l->conn, &wc, 1, 30000);
+
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			return -ETIMEDOUT;
+		if (wc.status)
+			return wc.status;
+		if (wc.wr_id == wr_id && (wc.opcode == DM_WC_WRITE || wc.opcode == DM_WC_READ))
+			return 0;
+		if (wc.opcode == DM_WC_RECV)
+			dm_msgpool_repost(l->ch.pool, wc.wr_id);
+	}
+}
+
+/* One-sided transfer of len bytes between a registered local buffer and remote memory. */
+static int xfer(struct mn_link *l, bool write, void *local, struct dm_mr *mr, uint64_t remote,
+		uint64_t len, void (*progress)(void *, uint64_t), void *parg, uint64_t *done)
+{
+	struct dm_rdma_wr wr[CHUNKS_PER_BATCH];
+	uint64_t off = 0;
+	static _Thread_local uint64_t seq = 1;
+
+	while (off < len) {
+		int n = 0, rc;
+
+		while (n < CHUNKS_PER_BATCH && off < len) {
+			uint32_t c = (uint32_t)DM_MIN((uint64_t)CHUNK, len - off);
+
+			wr[n] = (struct dm_rdma_wr){ .wr_id = seq++, .local = (char *)local + off,
+						     .mr = mr, .remote = remote + off,
+						     .rkey = l->info.rkey, .len = c };
+			off += c;
+			n++;
+		}
+		wr[n - 1].flags = DM_WR_SIGNALED;
+		rc = write ? dm_conn_write_batch(l->conn, wr, n) : dm_conn_read_batch(l->conn, wr, n);
+		if (rc)
+			return rc;
+		rc = wait_batch(l, wr[n - 1].wr_id);
+		if (rc)
+			return rc;
+		if (progress) {
+			*done += off - (wr[0].remote - remote);
+			progress(parg, *done);
+		}
+	}
+	return 0;
+}
+
+/* Allocate, WRITE and commit one object on memory node l. */
+static int put_object(struct mn_set *s, struct mn_link *l, uint64_t key, void *data,
+		      uint64_t len, void (*progress)(void *, uint64_t), void *parg, uint64_t *done)
+{
+	struct dm_wire_ctl_obj o = { .key = key, .len = len };
+	struct dm_mr *mr;
+	int rc;
+
+	rc = obj_call(l, DM_OP_CTL_ALLOC, &o);
+	if (rc)
+		return rc;
+	if (o.addr < l->info.region_addr || o.addr - l->info.region_addr + len > l->info.region_len)
+		return -EBADMSG;
+	rc = dm_xport_reg(s->x, data, len, 0, &mr);
+	if (rc)
+		return rc;
+	rc = xfer(l, true, data, mr, o.addr, len, progress, parg, done);
+	dm_xport_dereg(s->x, mr);
+	if (rc)
+		return rc;
+	o = (struct dm_wire_ctl_obj){ .key = key, .len = len, .aux = crc(data, len) };
+	return obj_call(l, DM_OP_CTL_COMMIT, &o);
+}
+
+/* The memory nodes that hold block b, best first (placement over all configured nodes,
+ * so that a node being down does not change where the others look). */
+static int block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out)
+{
+	struct dm_place_node nodes[DM_MAX_NODES];
+
+	for (uint32_t i = 0; i < s->n; i++)
+		nodes[i] = (struct dm_place_node){ .id = i, .capacity = s->cfg->mn[i].capacity,
+						   .up = true };
+	return dm_place(b, nodes, s->n, r, out);
+}
+
+/* Upper area in the metadata's form. */
+static uint32_t *upper_words(const struct hnsw_index *idx, uint64_t *words)
+{
+	uint32_t M = idx->p.M;
+	uint64_t w = 0, o = 0;
+	uint32_t *a;
+
+	for (uint32_t id = 0; id < idx->n; id++)
+		if (hnsw_rec(idx, id)->level)
+			w += hnsw_up_entry_words(M, hnsw_rec(idx, id)->level);
+	a = malloc((w ? w : 1) * sizeof(*a));
+	if (!a)
+		return NULL;
+	for (uint32_t id = 0; id < idx->n; id++) {
+		uint32_t lv = hnsw_rec(idx, id)->level;
+
+		if (!lv)
+			continue;
+		a[o++] = id;
+		a[o++] = lv;
+		memcpy(a + o, idx->upl[id], (size_t)lv * hnsw_up_list_words(M) * sizeof(*a));
+		o += (size_t)lv * hnsw_up_list_words(M);
+	}
+	*words = w;
+	return a;
+}
+
+int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
+		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
+{
+	uint32_t r = s->cfg->redundancy ? s->cfg->redundancy : 1;
+	uint64_t done = 0, up_words = 0;
+	struct dindex_meta_hdr *h;
+	uint32_t *up;
+	size_t mlen;
+	uint8_t *meta;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < s->n; i++)
+		if (!s->link[i].up) {
+			snprintf(err, errlen, "memory node %u is down: loading needs all of them", i);
+			return -EHOSTUNREACH;
+		}
+	/* Drop the previous index (and leftovers of an interrupted load) everywhere first. */
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct dm_wire_ctl_obj o = { .key = dm_obj_key(DM_OBJ_HNSW_META, 0, 0),
+					     .aux = 0xff00000000000000ull };
+
+		rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
+		if (!rc) {
+			o = (struct dm_wire_ctl_obj){ .key = dm_obj_key(DM_OBJ_HNSW_BLOCK, 0, 0),
+						      .aux = 0xff00000000000000ull };
+			rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
+		}
+		if (rc) {
+			snprintf(err, errlen, "memory node %u: dropping the old index: %s", i,
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	for (uint32_t b = 0; b < idx->nblocks; b++) {
+		uint32_t reps[16];
+		uint64_t first = (uint64_t)b << idx->p.block_shift;
+		uint64_t nrec = DM_MIN(1ull << idx->p.block_shift, idx->n - first);
+		int nr = block_replicas(s, b, r, reps);
+
+		for (int j = 0; j < nr; j++) {
+			rc = put_object(s, &s->link[reps[j]], dm_obj_key(DM_OBJ_HNSW_BLOCK, 0, b),
+					idx->blocks[b], nrec * idx->rec_size, progress, parg, &done);
+			if (rc) {
+				snprintf(err, errlen, "block %u on memory node %u: %s%s", b, reps[j],
+					 strerror(-rc), rc == -ENOSPC ?
+					 " (region too small: raise region_mb)" : "");
+				return rc;
+			}
+		}
+	}
+	up = upper_words(idx, &up_words);
+	mlen = sizeof(*h) + up_words * 4;
+	meta = calloc(1, mlen);
+	if (!up || !meta) {
+		free(up);
+		free(meta);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	h = (struct dindex_meta_hdr *)meta;
+	memcpy(h->magic, DINDEX_MAGIC, 8);
+	h->version = DINDEX_VERSION;
+	h->dim = idx->p.dim;
+	h->metric = (uint32_t)idx->p.metric;
+	h->M = idx->p.M;
+	h->n = idx->n;
+	h->rec_size = idx->rec_size;
+	h->block_shift = idx->p.block_shift;
+	h->nblocks = idx->nblocks;
+	h->entry = idx->entry;
+	h->max_level = idx->max_level;
+	h->redundancy = r;
+	h->up_words = up_words;
+	memcpy(meta + sizeof(*h), up, up_words * 4);
+	h->up_crc = crc(up, up_words * 4);
+	h->hdr_crc = crc(h, offsetof(struct dindex_meta_hdr, hdr_crc));
+	free(up);
+	/* Metadata last: a compute node that sees it sees a complete index. */
+	for (uint32_t i = 0; i < s->n && !rc; i++) {
+		rc = put_object(s, &s->link[i], dm_obj_key(DM_OBJ_HNSW_META, 0, 0), meta, mlen,
+				NULL, NULL, &done);
+		if (rc)
+			snprintf(err, errlen, "metadata on memory node %u: %s", i, strerror(-rc));
+	}
+	free(meta);
+	return rc;
+}
+
+/* ---- compute node view ------------------------------------------------------------------ */
+
+void dindex_free(struct dindex *d)
+{
+	if (!d)
+		return;
+	free(d->up_store);
+	free(d->upl);
+	free(d->block_mn);
+	free(d->block_addr);
+	free(d);
+}
+
+/* Validate the header and upper area and build the upper-list pointers. */
+static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, size_t errlen)
+{
+	struct dindex_meta_hdr h;
+	struct hnsw_params p;
+	uint64_t o = 0;
+
+	if (len < sizeof(h)) {
+		snprintf(err, errlen, "index metadata: %zu bytes, shorter than its header", len);
+		return -EBADMSG;
+	}
+	memcpy(&h, meta, sizeof(h));
+	if (memcmp(h.magic, DINDEX_MAGIC, 8) || h.version != DINDEX_VERSION ||
+	    crc(&h, offsetof(struct dindex_meta_hdr, hdr_crc)) != h.hdr_crc) {
+		snprintf(err, errlen, "index metadata: bad magic, version or header checksum");
+		return -EBADMSG;
+	}
+	p = (struct hnsw_params){ .dim = h.dim, .metric = (enum dm_metric)h.metric, .M = h.M,
+				  .ef_construction = 1, .block_shift = h.block_shift };
+	if (hnsw_params_check(&p, err, errlen))
+		return -EBADMSG;
+	if (h.rec_size != hnsw_rec_size(h.M, h.dim) || h.n == 0 ||
+	    h.nblocks != ((uint64_t)h.n + (1ull << h.block_shift) - 1) >> h.block_shift ||
+	    h.entry >= h.n || h.max_level < 0 || h.max_level > (int)HNSW_MAX_LEVEL ||
+	    h.up_words != (len - sizeof(h)) / 4 || (len - sizeof(h)) % 4 ||
+	    crc(meta + sizeof(h), h.up_words * 4) != h.up_crc) {
+		snprintf(err, errlen, "index metadata: inconsistent geometry or upper-area checksum");
+		return -EBADMSG;
+	}
+	d->p = p;
+	d->n = h.n;
+	d->rec_size = h.rec_size;
+	d->nblocks = h.nblocks;
+	d->entry = h.entry;
+	d->max_level = h.max_level;
+	d->index_bytes = (uint64_t)h.n * h.rec_size;
+	d->up_store = malloc((h.up_words ? h.up_words : 1) * 4);
+	d->upl = calloc(h.n, sizeof(*d->upl));
+	d->block_mn = calloc(h.nblocks, 1);
+	d->block_addr = calloc(h.nblocks, sizeof(*d->block_addr));
+	if (!d->up_store || !d->upl || !d->block_mn || !d->block_addr) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(d->up_store, meta + sizeof(h), h.up_words * 4);
+	while (o < h.up_words) {
+		uint32_t id, lv;
+
+		if (h.up_words - o < 2)
+			goto bad_up;
+		id = d->up_store[o];
+		lv = d->up_store[o + 1];
+		if (id >= h.n || lv == 0 || lv > (uint32_t)h.max_level || d->upl[id] ||
+		    h.up_words - o - 2 < (uint64_t)lv * hnsw_up_list_words(h.M))
+			goto bad_up;
+		d->upl[id] = d->up_store + o + 2;
+		for (uint32_t l = 0; l < lv; l++) {
+			const uint32_t *w = d->upl[id] + (size_t)l * hnsw_up_list_words(h.M);
+
+			if (w[0] > h.M)
+				goto bad_up;
+			for (uint32_t j = 0; j < w[0]; j++)
+				if (w[1 + j] >= h.n)
+					goto bad_up;
+		}
+		o += 2 + (uint64_t)lv * hnsw_up_list_words(h.M);
+	}
+	if (h.max_level > 0 && !d->upl[h.entry])
+		goto bad_up;
+	/* Every node an upper list names must itself have upper lists down to that level. */
+	for (uint32_t id = 0; id < h.n; id++) {
+		if (!d->upl[id])
+			continue;
+		for (uint32_t l = 0; l < d->up_store[(d->upl[id] - d->up_store) - 1]; l++) {
+			const uint32_t *w = d->upl[id] + (size_t)l * hnsw_up_list_words(h.M);
+
+			for (uint32_t j = 0; j < w[0]; j++)
+				if (!d->upl[w[1 + j]] ||
+				    d->up_store[(d->upl[w[1 + j]] - d->up_store) - 1] < l + 1)
+					goto bad_up;
+		}
+	}
+	return 0;
+bad_up:
+	snprintf(err, errlen, "index metadata: malformed upper-level lists");
+	return -EBADMSG;
+}
+
+int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen)
+{
+	struct dm_wire_ctl_obj o = { 0 };
+	struct dindex *d = NULL;
+	struct mn_link *l = NULL;
+	struct dm_mr *mr = NULL;
+	uint8_t *meta = NULL;
+	uint64_t done = 0;
+	uint32_t r;
+	int rc = -ENOENT;
+
+	/* The metadata lives on every memory node: use the first that answers. */
+	for (uint32_t i = 0; i < s->n && rc; i++) {
+		if (!s->link[i].up)
+			continue;
+		o = (struct dm_wire_ctl_obj){ .key = dm_obj_key(DM_OBJ_HNSW_META, 0, 0) };
+		rc = obj_call(&s->link[i], DM_OP_CTL_LOOKUP, &o);
+		if (!rc)
+			l = &s->link[i];
+	}
+	if (rc) {
+		snprintf(err, errlen, rc == -ENOENT ? "no index loaded (dmann load first)" :
+			 "metadata lookup failed: %s", strerror(-rc));
+		return rc;
+	}
+	if (o.len > (1ull << 32) || o.len < sizeof(struct dindex_meta_hdr)) {
+		snprintf(err, errlen, "index metadata has an implausible size (%llu bytes)",
+			 (unsigned long long)o.len);
+		return -EBADMSG;
+	}
+	meta = malloc(o.len);
+	d = calloc(1, sizeof(*d));
+	if (!meta || !d) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = dm_xport_reg(s->x, meta, o.len, 0, &mr);
+	if (rc)
+		goto out;
+	rc = xfer(l, false, meta, mr, o.addr, o.len, NULL, NULL, &done);
+	dm_xport_dereg(s->x, mr);
+	if (rc) {
+		snprintf(err, errlen, "reading the index metadata: %s", strerror(-rc));
+		goto out;
+	}
+	if (crc(meta, o.len) != (uint32_t)o.aux) {
+		snprintf(err, errlen, "index metadata changed while it was read");
+		rc = -EAGAIN;
+		goto out;
+	}
+	rc = parse_meta(d, meta, o.len, err, errlen);
+	if (rc)
+		goto out;
+	d->meta_crc = (uint32_t)o.aux;
+	r = ((struct dindex_meta_hdr *)meta)->redundancy;
+	for (uint32_t b = 0; b < d->nblocks; b++) {
+		uint32_t reps[16];
+		int nr = block_replicas(s, b, DM_MIN(r, 16u), reps);
+		uint64_t first = (uint64_t)b << d->p.block_shift;
+		uint64_t want = DM_MIN(1ull << d->p.block_shift, d->n - first) * d->rec_size;
+
+		rc = -EHOSTUNREACH;
+		for (int j = 0; j < nr && rc; j++) {
+			struct mn_link *bl = &s->link[reps[j]];
+
+			if (!bl->up)
+				continue;
+			o = (struct dm_wire_ctl_obj){ .key = dm_obj_key(DM_OBJ_HNSW_BLOCK, 0, b) };
+			rc = obj_call(bl, DM_OP_CTL_LOOKUP, &o);
+			if (!rc && (o.len != want || o.addr < bl->info.region_addr ||
+				    o.addr - bl->info.region_addr + o.len > bl->info.region_len))
+				rc = -EBADMSG;
+			if (!rc) {
+				d->block_mn[b] = (uint8_t)reps[j];
+				d->block_addr[b] = o.addr;
+			}
+		}
+		if (rc) {
+			snprintf(err, errlen, "block %u: no replica available (%s)", b, strerror(-rc));
+			goto out;
+		}
+	}
+	*out = d;
+	d = NULL;
+out:
+	free(meta);
+	dindex_free(d);
+	return rc;
+}

@@ -1,0 +1,106 @@
+/* dindex.h: an HNSW index placed on the memory nodes ("disaggregated index").
+ *
+ * On the memory nodes: every block of records is an object (DM_OBJ_HNSW_BLOCK, block
+ * number) on the R nodes the placement function picks for it, and a metadata object
+ * (DM_OBJ_HNSW_META) on every memory node holds the parameters, the entry point and the
+ * upper-level lists, which compute nodes load whole at start.
+ *
+ * Metadata object: header (struct dindex_meta_hdr, little-endian, crc32 of the rest of the
+ * header in hdr_crc) | upper area (up_words u32: per node of level >= 1: id, level, then
+ * level lists of 1 + M words), its crc32 in up_crc.
+ *
+ * This module also holds the connections a process keeps to every memory node (a control
+ * channel each) and the block table a compute node uses to turn a node id into
+ * (memory node, remote address). */
+#ifndef DM_CN_DINDEX_H
+#define DM_CN_DINDEX_H
+
+#include "cluster.h"
+#include "hnsw/hnsw.h"
+#include "rpc.h"
+
+#define DINDEX_MAGIC "DMIDXMT1"
+#define DINDEX_VERSION 1u
+
+struct dindex_meta_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t dim, metric, M, n, rec_size, block_shift, nblocks, entry;
+	int32_t max_level;
+	uint32_t redundancy;
+	uint64_t up_words;
+	uint32_t up_crc;
+	uint32_t hdr_crc;          /* crc32 of the bytes before it */
+};
+_Static_assert(sizeof(struct dindex_meta_hdr) == 72, "meta header layout");
+
+/* One process's connections to the memory nodes. */
+struct mn_link {
+	struct dm_conn *conn;
+	struct dm_rpc_chan ch;
+	struct dm_wire_ctl_info info;
+	bool up;
+};
+
+struct mn_set {
+	const struct dm_cluster_cfg *cfg;
+	struct dm_xport *x;
+	struct dm_msgpool *pool;
+	bool own_pool;
+	uint32_t n;
+	struct mn_link link[DM_MAX_NODES];
+};
+
+/* Connect to every memory node (control channel + INFO). With require_all, a node that
+ * cannot be reached within timeout_ms is an error; otherwise it is marked down. pool is
+ * the context's message pool (a context's receive queue is shared, so it has exactly one
+ * pool), or NULL to create one. NULL + errno; the reason is logged. */
+struct mn_set *mn_set_open(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
+			   struct dm_msgpool *pool, bool require_all, int timeout_ms);
+void mn_set_close(struct mn_set *s);
+/* Ask every reachable memory node to snapshot its region. 0 or the first error. */
+int mn_set_snapshot(struct mn_set *s);
+
+/* Place an index image on the memory nodes (drops the previous index first): blocks on
+ * their R replicas, metadata everywhere, each object written with one-sided WRITEs and
+ * committed with its checksum. progress (may be NULL) gets bytes written. 0 or -errno
+ * with a message in err. */
+int dindex_load(struct mn_set *s, const struct hnsw_index *idx, void (*progress)(void *, uint64_t),
+		void *parg, char *err, size_t errlen);
+
+/* A compute node's view of the placed index. */
+struct dindex {
+	struct hnsw_params p;
+	uint32_t n, rec_size, nblocks, entry;
+	int max_level;
+	uint32_t *up_store;
+	uint32_t **upl;            /* per node: upper lists or NULL */
+	uint32_t meta_crc;         /* identifies this load of the index */
+	uint8_t *block_mn;         /* per block: memory node index */
+	uint64_t *block_addr;      /* per block: remote address of record 0 */
+	uint64_t index_bytes;      /* n * rec_size */
+};
+
+/* Read the metadata and the block table from the memory nodes: -ENOENT when no index is
+ * loaded, -EBADMSG for corrupt metadata (message in err), or another -errno. */
+int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen);
+void dindex_free(struct dindex *d);
+/* The memory node, remote address and rkey of node id's record. */
+static inline void dindex_locate(const struct dindex *d, const struct mn_set *s, uint32_t id,
+				 uint32_t *mn, uint64_t *addr, uint32_t *rkey)
+{
+	uint32_t b = id >> d->p.block_shift, mask = (1u << d->p.block_shift) - 1;
+
+	*mn = d->block_mn[b];
+	*addr = d->block_addr[b] + (uint64_t)(id & mask) * d->rec_size;
+	*rkey = s->link[*mn].info.rkey;
+}
+
+/* Check a record read from a memory node: version, level and neighbour count bounds. */
+static inline bool dindex_rec_ok(const struct dindex *d, const struct hnsw_rec_hdr *r)
+{
+	return r->version == HNSW_REC_VERSION && r->level <= HNSW_MAX_LEVEL &&
+	       r->n0 <= 2 * d->p.M;
+}
+
+#endif

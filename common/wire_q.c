@@ -1,0 +1,178 @@
+/* wire_q.c: encoders and checked decoders for the native query protocol of wire.h. */
+#include "wire.h"
+
+#include <math.h>
+#include <string.h>
+
+int dm_wire_q_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t buflen)
+{
+	size_t body = buflen - DM_WIRE_HDR_LEN;
+	bool resp = h->op & 1;
+
+	if (h->length != buflen || buflen < DM_WIRE_HDR_LEN)
+		return -EBADMSG;
+	if (!resp && h->status)
+		return -EBADMSG;
+	switch (h->op & ~1u) {
+	case DM_OP_Q_SEARCH:
+		if (!resp) {
+			struct dm_wire_q_search s;
+
+			if (dm_wire_q_search_decode(buf + DM_WIRE_HDR_LEN, body, &s))
+				return -EBADMSG;
+			return body == sizeof(s) + 4ull * s.dim ? 0 : -EBADMSG;
+		} else {
+			struct dm_wire_q_result r;
+
+			if (dm_wire_q_result_decode(buf + DM_WIRE_HDR_LEN, body, &r))
+				return -EBADMSG;
+			return body == sizeof(r) + sizeof(struct dm_wire_q_hit) * (uint64_t)r.n ?
+				       0 : -EBADMSG;
+		}
+	case DM_OP_Q_CONFIG:
+		return body == (resp ? 0 : sizeof(struct dm_wire_q_config)) ? 0 : -EBADMSG;
+	case DM_OP_Q_STATS:
+		if (resp && h->status)
+			return body == 0 ? 0 : -EBADMSG;
+		return body == (resp ? sizeof(struct dm_wire_q_stats) : 0) ? 0 : -EBADMSG;
+	default:
+		return -EPROTO;
+	}
+}
+
+void dm_wire_q_search_encode(uint8_t *b, const struct dm_wire_q_search *m)
+{
+	dm_put_le64(b, m->qid);
+	dm_put_le32(b + 8, m->k);
+	dm_put_le32(b + 12, m->ef);
+	dm_put_le32(b + 16, m->dim);
+	dm_put_le32(b + 20, m->flags);
+}
+
+int dm_wire_q_search_decode(const uint8_t *b, size_t len, struct dm_wire_q_search *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->qid = dm_get_le64(b);
+	m->k = dm_get_le32(b + 8);
+	m->ef = dm_get_le32(b + 12);
+	m->dim = dm_get_le32(b + 16);
+	m->flags = dm_get_le32(b + 20);
+	if (m->k == 0 || m->k > DM_Q_MAX_K || m->ef > DM_Q_MAX_EF || m->dim == 0 ||
+	    m->dim > DM_Q_MAX_DIM || m->flags)
+		return -EBADMSG;
+	return 0;
+}
+
+void dm_wire_q_result_encode(uint8_t *b, const struct dm_wire_q_result *m)
+{
+	dm_put_le64(b, m->qid);
+	dm_put_le32(b + 8, m->n);
+	dm_put_le32(b + 12, m->hops);
+	dm_put_le32(b + 16, m->reads);
+	dm_put_le32(b + 20, m->round_trips);
+	dm_put_le32(b + 24, m->cache_hits);
+	dm_put_le32(b + 28, m->rereads);
+	dm_put_le64(b + 32, m->bytes);
+	dm_put_le64(b + 40, m->latency_ns);
+}
+
+int dm_wire_q_result_decode(const uint8_t *b, size_t len, struct dm_wire_q_result *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->qid = dm_get_le64(b);
+	m->n = dm_get_le32(b + 8);
+	m->hops = dm_get_le32(b + 12);
+	m->reads = dm_get_le32(b + 16);
+	m->round_trips = dm_get_le32(b + 20);
+	m->cache_hits = dm_get_le32(b + 24);
+	m->rereads = dm_get_le32(b + 28);
+	m->bytes = dm_get_le64(b + 32);
+	m->latency_ns = dm_get_le64(b + 40);
+	return m->n <= DM_Q_MAX_K ? 0 : -EBADMSG;
+}
+
+void dm_wire_q_hit_encode(uint8_t *b, const struct dm_wire_q_hit *m)
+{
+	uint32_t u;
+
+	memcpy(&u, &m->dist, 4);
+	dm_put_le64(b, m->id);
+	dm_put_le32(b + 8, u);
+	dm_put_le32(b + 12, 0);
+}
+
+int dm_wire_q_hit_decode(const uint8_t *b, size_t len, struct dm_wire_q_hit *m)
+{
+	uint32_t u;
+
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->id = dm_get_le64(b);
+	u = dm_get_le32(b + 8);
+	memcpy(&m->dist, &u, 4);
+	m->reserved = dm_get_le32(b + 12);
+	return m->reserved == 0 ? 0 : -EBADMSG;
+}
+
+void dm_wire_q_config_encode(uint8_t *b, const struct dm_wire_q_config *m)
+{
+	dm_put_le64(b, m->cache_bytes);
+	dm_put_le32(b + 8, m->admit_ppm);
+	dm_put_le32(b + 12, m->flags);
+}
+
+int dm_wire_q_config_decode(const uint8_t *b, size_t len, struct dm_wire_q_config *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->cache_bytes = dm_get_le64(b);
+	m->admit_ppm = dm_get_le32(b + 8);
+	m->flags = dm_get_le32(b + 12);
+	if (m->admit_ppm > 1000000 || (m->flags & ~DM_Q_CONFIG_CLEAR))
+		return -EBADMSG;
+	return 0;
+}
+
+void dm_wire_q_stats_encode(uint8_t *b, const struct dm_wire_q_stats *m)
+{
+	const uint64_t *w = &m->hits;
+
+	for (int i = 0; i < 9; i++)
+		dm_put_le64(b + 8 * i, w[i]);
+	dm_put_le32(b + 72, m->node_id);
+	dm_put_le32(b + 76, m->workers);
+}
+
+int dm_wire_q_stats_decode(const uint8_t *b, size_t len, struct dm_wire_q_stats *m)
+{
+	uint64_t *w = &m->hits;
+
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	for (int i = 0; i < 9; i++)
+		w[i] = dm_get_le64(b + 8 * i);
+	m->node_id = dm_get_le32(b + 72);
+	m->workers = dm_get_le32(b + 76);
+	return 0;
+}
+
+void dm_wire_put_f32s(uint8_t *b, const float *v, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t u;
+
+		memcpy(&u, &v[i], 4);
+		dm_put_le32(b + 4 * i, u);
+	}
+}
+
+void dm_wire_get_f32s(const uint8_t *b, float *v, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t u = dm_get_le32(b + 4 * i);
+
+		memcpy(&v[i], &u, 4);
+	}
+}
