@@ -55,11 +55,18 @@ int cn_refresh(struct cn *cn, bool force)
 		pthread_rwlock_unlock(&cn->lock);
 	}
 	rc = dindex_open(cn->mns, &d, err, sizeof(err));
+	if (rc && rc != -ENOENT && rc != -EBADMSG && !force) {
+		/* A control connection broke (a memory node restarted): reconnect and retry. */
+		pthread_mutex_unlock(&cn->ctl_lock);
+		return cn_refresh(cn, true);
+	}
 	if (rc) {
-		if (rc != -ENOENT)
+		if (rc != -ENOENT) {
 			dm_warn("cn%u: %s", cn->node->id, err);
-		else if (cn->idx)
+			atomic_store(&cn->need_refresh, true);
+		} else if (cn->idx) {
 			dm_info("cn%u: index gone from the memory nodes", cn->node->id);
+		}
 		goto out_unlock;
 	}
 	pthread_rwlock_wrlock(&cn->lock);

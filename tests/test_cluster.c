@@ -1,0 +1,208 @@
+/* test_cluster.c: a local cluster (2 memory + 2 compute nodes, tcp, loopback) against the
+ * local search of the same index:
+ *   - the cluster returns exactly the ids of the local search (same index, same ef), with
+ *     the cache off and at 10%;
+ *   - a memory node killed during a query stream makes the affected queries fail with a
+ *     clear error within a bounded time, nothing hangs, and once the node is back (it
+ *     reloads its snapshot) the compute nodes serve again with the same answers. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hnsw/hnsw.h"
+#include "vecfile.h"
+
+#define K 10
+#define EF 48
+
+static char dir[128], dmann[300], dmann_mn[300];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "+ %s\n", cmd);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void setup(void)
+{
+	const char *root = getenv("DMANN_BUILD_ROOT");
+
+	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
+	snprintf(dmann_mn, sizeof(dmann_mn), "%s/mn/dmann-mn", root);
+	snprintf(dir, sizeof(dir), "/tmp/dmann-cluster-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(sh("%s gen --kind sift --n 8000 --nq 200 --seed 3 --out %s/data >/dev/null",
+			dmann, dir), 0);
+	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 12 --efc 80 --threads 1 "
+			"--block-shift 10 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --dir %s/lc --region-mb 32", dmann, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw", dmann, dir, dir), 0);
+}
+
+static void teardown(void)
+{
+	sh("%s local down --dir %s/lc", dmann, dir);
+	if (getenv("DMANN_KEEP_TEST_DIR"))
+		return;
+	sh("rm -rf %s", dir);
+}
+
+/* Ids of the local search for every query of the data set. */
+static int32_t *local_ids(uint32_t *nq)
+{
+	struct dm_vecs qv;
+	char err[512], p[256];
+	struct hnsw_index *idx;
+	struct hnsw_searcher *s;
+	struct hnsw_src src;
+	int32_t *ids;
+
+	snprintf(p, sizeof(p), "%s/idx.hnsw", dir);
+	idx = hnsw_load(p, err, sizeof(err));
+	cr_assert_not_null(idx, "%s", err);
+	snprintf(p, sizeof(p), "%s/data/query.fbin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_FBIN, &qv, err, sizeof(err)), 0, "%s", err);
+	hnsw_src_local(idx, &src);
+	s = hnsw_searcher_new(idx->n, idx->p.dim);
+	ids = calloc(qv.n * K, sizeof(*ids));
+	for (uint64_t i = 0; i < qv.n; i++) {
+		struct dm_hit h[K];
+		int n = hnsw_search(&src, s, (const float *)qv.data + i * qv.dim, K, EF, h);
+
+		cr_assert_eq(n, K);
+		for (int j = 0; j < K; j++)
+			ids[i * K + j] = (int32_t)h[j].id;
+	}
+	*nq = (uint32_t)qv.n;
+	hnsw_searcher_free(s);
+	hnsw_free(idx);
+	dm_vecs_free(&qv);
+	return ids;
+}
+
+static void bench_and_compare(const char *ratio, const int32_t *want, uint32_t nq)
+{
+	struct dm_vecs got;
+	char p[256], err[512];
+	unsigned diff = 0;
+
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin "
+			"--gt %s/data/gt.ibin --k %d --ef %d --cache-ratio %s --out %s/ids.ibin",
+			dmann, dir, dir, dir, K, EF, ratio, dir), 0, "bench failed (cache %s)", ratio);
+	snprintf(p, sizeof(p), "%s/ids.ibin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(got.n, nq);
+	cr_assert_eq(got.dim, K);
+	for (uint64_t i = 0; i < (uint64_t)nq * K; i++)
+		diff += ((int32_t *)got.data)[i] != want[i];
+	cr_assert_eq(diff, 0, "cache %s: %u of %u ids differ from the local search", ratio, diff,
+		     nq * K);
+	dm_vecs_free(&got);
+}
+
+static pid_t pid_of(const char *node)
+{
+	char p[256], line[128], name[32];
+	int pid, found = -1;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/lc/pids", dir);
+	f = fopen(p, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%d %31s", &pid, name) == 2 && !strcmp(name, node))
+			found = pid;
+	fclose(f);
+	cr_assert_gt(found, 1, "no pid for %s", node);
+	return found;
+}
+
+TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(cluster, same_ids_as_local_search_and_survives_a_memory_node_failure)
+{
+	uint32_t nq;
+	int32_t *want = local_ids(&nq);
+	pid_t bench, mn1;
+	int st;
+	uint64_t t0;
+	char out[256], cmd[2048];
+	FILE *f;
+
+	bench_and_compare("0", want, nq);
+	bench_and_compare("10%", want, nq);
+
+	/* Kill memory node 1 in the middle of a long stream. */
+	snprintf(out, sizeof(out), "%s/bench-fail.log", dir);
+	bench = fork();
+	cr_assert_geq(bench, 0);
+	if (bench == 0) {
+		snprintf(cmd, sizeof(cmd), "exec %s bench --config %s/lc/cluster.ini --query "
+			 "%s/data/query.fbin --gt %s/data/gt.ibin --k %d --ef %d --cache-ratio 0 "
+			 "--nq 200000 >%s 2>&1", dmann, dir, dir, dir, K, EF, out);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	sleep(2);
+	mn1 = pid_of("mn1");
+	cr_assert_eq(kill(mn1, SIGKILL), 0);
+	t0 = dm_now_ns();
+	/* Bounded: the stream either fails fast on every query touching mn1 or finishes. */
+	for (;;) {
+		if (waitpid(bench, &st, WNOHANG) == bench)
+			break;
+		cr_assert_lt(dm_now_ns() - t0, 60ull * 1000000000, "bench hangs after the kill");
+		usleep(100000);
+	}
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		  "bench must report failed queries (status %d)", st);
+	f = fopen(out, "r");
+	cr_assert_not_null(f);
+	{
+		char buf[8192] = "";
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+
+		buf[n] = '\0';
+		fclose(f);
+		cr_assert(strstr(buf, "queries failed") && (strstr(buf, "Host is down") ||
+							     strstr(buf, "Connection reset") ||
+							     strstr(buf, "stale")),
+			  "unclear error: %s", buf);
+	}
+
+	/* Restart it: it reloads its snapshot; the compute nodes reconnect and serve again. */
+	cr_assert_eq(sh("cd %s/lc && (setsid %s --config %s/lc/cluster.ini --id 1 >>mn1.log 2>&1 & "
+			"echo \"$! mn1b\" >>pids)", dir, dmann_mn, dir), 0);
+	t0 = dm_now_ns();
+	for (;;) {
+		if (sh("%s status --config %s/lc/cluster.ini >/dev/null", dmann, dir) == 0)
+			break;
+		cr_assert_lt(dm_now_ns() - t0, 30ull * 1000000000, "mn1 did not come back");
+		usleep(200000);
+	}
+	/* The compute nodes re-read the block table within a second or so. */
+	for (int attempt = 0;; attempt++) {
+		if (sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
+		       "%s/data/gt.ibin --k %d --ef %d --cache-ratio 0 --nq 50 >/dev/null 2>&1",
+		       dmann, dir, dir, dir, K, EF) == 0)
+			break;
+		cr_assert_lt(attempt, 20, "compute nodes do not serve after the memory node is back");
+		sleep(1);
+	}
+	bench_and_compare("10%", want, nq);
+	free(want);
+}
