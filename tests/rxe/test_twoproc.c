@@ -87,16 +87,33 @@ static int rbufs_init(struct rbufs *rb, struct dm_xport *x)
 	return 0;
 }
 
-/* Wait for one completion of the given opcode; other completions are errors. */
+/* RECV completions that arrived while we waited for a SEND's completion: the peer's answer
+ * can land before the ACK of our request does. One connection at a time per process. */
+static struct dm_wc early[NRBUF];
+static int nearly;
+
+/* Wait for one completion of the given opcode (SEND or RECV); a RECV that overtakes the
+ * SEND completion we wait for is kept for the next RECV wait. */
 static int wait_one(struct dm_conn *c, struct dm_wc *wc, uint8_t opcode)
 {
-	int k = dm_conn_wait(c, wc, 1, WAIT_MS);
-
-	if (k != 1)
-		return k < 0 ? k : -ETIMEDOUT;
-	if (wc->status)
+	if (opcode == DM_WC_RECV && nearly > 0) {
+		*wc = early[0];
+		memmove(early, early + 1, (size_t)--nearly * sizeof(*early));
 		return wc->status;
-	return wc->opcode == opcode ? 0 : -EPROTO;
+	}
+	for (;;) {
+		int k = dm_conn_wait(c, wc, 1, WAIT_MS);
+
+		if (k != 1)
+			return k < 0 ? k : -ETIMEDOUT;
+		if (wc->status)
+			return wc->status;
+		if (wc->opcode == opcode)
+			return 0;
+		if (wc->opcode != DM_WC_RECV || nearly == NRBUF)
+			return -EPROTO;
+		early[nearly++] = *wc;
+	}
 }
 
 /* Send a small control message (inline) and wait for its completion. */
@@ -338,6 +355,7 @@ static void step_write(struct cli *k)
 	struct dm_wc wc;
 	uint8_t msg[1 + sizeof(struct verify)], ans;
 	struct verify v = { .off = base, .len = N * SLOT, .seed = seed };
+	int rc;
 	uint8_t *src = k->loc, *back = k->loc + (size_t)N * SLOT;
 
 	for (uint32_t i = 0; i < N * SLOT; i++)
@@ -381,7 +399,8 @@ static void step_write(struct cli *k)
 	cr_assert_eq(memcmp(back, src, (size_t)N * SLOT), 0, "written data read back differs");
 	msg[0] = M_VERIFY;
 	memcpy(msg + 1, &v, sizeof(v));
-	cr_assert_eq(send_small(k->c, msg, sizeof(msg)), 0);
+	rc = send_small(k->c, msg, sizeof(msg));
+	cr_assert_eq(rc, 0, "VERIFY send: %d (%s)", rc, strerror(-rc));
 	cr_assert_eq(recv_msg(k, &ans, 1), 1);
 	cr_assert_eq(ans, M_OK, "the server does not see the written data in its memory");
 }
@@ -439,13 +458,16 @@ static void step_echo(struct cli *k)
 	for (uint32_t n = 0; n < 200; n++) {
 		uint32_t len = 1 + (n * 37) % 3000;
 		struct dm_wc wc;
+		int rc;
 
 		msg[0] = M_ECHO;
 		for (uint32_t i = 1; i < len; i++)
 			msg[i] = (uint8_t)(n + i * 3);
 		cr_assert_eq(dm_conn_send(k->c, n, msg, len, k->lmr,
 					  len <= 64 ? DM_WR_INLINE | DM_WR_SIGNALED : DM_WR_SIGNALED), 0);
-		cr_assert_eq(wait_one(k->c, &wc, DM_WC_SEND), 0);
+		rc = wait_one(k->c, &wc, DM_WC_SEND);
+		cr_assert_eq(rc, 0, "echo %u (%u bytes): SEND completion %d (%s)", n, len, rc,
+			     strerror(-rc));
 		cr_assert_eq(wc.wr_id, n);
 		cr_assert_eq(recv_msg(k, back, sizeof(back)), len, "echo %u: length", n);
 		cr_assert_eq(memcmp(back, msg, len), 0, "echo %u: content", n);

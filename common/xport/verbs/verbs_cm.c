@@ -241,6 +241,44 @@ err_free:
 	return NULL;
 }
 
+/* Until the peer has proved the cluster secret, its requests may only READ (the handshake
+ * area is all it needs): the QP refuses remote WRITEs and atomics whatever key the peer
+ * guesses. rdma_cm left the new QP in INIT with full remote access; INIT->INIT may change
+ * the access flags. A device that refuses only loses this extra protection. */
+static void conn_restrict(struct verbs_conn *vc)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_READ };
+
+	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS))
+		dm_debug("verbs: cannot restrict remote access during the handshake: %s",
+			 strerror(errno));
+}
+
+/* The peer proved the secret: allow remote READ, WRITE and atomics (RTS->RTS). Also lower
+ * the responder's RNR timer from rdma_cm's default (encoding 0 = 655 ms, which a sender
+ * short of receive buffers at the peer would wait per retry) to 0.64 ms. */
+static int conn_open_access(struct verbs_conn *vc)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTS,
+		.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_ATOMIC,
+		.min_rnr_timer = 12,
+	};
+
+	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS |
+			  IBV_QP_MIN_RNR_TIMER) == 0)
+		return 0;
+	dm_debug("verbs: %s: RTS->RTS with the RNR timer failed (%s), access flags only",
+		 vc->base.peer, strerror(errno));
+	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS) == 0)
+		return 0;
+	dm_err("verbs: %s: cannot enable remote access after the handshake: %s", vc->base.peer,
+	       strerror(errno));
+	return -EIO;
+}
+
 /* Completion channel, CQ and the RC QP (receiving from the context's SRQ) on vc->id. */
 static int conn_setup_qp(struct verbs_conn *vc)
 {
@@ -283,6 +321,7 @@ static int conn_setup_qp(struct verbs_conn *vc)
 	}
 	vc->qp_made = true;
 	vc->max_inline = qa.cap.max_inline_data;
+	conn_restrict(vc);
 	return 0;
 
 err_destroy_cq:
@@ -292,18 +331,6 @@ err_destroy_chan:
 	ibv_destroy_comp_channel(vc->chan);
 	vc->chan = NULL;
 	return err;
-}
-
-/* rdma_cm leaves the responder's RNR timer at its default, encoding 0 = 655 ms: a sender
- * that finds no receive buffer would stall that long per retry. Ask for 0.64 ms instead
- * (RTS->RTS may change it); failing that only costs latency. */
-static void conn_tune_rnr(struct verbs_conn *vc)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .min_rnr_timer = 12 };
-
-	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER))
-		dm_debug("verbs: %s: cannot lower the RNR timer: %s", vc->base.peer,
-			 strerror(errno));
 }
 
 /* Tear down everything conn_alloc/conn_setup_qp made; disconnects first if needed. */
@@ -452,6 +479,19 @@ static int verbs_handshake(struct verbs_conn *vc, enum dm_hs_role role, uint64_t
 			goto out_clear;
 		}
 		rc = dm_hs_step(&hs, in, inlen, out, &outlen);
+		/* The peer has just proved the secret when the client accepted the server's
+		 * REPLY (its first message) or the server accepted AUTH: open our memory to it
+		 * before the message that lets it go ahead (AUTH, RESULT) is published. */
+		if ((role == DM_HS_CLIENT && rc == 0 && theirs == 1) ||
+		    (role == DM_HS_SERVER && rc == 1)) {
+			int orc = conn_open_access(vc);
+
+			if (orc) {
+				rc = orc;
+				outlen = 0;
+				break;
+			}
+		}
 		if (outlen) {
 			if (mine >= VERBS_HS_SLOTS - 1) {
 				rc = -EPROTO;
@@ -663,7 +703,6 @@ int verbs_accept(struct dm_listener *l, int timeout_ms, struct dm_conn **out)
 	if (rc)
 		goto err_free_vc;
 	vc->connected = true;
-	conn_tune_rnr(vc);
 	rc = verbs_handshake(vc, DM_HS_SERVER, deadline);
 	if (rc)
 		goto err_free_vc;
@@ -786,7 +825,6 @@ int verbs_connect(struct dm_xport *x, const char *addr, int timeout_ms, struct d
 	}
 	vc->peer_hs_addr = peer.hs_addr;
 	vc->peer_hs_rkey = peer.hs_rkey;
-	conn_tune_rnr(vc);
 	rc = verbs_handshake(vc, DM_HS_CLIENT, deadline);
 	if (rc)
 		goto err_free_vc;
