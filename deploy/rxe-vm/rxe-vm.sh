@@ -129,7 +129,7 @@ if [ "$ACCEL" = auto ]; then
 		[ "$(cat "$PROBE")" = 1 ] && ACCEL=kvm
 	fi
 fi
-say "booting the VM (accel $ACCEL, timeout ${VM_TIMEOUT}s)"
+say "booting the VM (accel $ACCEL, timeout ${VM_TIMEOUT}s, $(qemu-system-x86_64 --version | head -1))"
 set +e
 qemu "$ACCEL" "$VM_TIMEOUT" "" 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
