@@ -1441,6 +1441,18 @@ int flat_get_ids(struct flat_index *ix, const uint64_t *ids, size_t n, flat_row_
 	return found;
 }
 
+size_t flat_fragments(struct flat_index *ix, uint64_t *bytes, size_t max)
+{
+	size_t n;
+
+	pthread_rwlock_rdlock(&ix->rw);
+	n = ix->nfrags;
+	for (size_t i = 0; i < DM_MIN(n, max); i++)
+		bytes[i] = (uint64_t)ix->frags[i]->n * ix->info.dim * sizeof(float);
+	pthread_rwlock_unlock(&ix->rw);
+	return n;
+}
+
 static bool in_segment(const struct flat_index *ix, uint64_t id, uint32_t cnt, uint32_t idx)
 {
 	uint32_t r;
@@ -1542,7 +1554,8 @@ int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit
 		const struct flat_frag *f = ix->frags[fi];
 		uint64_t base = (uint64_t)fi * ix->frag_rows;
 
-		if (sc->share_count && fi % sc->share_count != sc->share_index)
+		if (sc->frag_sel ? !sc->frag_sel(sc->frag_ctx, fi) :
+		    (sc->share_count && fi % sc->share_count != sc->share_index))
 			continue;
 		if (sc->nq == 1) {
 			const float *q = sc->q;

@@ -156,7 +156,15 @@ struct flat_scan {
 	/* Scan only fragments f with f % share_count == share_index (a CN's share of the
 	 * index); share_count 0 = every fragment. */
 	uint32_t share_count, share_index;
+	/* Or, when set, exactly the fragments for which frag_sel returns true (a share
+	 * computed by s3_plan_shares); overrides share_count. */
+	bool (*frag_sel)(void *ctx, uint64_t frag);
+	void *frag_ctx;
 };
+
+/* Fragment sizes for share planning: bytes[f] = vector bytes of fragment f (its id), for up
+ * to max fragments; returns the number of fragments. */
+size_t flat_fragments(struct flat_index *ix, uint64_t *bytes, size_t max);
 
 /* Scan: out receives nq lists of up to k hits, list i at out + i*k sorted ascending by
  * (distance, id), nout[i] its length. Distances as in distance.h (L2 squared, cosine
