@@ -202,7 +202,8 @@ static struct verbs_conn *conn_alloc(struct verbs_xport *vx)
 	vc->depth = vx->send_depth;
 	vc->sig_every = DM_MAX(1u, vc->depth / 4);
 	vc->qp_depth = vc->depth + vc->sig_every;
-	vc->cqe = (int)(vc->qp_depth + vx->srq_depth + 16);
+	/* worst case: every send WR and every shared receive buffer completes here */
+	vc->cqe = (int)DM_MIN(vc->qp_depth + vx->srq_depth + 16, vx->max_cqe);
 	vc->stash_cap = (uint32_t)vc->cqe + 16;
 	vc->sslots = calloc(vc->qp_depth, sizeof(*vc->sslots));
 	vc->wrs = calloc(vc->depth, sizeof(*vc->wrs));
@@ -250,9 +251,13 @@ static void conn_restrict(struct verbs_conn *vc)
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT,
 				 .qp_access_flags = IBV_ACCESS_REMOTE_READ };
 
-	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS))
-		dm_debug("verbs: cannot restrict remote access during the handshake: %s",
-			 strerror(errno));
+	static bool warned;
+
+	if (ibv_modify_qp(vc->id->qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS) &&
+	    !__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+		dm_warn("verbs: %s cannot restrict remote access during the handshake (%s): "
+			"unauthenticated peers can write memory whose key they guess",
+			vc->vx->devname, strerror(errno));
 }
 
 /* The peer proved the secret: allow remote READ, WRITE and atomics (RTS->RTS). Also lower

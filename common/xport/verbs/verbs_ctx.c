@@ -297,6 +297,18 @@ static struct dm_xport *verbs_open(const struct dm_xport_params *p)
 	vx->srq_depth = p->max_recv_wr ? p->max_recv_wr : VERBS_DEF_RECV_WR;
 	vx->srq_depth = DM_MIN(vx->srq_depth, (uint32_t)da.max_srq_wr);
 	vx->max_inline = p->max_inline ? p->max_inline : VERBS_DEF_INLINE;
+	vx->max_cqe = (uint32_t)da.max_cqe;
+	if (vx->send_depth * 2 + vx->srq_depth + 16 > vx->max_cqe) {
+		/* a connection's CQ must hold its send queue and the whole receive pool */
+		dm_warn("verbs: %s: send depth %u + receive pool %u exceed the CQ limit %d; "
+			"using a smaller receive pool", vx->devname, vx->send_depth, vx->srq_depth,
+			da.max_cqe);
+		if (vx->max_cqe <= vx->send_depth * 2 + 16 + 64) {
+			err = EINVAL;
+			goto err_free_vx;
+		}
+		vx->srq_depth = vx->max_cqe - vx->send_depth * 2 - 16;
+	}
 	vx->rd_atom = (uint8_t)DM_MIN(16, DM_MIN(da.max_qp_rd_atom, da.max_qp_init_rd_atom));
 	if (vx->rd_atom == 0)
 		vx->rd_atom = 1;
@@ -316,7 +328,8 @@ static struct dm_xport *verbs_open(const struct dm_xport_params *p)
 		       strerror(err));
 		goto err_dealloc_pd;
 	}
-	vx->srq_depth = sa.attr.max_wr;  /* what we got (may be more) */
+	/* the device may round the SRQ up: the slot table keeps the pool at what was asked,
+	 * which every connection's CQ was sized for */
 	vx->rslots = calloc(vx->srq_depth, sizeof(*vx->rslots));
 	if (!vx->rslots) {
 		err = ENOMEM;

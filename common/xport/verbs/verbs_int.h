@@ -51,6 +51,7 @@ struct verbs_xport {
 	uint32_t srq_depth;
 	uint32_t max_inline;         /* requested; each QP records what it got */
 	uint8_t rd_atom;             /* outstanding READ/atomic per QP (initiator/responder) */
+	uint32_t max_cqe;            /* device limit */
 
 	pthread_mutex_t mlock;       /* registered memory list */
 	struct verbs_mr *mrs;        /* deregistered at close if the caller did not */
