@@ -36,5 +36,6 @@ int dm_cmd_local(int argc, char **argv);
 int dm_cmd_load(int argc, char **argv);
 int dm_cmd_bench(int argc, char **argv);
 int dm_cmd_status(int argc, char **argv);
+int dm_cmd_demo(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "load", "place an index image on the memory nodes", dm_cmd_load },
 	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },
 	{ "status", "show every node of a cluster", dm_cmd_status },
+	{ "demo", "local cluster + index + queries + summary, then stop everything", dm_cmd_demo },
 	{ NULL, NULL, NULL },
 };
 
