@@ -26,6 +26,17 @@ static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 	return remove(p);
 }
 
+/* libFuzzer exits without tearing down: remove the scratch directory then. */
+static void cleanup(void)
+{
+	if (!api)
+		return;
+	s3_api_free(api);
+	flat_abandon(store);
+	nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+	api = NULL;
+}
+
 static void scratch_store(void)
 {
 	static const char *setup[][2] = {
@@ -110,8 +121,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!size)
 		return 0;
-	if (!api || ++runs % 5000 == 0)
+	if (!api) {
 		scratch_store();
+		atexit(cleanup);
+	} else if (++runs % 5000 == 0) {
+		scratch_store();
+	}
 	fuzz_json((const char *)data + 1, size - 1);
 	s3_api_handle(api, ops[data[0] % (sizeof(ops) / sizeof(ops[0]))],
 		      (const char *)data + 1, size - 1, &r);
