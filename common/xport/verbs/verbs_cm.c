@@ -19,6 +19,7 @@
  */
 #include "verbs_int.h"
 #include "../handshake.h"
+#include "verbs_wire.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -29,67 +30,8 @@
 #include <string.h>
 #include <time.h>
 
-#define VERBS_CM_MAGIC   0x42564d44u   /* "DMVB" little-endian */
-#define VERBS_CM_VERSION 1
-#define VERBS_CM_PRIV_LEN 24
-#define VERBS_HS_MAGIC   0x53484d44u   /* "DMHS" little-endian */
-#define VERBS_HS_HDR     16u
 #define VERBS_CONNECT_DEFAULT_MS 10000
 #define VERBS_LINGER_MS  1000
-
-/* rdma_cm private data: where our handshake area is. */
-struct verbs_cm_priv {
-	uint32_t magic;
-	uint16_t version;
-	uint64_t hs_addr;
-	uint32_t hs_rkey;
-	uint32_t hs_len;
-};
-
-static void priv_encode(uint8_t *b, const struct verbs_conn *vc)
-{
-	memset(b, 0, VERBS_CM_PRIV_LEN);
-	dm_put_le32(b, VERBS_CM_MAGIC);
-	dm_put_le16(b + 4, VERBS_CM_VERSION);
-	dm_put_le64(b + 8, (uintptr_t)vc->hs_buf);
-	dm_put_le32(b + 16, vc->hs_mr->rkey);
-	dm_put_le32(b + 20, VERBS_HS_BYTES);
-}
-
-/* Validate the peer's private data (it may be zero-padded beyond our length). */
-static int priv_decode(const void *data, size_t len, struct verbs_cm_priv *p)
-{
-	const uint8_t *b = data;
-
-	if (!b || len < VERBS_CM_PRIV_LEN)
-		return -EBADMSG;
-	p->magic = dm_get_le32(b);
-	p->version = dm_get_le16(b + 4);
-	p->hs_addr = dm_get_le64(b + 8);
-	p->hs_rkey = dm_get_le32(b + 16);
-	p->hs_len = dm_get_le32(b + 20);
-	if (p->magic != VERBS_CM_MAGIC)
-		return -EBADMSG;
-	if (p->version != VERBS_CM_VERSION)
-		return -EPROTONOSUPPORT;
-	if (p->hs_len < VERBS_HS_SLOT * VERBS_HS_SLOTS || p->hs_addr > UINT64_MAX - p->hs_len)
-		return -EBADMSG;
-	return 0;
-}
-
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
-static uint64_t slot_hash(const uint8_t *slot, size_t len)
-{
-	return fnv1a(fnv1a(0xcbf29ce484222325ull, slot, 8), slot + VERBS_HS_HDR, len);
-}
 
 static uint64_t ms_to_deadline(int ms)
 {
@@ -375,16 +317,7 @@ void verbs_conn_close(struct dm_conn *c)
 /* Publish our handshake message number idx in our own slot idx. */
 static void hs_put(struct verbs_conn *vc, uint32_t idx, const uint8_t *msg, size_t len)
 {
-	uint8_t *slot = vc->hs_buf + (size_t)idx * VERBS_HS_SLOT;
-
-	if (len)
-		memcpy(slot + VERBS_HS_HDR, msg, len);
-	dm_put_le32(slot, VERBS_HS_MAGIC);
-	dm_put_le16(slot + 4, (uint16_t)idx);
-	dm_put_le16(slot + 6, (uint16_t)len);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	dm_put_le64(slot + 8, slot_hash(slot, len));
-	__atomic_thread_fence(__ATOMIC_RELEASE);
+	verbs_slot_put(vc->hs_buf + (size_t)idx * VERBS_HS_SLOT, idx, msg, len);
 }
 
 /* Fetch the peer's message number idx: READ its slot until it holds a complete message.
@@ -424,9 +357,7 @@ static int hs_get(struct verbs_conn *vc, uint32_t idx, uint8_t *msg, size_t cap,
 		if (vc->hs_read_status)
 			return vc->peer_gone ? -ECONNRESET : vc->hs_read_status;
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		l = dm_get_le16(land + 6);
-		if (dm_get_le32(land) == VERBS_HS_MAGIC && dm_get_le16(land + 4) == idx &&
-		    l <= VERBS_HS_SLOT - VERBS_HS_HDR && dm_get_le64(land + 8) == slot_hash(land, l)) {
+		if (verbs_slot_check(land, idx, &l) == 0) {
 			if (l > cap)
 				return -EMSGSIZE;
 			memcpy(msg, land + VERBS_HS_HDR, l);
@@ -644,7 +575,7 @@ int verbs_accept(struct dm_listener *l, int timeout_ms, struct dm_conn **out)
 		rdma_ack_cm_event(ev);
 	}
 	id = ev->id;
-	prc = priv_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &peer);
+	prc = verbs_priv_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &peer);
 	rdma_ack_cm_event(ev);
 	if (prc) {
 		dm_warn("verbs: connection request without a valid dmann header: %s", strerror(-prc));
@@ -682,7 +613,7 @@ int verbs_accept(struct dm_listener *l, int timeout_ms, struct dm_conn **out)
 		rdma_reject(id, NULL, 0);
 		goto err_free_vc;
 	}
-	priv_encode(priv, vc);
+	verbs_priv_encode(priv, (uintptr_t)vc->hs_buf, vc->hs_mr->rkey, VERBS_HS_BYTES);
 	cp.private_data = priv;
 	cp.private_data_len = sizeof(priv);
 	cp.responder_resources = vx->rd_atom;
@@ -751,7 +682,7 @@ static int conn_expect(struct verbs_conn *vc, enum rdma_cm_event_type want, uint
 		dm_debug("verbs: connect %s: %s (status %d)", vc->base.peer,
 			 rdma_event_str(ev->event), ev->status);
 	} else if (priv) {
-		rc = priv_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, priv);
+		rc = verbs_priv_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, priv);
 		if (rc)
 			dm_warn("verbs: %s accepted without a valid dmann header", vc->base.peer);
 	}
@@ -812,7 +743,7 @@ int verbs_connect(struct dm_xport *x, const char *addr, int timeout_ms, struct d
 	rc = conn_setup_qp(vc);
 	if (rc)
 		goto err_free_vc;
-	priv_encode(priv, vc);
+	verbs_priv_encode(priv, (uintptr_t)vc->hs_buf, vc->hs_mr->rkey, VERBS_HS_BYTES);
 	cp.private_data = priv;
 	cp.private_data_len = sizeof(priv);
 	cp.responder_resources = vx->rd_atom;

@@ -16,6 +16,7 @@
 #define DM_VERBS_INT_H
 
 #include "../xport_int.h"
+#include "verbs_wire.h"
 
 #include <pthread.h>
 #include <infiniband/verbs.h>
@@ -23,12 +24,6 @@
 
 /* Send-side wr_ids carry this bit; receive-side wr_ids are slot indices without it. */
 #define VERBS_WRID_SEND (1ull << 63)
-
-/* The handshake exchange area of a connection (see verbs_cm.c): slots of this size, the
- * first VERBS_HS_SLOTS are our outgoing messages, the last one receives the peer's. */
-#define VERBS_HS_SLOT   256u
-#define VERBS_HS_SLOTS  4u
-#define VERBS_HS_BYTES  (VERBS_HS_SLOT * (VERBS_HS_SLOTS + 1))
 
 struct verbs_rslot {             /* one posted receive buffer */
 	uint64_t wr_id;              /* the caller's */
