@@ -105,8 +105,9 @@ uint32_t hnsw_draw_level(uint64_t seed, uint32_t id, uint32_t M)
 }
 
 /* ---- kernels ------------------------------------------------------------------------------
- * The graph calls one distance per neighbour; these AVX+FMA versions (256-bit, two
- * accumulators) are used when the CPU has them, else the portable kernels of distance.h. */
+ * The graph calls one distance per neighbour through one function pointer; these AVX-512 and
+ * AVX+FMA versions (two accumulators, no further dispatch) are used when the CPU has them,
+ * else the portable kernels of distance.h. */
 
 __attribute__((target("avx,fma"))) static inline float hsum256(__m256 v)
 {
@@ -158,6 +159,42 @@ __attribute__((target("avx,fma"))) static float negdot_avx(const float *a, const
 	return -s;
 }
 
+__attribute__((target("avx512f"))) static float l2_avx512(const float *a, const float *b, size_t d)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+	size_t i = 0;
+	for (; i + 32 <= d; i += 32) {
+		__m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i));
+		__m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16));
+		s0 = _mm512_fmadd_ps(d0, d0, s0);
+		s1 = _mm512_fmadd_ps(d1, d1, s1);
+	}
+	if (i < d) {
+		/* masked tail: up to two 16-lane steps */
+		for (; i < d; i += 16) {
+			__mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1);
+			__m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+			s0 = _mm512_fmadd_ps(t, t, s0);
+		}
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+__attribute__((target("avx512f"))) static float negdot_avx512(const float *a, const float *b, size_t d)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+	size_t i = 0;
+	for (; i + 32 <= d; i += 32) {
+		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+	}
+	for (; i < d; i += 16) {
+		__mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1);
+		s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+	}
+	return -_mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
 static float negdot_generic(const float *a, const float *b, size_t d)
 {
 	return -dm_dot(a, b, d);
@@ -165,13 +202,14 @@ static float negdot_generic(const float *a, const float *b, size_t d)
 
 hnsw_kernel_fn hnsw_kernel_for(enum dm_metric m)
 {
-	bool avx = __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
+	/* DMANN_ISA=scalar|avx2 caps the choice as for the kernels of distance.h (tests) */
 	const char *force = getenv("DMANN_ISA");
-	if (force && !strcmp(force, "scalar"))
-		avx = false;
+	int cap = !force ? 2 : !strcmp(force, "scalar") ? 0 : !strcmp(force, "avx2") ? 1 : 2;
+	bool avx512 = cap >= 2 && __builtin_cpu_supports("avx512f");
+	bool avx = cap >= 1 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
 	if (m == DM_METRIC_L2)
-		return avx ? l2_avx : dm_l2sq;
-	return avx ? negdot_avx : negdot_generic;
+		return avx512 ? l2_avx512 : avx ? l2_avx : dm_l2sq;
+	return avx512 ? negdot_avx512 : avx ? negdot_avx : negdot_generic;
 }
 
 /* ---- heaps and visited set --------------------------------------------------------------- */
