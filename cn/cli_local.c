@@ -35,7 +35,7 @@ static void local_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: dmann local up --mn N --cn M --dir DIR [--netns --rate RATE] [--region-mb MB]\n"
-		"                       [--base-port P] [--transport tcp|verbs]\n"
+		"                       [--base-port P] [--transport tcp|verbs] [--host IP]\n"
 		"       dmann local down --dir DIR\n\n"
 		"Start (or stop) a local dmann cluster: N memory nodes and M compute nodes as\n"
 		"background processes. `up` writes DIR/cluster.ini (nodes, the compute nodes' HTTP\n"
@@ -48,7 +48,9 @@ static void local_usage(FILE *f)
 		"  --rate RATE     tc rate of every link with --netns (default 1gbit)\n"
 		"  --region-mb MB  memory-node region size (default 512)\n"
 		"  --base-port P   first port (default: a free range chosen at random)\n"
-		"  --transport T   tcp (default) or verbs\n");
+		"  --transport T   tcp (default) or verbs\n"
+		"  --host IP       address of every node on loopback mode (default 127.0.0.1; with\n"
+		"                  verbs use the IP of the RDMA netdev, e.g. rxe0's eth0)\n");
 }
 
 /* Run a shell-free command line (argv) and wait; 0 if it exited 0. */
@@ -336,11 +338,12 @@ static int cmd_up(int argc, char **argv)
 		{ "dir", required_argument, NULL, 'd' }, { "netns", no_argument, NULL, 'n' },
 		{ "rate", required_argument, NULL, 'r' }, { "region-mb", required_argument, NULL, 'R' },
 		{ "base-port", required_argument, NULL, 'p' },
-		{ "transport", required_argument, NULL, 't' }, { "help", no_argument, NULL, 'h' },
+		{ "transport", required_argument, NULL, 't' }, { "host", required_argument, NULL, 'H' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0;
-	const char *dir = NULL, *rate = "1gbit", *transport = "tcp";
+	const char *dir = NULL, *rate = "1gbit", *transport = "tcp", *host = "127.0.0.1";
 	bool netns = false;
 	struct node_spec nodes[32];
 	char path[PATH_MAX], secret[80], s3secret[80], tag[16], bin_mn[PATH_MAX], bin_cn[PATH_MAX];
@@ -367,6 +370,16 @@ static int cmd_up(int argc, char **argv)
 			}
 			transport = optarg;
 			break;
+		case 'H': {
+			struct in_addr ia;
+
+			if (inet_pton(AF_INET, optarg, &ia) != 1) {
+				fprintf(stderr, "dmann local up: --host '%s' is not an IPv4 address\n", optarg);
+				return 2;
+			}
+			host = optarg;
+			break;
+		}
 		case 'h': local_usage(stdout); return 0;
 		default: dm_cli_bad_option("local up", c, argv, optind); return 2;
 		}
@@ -405,7 +418,7 @@ static int cmd_up(int argc, char **argv)
 	for (int i = 0; i < nn; i++) {
 		nodes[i] = (struct node_spec){ .role = i < (int)nmn ? "mn" : "cn",
 					       .id = i < (int)nmn ? i : i - (int)nmn };
-		snprintf(nodes[i].ip, sizeof(nodes[i].ip), "127.0.0.1");
+		snprintf(nodes[i].ip, sizeof(nodes[i].ip), "%s", host);
 		nodes[i].port = (int)base + i;
 		nodes[i].http_port = (int)base + nn + i;
 	}
