@@ -140,6 +140,7 @@ static struct verbs_conn *conn_alloc(struct verbs_xport *vx)
 		return NULL;
 	vc->base.x = &vx->base;
 	vc->vx = vx;
+	pthread_mutex_init(&vc->lock, NULL);
 	snprintf(vc->base.peer, sizeof(vc->base.peer), "?");
 	vc->depth = vx->send_depth;
 	vc->sig_every = DM_MAX(1u, vc->depth / 4);
@@ -180,6 +181,7 @@ err_free:
 	free(vc->sges);
 	free(vc->wrs);
 	free(vc->sslots);
+	pthread_mutex_destroy(&vc->lock);
 	free(vc);
 	return NULL;
 }
@@ -304,6 +306,7 @@ static void conn_free(struct verbs_conn *vc)
 	free(vc->sges);
 	free(vc->wrs);
 	free(vc->sslots);
+	pthread_mutex_destroy(&vc->lock);
 	free(vc);
 }
 

@@ -118,15 +118,12 @@ int verbs_reap(struct verbs_conn *vc)
 	return 0;
 }
 
-/* Non-blocking poll: stashed completions first, then the CQ. */
-int verbs_poll(struct dm_conn *c, struct dm_wc *wc, int n)
+/* Non-blocking poll, lock held: stashed completions first, then the CQ. */
+static int poll_locked(struct verbs_conn *vc, struct dm_wc *wc, int n)
 {
-	struct verbs_conn *vc = to_vc(c);
 	struct ibv_wc iw[32];
 	int got;
 
-	if (n <= 0)
-		return n == 0 ? 0 : -EINVAL;
 	got = stash_pop(vc, wc, n);
 	while (got < n) {
 		int want = DM_MIN(n - got, (int)DM_ARRAY_SIZE(iw));
@@ -150,39 +147,58 @@ int verbs_poll(struct dm_conn *c, struct dm_wc *wc, int n)
 	return got;
 }
 
-/* Blocking poll through the completion channel (and the cm channel for disconnects). */
+int verbs_poll(struct dm_conn *c, struct dm_wc *wc, int n)
+{
+	struct verbs_conn *vc = to_vc(c);
+	int got;
+
+	if (n <= 0 || !wc)
+		return n == 0 ? 0 : -EINVAL;
+	pthread_mutex_lock(&vc->lock);
+	got = poll_locked(vc, wc, n);
+	pthread_mutex_unlock(&vc->lock);
+	return got;
+}
+
+/* Blocking poll through the completion channel (and the cm channel for disconnects). The
+ * lock is not held while sleeping; with several waiters on one connection the one that did
+ * not consume the wakeup looks again after at most 20 ms. */
 int verbs_wait(struct dm_conn *c, struct dm_wc *wc, int n, int timeout_ms)
 {
 	struct verbs_conn *vc = to_vc(c);
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX :
 		dm_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 
+	if (n <= 0 || !wc)
+		return n == 0 ? 0 : -EINVAL;
 	for (;;) {
 		struct pollfd pfd[2];
 		int got, ms;
 
-		got = verbs_poll(c, wc, n);
-		if (got)
-			return got;
-		if (ibv_req_notify_cq(vc->cq, 0)) {
+		pthread_mutex_lock(&vc->lock);
+		got = poll_locked(vc, wc, n);
+		if (!got && ibv_req_notify_cq(vc->cq, 0)) {
 			vc->error = true;
-			return -EIO;
+			got = -EIO;
 		}
-		got = verbs_poll(c, wc, n);
+		if (!got)
+			got = poll_locked(vc, wc, n);
+		if (!got) {
+			verbs_cm_check(vc);
+			/* nothing can complete any more: everything posted has completed */
+			if (vc->error && vc->sq_head == vc->sq_done && vc->stash_n == 0)
+				got = -ENOTCONN;
+		}
+		pthread_mutex_unlock(&vc->lock);
 		if (got)
 			return got;
-		verbs_cm_check(vc);
-		/* nothing can complete any more: everything posted has completed */
-		if (vc->error && vc->sq_head == vc->sq_done && vc->stash_n == 0)
-			return -ENOTCONN;
-		if (deadline == UINT64_MAX) {
-			ms = -1;
-		} else {
+		ms = 20;
+		if (deadline != UINT64_MAX) {
 			uint64_t now = dm_now_ns();
 
 			if (now >= deadline)
 				return 0;
-			ms = (int)DM_MIN((deadline - now + 999999) / 1000000, (uint64_t)INT32_MAX);
+			ms = (int)DM_MIN((deadline - now + 999999) / 1000000, 20u);
 		}
 		pfd[0].fd = vc->chan->fd;
 		pfd[0].events = POLLIN;
@@ -194,13 +210,14 @@ int verbs_wait(struct dm_conn *c, struct dm_wc *wc, int n, int timeout_ms)
 			struct ibv_cq *ecq;
 			void *ectx;
 
-			/* the fd is non-blocking: EAGAIN means another wakeup consumed it */
-			if (ibv_get_cq_event(vc->chan, &ecq, &ectx) == 0) {
-				if (++vc->unacked_events >= 64) {
-					ibv_ack_cq_events(vc->cq, vc->unacked_events);
-					vc->unacked_events = 0;
-				}
+			/* the fd is non-blocking: EAGAIN means another waiter consumed it */
+			pthread_mutex_lock(&vc->lock);
+			if (ibv_get_cq_event(vc->chan, &ecq, &ectx) == 0 &&
+			    ++vc->unacked_events >= 64) {
+				ibv_ack_cq_events(vc->cq, vc->unacked_events);
+				vc->unacked_events = 0;
 			}
+			pthread_mutex_unlock(&vc->lock);
 		}
 	}
 }
@@ -322,12 +339,24 @@ static int rw_batch(struct dm_conn *c, const struct dm_rdma_wr *wr, int n, bool 
 
 int verbs_read_batch(struct dm_conn *c, const struct dm_rdma_wr *wr, int n)
 {
-	return rw_batch(c, wr, n, false);
+	struct verbs_conn *vc = to_vc(c);
+	int rc;
+
+	pthread_mutex_lock(&vc->lock);
+	rc = rw_batch(c, wr, n, false);
+	pthread_mutex_unlock(&vc->lock);
+	return rc;
 }
 
 int verbs_write_batch(struct dm_conn *c, const struct dm_rdma_wr *wr, int n)
 {
-	return rw_batch(c, wr, n, true);
+	struct verbs_conn *vc = to_vc(c);
+	int rc;
+
+	pthread_mutex_lock(&vc->lock);
+	rc = rw_batch(c, wr, n, true);
+	pthread_mutex_unlock(&vc->lock);
+	return rc;
 }
 
 /* Fail a WR the device refused at post time for a reason the responder would have refused
@@ -387,20 +416,31 @@ int verbs_cas(struct dm_conn *c, uint64_t wr_id, uint64_t *local, struct dm_mr *
 	      uint64_t remote, uint32_t rkey, uint64_t expect, uint64_t desired,
 	      uint32_t flags)
 {
-	return atomic_op(to_vc(c), true, wr_id, local, mr, remote, rkey, expect, desired, flags);
+	struct verbs_conn *vc = to_vc(c);
+	int rc;
+
+	pthread_mutex_lock(&vc->lock);
+	rc = atomic_op(vc, true, wr_id, local, mr, remote, rkey, expect, desired, flags);
+	pthread_mutex_unlock(&vc->lock);
+	return rc;
 }
 
 int verbs_faa(struct dm_conn *c, uint64_t wr_id, uint64_t *local, struct dm_mr *mr,
 	      uint64_t remote, uint32_t rkey, uint64_t add, uint32_t flags)
 {
-	return atomic_op(to_vc(c), false, wr_id, local, mr, remote, rkey, add, 0, flags);
+	struct verbs_conn *vc = to_vc(c);
+	int rc;
+
+	pthread_mutex_lock(&vc->lock);
+	rc = atomic_op(vc, false, wr_id, local, mr, remote, rkey, add, 0, flags);
+	pthread_mutex_unlock(&vc->lock);
+	return rc;
 }
 
 /* Two-sided SEND; copied at post time when small (inline) so the buffer is free at once. */
-int verbs_send(struct dm_conn *c, uint64_t wr_id, const void *buf, uint32_t len,
-	       struct dm_mr *mr, uint32_t flags)
+static int send_locked(struct verbs_conn *vc, uint64_t wr_id, const void *buf, uint32_t len,
+		       struct dm_mr *mr, uint32_t flags)
 {
-	struct verbs_conn *vc = to_vc(c);
 	struct ibv_send_wr *w = &vc->wrs[0];
 	struct ibv_sge *s = &vc->sges[0];
 	bool inl = len <= vc->max_inline && ((flags & DM_WR_INLINE) || !mr);
@@ -424,6 +464,18 @@ int verbs_send(struct dm_conn *c, uint64_t wr_id, const void *buf, uint32_t len,
 		w->send_flags |= IBV_SEND_INLINE;
 	sq_take(vc, w, wr_id, DM_WC_SEND, flags & DM_WR_SIGNALED, VERBS_SK_USER);
 	return post_chain(vc, 1);
+}
+
+int verbs_send(struct dm_conn *c, uint64_t wr_id, const void *buf, uint32_t len,
+	       struct dm_mr *mr, uint32_t flags)
+{
+	struct verbs_conn *vc = to_vc(c);
+	int rc;
+
+	pthread_mutex_lock(&vc->lock);
+	rc = send_locked(vc, wr_id, buf, len, mr, flags);
+	pthread_mutex_unlock(&vc->lock);
+	return rc;
 }
 
 /* Internal signaled READ of len bytes of the peer's handshake area into our landing slot. */

@@ -9,8 +9,10 @@
  *                  completion channel, its own rdma_cm event channel;
  *   verbs_listener a bound, listening rdma_cm id with its event channel.
  *
- * Threading: a connection is used by one thread at a time (post and poll); post_recv and
- * reg/dereg on the context may be called from any thread.
+ * Threading: every entry point may be called from any thread. A connection's posting and
+ * polling are serialized by its lock (uncontended in the usual one-thread-per-connection
+ * use); the context's receive slots and MR list have their own locks. Closing a connection
+ * or context must not race with its other uses.
  */
 #ifndef DM_VERBS_INT_H
 #define DM_VERBS_INT_H
@@ -67,6 +69,7 @@ struct verbs_sslot {             /* one posted send-queue work request */
 struct verbs_conn {
 	struct dm_conn base;         /* first: container_of */
 	struct verbs_xport *vx;
+	pthread_mutex_t lock;        /* posting, polling, the fields below */
 	struct rdma_event_channel *ech;
 	struct rdma_cm_id *id;
 	struct ibv_comp_channel *chan;
