@@ -6,6 +6,7 @@
  * (send/recv/writev, TCP_NODELAY, no framework): the reference a transport over sockets
  * cannot beat. Servers run in separate processes (this binary re-executed with --serve-*).
  *
+ * The two sides of each comparison alternate in short rounds (median reported).
  * Usage: xport_bench [--secs S] [--host H] [--backend NAME]   (prints a Markdown table)
  */
 #include "xport.h"
@@ -90,8 +91,10 @@ static pid_t spawn_server(const char *mode, const char *backend, int *port,
 	if (pid < 0)
 		die("fork", errno);
 	if (pid == 0) {
+		setpgid(0, 0);
 		dup2(pfd[1], 1);
 		close(pfd[0]);
+		close(pfd[1]);
 		execl("/proc/self/exe", "xport_bench", mode, backend, host, (char *)NULL);
 		_exit(127);
 	}
@@ -105,6 +108,7 @@ static pid_t spawn_server(const char *mode, const char *backend, int *port,
 
 static void reap(pid_t pid)
 {
+	kill(-pid, SIGTERM);   /* the server and its connection processes */
 	kill(pid, SIGTERM);
 	waitpid(pid, NULL, 0);
 }
@@ -115,7 +119,7 @@ static int plain_listen(int *port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
 	if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1)
 		die("plain socket", errno ? errno : EINVAL);
@@ -130,7 +134,7 @@ static int plain_listen(int *port)
 static int plain_connect(int port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
 	if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
 	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
@@ -177,6 +181,7 @@ static void plain_serve(void)
 	char mode;
 
 	memset(region, 0x5a, REGION);
+	signal(SIGCHLD, SIG_IGN);   /* connection processes reap themselves */
 	printf("%d 0 0\n", port);
 	fflush(stdout);
 	for (;;) {
@@ -186,6 +191,12 @@ static void plain_serve(void)
 		fd = accept(lfd, NULL, NULL);
 		if (fd < 0)
 			die("plain accept", errno);
+		/* One process per connection, like a forking echo server. */
+		if (fork() != 0) {
+			close(fd);
+			continue;
+		}
+		close(lfd);
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		if (recv(fd, &mode, 1, MSG_WAITALL) != 1) {
 			close(fd);
@@ -241,92 +252,9 @@ static void plain_serve(void)
 			memmove(in, in + off, have - off);
 			have -= off;
 		}
-		close(fd);
+		_exit(0);
 	}
 }
-
-struct result {
-	double lat_med_us, lat_p99_us;   /* READ: per batch */
-	double gbps;                     /* READ throughput, GB/s */
-	double rate;                     /* READs/s or messages/s */
-};
-
-static struct result plain_reads(int port, int batch)
-{
-	uint8_t *dst = malloc((size_t)batch * RLEN), req[64 * 16];
-	struct lat lat = { 0 };
-	struct result r = { 0 };
-	uint64_t t0, end, n = 0;
-	unsigned seed = 1;
-	int fd = plain_connect(port);
-
-	write_full(fd, "R", 1);
-	t0 = dm_now_ns();
-	end = t0 + (uint64_t)(secs * 1e9);
-	while (dm_now_ns() < end) {
-		uint64_t t = dm_now_ns();
-
-		for (int i = 0; i < batch; i++) {
-			uint64_t off = (uint64_t)(rand_r(&seed) % (REGION / RLEN)) * RLEN;
-			uint32_t l = RLEN, pad = 0;
-
-			memcpy(req + i * 16, &off, 8);
-			memcpy(req + i * 16 + 8, &l, 4);
-			memcpy(req + i * 16 + 12, &pad, 4);
-		}
-		write_full(fd, req, (size_t)batch * 16);
-		read_full(fd, dst, (size_t)batch * RLEN);
-		lat_add(&lat, dm_now_ns() - t);
-		n += (uint64_t)batch;
-	}
-	r.rate = (double)n / ((double)(dm_now_ns() - t0) / 1e9);
-	r.gbps = r.rate * RLEN / 1e9;
-	r.lat_med_us = lat_pct(&lat, 0.5);
-	r.lat_p99_us = lat_pct(&lat, 0.99);
-	close(fd);
-	free(lat.v);
-	free(dst);
-	return r;
-}
-
-static struct result plain_sends(int port)
-{
-	uint8_t msg[4 + MSG_LEN] = { 0 };
-	struct result r = { 0 };
-	uint64_t t0, end, sent = 0, acked = 0;
-	uint32_t l = MSG_LEN;
-	int fd = plain_connect(port);
-
-	memcpy(msg, &l, 4);
-	write_full(fd, "S", 1);
-	t0 = dm_now_ns();
-	end = t0 + (uint64_t)(secs * 1e9);
-	while (dm_now_ns() < end) {
-		write_full(fd, msg, sizeof(msg));
-		sent++;
-		while (sent - acked >= WINDOW) {
-			uint64_t c[64];
-			ssize_t n = recv(fd, c, sizeof(c), 0);
-
-			if (n < 8)
-				die("plain ack", n < 0 ? errno : EPROTO);
-			memcpy(&acked, (uint8_t *)c + ((size_t)n / 8 - 1) * 8, 8);
-		}
-	}
-	while (acked < sent) {
-		uint64_t c[64];
-		ssize_t n = recv(fd, c, sizeof(c), 0);
-
-		if (n < 8)
-			die("plain ack", n < 0 ? errno : EPROTO);
-		memcpy(&acked, (uint8_t *)c + ((size_t)n / 8 - 1) * 8, 8);
-	}
-	r.rate = (double)sent / ((double)(dm_now_ns() - t0) / 1e9);
-	close(fd);
-	return r;
-}
-
-/* ---- dmann transport ---- */
 
 static struct dm_xport *open_backend(const char *backend)
 {
@@ -413,17 +341,69 @@ static void xclient_close(struct xclient *xc)
 	free(xc->local);
 }
 
-static struct result xport_reads(struct xclient *xc, int batch)
+
+/* ---- measurements: each runs for dur seconds, adds batch latencies to lat, returns the
+ * rate (READs/s or messages/s) ---- */
+
+static double plain_reads(int fd, int batch, double dur, struct lat *lat)
+{
+	static uint8_t dst[64 * RLEN];
+	uint8_t req[64 * 16];
+	static unsigned seed = 1;
+	uint64_t t0 = dm_now_ns(), end = t0 + (uint64_t)(dur * 1e9), n = 0;
+
+	while (dm_now_ns() < end) {
+		uint64_t t = dm_now_ns();
+
+		for (int i = 0; i < batch; i++) {
+			uint64_t off = (uint64_t)(rand_r(&seed) % (REGION / RLEN)) * RLEN;
+			uint32_t l = RLEN, pad = 0;
+
+			memcpy(req + i * 16, &off, 8);
+			memcpy(req + i * 16 + 8, &l, 4);
+			memcpy(req + i * 16 + 12, &pad, 4);
+		}
+		write_full(fd, req, (size_t)batch * 16);
+		read_full(fd, dst, (size_t)batch * RLEN);
+		lat_add(lat, dm_now_ns() - t);
+		n += (uint64_t)batch;
+	}
+	return (double)n / ((double)(dm_now_ns() - t0) / 1e9);
+}
+
+static double plain_sends(int fd, double dur)
+{
+	uint8_t msg[4 + MSG_LEN] = { 0 };
+	static uint64_t base;   /* the server's count is cumulative over rounds */
+	uint64_t t0 = dm_now_ns(), end = t0 + (uint64_t)(dur * 1e9), sent = 0, acked = base;
+	uint32_t l = MSG_LEN;
+
+	memcpy(msg, &l, 4);
+	while (dm_now_ns() < end || acked < base + sent) {
+		if (dm_now_ns() < end) {
+			write_full(fd, msg, sizeof(msg));
+			sent++;
+		}
+		while (base + sent - acked >= WINDOW || (dm_now_ns() >= end && acked < base + sent)) {
+			uint64_t c[64];
+			ssize_t n = recv(fd, c, sizeof(c), 0);
+
+			if (n < 8)
+				die("plain ack", n < 0 ? errno : EPROTO);
+			memcpy(&acked, (uint8_t *)c + ((size_t)n / 8 - 1) * 8, 8);
+		}
+	}
+	base += sent;
+	return (double)sent / ((double)(dm_now_ns() - t0) / 1e9);
+}
+
+static double xport_reads(struct xclient *xc, int batch, double dur, struct lat *lat)
 {
 	struct dm_rdma_wr wr[64];
-	struct lat lat = { 0 };
-	struct result r = { 0 };
-	uint64_t t0, end, n = 0;
-	unsigned seed = 1;
+	static unsigned seed = 1;
+	uint64_t t0 = dm_now_ns(), end = t0 + (uint64_t)(dur * 1e9), n = 0;
 	struct dm_wc wc;
 
-	t0 = dm_now_ns();
-	end = t0 + (uint64_t)(secs * 1e9);
 	while (dm_now_ns() < end) {
 		uint64_t t = dm_now_ns();
 		int rc;
@@ -441,27 +421,20 @@ static struct result xport_reads(struct xclient *xc, int batch)
 			die("read_batch", -rc);
 		if ((rc = dm_conn_wait(xc->c, &wc, 1, 5000)) != 1 || wc.status)
 			die("read completion", rc < 0 ? -rc : rc == 0 ? ETIMEDOUT : -wc.status);
-		lat_add(&lat, dm_now_ns() - t);
+		lat_add(lat, dm_now_ns() - t);
 		n += (uint64_t)batch;
 	}
-	r.rate = (double)n / ((double)(dm_now_ns() - t0) / 1e9);
-	r.gbps = r.rate * RLEN / 1e9;
-	r.lat_med_us = lat_pct(&lat, 0.5);
-	r.lat_p99_us = lat_pct(&lat, 0.99);
-	free(lat.v);
-	return r;
+	return (double)n / ((double)(dm_now_ns() - t0) / 1e9);
 }
 
-static struct result xport_sends(struct xclient *xc)
+static double xport_sends(struct xclient *xc, double dur)
 {
 	uint8_t msg[MSG_LEN] = { 0 };
-	struct result r = { 0 };
-	uint64_t t0, end, sent = 0, signaled = 0, done = 0;
+	uint64_t t0 = dm_now_ns(), end = t0 + (uint64_t)(dur * 1e9), sent = 0, signaled = 0;
+	uint64_t done = 0;
 	struct dm_wc wc[64];
 	int rc;
 
-	t0 = dm_now_ns();
-	end = t0 + (uint64_t)(secs * 1e9);
 	while (dm_now_ns() < end) {
 		uint32_t fl = DM_WR_INLINE | (sent % 64 == 63 ? DM_WR_SIGNALED : 0);
 
@@ -478,34 +451,52 @@ static struct result xport_sends(struct xclient *xc)
 		sent++;
 		signaled += (fl & DM_WR_SIGNALED) != 0;
 	}
+	/* Make the last message signaled so that the round ends with everything acked. */
+	while ((rc = dm_conn_send(xc->c, sent, msg, MSG_LEN, NULL,
+				  DM_WR_INLINE | DM_WR_SIGNALED)) == -EAGAIN) {
+		rc = dm_conn_wait(xc->c, wc, 64, 1000);
+		if (rc < 0)
+			die("send wait", -rc);
+		done += (uint64_t)rc;
+	}
+	if (rc)
+		die("send", -rc);
+	sent++;
+	signaled++;
 	while (done < signaled) {
 		rc = dm_conn_wait(xc->c, wc, 64, 5000);
 		if (rc <= 0)
 			die("send drain", rc ? -rc : ETIMEDOUT);
 		done += (uint64_t)rc;
 	}
-	r.rate = (double)sent / ((double)(dm_now_ns() - t0) / 1e9);
-	return r;
+	return (double)sent / ((double)(dm_now_ns() - t0) / 1e9);
 }
 
-/* ---- driver ---- */
+/* ---- driver: the two sides of a comparison alternate in rounds, so that load from other
+ * processes on the machine hits both alike; the median round is reported ---- */
 
-static void row_reads(const char *backend, int batch, struct result x, struct result p)
+#define ROUNDS 5
+
+static double median(double *v, int n)
 {
-	printf("| READ 4 KiB, batch %2d | %s | %.1f / %.1f us, %.2f GB/s | %.1f / %.1f us, %.2f GB/s | %.2f |\n",
-	       batch, backend, x.lat_med_us, x.lat_p99_us, x.gbps, p.lat_med_us, p.lat_p99_us,
-	       p.gbps, x.gbps / p.gbps);
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+			double t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return v[n / 2];
 }
 
 int main(int argc, char **argv)
 {
-	const char *only = NULL;
-	const char *const *names;
 	static const int batches[] = { 1, 16, 64 };
-	struct result plain_r[3], plain_s;
+	const char *const *names;
+	const char *only = NULL;
 	unsigned long dummy_addr;
 	unsigned dummy_key;
-	int pport;
+	int pport, rfd, sfd;
 	pid_t ppid;
 
 	if (argc == 4 && !strcmp(argv[1], "--serve-xport")) {
@@ -536,18 +527,18 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	ppid = spawn_server("--serve-plain", "-", &pport, &dummy_addr, &dummy_key);
-	for (size_t b = 0; b < DM_ARRAY_SIZE(batches); b++)
-		plain_r[b] = plain_reads(pport, batches[b]);
-	plain_s = plain_sends(pport);
-	reap(ppid);
+	rfd = plain_connect(pport);
+	write_full(rfd, "R", 1);
+	sfd = plain_connect(pport);
+	write_full(sfd, "S", 1);
 
 	printf("| Operation | Backend | dmann: median / p99 latency, throughput | plain socket: same | ratio |\n");
 	printf("|---|---|---|---|---|\n");
 	names = dm_xport_backends();
 	for (size_t i = 0; names[i]; i++) {
-		struct result xr[3], xs;
 		struct xclient xc = { 0 };
 		const char *why = NULL;
+		double dur = secs / ROUNDS, xr[ROUNDS], pr[ROUNDS];
 		unsigned long addr;
 		unsigned rkey;
 		int port;
@@ -561,15 +552,35 @@ int main(int argc, char **argv)
 		}
 		pid = spawn_server("--serve-xport", names[i], &port, &addr, &rkey);
 		xclient_open(&xc, names[i], port, addr, rkey);
-		for (size_t b = 0; b < DM_ARRAY_SIZE(batches); b++)
-			xr[b] = xport_reads(&xc, batches[b]);
-		xs = xport_sends(&xc);
+		for (size_t b = 0; b < DM_ARRAY_SIZE(batches); b++) {
+			struct lat xl = { 0 }, pl = { 0 };
+			double x, p;
+
+			for (int r = 0; r < ROUNDS; r++) {
+				pr[r] = plain_reads(rfd, batches[b], dur, &pl);
+				xr[r] = xport_reads(&xc, batches[b], dur, &xl);
+			}
+			x = median(xr, ROUNDS) * RLEN / 1e9;
+			p = median(pr, ROUNDS) * RLEN / 1e9;
+			printf("| READ 4 KiB, batch %d | %s | %.1f / %.1f us, %.2f GB/s | %.1f / %.1f us, %.2f GB/s | %.2f |\n",
+			       batches[b], names[i], lat_pct(&xl, 0.5), lat_pct(&xl, 0.99), x,
+			       lat_pct(&pl, 0.5), lat_pct(&pl, 0.99), p, x / p);
+			free(xl.v);
+			free(pl.v);
+		}
+		for (int r = 0; r < ROUNDS; r++) {
+			pr[r] = plain_sends(sfd, dur);
+			xr[r] = xport_sends(&xc, dur);
+		}
+		double x = median(xr, ROUNDS), p = median(pr, ROUNDS);
+
+		printf("| SEND %u B, window %d | %s | %.0f msg/s | %.0f msg/s | %.2f |\n", MSG_LEN,
+		       WINDOW, names[i], x, p, x / p);
 		xclient_close(&xc);
 		reap(pid);
-		for (size_t b = 0; b < DM_ARRAY_SIZE(batches); b++)
-			row_reads(names[i], batches[b], xr[b], plain_r[b]);
-		printf("| SEND %u B, window %d | %s | %.0f msg/s | %.0f msg/s | %.2f |\n", MSG_LEN,
-		       WINDOW, names[i], xs.rate, plain_s.rate, xs.rate / plain_s.rate);
 	}
+	close(rfd);
+	close(sfd);
+	reap(ppid);
 	return 0;
 }
