@@ -118,7 +118,10 @@ void hnsw_insert(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t id);
 /* A source of records. Local indexes read their blocks directly (blocks != NULL, the
  * inline fast path); a remote reader (the compute node) sets blocks = NULL and provides
  * fetch (make the records of a batch of ids available: one doorbell of READs, cache
- * lookups...) and get (the record of an id fetched by the last fetch, validated). */
+ * lookups...) and get (the validated record of an id, or NULL). hnsw_search calls get for
+ * ids of the last batch and for candidates it expands later (fetched in earlier batches of
+ * the same query), so its get must serve those too (e.g. from the cache); a reader that
+ * keeps only the last batch uses the resumable hnsw_query.h instead. */
 struct hnsw_src {
 	uint32_t dim, M, rec_size, block_shift, n;
 	enum dm_metric metric;
