@@ -12,8 +12,14 @@
 
 #include "cn.h"
 #include "dm_config.h"
+#if DM_HAVE_HTTP
+#include "cn_s3.h"
+#endif
 
 static volatile sig_atomic_t got_signal;
+#if DM_HAVE_HTTP
+static struct cn_s3 *s3gw;            /* S3 Vectors gateway (cn_s3.c), when http is set */
+#endif
 
 static void on_signal(int sig)
 {
@@ -175,6 +181,16 @@ int main(int argc, char **argv)
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
 			strerror(-rc));
+#if DM_HAVE_HTTP
+	if (cn.node->http[0]) {
+		s3gw = cn_s3_start(cn.cfg, cn.node);
+		if (!s3gw && errno != ENOENT) {
+			dm_err("cn%u: cannot start the S3 gateway on %s: %s", cn.node->id,
+			       cn.node->http, strerror(errno));
+			goto out_free_pool;
+		}
+	}
+#endif
 	rc = dm_xport_listen(cn.x, cn.node->address, &lis);
 	if (rc) {
 		dm_err("cn%u: cannot listen on %s: %s", cn.node->id, cn.node->address,
@@ -217,10 +233,18 @@ int main(int argc, char **argv)
 	dm_info("cn%u: stopping", cn.node->id);
 	atomic_store(&cn.stopping, true);
 	dm_listener_close(lis);
+#if DM_HAVE_HTTP
+	cn_s3_stop(s3gw);
+	s3gw = NULL;
+#endif
 	for (int i = 0; i < 100 && atomic_load(&cn.workers); i++)
 		usleep(50000);
 	status = 0;
 out_free_pool:
+#if DM_HAVE_HTTP
+	cn_s3_stop(s3gw);
+	s3gw = NULL;
+#endif
 	if (!atomic_load(&cn.workers)) {
 		mn_set_close(cn.mns);
 		dindex_free(cn.idx);

@@ -359,4 +359,80 @@ int dm_wire_q_stats_decode(const uint8_t *buf, size_t len, struct dm_wire_q_stat
 void dm_wire_put_f32s(uint8_t *buf, const float *v, uint32_t n);
 void dm_wire_get_f32s(const uint8_t *buf, float *v, uint32_t n);
 
+/* ---- S3 flat-index RPC between CN and MN (0x1100-0x11ff, inside the control range) ----
+ *
+ * Owned by the S3 Vectors path (common/wire_flat.c, mn/mn_flat.c, cn/cn_s3.c). Requests
+ * and responses can be larger than a receive buffer, so each is a *stream* of messages
+ * with the same op and req_id whose bodies are chunk{total, off} + bytes, sent in order
+ * (off increasing) until off + bytes == total; a message is at most the peer's receive
+ * buffer. The response has op + 1; status < 0 (transport-level failure) comes as one
+ * message with an empty chunk. Payloads (the bytes of the stream), all integers LE:
+ *
+ *   FL_CALL     str op, bytes json      -> u16 http status, str errtype ("" = ok), bytes json
+ *               (the MN runs the S3 operation on its flat store; writes are durable
+ *               (fdatasync) before it answers)
+ *   FL_STATE    str bucket, str index   -> u64 epoch, i64 created_ms, u32 dim, u32 metric,
+ *               bytes conf, u32 frag_rows, u32 nfrag, nfrag x {u32 rows, u32 dead}
+ *               (-ENOENT: no such index)
+ *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from
+ *               -> u32 rows, rows x u8 dead, (rows - from) x {str key, bytes meta,
+ *                  bytes fmeta, dim x f32}
+ *               (-ESTALE: the MN restarted (epoch) or the index was re-created)
+ * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
+ * its store: row numbering is valid within one epoch (a restart compacts rows).
+ */
+enum dm_wire_fl_op {
+	DM_OP_FL_FIRST = 0x1100,
+	DM_OP_FL_CALL  = 0x1100,
+	DM_OP_FL_STATE = 0x1102,
+	DM_OP_FL_FRAG  = 0x1104,
+	DM_OP_FL_LAST  = 0x11ff,
+	/* responses: request op + 1 */
+};
+
+#define DM_FL_MAX_STREAM (64u << 20)   /* largest payload a receiver accepts */
+
+struct dm_wire_fl_chunk {      /* body prefix of every FL message */
+	uint32_t total;            /* payload length of the whole stream */
+	uint32_t off;              /* offset of this message's bytes */
+};
+_Static_assert(sizeof(struct dm_wire_fl_chunk) == 8, "fl_chunk layout");
+
+/* Check an FL message (header decoded from buflen bytes): FL op, length == buflen, a chunk
+ * whose bytes fit inside total <= DM_FL_MAX_STREAM. 0, -EBADMSG or -EPROTO. */
+int dm_wire_fl_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t buflen);
+void dm_wire_fl_chunk_encode(uint8_t *buf, const struct dm_wire_fl_chunk *m);
+int dm_wire_fl_chunk_decode(const uint8_t *buf, size_t len, struct dm_wire_fl_chunk *m);
+
+/* Payload writer / reader for the FL payloads (bounds-checked; a reader that ran past the
+ * end stays failed: check .bad once at the end). */
+struct dm_wbuf {
+	uint8_t *p;
+	size_t n, cap;
+	bool oom;
+};
+void dm_wbuf_put(struct dm_wbuf *w, const void *p, size_t n);
+void dm_wbuf_u32(struct dm_wbuf *w, uint32_t v);
+void dm_wbuf_u64(struct dm_wbuf *w, uint64_t v);
+/* u32 length + bytes. */
+void dm_wbuf_bytes(struct dm_wbuf *w, const void *p, size_t n);
+void dm_wbuf_str(struct dm_wbuf *w, const char *s);
+
+struct dm_rbuf {
+	const uint8_t *p;
+	size_t n, at;
+	bool bad;
+};
+uint16_t dm_rbuf_u16(struct dm_rbuf *r);
+uint32_t dm_rbuf_u32(struct dm_rbuf *r);
+uint64_t dm_rbuf_u64(struct dm_rbuf *r);
+/* n raw bytes (pointer into the buffer, NULL if short). */
+const void *dm_rbuf_get(struct dm_rbuf *r, size_t n);
+/* u32 length + bytes: pointer and length; NULL (bad set) if short or len > max. */
+const void *dm_rbuf_bytes(struct dm_rbuf *r, uint32_t *len, uint32_t max);
+/* A string field copied NUL-terminated into out (cap bytes); false (bad set) if it is
+ * longer than cap - 1 or contains a NUL. */
+bool dm_rbuf_str(struct dm_rbuf *r, char *out, size_t cap);
+/* ---- end of S3 flat-index RPC ---- */
+
 #endif /* DM_WIRE_H */

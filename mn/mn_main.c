@@ -14,6 +14,9 @@
 #include "cluster.h"
 #include "dm_config.h"
 #include "mem.h"
+#if DM_HAVE_HTTP
+#include "mn_flat.h"
+#endif
 #include "mn_store.h"
 #include "rpc.h"
 
@@ -24,6 +27,7 @@ struct mn {
 	struct mn_store *st;
 	struct dm_mr *mr;
 	struct dm_msgpool *pool;
+	struct mn_flat *flat;    /* S3 Vectors flat store (mn_flat.c), NULL without it */
 	char snap_path[1024];
 	int active;              /* connection threads alive */
 	pthread_mutex_t lock;
@@ -161,6 +165,18 @@ static void *conn_thread(void *arg)
 			break;
 		}
 		rc = dm_wire_hdr_decode(buf, len, &h);
+#if DM_HAVE_HTTP
+		if (rc == 0 && h.op >= DM_OP_FL_FIRST && h.op <= DM_OP_FL_LAST && m->flat) {
+			/* S3 flat-index RPC (streams; mn_flat.c reposts the buffers). */
+			rc = mn_flat_serve(m->flat, &ch, &h, buf, len, wr_id);
+			if (rc) {
+				dm_warn("mn%u: S3 request from %s: %s; closing", m->node->id,
+					a->c->peer, strerror(-rc));
+				break;
+			}
+			continue;
+		}
+#endif
 		if (rc == 0)
 			rc = dm_wire_ctl_check(&h, len);
 		if (rc || (h.op & 1)) {
@@ -214,6 +230,16 @@ static int open_store(struct mn *m)
 		dm_err("mn%u: cannot create data_dir %s: %s", m->node->id, dir, strerror(errno));
 		return -errno;
 	}
+#if DM_HAVE_HTTP
+	{
+		char fdir[1100];
+
+		snprintf(fdir, sizeof(fdir), "%s/flat", dir);
+		m->flat = mn_flat_open(fdir, m->node->id);
+		if (!m->flat)
+			return -errno;
+	}
+#endif
 	rc = mn_store_restore(m->st, m->snap_path, err, sizeof(err));
 	if (rc == 0) {
 		uint32_t n;
@@ -363,6 +389,10 @@ int main(int argc, char **argv)
 			break;
 		usleep(50000);
 	}
+#if DM_HAVE_HTTP
+	mn_flat_close(m.flat);       /* snapshot of the flat store */
+	m.flat = NULL;
+#endif
 	rc = mn_store_snapshot(m.st, m.snap_path);
 	if (rc)
 		dm_err("mn%u: final snapshot failed: %s", m.node->id, strerror(-rc));
@@ -375,6 +405,10 @@ out_dereg:
 out_close_x:
 	dm_xport_close(m.x);
 out_free_store:
+#if DM_HAVE_HTTP
+	if (m.flat)
+		mn_flat_close(m.flat);
+#endif
 	mn_store_free(m.st);
 out_free_cfg:
 	free(m.cfg);

@@ -323,18 +323,24 @@ struct nfkeys {
 	size_t n;
 };
 
-static void nf_load(struct flat_index *ix, struct nfkeys *nf)
+static void nf_parse(const void *conf, uint32_t conf_len, struct nfkeys *nf)
 {
-	const struct flat_index_info *in = flat_index_info(ix);
 	json_t *arr, *e;
 	size_t i;
 
 	nf->n = 0;
-	nf->conf = in->conf_len ? json_loadb(in->conf, in->conf_len, 0, NULL) : NULL;
+	nf->conf = conf_len ? json_loadb(conf, conf_len, 0, NULL) : NULL;
 	arr = json_object_get(nf->conf, "nonFilterableMetadataKeys");
 	json_array_foreach(arr, i, e)
 		if (json_is_string(e) && nf->n < S3_NONFILTER_MAX_KEYS)
 			nf->k[nf->n++] = json_string_value(e);
+}
+
+static void nf_load(struct flat_index *ix, struct nfkeys *nf)
+{
+	const struct flat_index_info *in = flat_index_info(ix);
+
+	nf_parse(in->conf, in->conf_len, nf);
 }
 
 /* ---------------------------------------------------------------- paging tokens ---- */
@@ -1338,4 +1344,134 @@ struct s3_api *s3_api_new(struct flat_store *store, const char *region, const ch
 void s3_api_free(struct s3_api *a)
 {
 	free(a);
+}
+
+/* ---------------------------------------------------------------- remote engines --- */
+
+char *s3_api_token(const char *plain)
+{
+	return token_make(plain);
+}
+
+int s3_api_req_bucket(const char *body, size_t len, char *bucket)
+{
+	json_t *o = len ? json_loadb(body, len, 0, NULL) : NULL;
+	const char *n = NULL, *arn = NULL;
+	char x[FLAT_NAME_MAX + 1];
+	bool ok = false;
+
+	bucket[0] = 0;
+	if (!json_is_object(o))
+		goto out;
+	n = json_string_value(json_object_get(o, "vectorBucketName"));
+	if (n && strlen(n) <= FLAT_NAME_MAX) {
+		strcpy(bucket, n);
+		ok = true;
+		goto out;
+	}
+	arn = json_string_value(json_object_get(o, "vectorBucketArn"));
+	if (arn && parse_arn(arn, bucket, NULL, false)) {
+		ok = true;
+		goto out;
+	}
+	arn = json_string_value(json_object_get(o, "indexArn"));
+	if (arn && parse_arn(arn, bucket, x, true))
+		ok = true;
+out:
+	json_decref(o);
+	if (!ok)
+		bucket[0] = 0;
+	return ok ? 0 : -ENOENT;
+}
+
+int s3_api_qspec_target(const char *body, size_t len, char *bucket, char *index,
+			struct s3_resp *r)
+{
+	json_t *o;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	if (len > S3_MAX_PAYLOAD)
+		return verr(r, "/", "The request payload exceeds %u bytes", S3_MAX_PAYLOAD);
+	o = parse_body(body, len, r);
+	if (!o)
+		return -EINVAL;
+	rc = req_index(r, o, bucket, index);
+	json_decref(o);
+	return rc ? -EINVAL : 0;
+}
+
+void s3_qspec_fini(struct s3_qspec *q)
+{
+	free(q->vec);
+	s3_filter_free(q->filter);
+	memset(q, 0, sizeof(*q));
+}
+
+int s3_api_qspec_bind(const char *body, size_t len, uint32_t dim, enum dm_metric metric,
+		      const void *conf, uint32_t conf_len, struct s3_qspec *q, struct s3_resp *r)
+{
+	long long k = 0;
+	json_t *o, *f;
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	memset(r, 0, sizeof(*r));
+	o = parse_body(body, len, r);
+	if (!o)
+		return -EINVAL;
+	rc = get_int(r, o, "topK", 1, S3_TOPK_MAX, &k);
+	if (rc < 0)
+		goto err;
+	if (!rc) {
+		rc = verr(r, "/topK", "topK is required (1 to %d)", S3_TOPK_MAX);
+		goto err;
+	}
+	q->k = (size_t)k;
+	if (get_bool(r, o, "returnMetadata", &q->ret_meta) < 0 ||
+	    get_bool(r, o, "returnDistance", &q->ret_dist) < 0) {
+		rc = -EINVAL;
+		goto err;
+	}
+	if (!json_object_get(o, "queryVector")) {
+		rc = verr(r, "/queryVector", "queryVector is required");
+		goto err;
+	}
+	q->vec = malloc((dim ? dim : 1) * sizeof(float));
+	if (!q->vec) {
+		engine_err(r, -ENOMEM, "");
+		rc = -ENOMEM;
+		goto err;
+	}
+	rc = read_vector(r, json_object_get(o, "queryVector"), "/queryVector", dim,
+			 metric == DM_METRIC_COS, q->vec);
+	if (rc)
+		goto err;
+	f = json_object_get(o, "filter");
+	if (f && !json_is_null(f)) {
+		struct nfkeys nf;
+		char err[256];
+
+		nf_parse(conf, conf_len, &nf);
+		q->filter = s3_filter_parse(f, nf.k, nf.n, err, sizeof(err));
+		json_decref(nf.conf);
+		if (!q->filter) {
+			rc = errno == ENOMEM ? -ENOMEM : verr(r, "/filter", "Invalid filter: %s",
+							      err);
+			if (rc == -ENOMEM)
+				engine_err(r, rc, "");
+			goto err;
+		}
+	}
+	json_decref(o);
+	return 0;
+err:
+	json_decref(o);
+	s3_qspec_fini(q);
+	return rc < 0 ? rc : -EINVAL;
+}
+
+void s3_api_not_found(struct s3_resp *r, bool bucket)
+{
+	engine_err(r, -ENOENT, bucket ? "vector bucket" : "index");
 }

@@ -55,6 +55,32 @@ int s3_api_query_prepare(struct s3_api *a, const char *body, size_t len, struct 
 void s3_api_query_run(struct s3_api *a, struct s3_query **qs, size_t n, struct s3_resp *rs);
 void s3_query_free(struct s3_query *q);
 
+/* ---- for engines outside this process (cn/cn_s3.c: the distributed path) ---- */
+
+/* A QueryVectors request validated against an index's description. */
+struct s3_qspec {
+	size_t k;
+	float *vec;                     /* dim floats */
+	struct s3_filter *filter;       /* NULL: no filter */
+	bool ret_meta, ret_dist;
+};
+/* The index a QueryVectors body names (bucket + indexName or indexArn, validated). 0, or
+ * -EINVAL with the ValidationException in r. */
+int s3_api_qspec_target(const char *body, size_t len, char *bucket, char *index,
+			struct s3_resp *r);
+/* Validate the rest of the request (topK, flags, vector, filter) against the index's dim,
+ * metric and stored configuration. 0 or -errno with the error in r. */
+int s3_api_qspec_bind(const char *body, size_t len, uint32_t dim, enum dm_metric metric,
+		      const void *conf, uint32_t conf_len, struct s3_qspec *q, struct s3_resp *r);
+void s3_qspec_fini(struct s3_qspec *q);
+/* The bucket a request names (vectorBucketName, vectorBucketArn or indexArn), without
+ * further validation (for routing). 0 or -ENOENT (bucket = ""). */
+int s3_api_req_bucket(const char *body, size_t len, char *bucket);
+/* A ListVectorBuckets/ListIndexes nextToken for the last name returned (malloc'ed). */
+char *s3_api_token(const char *plain);
+/* NotFoundException for an unknown vector bucket (bucket) or index. */
+void s3_api_not_found(struct s3_resp *r, bool bucket);
+
 /* Fill r with an AWS error: status, type, message (no fieldList). */
 void s3_resp_error(struct s3_resp *r, int status, const char *type, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

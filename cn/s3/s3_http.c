@@ -205,7 +205,12 @@ static void *search_worker(void *arg)
 				h->qtail = NULL;
 		}
 		pthread_mutex_unlock(&h->qmu);
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = 0; i < n && h->cfg.backend; i++) {
+			memset(&batch[i]->resp, 0, sizeof(batch[i]->resp));
+			h->cfg.backend->query(h->cfg.backend->ctx, batch[i]->body, batch[i]->len,
+					      &batch[i]->resp);
+		}
+		for (size_t i = 0; i < n && !h->cfg.backend; i++) {
 			memset(&batch[i]->resp, 0, sizeof(batch[i]->resp));
 			if (s3_api_query_prepare(h->cfg.api, batch[i]->body, batch[i]->len, &qs[nq],
 						 &batch[i]->resp) == 0)
@@ -292,6 +297,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (!authenticate(h, rq, url, method))
 		return send_resp(c, &rq->resp);
 	op = op_of(url);
+	if (h->cfg.backend && h->cfg.backend->internal && strstr(url, "/_dmann/")) {
+		h->cfg.backend->internal(h->cfg.backend->ctx, op, rq->body, rq->len, &rq->resp);
+		return send_resp(c, &rq->resp);
+	}
 	if (!s3_api_known_op(op))
 		return send_error(c, 404, "UnknownOperationException",
 				  "Unknown or unsupported operation");
@@ -302,7 +311,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return send_error(c, 503, "ServiceUnavailableException",
 				  "The search queue is full; retry later");
 	}
-	s3_api_handle(h->cfg.api, op, rq->body, rq->len, &rq->resp);
+	if (h->cfg.backend)
+		h->cfg.backend->handle(h->cfg.backend->ctx, op, rq->body, rq->len, &rq->resp);
+	else
+		s3_api_handle(h->cfg.api, op, rq->body, rq->len, &rq->resp);
 	return send_resp(c, &rq->resp);
 }
 
@@ -344,7 +356,8 @@ struct s3_http *s3_http_start(const struct s3_http_cfg *cfg)
 	const union MHD_DaemonInfo *di;
 	int err;
 
-	if (!cfg || !cfg->api || !cfg->auth.ncreds || !cfg->auth.service) {
+	if (!cfg || (!cfg->api && (!cfg->backend || !cfg->backend->handle ||
+				   !cfg->backend->query)) || !cfg->auth.ncreds || !cfg->auth.service) {
 		errno = EINVAL;
 		return NULL;
 	}

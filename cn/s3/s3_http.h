@@ -15,10 +15,27 @@
 #include "s3_api.h"
 #include "s3_sigv4.h"
 
+/* Operations run elsewhere (a compute node's distributed path, cn/cn_s3.c) instead of
+ * through a local s3_api. */
+struct s3_backend {
+	void *ctx;
+	/* Any operation but QueryVectors (known, authenticated), on an HTTP thread. */
+	void (*handle)(void *ctx, const char *op, const char *body, size_t len,
+		       struct s3_resp *r);
+	/* One admitted QueryVectors, on a search thread. */
+	void (*query)(void *ctx, const char *body, size_t len, struct s3_resp *r);
+	/* Cluster-internal operations, `POST [prefix]/_dmann/<op>`: authenticated like the
+	 * others, run on the HTTP thread without admission (they serve queries another CN
+	 * already admitted). NULL: none. */
+	void (*internal)(void *ctx, const char *op, const char *body, size_t len,
+			 struct s3_resp *r);
+};
+
 struct s3_http_cfg {
 	const char *addr;              /* numeric IPv4/IPv6 address; NULL = all IPv4 */
 	uint16_t port;                 /* 0 = an ephemeral port (see s3_http_port) */
-	struct s3_api *api;
+	struct s3_api *api;            /* local operations, or NULL with backend */
+	const struct s3_backend *backend;
 	struct s3_sigv4_cfg auth;      /* ncreds must be >= 1 */
 	unsigned http_threads;         /* default 4 */
 	unsigned search_threads;       /* default: online CPUs */

@@ -1453,6 +1453,56 @@ size_t flat_fragments(struct flat_index *ix, uint64_t *bytes, size_t max)
 	return n;
 }
 
+uint32_t flat_frag_rows(const struct flat_index *ix)
+{
+	return ix->frag_rows;
+}
+
+size_t flat_frag_stats(struct flat_index *ix, struct flat_frag_stat *out, size_t max)
+{
+	size_t n;
+
+	pthread_rwlock_rdlock(&ix->rw);
+	n = ix->nfrags;
+	for (size_t i = 0; i < DM_MIN(n, max); i++) {
+		const struct flat_frag *f = ix->frags[i];
+		uint32_t d = 0;
+
+		for (uint32_t r = 0; r < f->n; r++)
+			d += f->dead[r];
+		out[i] = (struct flat_frag_stat){ .rows = f->n, .dead = d };
+	}
+	pthread_rwlock_unlock(&ix->rw);
+	return n;
+}
+
+int flat_frag_read(struct flat_index *ix, uint64_t frag, uint32_t from, uint8_t *dead,
+		   size_t dead_cap, flat_row_fn fn, void *ctx)
+{
+	const struct flat_frag *f;
+	int rc;
+
+	if (dead_cap < ix->frag_rows)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&ix->rw);
+	if (frag >= ix->nfrags) {
+		pthread_rwlock_unlock(&ix->rw);
+		return -ENOENT;
+	}
+	f = ix->frags[frag];
+	memcpy(dead, f->dead, f->n);
+	rc = (int)f->n;
+	for (uint32_t r = from; r < f->n; r++) {
+		struct flat_row row;
+
+		fill_row(ix, frag * ix->frag_rows + r, &row);
+		if (fn(ctx, &row))
+			break;
+	}
+	pthread_rwlock_unlock(&ix->rw);
+	return rc;
+}
+
 static bool in_segment(const struct flat_index *ix, uint64_t id, uint32_t cnt, uint32_t idx)
 {
 	uint32_t r;

@@ -172,4 +172,24 @@ size_t flat_fragments(struct flat_index *ix, uint64_t *bytes, size_t max);
 int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit *out,
 		size_t *nout);
 
+/* Fragment-level access for readers that cache fragments elsewhere (compute nodes): a
+ * fragment's rows never change once written (an overwrite is a tombstone + an append), and
+ * its tombstone count only grows, so (rows, dead) is a version: a copy with at least as
+ * many rows and tombstones as a later flat_frag_stats is still current. */
+struct flat_frag_stat {
+	uint32_t rows;                  /* rows written */
+	uint32_t dead;                  /* of those, tombstoned */
+};
+
+/* Rows per fragment of the index. */
+uint32_t flat_frag_rows(const struct flat_index *ix);
+/* Stats of up to max fragments into out; returns the number of fragments. */
+size_t flat_frag_stats(struct flat_index *ix, struct flat_frag_stat *out, size_t max);
+/* Read fragment frag at one instant: its tombstone flags for every row written so far
+ * into dead (dead_cap >= flat_frag_rows bytes; 1 = tombstoned), and fn for each row from
+ * row `from` on, dead or alive (row ids are frag * frag_rows + row). Returns the number of
+ * rows written in the fragment, -ENOENT for a fragment that does not exist, -EINVAL. */
+int flat_frag_read(struct flat_index *ix, uint64_t frag, uint32_t from, uint8_t *dead,
+		   size_t dead_cap, flat_row_fn fn, void *ctx);
+
 #endif

@@ -1,0 +1,29 @@
+/* cn_s3.h: the S3 Vectors gateway of a compute node (DESIGN §7, §8), the distributed path:
+ *   - catalog and write operations go to the memory nodes holding the bucket (rendezvous
+ *     placement of the bucket over the MNs, `redundancy` replicas) as FL RPCs; a write is
+ *     answered only after every replica has it durable (WAL fdatasync on the MN);
+ *   - QueryVectors: the ingress CN reads the index state from an MN, picks a replica group
+ *     of W CNs (s3_plan), gives each member its share of the fragments; members scan their
+ *     share exactly from fragments they cache (fetched from the MN once; sealed fragments
+ *     are immutable, tombstones and the tail are refreshed by version) and return partial
+ *     top-k lists, which the ingress merges. CN-to-CN sub-requests are SigV4-signed HTTP
+ *     requests to the member's own gateway (`POST /_dmann/ScanShare`); a slow member is
+ *     hedged to another CN after a small budget, a failed one retried once elsewhere.
+ * Settings come from the environment (see docs/api.md): DMANN_S3_WIDTH, DMANN_S3_MAX_SCAN_MB,
+ * DMANN_S3_HEDGE_MS, DMANN_S3_CACHE_MB, DMANN_S3_QUEUE_DEPTH, DMANN_S3_SEARCH_THREADS,
+ * DMANN_S3_HTTP_THREADS.
+ */
+#ifndef DM_CN_S3_H
+#define DM_CN_S3_H
+
+#include "config.h"
+
+struct cn_s3;
+
+/* Start the gateway on node->http with the cluster's [s3] credentials. NULL + errno (a
+ * message is logged); ENOENT: the node has no http address or the cluster no [s3] key. */
+struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *node);
+/* Answer admitted queries, stop, free. */
+void cn_s3_stop(struct cn_s3 *s);
+
+#endif

@@ -1,0 +1,236 @@
+/* mn_flat.c: the memory node's S3 Vectors store and its FL RPC (see mn_flat.h). The MN
+ * runs catalog and write operations (the S3 request is validated again here, so a bad or
+ * hostile compute node cannot corrupt the store) and hands out index state and fragment
+ * contents; the scans themselves run on the compute nodes. */
+#include "mn_flat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "fl_rpc.h"
+#include "flat.h"
+#include "s3_api.h"
+
+#define FL_TIMEOUT_MS 10000
+#define FL_MAX_MSG 65536u            /* CN receive buffers (cn_s3.c) */
+
+struct mn_flat {
+	struct flat_store *st;
+	struct s3_api *api;
+	uint64_t epoch;
+	uint32_t node_id;
+};
+
+struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id)
+{
+	struct mn_flat *f = calloc(1, sizeof(*f));
+
+	if (!f) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	f->node_id = node_id;
+	f->st = flat_open(dir, NULL);
+	if (!f->st) {
+		int e = errno;
+
+		dm_err("mn%u: cannot open the flat store in %s: %s", node_id, dir, strerror(e));
+		free(f);
+		errno = e;
+		return NULL;
+	}
+	f->api = s3_api_new(f->st, NULL, NULL);
+	if (!f->api) {
+		flat_close(f->st);
+		free(f);
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* Row numbering is valid for one open of the store (a restart compacts rows): the
+	 * epoch tells compute-node caches which numbering they hold. */
+	if (getrandom(&f->epoch, sizeof(f->epoch), 0) != sizeof(f->epoch))
+		f->epoch = dm_now_ns();
+	dm_info("mn%u: flat store %s open (epoch %016llx)", node_id, dir,
+		(unsigned long long)f->epoch);
+	return f;
+}
+
+void mn_flat_close(struct mn_flat *f)
+{
+	if (!f)
+		return;
+	s3_api_free(f->api);
+	flat_close(f->st);
+	free(f);
+}
+
+/* FL_CALL: run one S3 operation. */
+static int do_call(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
+{
+	char op[64];
+	uint32_t jlen;
+	const char *json;
+	struct s3_resp r;
+
+	if (!dm_rbuf_str(in, op, sizeof(op)))
+		return -EBADMSG;
+	json = dm_rbuf_bytes(in, &jlen, DM_FL_MAX_STREAM);
+	if (in->bad || in->at != in->n)
+		return -EBADMSG;
+	s3_api_handle(f->api, op, json, jlen, &r);
+	dm_wbuf_put(out, (uint8_t[2]){ (uint8_t)r.status, (uint8_t)(r.status >> 8) }, 2);
+	dm_wbuf_str(out, r.errtype ? r.errtype : "");
+	dm_wbuf_bytes(out, r.body ? r.body : "", r.body ? r.len : 0);
+	s3_resp_free(&r);
+	return 0;
+}
+
+/* FL_STATE: index description and per-fragment (rows, dead). */
+static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	const struct flat_index_info *info;
+	struct flat_index *ix;
+	struct flat_frag_stat *fs = NULL;
+	size_t n, cap = 64;
+
+	if (!dm_rbuf_str(in, b, sizeof(b)) || !dm_rbuf_str(in, x, sizeof(x)) || in->at != in->n)
+		return -EBADMSG;
+	ix = flat_index_get(f->st, b, x);
+	if (!ix)
+		return -ENOENT;
+	for (;;) {
+		struct flat_frag_stat *nf = realloc(fs, cap * sizeof(*fs));
+
+		if (!nf) {
+			free(fs);
+			flat_index_put(ix);
+			return -ENOMEM;
+		}
+		fs = nf;
+		n = flat_frag_stats(ix, fs, cap);
+		if (n <= cap)
+			break;
+		cap = n + 16;
+	}
+	info = flat_index_info(ix);
+	dm_wbuf_u64(out, f->epoch);
+	dm_wbuf_u64(out, (uint64_t)info->created_ms);
+	dm_wbuf_u32(out, info->dim);
+	dm_wbuf_u32(out, (uint32_t)info->metric);
+	dm_wbuf_bytes(out, info->conf, info->conf_len);
+	dm_wbuf_u32(out, flat_frag_rows(ix));
+	dm_wbuf_u32(out, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		dm_wbuf_u32(out, fs[i].rows);
+		dm_wbuf_u32(out, fs[i].dead);
+	}
+	free(fs);
+	flat_index_put(ix);
+	return 0;
+}
+
+struct frag_out {
+	struct dm_wbuf *w;
+	uint32_t dim;
+};
+
+static int emit_row(void *ctx, const struct flat_row *row)
+{
+	struct frag_out *fo = ctx;
+
+	dm_wbuf_str(fo->w, row->key);
+	dm_wbuf_bytes(fo->w, row->meta, row->meta_len);
+	dm_wbuf_bytes(fo->w, row->fmeta, row->fmeta_len);
+	/* f32 on the wire are little-endian, as on every host we run (see wire.h). */
+	dm_wbuf_put(fo->w, row->vec, (size_t)fo->dim * sizeof(float));
+	return fo->w->oom ? 1 : 0;
+}
+
+/* FL_FRAG: tombstones and rows from `from` of one fragment. */
+static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	struct dm_wbuf rows = { 0 };
+	struct flat_index *ix;
+	uint64_t epoch, frag;
+	int64_t created;
+	uint32_t from, fr;
+	uint8_t *dead;
+	int n;
+
+	if (!dm_rbuf_str(in, b, sizeof(b)) || !dm_rbuf_str(in, x, sizeof(x)))
+		return -EBADMSG;
+	epoch = dm_rbuf_u64(in);
+	created = (int64_t)dm_rbuf_u64(in);
+	frag = dm_rbuf_u64(in);
+	from = dm_rbuf_u32(in);
+	if (in->bad || in->at != in->n)
+		return -EBADMSG;
+	if (epoch != f->epoch)
+		return -ESTALE;
+	ix = flat_index_get(f->st, b, x);
+	if (!ix)
+		return -ENOENT;
+	if (flat_index_info(ix)->created_ms != created) {
+		flat_index_put(ix);
+		return -ESTALE;
+	}
+	fr = flat_frag_rows(ix);
+	dead = malloc(fr);
+	if (!dead) {
+		flat_index_put(ix);
+		return -ENOMEM;
+	}
+	struct frag_out fo = { .w = &rows, .dim = flat_index_info(ix)->dim };
+
+	n = flat_frag_read(ix, frag, from, dead, fr, emit_row, &fo);
+	flat_index_put(ix);
+	if (n >= 0 && (uint32_t)n < from)
+		n = -EINVAL;
+	if (n >= 0 && rows.oom)
+		n = -ENOMEM;
+	if (n >= 0) {
+		dm_wbuf_u32(out, (uint32_t)n);
+		dm_wbuf_put(out, dead, (size_t)n);
+		dm_wbuf_put(out, rows.p, rows.n);
+	}
+	free(dead);
+	free(rows.p);
+	return n < 0 ? n : 0;
+}
+
+int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wire_hdr *h,
+		  const uint8_t *buf, uint32_t len, uint64_t wr_id)
+{
+	struct dm_wbuf out = { 0 };
+	uint8_t *req;
+	size_t rlen;
+	int rc, st;
+
+	rc = dm_wire_fl_check(h, buf, len);
+	if (rc || (h->op & 1)) {
+		dm_msgpool_repost(ch->pool, wr_id);
+		return rc ? rc : -EPROTO;
+	}
+	rc = dm_fl_recv_rest(ch, h, buf, len, wr_id, FL_TIMEOUT_MS, &req, &rlen);
+	if (rc)
+		return rc;
+	struct dm_rbuf in = { .p = req, .n = rlen };
+
+	switch (h->op) {
+	case DM_OP_FL_CALL: st = do_call(f, &in, &out); break;
+	case DM_OP_FL_STATE: st = do_state(f, &in, &out); break;
+	case DM_OP_FL_FRAG: st = do_frag(f, &in, &out); break;
+	default: st = -EPROTO; break;
+	}
+	free(req);
+	if (!st && out.oom)
+		st = -ENOMEM;
+	rc = dm_fl_send(ch, h->op + 1, h->req_id, st, st ? NULL : out.p, st ? 0 : out.n,
+			FL_MAX_MSG);
+	free(out.p);
+	return rc;
+}

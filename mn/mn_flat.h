@@ -1,0 +1,24 @@
+/* mn_flat.h: the S3 Vectors side of a memory node: the flat store (catalog + flat-index
+ * data, WAL + snapshot) in <data_dir>/flat, served over the FL RPC (wire.h): S3 operations
+ * forwarded by compute nodes (durable before the answer), index state and fragment reads
+ * for the compute nodes that scan. */
+#ifndef DM_MN_FLAT_H
+#define DM_MN_FLAT_H
+
+#include "config.h"
+#include "rpc.h"
+
+struct mn_flat;
+
+/* Open (and recover) the store in dir. NULL + errno; a message is logged. */
+struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id);
+/* Snapshot and free. */
+void mn_flat_close(struct mn_flat *f);
+
+/* Serve one FL request whose first message (buf, len, wr_id; header h, any FL op) came in
+ * on ch: receives the rest of the stream, runs it and sends the response stream. Takes the
+ * buffer (reposts it). 0, or -errno when the connection should be closed. */
+int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wire_hdr *h,
+		  const uint8_t *buf, uint32_t len, uint64_t wr_id);
+
+#endif
