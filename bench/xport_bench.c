@@ -321,14 +321,14 @@ static void xclient_open(struct xclient *xc, const char *backend, int port, unsi
 			 unsigned rkey)
 {
 	char a[128];
-	int rc;
+	int rc = -ENOMEM;
 
 	xc->x = open_backend(backend);
 	xc->local = aligned_alloc(4096, 64 * RLEN);
 	snprintf(a, sizeof(a), "%s:%d", host, port);
 	if (!xc->local || (rc = dm_xport_reg(xc->x, xc->local, 64 * RLEN, 0, &xc->mr)) ||
 	    (rc = dm_xport_connect(xc->x, a, 5000, &xc->c)))
-		die("client setup", xc->local ? -rc : ENOMEM);
+		die("client setup", -rc);
 	xc->remote = addr;
 	xc->rkey = rkey;
 }

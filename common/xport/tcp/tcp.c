@@ -180,9 +180,9 @@ static int tcp_post_recv(struct dm_xport *x, void *buf, uint32_t len, struct dm_
 	return 0;
 }
 
-/* Take one posted buffer; on an empty pool remember that someone waits (post_recv wakes the
- * progress thread then). */
-bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out)
+/* Take one posted buffer; on an empty pool put c on the blocked list (post_recv wakes the
+ * progress thread, which resumes it). */
+bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out, struct tcp_conn *c)
 {
 	bool ok = false;
 
@@ -194,6 +194,11 @@ bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out)
 		ok = true;
 	} else {
 		tx->pool_waiters = true;
+		if (!c->on_blocked) {
+			c->on_blocked = true;
+			c->blk_next = tx->blocked;
+			tx->blocked = c;
+		}
 	}
 	pthread_mutex_unlock(&tx->pool_lock);
 	return ok;
@@ -204,13 +209,18 @@ bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out)
 /* Handle wake-ups: resume connections blocked on the receive pool, serve a close request. */
 static bool progress_commands(struct tcp_xport *tx)
 {
-	struct tcp_conn *b = tx->blocked;
+	struct tcp_conn *b;
 	bool stop;
 	uint64_t v;
 
 	if (read(tx->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		dm_err("tcp: eventfd read: %s", strerror(errno));
+	pthread_mutex_lock(&tx->pool_lock);
+	b = tx->blocked;
 	tx->blocked = NULL;
+	for (struct tcp_conn *i = b; i; i = i->blk_next)
+		i->on_blocked = false;
+	pthread_mutex_unlock(&tx->pool_lock);
 	while (b) {
 		struct tcp_conn *next = b->blk_next;
 

@@ -97,7 +97,12 @@ struct tcp_conn {
 	struct tcp_seg *segs;              /* zero-copy READ responses of this parse batch */
 	uint32_t nseg;
 	bool zc;                           /* output was empty: zero-copy allowed */
-	struct tcp_conn *blk_next;         /* blocked list (progress thread) */
+	struct tcp_conn *blk_next;         /* blocked list (under tx->pool_lock) */
+	bool on_blocked;
+	/* Input may be driven by the progress thread or, while it waits, by the application
+	 * thread (saving a thread hand-off per round trip): rx_lock says who. */
+	pthread_mutex_t rx_lock;
+	bool user_rx;                      /* under lock: EPOLLIN off, the waiter reads */
 	bool closing;
 };
 
@@ -135,12 +140,12 @@ struct tcp_xport {
 	uint32_t pool_head, pool_len;
 	bool pool_waiters;                 /* a connection is blocked on an empty pool */
 
-	struct tcp_conn *blocked;          /* progress thread only */
+	struct tcp_conn *blocked;          /* blocked on the pool (under pool_lock) */
 };
 
 /* tcp.c */
 struct tcp_mr *tcp_mr_lookup(struct tcp_xport *tx, uint32_t rkey);
-bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out);
+bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out, struct tcp_conn *c);
 void tcp_wake(struct tcp_xport *tx);
 
 /* tcp_conn.c */

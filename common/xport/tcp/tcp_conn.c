@@ -4,6 +4,7 @@
  * the shared receive pool, and completing our requests from its responses. */
 #include "tcp.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,7 @@ struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer)
 	if (buf_reserve(&c->out, 16384))
 		goto err_free;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cond, &ca);
@@ -98,6 +100,7 @@ struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer)
 		int e = errno;
 
 		pthread_cond_destroy(&c->cond);
+		pthread_mutex_destroy(&c->rx_lock);
 		pthread_mutex_destroy(&c->lock);
 		errno = e;
 		goto err_free_keep_errno;
@@ -125,6 +128,7 @@ void tcp_conn_free(struct tcp_conn *c)
 {
 	close(c->fd);
 	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->rx_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c->segs);
 	free(c->out.data);
@@ -138,7 +142,7 @@ void tcp_conn_free(struct tcp_conn *c)
 static void conn_arm(struct tcp_conn *c)
 {
 	struct epoll_event ev = {
-		.events = (c->ev_in ? EPOLLIN : 0) | (c->ev_out ? EPOLLOUT : 0),
+		.events = (c->ev_in && !c->user_rx ? EPOLLIN : 0) | (c->ev_out ? EPOLLOUT : 0),
 		.data.ptr = c,
 	};
 
@@ -146,17 +150,20 @@ static void conn_arm(struct tcp_conn *c)
 		dm_err("tcp: epoll_ctl(%s): %s", c->base.peer, strerror(errno));
 }
 
-/* Remove c from the progress thread's blocked list (progress thread only). */
+/* Remove c from the context's list of connections blocked on the receive pool. */
 static void blocked_remove(struct tcp_conn *c)
 {
 	struct tcp_conn **pp = &c->tx->blocked;
 
+	pthread_mutex_lock(&c->tx->pool_lock);
 	for (; *pp; pp = &(*pp)->blk_next)
 		if (*pp == c) {
 			*pp = c->blk_next;
 			c->blk_next = NULL;
-			return;
+			break;
 		}
+	c->on_blocked = false;
+	pthread_mutex_unlock(&c->tx->pool_lock);
 }
 
 /* Progress thread, on a close request: stop watching c. */
@@ -537,6 +544,57 @@ int tcp_poll(struct dm_conn *dc, struct dm_wc *wc, int n)
 	return k;
 }
 
+static void conn_rx(struct tcp_conn *c);
+
+/* Read the socket in the waiting thread until a completion arrives, the deadline (ns, 0:
+ * none) passes, or the connection fails or blocks on the receive pool. The progress thread
+ * leaves the socket alone meanwhile (EPOLLIN off, rx_lock held): the response goes straight
+ * to the thread that wants it instead of through a second thread. */
+static void wait_user_rx(struct tcp_conn *c, uint64_t deadline)
+{
+	bool blocked;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->failed || c->cq_len || c->removed || c->rx_blocked) {
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	c->user_rx = true;
+	conn_arm(c);
+	pthread_mutex_unlock(&c->lock);
+
+	pthread_mutex_lock(&c->rx_lock);
+	for (;;) {
+		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+		uint64_t now;
+		int n, ms = -1;
+
+		conn_rx(c);
+		if (__atomic_load_n(&c->cq_len, __ATOMIC_ACQUIRE) ||
+		    __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE) || c->rx_blocked ||
+		    __atomic_load_n(&c->removed, __ATOMIC_ACQUIRE))
+			break;
+		if (deadline) {
+			now = dm_now_ns();
+			if (now >= deadline)
+				break;
+			ms = (int)((deadline - now + 999999) / 1000000);
+		}
+		n = poll(&pfd, 1, ms);
+		if (n == 0 || (n < 0 && errno != EINTR))
+			break;
+	}
+	blocked = c->rx_blocked;
+	pthread_mutex_unlock(&c->rx_lock);
+
+	pthread_mutex_lock(&c->lock);
+	c->user_rx = false;
+	conn_arm(c);
+	pthread_mutex_unlock(&c->lock);
+	if (blocked)
+		tcp_wake(c->tx);   /* let the progress thread resume it when buffers come */
+}
+
 /* Wait for at least one completion. On a failed connection with nothing left to report it
  * returns -ENOTCONN at once instead of waiting out the timeout. */
 int tcp_wait(struct dm_conn *dc, struct dm_wc *wc, int n, int timeout_ms)
@@ -556,6 +614,8 @@ int tcp_wait(struct dm_conn *dc, struct dm_wc *wc, int n, int timeout_ms)
 			ts.tv_nsec -= 1000000000L;
 		}
 	}
+	if (timeout_ms != 0 && !__atomic_load_n(&c->cq_len, __ATOMIC_ACQUIRE))
+		wait_user_rx(c, timeout_ms > 0 ? dm_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0);
 	pthread_mutex_lock(&c->lock);
 	while (!c->cq_len) {
 		int rc;
@@ -783,13 +843,11 @@ static int handle(struct tcp_conn *c, const struct dm_wire_hdr *h, const uint8_t
 	case DM_OP_SEND: {
 		struct tcp_recv r;
 
-		if (!tcp_pool_pop(tx, &r)) {
+		if (!tcp_pool_pop(tx, &r, c)) {
 			/* Back-pressure: stop reading this socket until a buffer is posted. */
 			c->rx_blocked = true;
 			c->ev_in = false;
 			conn_arm(c);
-			c->blk_next = tx->blocked;
-			tx->blocked = c;
 			return 1;
 		}
 		c->pl_kind = TCP_PL_SEND;
@@ -1005,21 +1063,38 @@ void tcp_conn_on_event(struct tcp_conn *c, uint32_t events)
 		conn_fail(c, -ECONNRESET, "peer closed the connection");
 		return;
 	}
-	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+		/* Busy: the application thread waiting on c reads it (EPOLLIN is off then). */
+		if (pthread_mutex_trylock(&c->rx_lock))
+			return;
 		conn_rx(c);
+		pthread_mutex_unlock(&c->rx_lock);
+	}
 }
 
 /* A receive buffer was posted: continue a connection blocked on the pool. */
 void tcp_conn_resume(struct tcp_conn *c)
 {
-	if (c->removed || !c->rx_blocked)
+	if (pthread_mutex_trylock(&c->rx_lock)) {
+		/* The waiter is leaving its read loop; it wakes us again if still blocked. */
+		pthread_mutex_lock(&c->tx->pool_lock);
+		if (!c->on_blocked) {
+			c->on_blocked = true;
+			c->blk_next = c->tx->blocked;
+			c->tx->blocked = c;
+		}
+		pthread_mutex_unlock(&c->tx->pool_lock);
 		return;
-	c->rx_blocked = false;
-	conn_parse(c);
-	if (c->rx_blocked || c->failed)
-		return;
-	pthread_mutex_lock(&c->lock);
-	c->ev_in = true;
-	conn_arm(c);
-	pthread_mutex_unlock(&c->lock);
+	}
+	if (!c->removed && c->rx_blocked) {
+		c->rx_blocked = false;
+		conn_parse(c);
+		if (!c->rx_blocked && !c->failed) {
+			pthread_mutex_lock(&c->lock);
+			c->ev_in = true;
+			conn_arm(c);
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+	pthread_mutex_unlock(&c->rx_lock);
 }
