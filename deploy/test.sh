@@ -1,6 +1,6 @@
 #!/bin/bash
 # test.sh: build dmann and run its whole test suite, as CI does:
-#   1. a -Werror build and the fast, cluster and rxe (soft-RoCE VM) suites;
+#   1. a -Werror build and the fast, cluster, demo and rxe (soft-RoCE VM) suites;
 #   2. an ASan + UBSan build and its fast and cluster suites;
 #   3. the libFuzzer targets (clang), each for its time budget.
 # Ends with one line "N passed, N failed[, N skipped]" summed from meson's counts, and exits
@@ -55,6 +55,8 @@ if setup build-test; then
 	ninja -C build-test s3sdk-deps >build-test.npm.log 2>&1 ||
 		{ tail -20 build-test.npm.log; echo "test.sh: npm install of the SDK failed (its test will skip)"; }
 	run build-test --suite fast --suite cluster
+	step "the README's main command: dmann demo"
+	run build-test --suite demo
 	if [[ $SKIP != *" rxe "* ]]; then
 		step "soft-RoCE VM suite (verbs backend under rdma_rxe in QEMU)"
 		if meson test -C build-test --list 2>/dev/null | grep -q '^dmann:rxe'; then
