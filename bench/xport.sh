@@ -14,7 +14,9 @@ trap 'rm -f "$out" "$out.md"' EXIT
 {
 	echo "### Transport (bench/xport.sh)"
 	echo
-	echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), host ${DMANN_TEST_HOST:-127.0.0.1}," \
+	echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r), load average" \
+	     "$(cut -d' ' -f1-3 /proc/loadavg) (shared machine: figures are noisy)," \
+	     "host ${DMANN_TEST_HOST:-127.0.0.1}," \
 	     "${secs} s per measurement. dmann READs: one batch of 4 KiB READs in flight" \
 	     "(posted together, last one signaled); plain socket: the same requests written with" \
 	     "one send() to a minimal server that answers them with one writev()." \
