@@ -128,15 +128,18 @@ out_cfg:
 static void bench_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann bench --config C --query F --gt F --k 10 --ef 64 --cache-ratio R\n"
-		   "                   [--routing none] [--zipf S] [--nq N] [--conns N] [--depth D]\n"
+		   "                   [--routing STRATEGY] [--zipf S] [--nq N] [--conns N] [--depth D]\n"
 		   "                   [--admit P] [--warmup N] [--out F] [--json]\n\n"
 		   "Send a query stream to the compute nodes of cluster C and report recall@k\n"
 		   "against the ground truth, throughput, client-side latency, the cache hit rate and\n"
 		   "the remote READs, bytes and round trips per query.\n\n"
 		   "  --cache-ratio R  cache size per compute node as a fraction of the index\n"
 		   "                   (0..1, or a percentage like 5%%); the caches are cleared first\n"
-		   "  --routing none   each query runs on the compute node it is sent to (round\n"
-		   "                   robin); the other strategies of the design are not built yet\n"
+		   "  --routing S      none: each query runs on the compute node it is sent to\n"
+		   "                   (round robin); bestfit: the oracle's top-ranked node;\n"
+		   "                   balanced: fixed equal limits per batch; adaptive: limits\n"
+		   "                   from the nodes' queue lengths; adaptive-ring: adaptive with\n"
+		   "                   overflow to the semantic ring neighbours (default none)\n"
 		   "  --zipf S         draw the stream from the queries with Zipf(S) popularity\n"
 		   "  --nq N           queries to send (default: the query file's count)\n"
 		   "  --conns N        connections per compute node (default 2)\n"
@@ -316,6 +319,21 @@ out:
 	return NULL;
 }
 
+/* FWD_ROUTER on compute node bc->cn: set (c->set) and read the router's state. */
+static int router_call(struct bconn *bc, const struct dm_wire_fwd_rcfg *c,
+		       struct dm_wire_fwd_rstats *st)
+{
+	uint8_t req[sizeof(*c)], body[sizeof(*st)];
+	uint32_t blen;
+	int rc;
+
+	dm_wire_fwd_rcfg_encode(req, c);
+	rc = dm_rpc_call(&bc->ch, DM_OP_FWD_ROUTER, req, sizeof(req), body, sizeof(body), &blen);
+	if (!rc)
+		rc = dm_wire_fwd_rstats_decode(body, blen, st);
+	return rc;
+}
+
 /* Q_STATS of compute node bc->cn. */
 static int get_stats(struct bconn *bc, struct dm_wire_q_stats *st)
 {
@@ -420,6 +438,7 @@ int dm_cmd_bench(int argc, char **argv)
 	const char *config = NULL, *qpath = NULL, *gtpath = NULL, *outpath = NULL;
 	unsigned long long k = 10, ef = 64, nq = 0, conns = 2, depth = 8, warmup = 0;
 	double ratio = -1, zipf = 0, admit = 0.1;
+	int routing = DM_ROUTE_NONE;
 	bool json = false;
 	struct dm_cluster_cfg *cfg;
 	struct dm_vecs qv = { 0 }, gv = { 0 };
@@ -461,10 +480,10 @@ int dm_cmd_bench(int argc, char **argv)
 			break;
 		}
 		case 'R':
-			if (strcmp(optarg, "none")) {
-				fprintf(stderr, "dmann bench: --routing %s: only 'none' is built so far "
-					"(bestfit, balanced, adaptive and adaptive-ring need the router, "
-					"which is not implemented yet)\n", optarg);
+			routing = dm_route_parse(optarg);
+			if (routing < 0) {
+				fprintf(stderr, "dmann bench: --routing %s: must be none, bestfit, balanced, "
+					"adaptive or adaptive-ring\n", optarg);
 				return 2;
 			}
 			break;
@@ -566,6 +585,21 @@ int dm_cmd_bench(int argc, char **argv)
 			goto out;
 		}
 	}
+	/* Routing strategy on every compute node (counters reset). */
+	for (uint32_t i = 0; i < cfg->n_cn; i++) {
+		struct dm_wire_fwd_rcfg rc_cfg = { .set = 1, .strategy = (uint32_t)routing };
+		struct dm_wire_fwd_rstats rs;
+
+		rc = router_call(&b.conns[i], &rc_cfg, &rs);
+		if (rc) {
+			fprintf(stderr, "dmann bench: setting routing %s on compute node %u: %s\n",
+				dm_route_name((uint32_t)routing), i, strerror(-rc));
+			goto out;
+		}
+		if (rs.k != cfg->n_cn && routing != DM_ROUTE_NONE && !json)
+			fprintf(stderr, "dmann bench: warning: compute node %u has no oracle yet (it "
+				"runs its queries itself)\n", i);
+	}
 	if (warmup) {
 		run_stream(&b, warmup);
 		if (atomic_load(&b.errors)) {
@@ -586,7 +620,30 @@ int dm_cmd_bench(int argc, char **argv)
 		}
 	{
 		double secs = run_stream(&b, nq), rsum = 0, hits = 0, lookups = 0;
-		uint64_t ok = 0, errs = atomic_load(&b.errors);
+		uint64_t ok = 0, errs = atomic_load(&b.errors), fwd = 0, ran = 0;
+		uint64_t t_end = dm_now_ns();
+		double csp = -1;
+		char csp_s[32] = "null";
+		struct dm_wire_fwd_rstats rs;
+
+		/* Forwarding counters, and a CSP estimate made after the run ended (the compute
+		 * nodes exchange cache samples every half second). */
+		for (uint32_t i = 0; i < cfg->n_cn; i++)
+			if (!router_call(&b.conns[i], &(struct dm_wire_fwd_rcfg){ 0 }, &rs)) {
+				fwd += rs.forwarded;
+				ran += rs.local + rs.forwarded;
+			}
+		for (int tries = 0; tries < 40; tries++) {
+			if (router_call(&b.conns[0], &(struct dm_wire_fwd_rcfg){ 0 }, &rs))
+				break;
+			if (rs.csp_ppm != DM_FWD_CSP_NONE &&
+			    rs.csp_age_ms * 1000000 < dm_now_ns() - t_end) {
+				csp = rs.csp_ppm / 1e6;
+				snprintf(csp_s, sizeof(csp_s), "%.4f", csp);
+				break;
+			}
+			usleep(100000);
+		}
 		float *lat = malloc(nq * sizeof(float));
 		size_t nl = 0;
 
@@ -610,19 +667,24 @@ int dm_cmd_bench(int argc, char **argv)
 
 		if (json)
 			printf("{\"recall\": %.4f, \"qps\": %.1f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
-			       "\"hit_rate\": %.4f, \"csp\": null, \"reads_per_query\": %.2f, "
+			       "\"hit_rate\": %.4f, \"csp\": %s, \"forwarded\": %.4f, \"reads_per_query\": %.2f, "
 			       "\"bytes_per_query\": %.0f, \"round_trips_per_query\": %.2f, "
 			       "\"hops_per_query\": %.2f, \"cache_ratio\": %.4f, \"k\": %llu, \"ef\": %llu, "
 			       "\"queries\": %llu, \"errors\": %llu, \"compute_nodes\": %u, "
-			       "\"memory_nodes\": %u, \"routing\": \"none\", \"zipf\": %.2f}\n",
-			       recall, qps, p50, p99, hr, atomic_load(&b.reads) / dq,
+			       "\"memory_nodes\": %u, \"routing\": \"%s\", \"zipf\": %.2f}\n",
+			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
+			       atomic_load(&b.reads) / dq,
 			       atomic_load(&b.bytes) / dq, atomic_load(&b.rtrips) / dq,
 			       atomic_load(&b.hops) / dq, ratio, k, ef, (unsigned long long)ok,
-			       (unsigned long long)errs, cfg->n_cn, cfg->n_mn, zipf);
+			       (unsigned long long)errs, cfg->n_cn, cfg->n_mn,
+			       dm_route_name((uint32_t)routing), zipf);
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
+			       "csp %s  routing %s (%.1f%% forwarded)  "
 			       "reads/q %.1f  KiB/q %.1f  round trips/q %.1f  hops/q %.1f  (%llu queries, "
 			       "%llu errors, cache %.1f%%, ef %llu)\n", k, recall, qps, p50, p99, hr,
+			       csp_s, dm_route_name((uint32_t)routing),
+			       ran ? 100.0 * (double)fwd / ran : 0.0,
 			       atomic_load(&b.reads) / dq, atomic_load(&b.bytes) / dq / 1024,
 			       atomic_load(&b.rtrips) / dq, atomic_load(&b.hops) / dq,
 			       (unsigned long long)ok, (unsigned long long)errs, ratio * 100, ef);
@@ -717,6 +779,7 @@ int dm_cmd_status(int argc, char **argv)
 			const struct dm_node_cfg *n = r ? &cfg->cn[i] : &cfg->mn[i];
 			struct dm_conn *conn = NULL;
 			struct dm_rpc_chan ch;
+			struct dm_wire_fwd_rstats rst = { .csp_ppm = DM_FWD_CSP_NONE };
 			uint8_t body[128];
 			uint32_t blen = 0;
 			int rc = dm_xport_connect(x, n->address, 2000, &conn);
@@ -726,6 +789,16 @@ int dm_cmd_status(int argc, char **argv)
 			if (!rc) {
 				rc = dm_rpc_call(&ch, r ? DM_OP_Q_STATS : DM_OP_CTL_INFO, NULL, 0, body,
 						 sizeof(body), &blen);
+				/* The router's state: CSP estimate, strategy, forwarding counters. */
+				if (!rc && r) {
+					uint8_t req[sizeof(struct dm_wire_fwd_rcfg)] = { 0 }, rb[128];
+					uint32_t rl = 0;
+
+					if (dm_rpc_call(&ch, DM_OP_FWD_ROUTER, req, sizeof(req), rb,
+							sizeof(rb), &rl) ||
+					    dm_wire_fwd_rstats_decode(rb, rl, &rst))
+						memset(&rst, 0, sizeof(rst)), rst.csp_ppm = DM_FWD_CSP_NONE;
+				}
 				dm_rpc_chan_fini(&ch);
 			}
 			if (conn)
@@ -761,24 +834,38 @@ int dm_cmd_status(int argc, char **argv)
 					       in.numa_node, in.used / 1048576.0, in.objects);
 			} else {
 				struct dm_wire_q_stats s;
+				char csp[32] = "null";
 				double hr;
 
 				dm_wire_q_stats_decode(body, blen, &s);
 				hr = s.hits + s.misses ? (double)s.hits / (double)(s.hits + s.misses) : 0;
+				if (rst.csp_ppm != DM_FWD_CSP_NONE)
+					snprintf(csp, sizeof(csp), "%.4f", rst.csp_ppm / 1e6);
 				if (json)
 					printf(", \"index_bytes\": %llu, \"cache_bytes\": %llu, "
 					       "\"cache_capacity\": %llu, \"hit_rate\": %.4f, "
-					       "\"queries\": %llu, \"errors\": %llu, \"csp\": null}",
+					       "\"queries\": %llu, \"errors\": %llu, \"csp\": %s, "
+					       "\"csp_age_ms\": %llu, \"routing\": \"%s\", "
+					       "\"forwarded\": %llu, \"received\": %llu, "
+					       "\"centroid_hash\": \"%016llx\", \"oracle_epoch\": %u}",
 					       (unsigned long long)s.index_bytes,
 					       (unsigned long long)s.cache_bytes,
 					       (unsigned long long)s.capacity_bytes, hr,
-					       (unsigned long long)s.queries, (unsigned long long)s.errors);
+					       (unsigned long long)s.queries, (unsigned long long)s.errors,
+					       csp, (unsigned long long)rst.csp_age_ms,
+					       dm_route_name(rst.strategy),
+					       (unsigned long long)rst.forwarded,
+					       (unsigned long long)rst.received,
+					       (unsigned long long)rst.centroid_hash, rst.epoch);
 				else
 					printf("  cn%u %-21s up  index %.1f MiB, cache %.1f/%.1f MiB, hit "
-					       "rate %.3f, %llu queries, %llu errors\n", i, n->address,
+					       "rate %.3f, %llu queries, %llu errors, csp %s, routing %s, "
+					       "oracle %016llx\n", i, n->address,
 					       s.index_bytes / 1048576.0, s.cache_bytes / 1048576.0,
 					       s.capacity_bytes / 1048576.0, hr,
-					       (unsigned long long)s.queries, (unsigned long long)s.errors);
+					       (unsigned long long)s.queries, (unsigned long long)s.errors,
+					       csp, dm_route_name(rst.strategy),
+					       (unsigned long long)rst.centroid_hash);
 			}
 		}
 	}

@@ -8,6 +8,7 @@
 
 #include "cache.h"
 #include "dindex.h"
+#include "router.h"
 
 struct cn {
 	struct dm_cluster_cfg *cfg;
@@ -26,6 +27,8 @@ struct cn {
 	atomic_uint gen;                  /* bumped whenever idx or the MN set changes */
 	atomic_bool need_refresh;         /* a worker saw a memory node fail */
 
+	struct router *rt;                /* oracle, routing, forwarding (router.c) */
+	atomic_uint qlen;                 /* local queue: queries admitted, not answered */
 	atomic_ulong queries, errors;
 	atomic_uint workers;
 	atomic_bool stopping;
@@ -39,6 +42,9 @@ int cn_refresh(struct cn *cn, bool force);
 struct cn_worker_arg {
 	struct cn *cn;
 	struct dm_conn *client;
+	bool serve;               /* client is a memory node's SERVE connection: it brings
+				   * forwarded queries (FWD_QUERY) and takes FWD_RESULTs */
+	atomic_bool *alive;       /* serve: cleared when the worker exits */
 };
 void *cn_worker(void *arg);
 

@@ -181,6 +181,18 @@ int main(int argc, char **argv)
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
 			strerror(-rc));
+	{
+		struct router_params rp = {
+			.strategy = DM_ROUTE_NONE, .batch = 1000, .pause = 1000, .exchange_ms = 200,
+			.sample_min_nodes = 1000, .recluster_csp = 0.5, .recluster_secs = 0,
+		};
+
+		cn.rt = router_start(&cn, &rp);
+		if (!cn.rt) {
+			dm_err("cn%u: cannot start the router: %s", cn.node->id, strerror(errno));
+			goto out_free_pool;
+		}
+	}
 #if DM_HAVE_HTTP
 	if (cn.node->http[0]) {
 		s3gw = cn_s3_start(cn.cfg, cn.node);
@@ -237,6 +249,8 @@ int main(int argc, char **argv)
 	cn_s3_stop(s3gw);
 	s3gw = NULL;
 #endif
+	router_stop(cn.rt);
+	cn.rt = NULL;
 	for (int i = 0; i < 100 && atomic_load(&cn.workers); i++)
 		usleep(50000);
 	status = 0;
@@ -245,6 +259,8 @@ out_free_pool:
 	cn_s3_stop(s3gw);
 	s3gw = NULL;
 #endif
+	router_stop(cn.rt);
+	cn.rt = NULL;
 	if (!atomic_load(&cn.workers)) {
 		mn_set_close(cn.mns);
 		dindex_free(cn.idx);

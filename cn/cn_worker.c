@@ -3,7 +3,13 @@
  * candidate, the records of all its unvisited neighbours are taken from the shared cache
  * or, for the rest, READ from their memory nodes with one doorbell per memory node; the
  * worker then serves the other queries until those READs complete. Records that fail
- * validation are read again. Per-query counters travel back with each result. */
+ * validation are read again. Per-query counters travel back with each result.
+ *
+ * Routing (router.h): a client's query may be sent to another compute node through a random
+ * memory node (FWD_QUERY on the worker's connection to that node); its answer comes back on
+ * the same connection and goes to the client. A worker in SERVE mode has a memory node's
+ * SERVE connection as its client: it runs the forwarded queries that arrive there and sends
+ * their answers back wrapped in FWD_RESULT. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +20,7 @@
 
 #define DEPTH 32
 #define SEND_SLOTS (2 * DEPTH)
-#define SEND_SLOT_SIZE (DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_result) + \
+#define SEND_SLOT_SIZE (DM_FWD_INNER_OFF + DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_result) + \
 			16u * DM_Q_MAX_K)
 #define MAX_REREADS 3
 #define SQ_LIMIT 200            /* READ work requests in flight per memory node */
@@ -23,6 +29,11 @@
 #define WR_READ_TAG (1ull << 62)
 #define WR_LAST     (1ull << 61)
 #define WR_SEND_TAG (1ull << 60)
+
+/* Backlog entry: pool index | flags | length << 32. */
+#define BL_FWD     (1u << 30)   /* SERVE: a FWD_QUERY (query at DM_FWD_INNER_OFF) */
+#define BL_BOUNCED (1u << 31)   /* a FWD_BOUNCE of our own query: run it here */
+#define BL_INDEX   0x3fffffffu
 
 enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
 
@@ -40,6 +51,8 @@ struct qslot {
 	uint64_t bytes;
 	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
 	struct dm_hit *hits;         /* DM_Q_MAX_K entries */
+	bool fwded;                  /* SERVE: answer with FWD_RESULT carrying fwd */
+	struct dm_wire_fwd fwd;
 };
 
 struct worker {
@@ -48,6 +61,7 @@ struct worker {
 	struct dm_mr *smr;
 	uint8_t *sbuf;
 	bool sfree[SEND_SLOTS];
+	int16_t sconn[SEND_SLOTS];   /* connection of a busy slot: -1 client, else mc[] index */
 	uint8_t *stage_mem;
 	struct dm_mr *stage_mr;
 	size_t stage_size;           /* bytes per slot */
@@ -69,6 +83,12 @@ struct worker {
 		uint32_t len;
 	} ctlq[8];
 	uint32_t nctl;
+	bool serve;                  /* client is a memory node's SERVE connection */
+	bool hello[DM_MAX_NODES];    /* FWD_HELLO sent on mc[m] */
+	uint32_t rng;
+	uint64_t fres[256];          /* FWD_RESULTs waiting for a send slot to the client */
+	uint32_t nfres;
+	uint32_t fwd_out;            /* queries forwarded, answer not back yet */
 };
 
 static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
@@ -92,32 +112,48 @@ static int send_slot(struct worker *w)
 	return -1;
 }
 
-/* Send header + body from a free send slot; -EAGAIN when all are in flight. */
-static int send_msg(struct worker *w, uint16_t op, uint64_t req_id, int32_t status,
-		    const uint8_t *body, uint32_t blen)
+/* Send header + pre + body on conn from a free send slot; -EAGAIN when all are in flight. */
+static int send_on(struct worker *w, struct dm_conn *conn, uint16_t op, uint64_t req_id,
+		   int32_t status, const uint8_t *pre, uint32_t plen, const uint8_t *body,
+		   uint32_t blen)
 {
 	int s = send_slot(w), rc;
 	uint8_t *b;
 
 	if (s < 0)
 		return -EAGAIN;
-	if (DM_WIRE_HDR_LEN + blen > SEND_SLOT_SIZE)
+	if (DM_WIRE_HDR_LEN + plen + blen > SEND_SLOT_SIZE)
 		return -EMSGSIZE;
 	b = w->sbuf + (size_t)s * SEND_SLOT_SIZE;
-	dm_wire_hdr_encode(b, op, DM_WIRE_HDR_LEN + blen, status, req_id);
+	dm_wire_hdr_encode(b, op, DM_WIRE_HDR_LEN + plen + blen, status, req_id);
+	if (plen)
+		memcpy(b + DM_WIRE_HDR_LEN, pre, plen);
 	if (blen)
-		memcpy(b + DM_WIRE_HDR_LEN, body, blen);
-	rc = dm_conn_send(w->client, WR_SEND_TAG | (uint64_t)s, b, DM_WIRE_HDR_LEN + blen,
+		memcpy(b + DM_WIRE_HDR_LEN + plen, body, blen);
+	rc = dm_conn_send(conn, WR_SEND_TAG | (uint64_t)s, b, DM_WIRE_HDR_LEN + plen + blen,
 			  w->smr, DM_WR_SIGNALED);
-	if (rc == 0)
+	if (rc == 0) {
 		w->sfree[s] = false;
+		w->sconn[s] = -1;
+		for (uint32_t m = 0; conn != w->client && m < w->nmn; m++)
+			if (w->mc[m] == conn)
+				w->sconn[s] = (int16_t)m;
+	}
 	return rc;
+}
+
+/* Send header + body to the client; -EAGAIN when all send slots are in flight. */
+static int send_msg(struct worker *w, uint16_t op, uint64_t req_id, int32_t status,
+		    const uint8_t *body, uint32_t blen)
+{
+	return send_on(w, w->client, op, req_id, status, NULL, 0, body, blen);
 }
 
 /* Send a query's result (or its error); -EAGAIN keeps it for later. */
 static int send_result(struct worker *w, struct qslot *q)
 {
-	uint8_t body[sizeof(struct dm_wire_q_result) + 16 * DM_Q_MAX_K];
+	uint8_t out[DM_FWD_INNER_OFF + sizeof(struct dm_wire_q_result) + 16 * DM_Q_MAX_K];
+	uint8_t *body = out + DM_FWD_INNER_OFF;   /* room for FWD_RESULT's wrapping */
 	struct dm_wire_q_result r = { .qid = q->qid, .reads = q->reads, .bytes = q->bytes,
 				      .round_trips = q->round_trips, .cache_hits = q->cache_hits,
 				      .rereads = q->rereads,
@@ -140,8 +176,18 @@ static int send_result(struct worker *w, struct qslot *q)
 
 		dm_wire_q_hit_encode(body + sizeof(r) + 16 * (size_t)i, &h);
 	}
-	rc = send_msg(w, DM_OP_Q_SEARCH + 1, q->qid, q->err, body,
-		      (uint32_t)(sizeof(r) + 16 * (size_t)q->nhits));
+	if (q->fwded) {
+		/* fwd | inner Q_SEARCH+1 message, back to the origin through the memory node. */
+		uint32_t ilen = DM_WIRE_HDR_LEN + (uint32_t)(sizeof(r) + 16 * (size_t)q->nhits);
+
+		dm_wire_fwd_encode(out, &q->fwd);
+		dm_wire_hdr_encode(out + sizeof(q->fwd), DM_OP_Q_SEARCH + 1, ilen, q->err, q->qid);
+		rc = send_msg(w, DM_OP_FWD_RESULT, q->qid, 0, out,
+			      (uint32_t)sizeof(q->fwd) + ilen);
+	} else {
+		rc = send_msg(w, DM_OP_Q_SEARCH + 1, q->qid, q->err, body,
+			      (uint32_t)(sizeof(r) + 16 * (size_t)q->nhits));
+	}
 	if (rc == -EAGAIN)
 		return rc;
 	if (rc)
@@ -149,6 +195,7 @@ static int send_result(struct worker *w, struct qslot *q)
 	atomic_fetch_add(&w->cn->queries, 1);
 	if (q->err)
 		atomic_fetch_add(&w->cn->errors, 1);
+	atomic_fetch_sub(&w->cn->qlen, 1);
 	q->state = S_FREE;
 	return 0;
 }
@@ -161,6 +208,12 @@ static void close_mns(struct worker *w)
 		dm_conn_close(w->mc[i]);
 		w->mc[i] = NULL;
 		w->inflight[i] = 0;
+		w->hello[i] = false;
+		w->fwd_out = 0;   /* answers coming back on a closed connection are lost */
+		/* Closing flushed the sends on it (forwarded queries): their slots are free. */
+		for (int s = 0; s < SEND_SLOTS; s++)
+			if (!w->sfree[s] && w->sconn[s] == (int16_t)i)
+				w->sfree[s] = true;
 	}
 }
 
@@ -434,6 +487,71 @@ static void rebind(struct worker *w)
 	connect_mns(w);
 }
 
+/* Answers of forwarded queries waiting for the client: send what the send slots allow. */
+static bool send_fres(struct worker *w)
+{
+	struct cn *cn = w->cn;
+	uint32_t done = 0;
+
+	while (done < w->nfres) {
+		uint64_t wr = (w->fres[done] & BL_INDEX) | DM_RPC_RECV_TAG;
+		uint8_t *in = dm_msgpool_buf(cn->pool, wr) + DM_FWD_INNER_OFF;
+		struct dm_wire_hdr ih;
+		int rc;
+
+		dm_wire_hdr_decode(in, (uint32_t)(w->fres[done] >> 32) - DM_FWD_INNER_OFF, &ih);
+		rc = send_msg(w, ih.op, ih.req_id, ih.status, in + DM_WIRE_HDR_LEN,
+			      ih.length - DM_WIRE_HDR_LEN);
+		if (rc == -EAGAIN)
+			break;
+		if (rc)
+			w->client_gone = true;
+		dm_msgpool_repost(cn->pool, wr);
+		done++;
+	}
+	memmove(w->fres, w->fres + done, (w->nfres - done) * sizeof(uint64_t));
+	w->nfres -= done;
+	return done > 0;
+}
+
+static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start,
+			uint32_t fl);
+
+/* A message from a memory node: the answer of a query we forwarded, or the query itself
+ * when the memory node could not deliver it. */
+static void on_mn_recv(struct worker *w, const struct dm_wc *wc)
+{
+	struct cn *cn = w->cn;
+	uint8_t *buf = dm_msgpool_buf(cn->pool, wc->wr_id);
+	struct dm_wire_hdr h;
+
+	if (!buf)
+		return;
+	if (wc->status || dm_wire_hdr_decode(buf, wc->byte_len, &h) ||
+	    dm_wire_fwd_check(&h, buf, wc->byte_len) ||
+	    (h.op != DM_OP_FWD_RESULT && h.op != DM_OP_FWD_BOUNCE)) {
+		if (!wc->status)
+			dm_warn("cn%u: unexpected message from a memory node dropped", cn->node->id);
+		dm_msgpool_repost(cn->pool, wc->wr_id);
+		return;
+	}
+	if (w->fwd_out)
+		w->fwd_out--;
+	if (h.op == DM_OP_FWD_BOUNCE) {
+		router_count(cn->rt, RC_BOUNCED);
+		take_search(w, wc->wr_id, wc->byte_len, true, BL_BOUNCED);
+		return;
+	}
+	if (w->nfres == DM_ARRAY_SIZE(w->fres) && !send_fres(w)) {
+		dm_warn("cn%u: too many forwarded answers waiting for client %s; one dropped",
+			cn->node->id, w->client->peer);
+		dm_msgpool_repost(cn->pool, wc->wr_id);
+		return;
+	}
+	w->fres[w->nfres++] = (wc->wr_id & BL_INDEX) | ((uint64_t)wc->byte_len << 32);
+	send_fres(w);
+}
+
 static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
 {
 	uint32_t si = (uint32_t)(wc->wr_id >> 16) & 0xffff, mn = (uint32_t)wc->wr_id & 0xffff;
@@ -459,20 +577,94 @@ static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
 		advance(w, q);
 }
 
-/* A search message into a free slot, or the backlog (its buffer is then held: the client
- * runs out of receive credit, which is the back-pressure). can_start is false when the
- * caller does not hold the read lock. */
-static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start)
+/* Send a client's query (the whole message in buf) to the CN the router picks, through a
+ * random memory node. false: it runs here. */
+static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len)
 {
-	uint8_t *buf = dm_msgpool_buf(w->cn->pool, wr_id);
+	struct cn *cn = w->cn;
+	struct dm_wire_q_search s;
+	struct dm_wire_fwd f = { .origin = cn->node->id };
+	uint8_t pre[sizeof(f)];
+	float vec[DM_Q_MAX_DIM];
+	uint32_t m0, m;
 
-	if (can_start && !w->nbacklog)
-		for (int i = 0; i < DEPTH; i++)
-			if (w->slot[i].state == S_FREE) {
-				start(w, &w->slot[i], buf, len);
-				dm_msgpool_repost(w->cn->pool, wr_id);
-				return;
+	dm_wire_q_search_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &s);
+	if (!w->idx || s.dim != w->idx->p.dim || DM_FWD_INNER_OFF + len > SEND_SLOT_SIZE)
+		return false;
+	dm_wire_get_f32s(buf + DM_WIRE_HDR_LEN + sizeof(s), vec, s.dim);
+	for (uint32_t i = 0; i < s.dim; i++)
+		if (!(vec[i] == vec[i]) || vec[i] > 3e38f || vec[i] < -3e38f)
+			return false;   /* start() reports the error */
+	f.target = router_route(cn->rt, vec, s.dim);
+	if (f.target == cn->node->id || w->nmn == 0)
+		return false;
+	w->rng = w->rng * 1103515245u + 12345u;
+	m0 = (w->rng >> 16) % w->nmn;
+	for (uint32_t i = 0; i < w->nmn; i++) {
+		m = (m0 + i) % w->nmn;
+		if (!w->mc[m])
+			continue;
+		if (!w->hello[m]) {
+			struct dm_wire_fwd_hello h = { .cn = cn->node->id, .role = DM_FWD_ROLE_ORIGIN };
+			uint8_t hb[sizeof(h)];
+
+			dm_wire_fwd_hello_encode(hb, &h);
+			if (send_on(w, w->mc[m], DM_OP_FWD_HELLO, 0, 0, NULL, 0, hb, sizeof(hb)))
+				continue;
+			w->hello[m] = true;
+		}
+		dm_wire_fwd_encode(pre, &f);
+		if (send_on(w, w->mc[m], DM_OP_FWD_QUERY, 0, 0, pre, sizeof(pre), buf, len))
+			continue;
+		router_count(cn->rt, RC_FORWARDED);
+		w->fwd_out++;
+		return true;
+	}
+	return false;
+}
+
+/* Route a query or start it in a free slot; true when its buffer was consumed (reposted). */
+static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t fl)
+{
+	struct cn *cn = w->cn;
+	uint8_t *buf = dm_msgpool_buf(cn->pool, wr_id);
+	uint32_t off = fl & (BL_FWD | BL_BOUNCED) ? DM_FWD_INNER_OFF : 0;
+
+	if (!off && !w->serve && router_active(cn->rt)) {
+		if (router_paused(cn->rt))
+			return false;   /* routing pauses: the query waits in the intake */
+		if (route_away(w, buf, len)) {
+			dm_msgpool_repost(cn->pool, wr_id);
+			return true;
+		}
+	}
+	for (int i = 0; i < DEPTH; i++)
+		if (w->slot[i].state == S_FREE) {
+			struct qslot *q = &w->slot[i];
+
+			start(w, q, buf + off, len - off);
+			if (fl & BL_FWD) {
+				dm_wire_fwd_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &q->fwd);
+				q->fwded = true;
+				router_count(cn->rt, RC_RECEIVED);
+			} else if (!(fl & BL_BOUNCED)) {
+				router_count(cn->rt, RC_LOCAL);
 			}
+			atomic_fetch_add(&cn->qlen, 1);
+			dm_msgpool_repost(cn->pool, wr_id);
+			return true;
+		}
+	return false;
+}
+
+/* A search message into a free slot (or to another CN), or the backlog (its buffer is then
+ * held: the client runs out of receive credit, which is the back-pressure). can_start is
+ * false when the caller does not hold the read lock. */
+static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start,
+			uint32_t fl)
+{
+	if (can_start && !w->nbacklog && dispatch(w, wr_id, len, fl))
+		return;
 	if (w->nbacklog == DM_ARRAY_SIZE(w->backlog)) {
 		dm_warn("cn%u: client %s exceeds %zu queries in flight; closing",
 			w->cn->node->id, w->client->peer, DM_ARRAY_SIZE(w->backlog) + DEPTH);
@@ -480,7 +672,10 @@ static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can
 		w->client_gone = true;
 		return;
 	}
-	w->backlog[w->nbacklog++] = (wr_id & 0xffffffffull) | ((uint64_t)len << 32);
+	/* The local queue counts queries assigned to this CN, not those still to be routed. */
+	if (fl)
+		atomic_fetch_add(&w->cn->qlen, 1);
+	w->backlog[w->nbacklog++] = (wr_id & BL_INDEX) | fl | ((uint64_t)len << 32);
 }
 
 /* One completion of the client connection. Control requests are queued in ctlq. */
@@ -488,6 +683,7 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 {
 	struct dm_wire_hdr h;
 	uint8_t *buf;
+	bool bad;
 
 	if (wc->status) {
 		w->client_gone = true;
@@ -501,8 +697,16 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 	if (wc->opcode != DM_WC_RECV)
 		return true;
 	buf = dm_msgpool_buf(w->cn->pool, wc->wr_id);
-	if (!buf || dm_wire_hdr_decode(buf, wc->byte_len, &h) ||
-	    dm_wire_q_check(&h, buf, wc->byte_len) || (h.op & 1)) {
+	bad = !buf || dm_wire_hdr_decode(buf, wc->byte_len, &h);
+	if (!bad) {
+		/* A client sends queries and FWD_ROUTER; a SERVE connection only FWD_QUERY. */
+		bool fwd = h.op >= DM_OP_FWD_FIRST && h.op <= DM_OP_FWD_LAST;
+
+		bad = (fwd ? dm_wire_fwd_check(&h, buf, wc->byte_len) :
+		       dm_wire_q_check(&h, buf, wc->byte_len)) || (h.op & 1) ||
+		      (w->serve ? h.op != DM_OP_FWD_QUERY : fwd && h.op != DM_OP_FWD_ROUTER);
+	}
+	if (bad) {
 		dm_warn("cn%u: malformed message from client %s; closing", w->cn->node->id,
 			w->client->peer);
 		if (buf)
@@ -510,8 +714,9 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 		w->client_gone = true;
 		return false;
 	}
-	if (h.op == DM_OP_Q_SEARCH) {
-		take_search(w, wc->wr_id, wc->byte_len, can_start);
+	if (h.op == DM_OP_Q_SEARCH || h.op == DM_OP_FWD_QUERY) {
+		take_search(w, wc->wr_id, wc->byte_len, can_start,
+			    h.op == DM_OP_FWD_QUERY ? BL_FWD : 0);
 	} else if (w->nctl < DM_ARRAY_SIZE(w->ctlq)) {
 		w->ctlq[w->nctl++] = (struct ctl_req){ wc->wr_id, wc->byte_len };
 	} else {
@@ -565,6 +770,22 @@ static void reply_stats(struct worker *w, uint64_t req_id)
 	send_ctl(w, DM_OP_Q_STATS + 1, req_id, 0, body, sizeof(body));
 }
 
+/* FWD_ROUTER: routing strategy for benchmarks, and the router's counters and CSP. */
+static void reply_router(struct worker *w, const uint8_t *buf, uint32_t len, uint64_t req_id)
+{
+	struct dm_wire_fwd_rcfg c;
+	struct dm_wire_fwd_rstats st;
+	uint8_t body[sizeof(st)];
+	int rc;
+
+	rc = dm_wire_fwd_rcfg_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &c);
+	if (rc == 0)
+		rc = w->cn->rt ? router_config(w->cn->rt, &c, &st) : -ENOSYS;
+	if (rc == 0)
+		dm_wire_fwd_rstats_encode(body, &st);
+	send_ctl(w, DM_OP_FWD_ROUTER + 1, req_id, rc, rc ? NULL : body, rc ? 0 : sizeof(body));
+}
+
 /* Q_CONFIG: pick up a newly loaded index and resize / clear the shared cache. */
 static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uint64_t req_id)
 {
@@ -609,6 +830,8 @@ void *cn_worker(void *arg)
 		goto out_close;
 	w->cn = cn;
 	w->client = a->client;
+	w->serve = a->serve;
+	w->rng = (uint32_t)(uintptr_t)w ^ (uint32_t)dm_now_ns();
 	atomic_fetch_add(&cn->workers, 1);
 	w->sbuf = aligned_alloc(64, DM_ALIGN_UP((size_t)SEND_SLOTS * SEND_SLOT_SIZE, 64));
 	if (!w->sbuf || dm_xport_reg(cn->x, w->sbuf, (size_t)SEND_SLOTS * SEND_SLOT_SIZE, 0,
@@ -639,18 +862,19 @@ void *cn_worker(void *arg)
 			if (!on_client_wc(w, &wc[i], true))
 				break;
 		}
-		/* Backlogged queries into free slots, oldest first. */
-		for (int i = 0; i < DEPTH && w->nbacklog; i++)
-			if (w->slot[i].state == S_FREE) {
-				uint64_t e = w->backlog[0];
-				uint64_t wr = (e & 0xffffffffull) | DM_RPC_RECV_TAG;
+		/* Backlogged queries: routed or into free slots, oldest first. */
+		while (w->nbacklog) {
+			uint64_t e = w->backlog[0];
+			uint32_t fl = (uint32_t)e & (BL_FWD | BL_BOUNCED);
 
-				memmove(w->backlog, w->backlog + 1, --w->nbacklog * sizeof(uint64_t));
-				start(w, &w->slot[i], dm_msgpool_buf(cn->pool, wr), (uint32_t)(e >> 32));
-				dm_msgpool_repost(cn->pool, wr);
-				progress = true;
-			}
-		/* Memory nodes: READ completions. */
+			if (!dispatch(w, (e & BL_INDEX) | DM_RPC_RECV_TAG, (uint32_t)(e >> 32), fl))
+				break;
+			memmove(w->backlog, w->backlog + 1, --w->nbacklog * sizeof(uint64_t));
+			if (fl)
+				atomic_fetch_sub(&cn->qlen, 1);
+			progress = true;
+		}
+		/* Memory nodes: READ completions, forwarded answers and their send credits. */
 		for (uint32_t m = 0; m < w->nmn; m++) {
 			if (!w->mc[m])
 				continue;
@@ -659,8 +883,14 @@ void *cn_worker(void *arg)
 				progress = true;
 				if (wc[i].wr_id & WR_READ_TAG)
 					handle_read_wc(w, &wc[i]);
+				else if (wc[i].wr_id & DM_RPC_RECV_TAG)
+					on_mn_recv(w, &wc[i]);
+				else if ((wc[i].wr_id & WR_SEND_TAG) && (wc[i].wr_id & 0xffff) < SEND_SLOTS)
+					w->sfree[wc[i].wr_id & 0xffff] = true;
 			}
 		}
+		if (w->nfres && send_fres(w))
+			progress = true;
 		/* Queries: post what needs posting, send what is done. */
 		for (int i = 0; i < DEPTH; i++) {
 			struct qslot *q = &w->slot[i];
@@ -686,12 +916,16 @@ void *cn_worker(void *arg)
 			dm_wire_hdr_decode(b, w->ctlq[i].len, &h);
 			if (h.op == DM_OP_Q_CONFIG)
 				reply_config(w, b, w->ctlq[i].len, h.req_id);
+			else if (h.op == DM_OP_FWD_ROUTER)
+				reply_router(w, b, w->ctlq[i].len, h.req_id);
 			else
 				reply_stats(w, h.req_id);
 			dm_msgpool_repost(cn->pool, w->ctlq[i].wr_id);
 			progress = true;
 		}
 		w->nctl = 0;
+		if (w->fwd_out || w->nfres)
+			busy = true;   /* answers come back on the memory-node connections */
 		idle = !progress && !busy;
 		if (!progress && busy)
 			usleep(20);   /* waiting for READs: give the CPU away rather than spin */
@@ -700,11 +934,18 @@ void *cn_worker(void *arg)
 	pthread_rwlock_rdlock(&cn->lock);
 	close_mns(w);
 	pthread_rwlock_unlock(&cn->lock);
-	for (uint32_t i = 0; i < w->nbacklog; i++)
-		dm_msgpool_repost(cn->pool, (w->backlog[i] & 0xffffffffull) | DM_RPC_RECV_TAG);
+	for (uint32_t i = 0; i < w->nbacklog; i++) {
+		if (w->backlog[i] & (BL_FWD | BL_BOUNCED))
+			atomic_fetch_sub(&cn->qlen, 1);
+		dm_msgpool_repost(cn->pool, (w->backlog[i] & BL_INDEX) | DM_RPC_RECV_TAG);
+	}
+	for (uint32_t i = 0; i < w->nfres; i++)
+		dm_msgpool_repost(cn->pool, (w->fres[i] & BL_INDEX) | DM_RPC_RECV_TAG);
 	for (uint32_t i = 0; i < w->nctl; i++)
 		dm_msgpool_repost(cn->pool, w->ctlq[i].wr_id);
 	for (int i = 0; i < DEPTH; i++) {
+		if (w->slot[i].state != S_FREE)
+			atomic_fetch_sub(&cn->qlen, 1);
 		hnsw_query_free(w->slot[i].q);
 		free(w->slot[i].remote);
 		free(w->slot[i].hits);
@@ -720,6 +961,8 @@ out_free:
 	free(w);
 out_close:
 	dm_conn_close(a->client);
+	if (a->alive)
+		atomic_store(a->alive, false);   /* the router opens a new SERVE connection */
 	free(a);
 	return NULL;
 }

@@ -359,6 +359,138 @@ int dm_wire_q_stats_decode(const uint8_t *buf, size_t len, struct dm_wire_q_stat
 void dm_wire_put_f32s(uint8_t *buf, const float *v, uint32_t n);
 void dm_wire_get_f32s(const uint8_t *buf, float *v, uint32_t n);
 
+
+/* ---- forwarded messages between compute nodes, via memory nodes (0x2000-0x2fff) -------
+ *
+ * CNs hold no CN-to-CN connections. A CN opens connections to every MN and makes FWD_HELLO
+ * the first message on each; the MN then hands that connection to its forwarding thread.
+ * role SERVE marks the connection on which the CN takes forwarded queries (one per CN per
+ * MN); role ORIGIN marks a connection (a worker's) on which the CN sends queries to forward
+ * and gets their answers back.
+ *
+ *   FWD_HELLO   hello{cn, role}                          (no response)
+ *   FWD_QUERY   fwd{target, origin, token} + a whole Q_SEARCH message (header included)
+ *               origin CN -> random MN; the MN sets token (its id of the origin connection)
+ *               and re-sends it unchanged otherwise on the target's SERVE connection.
+ *   FWD_RESULT  fwd{same} + a whole Q_SEARCH+1 message   target CN -> MN -> the connection
+ *               named by token (the origin's), which answers its client with the inner message
+ *   FWD_BOUNCE  fwd{same} + the Q_SEARCH message         MN -> origin when the target has no
+ *               SERVE connection (not up yet): the origin runs the query itself
+ *   FWD_STATE   state{cn, epoch, qlen, nsample, entries, seq} + nsample u32 cached ids (the
+ *               1/64 hash slice of the CN's cache) -> table{...} + n entries{cn, qlen, age, epoch}:
+ *               every CN reports to every MN; each MN keeps the last report of each CN and
+ *               answers with all it knows and the cache split penalty of the stored samples.
+ *   FWD_ROUTER  (client -> CN on its native port) rcfg{set, strategy, batch, pause}
+ *               -> rstats{...}: select the routing strategy (set = 1) and read the counters.
+ * Error responses have no body. Forwarded messages are carried whole so that a relay never
+ * re-encodes a query or an answer.
+ */
+enum dm_wire_fwd_op {
+	DM_OP_FWD_HELLO  = 0x2000,
+	DM_OP_FWD_QUERY  = 0x2002,
+	DM_OP_FWD_RESULT = 0x2003,   /* the response of FWD_QUERY */
+	DM_OP_FWD_BOUNCE = 0x2004,
+	DM_OP_FWD_STATE  = 0x2006,   /* response 0x2007 */
+	DM_OP_FWD_ROUTER = 0x2008,   /* response 0x2009 */
+};
+
+enum { DM_FWD_ROLE_ORIGIN = 0, DM_FWD_ROLE_SERVE = 1 };
+enum dm_route_strategy {
+	DM_ROUTE_NONE = 0, DM_ROUTE_BESTFIT, DM_ROUTE_BALANCED, DM_ROUTE_ADAPTIVE,
+	DM_ROUTE_ADAPTIVE_RING, DM_ROUTE_COUNT
+};
+#define DM_FWD_CSP_NONE 0xffffffffu  /* csp_ppm when no estimate exists */
+#define DM_FWD_MAX_SAMPLE 3072u      /* ids in one FWD_STATE */
+#define DM_FWD_MAX_BATCH 1000000u
+#define DM_MAX_NODES_WIRE 256u       /* node ids on the wire (= DM_MAX_NODES of config.h) */
+
+struct dm_wire_fwd_hello {     /* FWD_HELLO */
+	uint32_t cn;
+	uint32_t role;             /* DM_FWD_ROLE_* */
+};
+_Static_assert(sizeof(struct dm_wire_fwd_hello) == 8, "fwd_hello layout");
+
+struct dm_wire_fwd {           /* FWD_QUERY, FWD_RESULT, FWD_BOUNCE, before the inner message */
+	uint32_t target;           /* CN that runs the query */
+	uint32_t origin;           /* CN whose client sent it */
+	uint64_t token;            /* set by the relaying MN: the origin connection */
+	uint32_t flags;            /* 0 */
+	uint32_t reserved;         /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_fwd) == 24, "fwd layout");
+#define DM_FWD_INNER_OFF (DM_WIRE_HDR_LEN + 24u)
+
+struct dm_wire_fwd_state {     /* FWD_STATE request, followed by nsample u32 */
+	uint32_t cn;
+	uint32_t epoch;            /* re-clustering epoch the CN runs */
+	uint32_t qlen;             /* local queue: queries admitted and not answered */
+	uint32_t nsample;          /* <= DM_FWD_MAX_SAMPLE */
+	uint64_t entries;          /* cache entries in total (the sample is ~1/64 of them) */
+	uint64_t seq;              /* report number (diagnostics) */
+};
+_Static_assert(sizeof(struct dm_wire_fwd_state) == 32, "fwd_state layout");
+
+struct dm_wire_fwd_table {     /* FWD_STATE response, followed by n entries */
+	uint32_t n;                /* <= DM_MAX_NODES */
+	uint32_t epoch;            /* highest epoch reported by any CN */
+	uint32_t csp_ppm;          /* CSP of the stored samples, or DM_FWD_CSP_NONE */
+	uint32_t csp_cns;          /* CNs whose samples went into it */
+};
+_Static_assert(sizeof(struct dm_wire_fwd_table) == 16, "fwd_table layout");
+
+struct dm_wire_fwd_entry {
+	uint32_t cn;
+	uint32_t qlen;
+	uint32_t age_ms;           /* since the MN got this CN's report */
+	uint32_t epoch;
+};
+_Static_assert(sizeof(struct dm_wire_fwd_entry) == 16, "fwd_entry layout");
+
+struct dm_wire_fwd_rcfg {      /* FWD_ROUTER request */
+	uint32_t set;              /* 1: apply strategy/batch/pause and reset counters */
+	uint32_t strategy;         /* enum dm_route_strategy */
+	uint32_t batch;            /* queries per routing batch (0: keep) */
+	uint32_t pause;            /* local queue length that pauses routing (0: keep) */
+};
+_Static_assert(sizeof(struct dm_wire_fwd_rcfg) == 16, "fwd_rcfg layout");
+
+struct dm_wire_fwd_rstats {    /* FWD_ROUTER response */
+	uint32_t strategy, k, batch, pause;
+	uint64_t centroid_hash;    /* FNV-1a of the oracle's centroids (0: no oracle) */
+	uint64_t local;            /* queries run where they arrived */
+	uint64_t forwarded;        /* queries sent to another CN */
+	uint64_t received;         /* forwarded queries this CN ran */
+	uint64_t bounced;          /* forwarded queries that came back undelivered */
+	uint32_t csp_ppm;          /* online CSP, or DM_FWD_CSP_NONE */
+	uint32_t csp_cns;
+	uint64_t csp_age_ms;       /* age of the estimate */
+	uint32_t epoch, reclusters, qlen, sample_level;
+};
+_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 88, "fwd_rstats layout");
+
+/* Check a forwarding message (header decoded from a buffer of buflen bytes): known op,
+ * length consistent with the body, and for QUERY/RESULT/BOUNCE a valid inner query
+ * message. 0 or -EBADMSG / -EPROTO. */
+int dm_wire_fwd_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t buflen);
+void dm_wire_fwd_hello_encode(uint8_t *buf, const struct dm_wire_fwd_hello *m);
+int dm_wire_fwd_hello_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd_hello *m);
+void dm_wire_fwd_encode(uint8_t *buf, const struct dm_wire_fwd *m);
+int dm_wire_fwd_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd *m);
+void dm_wire_fwd_state_encode(uint8_t *buf, const struct dm_wire_fwd_state *m);
+int dm_wire_fwd_state_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd_state *m);
+void dm_wire_fwd_table_encode(uint8_t *buf, const struct dm_wire_fwd_table *m);
+int dm_wire_fwd_table_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd_table *m);
+void dm_wire_fwd_entry_encode(uint8_t *buf, const struct dm_wire_fwd_entry *m);
+int dm_wire_fwd_entry_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd_entry *m);
+void dm_wire_fwd_rcfg_encode(uint8_t *buf, const struct dm_wire_fwd_rcfg *m);
+int dm_wire_fwd_rcfg_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd_rcfg *m);
+void dm_wire_fwd_rstats_encode(uint8_t *buf, const struct dm_wire_fwd_rstats *m);
+int dm_wire_fwd_rstats_decode(const uint8_t *buf, size_t len, struct dm_wire_fwd_rstats *m);
+/* Strategy names ("none", "bestfit", "balanced", "adaptive", "adaptive-ring"). */
+const char *dm_route_name(uint32_t strategy);
+int dm_route_parse(const char *name);   /* strategy or -EINVAL */
+/* ---- end of forwarded messages ---- */
+
 /* ---- S3 flat-index RPC between CN and MN (0x1100-0x11ff, inside the control range) ----
  *
  * Owned by the S3 Vectors path (common/wire_flat.c, mn/mn_flat.c, cn/cn_s3.c). Requests

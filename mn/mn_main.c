@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "dm_config.h"
 #include "mem.h"
+#include "mn_fwd.h"
 #if DM_HAVE_HTTP
 #include "mn_flat.h"
 #endif
@@ -27,6 +28,7 @@ struct mn {
 	struct mn_store *st;
 	struct dm_mr *mr;
 	struct dm_msgpool *pool;
+	struct mn_fwd *fwd;      /* forwarding thread (CN-to-CN messages) */
 	struct mn_flat *flat;    /* S3 Vectors flat store (mn_flat.c), NULL without it */
 	char snap_path[1024];
 	int active;              /* connection threads alive */
@@ -165,6 +167,25 @@ static void *conn_thread(void *arg)
 			break;
 		}
 		rc = dm_wire_hdr_decode(buf, len, &h);
+		if (rc == 0 && h.op == DM_OP_FWD_HELLO && m->fwd) {
+			struct dm_wire_fwd_hello hello;
+
+			/* A compute node's forwarding connection: the forwarding thread owns it
+			 * from now on. */
+			rc = dm_wire_fwd_check(&h, buf, len);
+			if (rc == 0)
+				dm_wire_fwd_hello_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN,
+							 &hello);
+			dm_msgpool_repost(m->pool, wr_id);
+			if (rc) {
+				dm_warn("mn%u: malformed FWD_HELLO from %s; closing", m->node->id,
+					a->c->peer);
+				break;
+			}
+			dm_rpc_chan_fini(&ch);
+			mn_fwd_adopt(m->fwd, a->c, &hello);
+			goto out_handed_over;
+		}
 #if DM_HAVE_HTTP
 		if (rc == 0 && h.op >= DM_OP_FL_FIRST && h.op <= DM_OP_FL_LAST && m->flat) {
 			/* S3 flat-index RPC (streams; mn_flat.c reposts the buffers). */
@@ -198,6 +219,7 @@ static void *conn_thread(void *arg)
 	dm_rpc_chan_fini(&ch);
 out_close:
 	dm_conn_close(a->c);
+out_handed_over:
 	pthread_mutex_lock(&m->lock);
 	m->active--;
 	pthread_mutex_unlock(&m->lock);
@@ -330,10 +352,16 @@ int main(int argc, char **argv)
 		       m.node->id, strerror(-rc));
 		goto out_close_x;
 	}
-	m.pool = dm_msgpool_new(m.x, 256, 4096);
+	/* Forwarded queries carry whole vectors: buffers as large as a compute node's. */
+	m.pool = dm_msgpool_new(m.x, 1024, 16384);
 	if (!m.pool) {
 		dm_err("mn%u: cannot post receive buffers: %s", m.node->id, strerror(errno));
 		goto out_dereg;
+	}
+	m.fwd = mn_fwd_start(m.x, m.pool, m.node->id);
+	if (!m.fwd) {
+		dm_err("mn%u: cannot start the forwarding thread: %s", m.node->id, strerror(errno));
+		goto out_free_pool;
 	}
 	rc = dm_xport_listen(m.x, m.node->address, &lis);
 	if (rc) {
@@ -389,6 +417,8 @@ int main(int argc, char **argv)
 			break;
 		usleep(50000);
 	}
+	mn_fwd_stop(m.fwd);
+	m.fwd = NULL;
 #if DM_HAVE_HTTP
 	mn_flat_close(m.flat);       /* snapshot of the flat store */
 	m.flat = NULL;
@@ -399,6 +429,7 @@ int main(int argc, char **argv)
 	else
 		status = 0;
 out_free_pool:
+	mn_fwd_stop(m.fwd);
 	dm_msgpool_free(m.pool);
 out_dereg:
 	dm_xport_dereg(m.x, m.mr);

@@ -1,0 +1,669 @@
+/* router.c: oracle construction, routing decisions, SERVE connections and the state exchange
+ * of a compute node (see router.h). */
+#include "router.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cn.h"
+#include "oracle.h"
+
+#define READ_CHUNK 128          /* records per READ batch while sampling */
+#define CSP_PERIOD_NS 500000000ull
+
+struct router {
+	struct cn *cn;
+	struct router_params p;
+	uint32_t self, ncn;
+	pthread_t thread;
+	atomic_bool stop;
+
+	/* Routing state: everything below, under mu. */
+	pthread_mutex_t mu;
+	pthread_cond_t wake;         /* a batch ended: exchange now */
+	bool batch_done;
+	struct dm_oracle *o;
+	uint32_t *spill;             /* ncn x (ncn-1): ring spill order of each CN */
+	uint64_t hash;
+	uint32_t sample_level;
+	uint32_t *hist, *limit, total;
+	uint32_t *qlen;              /* last known queue length of each CN */
+	uint32_t *cns;               /* scratch for ranks */
+	float *qv;                   /* scratch for a normalised query */
+	atomic_uint strategy;
+	atomic_bool ready;           /* an oracle exists */
+
+	/* Counters and the CSP estimate. */
+	atomic_ulong cnt[RC_COUNT];
+	atomic_uint csp_ppm, csp_cns, epoch, reclusters;
+	atomic_ulong csp_t_ns;
+
+	/* Router thread's connections (ORIGIN role, state reports) and SERVE workers. */
+	struct dm_conn *oc[DM_MAX_NODES];
+	struct dm_rpc_chan och[DM_MAX_NODES];
+	atomic_bool serve_alive[DM_MAX_NODES];
+	uint64_t seq;
+	uint64_t csp_high_since;
+};
+
+/* ---- oracle ------------------------------------------------------------------------------ */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+static uint64_t oracle_hash(const struct dm_oracle *o)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	h = fnv1a(h, o->fine, (size_t)o->nfine * o->dim * sizeof(float));
+	h = fnv1a(h, o->fine_group, o->nfine * sizeof(uint32_t));
+	h = fnv1a(h, o->bias, o->nfine * sizeof(float));
+	h = fnv1a(h, o->centroids, (size_t)o->k * o->dim * sizeof(float));
+	return h;
+}
+
+static uint32_t node_level(const struct dindex *d, uint32_t id)
+{
+	if (!d->upl[id])
+		return 0;
+	return d->up_store[(d->upl[id] - d->up_store) - 1];
+}
+
+/* READ the records of ids[0..n) from the memory nodes (over the router's connections) and
+ * copy their vectors into out (n x dim). 0 or -errno. */
+static int read_vectors(struct router *r, const struct dindex *d, const uint32_t *ids,
+			uint32_t n, float *out)
+{
+	struct cn *cn = r->cn;
+	size_t rs = d->rec_size;
+	uint8_t *buf = aligned_alloc(64, DM_ALIGN_UP(READ_CHUNK * rs, 64));
+	struct dm_mr *mr = NULL;
+	int rc = -ENOMEM;
+
+	if (!buf)
+		return rc;
+	rc = dm_xport_reg(cn->x, buf, READ_CHUNK * rs, 0, &mr);
+	if (rc)
+		goto out_free;
+	for (uint32_t i = 0; i < n; i += READ_CHUNK) {
+		uint32_t cnt = DM_MIN(READ_CHUNK, n - i);
+
+		/* One READ batch per memory node, waited for before the next. */
+		for (uint32_t m = 0; m < cn->cfg->n_mn; m++) {
+			struct dm_rdma_wr wr[READ_CHUNK];
+			int nw = 0;
+
+			for (uint32_t j = 0; j < cnt; j++) {
+				uint32_t mn, rkey;
+				uint64_t addr;
+
+				dindex_locate(d, cn->mns, ids[i + j], &mn, &addr, &rkey);
+				if (mn != m)
+					continue;
+				wr[nw++] = (struct dm_rdma_wr){ .wr_id = j, .local = buf + j * rs,
+					.mr = mr, .remote = addr, .rkey = rkey, .len = (uint32_t)rs };
+			}
+			if (!nw)
+				continue;
+			if (!r->oc[m]) {
+				rc = -EHOSTDOWN;
+				goto out_dereg;
+			}
+			wr[nw - 1].flags = DM_WR_SIGNALED;
+			wr[nw - 1].wr_id |= 1ull << 40;
+			rc = dm_conn_read_batch(r->oc[m], wr, nw);
+			while (rc == 0) {
+				struct dm_wc wc;
+				int w = dm_conn_wait(r->oc[m], &wc, 1, 10000);
+
+				if (w <= 0) {
+					rc = w ? w : -ETIMEDOUT;
+				} else if (wc.status) {
+					rc = wc.status;
+				} else if (wc.opcode == DM_WC_RECV) {
+					dm_msgpool_repost(cn->pool, wc.wr_id);
+				} else if (wc.opcode == DM_WC_READ && (wc.wr_id >> 40)) {
+					break;
+				}
+			}
+			if (rc)
+				goto out_dereg;
+		}
+		for (uint32_t j = 0; j < cnt; j++) {
+			const struct hnsw_rec_hdr *h = (const void *)(buf + j * rs);
+
+			if (!dindex_rec_ok(d, h)) {
+				rc = -EIO;
+				goto out_dereg;
+			}
+			memcpy(out + (size_t)(i + j) * d->p.dim, hnsw_rec_vec(h, d->p.M),
+			       d->p.dim * sizeof(float));
+		}
+	}
+	rc = 0;
+out_dereg:
+	dm_xport_dereg(cn->x, mr);
+out_free:
+	free(buf);
+	return rc;
+}
+
+/* Build the oracle of the current index for epoch (same result on every CN). */
+static int build_oracle(struct router *r, uint32_t epoch)
+{
+	struct cn *cn = r->cn;
+	struct dm_oracle_params op;
+	struct dm_oracle *o;
+	uint64_t counts[HNSW_MAX_LEVEL + 1] = { 0 };
+	uint32_t *ids = NULL, *spill = NULL, n = 0;
+	float *sample = NULL;
+	int lv, rc;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->idx;
+
+	if (!d || d->n < r->ncn) {
+		pthread_rwlock_unlock(&cn->lock);
+		return -ENOENT;
+	}
+	for (uint32_t id = 0; id < d->n; id++)
+		for (uint32_t l = 0; l <= node_level(d, id); l++)
+			counts[l]++;
+	lv = dm_oracle_pick_level(counts, (uint32_t)d->max_level + 1, r->p.sample_min_nodes);
+	ids = malloc(counts[lv] * sizeof(*ids));
+	sample = malloc(counts[lv] * d->p.dim * sizeof(float));
+	if (!ids || !sample) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	for (uint32_t id = 0; id < d->n; id++)
+		if (node_level(d, id) >= (uint32_t)lv)
+			ids[n++] = id;
+	rc = read_vectors(r, d, ids, n, sample);
+	if (rc)
+		goto out_unlock;
+	if (d->p.metric == DM_METRIC_COS)
+		for (uint32_t i = 0; i < n; i++)
+			dm_normalize(sample + (size_t)i * d->p.dim, d->p.dim);
+	dm_oracle_params_default(&op, r->ncn);
+	op.seed += epoch;
+	o = dm_oracle_build(sample, n, d->p.dim, &op);
+	if (!o) {
+		rc = -errno;
+		goto out_unlock;
+	}
+	spill = calloc((size_t)r->ncn * (r->ncn ? r->ncn - 1 : 0) + 1, sizeof(*spill));
+	if (!spill) {
+		dm_oracle_free(o);
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	for (uint32_t c = 0; c < r->ncn; c++)
+		dm_oracle_spill_order(o, c, spill + (size_t)c * (r->ncn - 1));
+	pthread_mutex_lock(&r->mu);
+	dm_oracle_free(r->o);
+	free(r->spill);
+	free(r->qv);
+	r->qv = malloc(d->p.dim * sizeof(float));
+	r->o = o;
+	r->spill = spill;
+	r->hash = oracle_hash(o);
+	r->sample_level = (uint32_t)lv;
+	atomic_store(&r->epoch, epoch);
+	atomic_store(&r->ready, true);
+	pthread_mutex_unlock(&r->mu);
+	dm_info("cn%u: oracle epoch %u: k=%u from %u nodes of level %d (dim %u): centroid hash "
+		"%016llx", cn->node->id, epoch, r->ncn, n, lv, d->p.dim,
+		(unsigned long long)r->hash);
+	rc = 0;
+out_unlock:
+	pthread_rwlock_unlock(&cn->lock);
+	free(ids);
+	free(sample);
+	if (rc)
+		dm_warn("cn%u: cannot build the oracle: %s", cn->node->id, strerror(-rc));
+	return rc;
+}
+
+/* ---- routing decisions ------------------------------------------------------------------- */
+
+/* New limits for the next batch (caller holds mu). */
+static void set_limits(struct router *r)
+{
+	uint32_t k = r->ncn, s = atomic_load(&r->strategy), B = r->p.batch;
+	double mean = 0, qmax = 0, wsum = 0, w[DM_MAX_NODES];
+
+	r->qlen[r->self] = atomic_load(&r->cn->qlen);
+	for (uint32_t c = 0; c < k; c++) {
+		mean += r->qlen[c];
+		qmax = DM_MAX(qmax, (double)r->qlen[c]);
+	}
+	mean /= k;
+	for (uint32_t c = 0; c < k; c++) {
+		/* Equal shares when queues are equal; a CN's share shrinks with its excess. */
+		w[c] = s == DM_ROUTE_BALANCED ? 1.0 : qmax - r->qlen[c] + mean + 1.0;
+		wsum += w[c];
+	}
+	for (uint32_t c = 0; c < k; c++) {
+		r->limit[c] = (uint32_t)ceil((double)B * w[c] / wsum);
+		r->hist[c] = 0;
+	}
+	r->total = 0;
+}
+
+uint32_t router_route(struct router *r, const float *vec, uint32_t dim)
+{
+	uint32_t s = atomic_load(&r->strategy), target = r->self, k = r->ncn;
+
+	pthread_mutex_lock(&r->mu);
+	if (!r->o || dim != r->o->dim || s == DM_ROUTE_NONE)
+		goto out;
+	if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
+		memcpy(r->qv, vec, dim * sizeof(float));
+		dm_normalize(r->qv, dim);
+		vec = r->qv;
+	}
+	dm_oracle_rank(r->o, vec, r->cns, NULL);
+	if (s == DM_ROUTE_BESTFIT) {
+		target = r->cns[0];
+		goto out;
+	}
+	/* Candidates: rank order, or the best CN then its ring neighbours. */
+	target = r->self;
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t c = s == DM_ROUTE_ADAPTIVE_RING && i > 0 ?
+			r->spill[(size_t)r->cns[0] * (k - 1) + i - 1] : r->cns[i];
+
+		if (r->hist[c] < r->limit[c]) {
+			target = c;
+			break;
+		}
+	}
+	r->hist[target]++;
+	if (++r->total >= r->p.batch) {
+		if (s != DM_ROUTE_BALANCED) {
+			r->batch_done = true;
+			pthread_cond_signal(&r->wake);
+		}
+		set_limits(r);
+	}
+out:
+	pthread_mutex_unlock(&r->mu);
+	return target;
+}
+
+bool router_active(struct router *r)
+{
+	return r && r->ncn > 1 && atomic_load(&r->strategy) != DM_ROUTE_NONE &&
+	       atomic_load(&r->ready);
+}
+
+bool router_paused(struct router *r)
+{
+	return atomic_load(&r->cn->qlen) > r->p.pause;
+}
+
+void router_count(struct router *r, enum router_counter c)
+{
+	if (r)
+		atomic_fetch_add(&r->cnt[c], 1);
+}
+
+int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
+		  struct dm_wire_fwd_rstats *st)
+{
+	uint32_t csp;
+
+	if (c->set) {
+		pthread_mutex_lock(&r->mu);
+		atomic_store(&r->strategy, c->strategy);
+		if (c->batch)
+			r->p.batch = c->batch;
+		if (c->pause)
+			r->p.pause = c->pause;
+		set_limits(r);
+		pthread_mutex_unlock(&r->mu);
+		for (int i = 0; i < RC_COUNT; i++)
+			atomic_store(&r->cnt[i], 0);
+		dm_info("cn%u: routing %s, batch %u, pause at %u queued", r->self,
+			dm_route_name(c->strategy), r->p.batch, r->p.pause);
+	}
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&r->mu);
+	st->strategy = atomic_load(&r->strategy);
+	st->k = r->o ? r->o->k : 0;
+	st->batch = r->p.batch;
+	st->pause = r->p.pause;
+	st->centroid_hash = r->o ? r->hash : 0;
+	st->sample_level = r->sample_level;
+	pthread_mutex_unlock(&r->mu);
+	st->local = atomic_load(&r->cnt[RC_LOCAL]);
+	st->forwarded = atomic_load(&r->cnt[RC_FORWARDED]);
+	st->received = atomic_load(&r->cnt[RC_RECEIVED]);
+	st->bounced = atomic_load(&r->cnt[RC_BOUNCED]);
+	csp = atomic_load(&r->csp_ppm);
+	st->csp_ppm = csp;
+	st->csp_cns = atomic_load(&r->csp_cns);
+	st->csp_age_ms = csp == DM_FWD_CSP_NONE ? 0 :
+		(dm_now_ns() - atomic_load(&r->csp_t_ns)) / 1000000;
+	st->epoch = atomic_load(&r->epoch);
+	st->reclusters = atomic_load(&r->reclusters);
+	st->qlen = atomic_load(&r->cn->qlen);
+	return 0;
+}
+
+/* ---- connections to the memory nodes ------------------------------------------------------ */
+
+/* Connect to memory node m and announce role; for SERVE, hand the connection to a worker
+ * thread in forwarding mode. */
+static int open_fwd_conn(struct router *r, uint32_t m, uint32_t role, struct dm_conn **out)
+{
+	struct cn *cn = r->cn;
+	struct dm_wire_fwd_hello h = { .cn = r->self, .role = role };
+	uint8_t body[sizeof(h)];
+	struct dm_rpc_chan ch;
+	struct dm_conn *c;
+	int rc;
+
+	rc = dm_xport_connect(cn->x, cn->cfg->mn[m].address, 2000, &c);
+	if (rc)
+		return rc;
+	rc = dm_rpc_chan_init(&ch, c, cn->pool, 256, 2000);
+	if (rc)
+		goto err_close;
+	dm_wire_fwd_hello_encode(body, &h);
+	rc = dm_rpc_send(&ch, DM_OP_FWD_HELLO, 0, 0, body, sizeof(body));
+	dm_rpc_chan_fini(&ch);
+	if (rc)
+		goto err_close;
+	*out = c;
+	return 0;
+err_close:
+	dm_conn_close(c);
+	return rc;
+}
+
+static void ensure_conns(struct router *r)
+{
+	struct cn *cn = r->cn;
+
+	for (uint32_t m = 0; m < cn->cfg->n_mn; m++) {
+		if (!r->oc[m]) {
+			if (open_fwd_conn(r, m, DM_FWD_ROLE_ORIGIN, &r->oc[m]) == 0 &&
+			    dm_rpc_chan_init(&r->och[m], r->oc[m], cn->pool,
+					     (uint32_t)(DM_WIRE_HDR_LEN + sizeof(struct dm_wire_fwd_state) +
+							4 * DM_FWD_MAX_SAMPLE), 1000)) {
+				dm_conn_close(r->oc[m]);
+				r->oc[m] = NULL;
+			}
+		}
+		if (r->ncn > 1 && !atomic_load(&r->serve_alive[m])) {
+			struct cn_worker_arg *a = malloc(sizeof(*a));
+			struct dm_conn *c;
+			pthread_t t;
+
+			if (!a)
+				continue;
+			if (open_fwd_conn(r, m, DM_FWD_ROLE_SERVE, &c)) {
+				free(a);
+				continue;
+			}
+			*a = (struct cn_worker_arg){ .cn = cn, .client = c, .serve = true,
+						     .alive = &r->serve_alive[m] };
+			atomic_store(&r->serve_alive[m], true);
+			if (pthread_create(&t, NULL, cn_worker, a)) {
+				atomic_store(&r->serve_alive[m], false);
+				dm_conn_close(c);
+				free(a);
+				continue;
+			}
+			pthread_detach(t);
+		}
+	}
+}
+
+static void close_oc(struct router *r, uint32_t m)
+{
+	if (!r->oc[m])
+		return;
+	dm_rpc_chan_fini(&r->och[m]);
+	dm_conn_close(r->oc[m]);
+	r->oc[m] = NULL;
+}
+
+struct sample_ctx {
+	uint32_t *ids;
+	uint32_t n, cap;
+};
+
+static void sample_id(void *arg, uint32_t id)
+{
+	struct sample_ctx *s = arg;
+
+	if (s->n < s->cap && dm_csp_in_sample(id))
+		s->ids[s->n++] = id;
+}
+
+/* Report our queue length (and, with_sample, our cache sample) to every memory node and
+ * take in what they know of the other CNs. Never waits for another CN: a memory node
+ * answers at once from its table. */
+static void exchange(struct router *r, bool with_sample)
+{
+	struct cn *cn = r->cn;
+	struct dm_wire_fwd_state s = { .cn = r->self, .epoch = atomic_load(&r->epoch) };
+	uint32_t ids[DM_FWD_MAX_SAMPLE];
+	uint8_t *msg = malloc(sizeof(s) + sizeof(ids));
+	uint8_t resp[sizeof(struct dm_wire_fwd_table) + DM_MAX_NODES * sizeof(struct dm_wire_fwd_entry)];
+	struct sample_ctx sc = { .ids = ids, .cap = DM_FWD_MAX_SAMPLE };
+	uint32_t max_epoch = 0, best_age[DM_MAX_NODES];
+	bool csp_set = false;
+
+	if (!msg)
+		return;
+	if (with_sample) {
+		struct dm_cache_stats cs = { 0 };
+
+		pthread_rwlock_rdlock(&cn->lock);
+		if (cn->cache) {
+			dm_cache_for_each(cn->cache, sample_id, &sc);
+			dm_cache_stats(cn->cache, &cs);
+		}
+		pthread_rwlock_unlock(&cn->lock);
+		s.entries = cs.entries;
+	}
+	s.qlen = atomic_load(&cn->qlen);
+	s.nsample = sc.n;
+	s.seq = ++r->seq;
+	dm_wire_fwd_state_encode(msg, &s);
+	for (uint32_t i = 0; i < sc.n; i++)
+		dm_put_le32(msg + sizeof(s) + 4 * (size_t)i, ids[i]);
+	for (uint32_t c = 0; c < DM_MAX_NODES; c++)
+		best_age[c] = UINT32_MAX;
+	for (uint32_t m = 0; m < cn->cfg->n_mn; m++) {
+		struct dm_wire_fwd_table t;
+		uint32_t rlen = 0;
+		int rc;
+
+		if (!r->oc[m])
+			continue;
+		rc = dm_rpc_call(&r->och[m], DM_OP_FWD_STATE, msg,
+				 (uint32_t)(sizeof(s) + 4 * (size_t)sc.n), resp, sizeof(resp), &rlen);
+		if (rc == 0)
+			rc = dm_wire_fwd_table_decode(resp, rlen, &t);
+		if (rc == 0 && rlen != sizeof(t) + sizeof(struct dm_wire_fwd_entry) * (size_t)t.n)
+			rc = -EBADMSG;
+		if (rc) {
+			if (rc != -ETIMEDOUT)
+				close_oc(r, m);
+			continue;
+		}
+		max_epoch = DM_MAX(max_epoch, t.epoch);
+		pthread_mutex_lock(&r->mu);
+		for (uint32_t i = 0; i < t.n; i++) {
+			struct dm_wire_fwd_entry e;
+
+			dm_wire_fwd_entry_decode(resp + sizeof(t) + sizeof(e) * (size_t)i,
+						 sizeof(e), &e);
+			/* Several memory nodes: keep the freshest report of each CN. */
+			if (e.cn < r->ncn && e.cn != r->self && e.age_ms < best_age[e.cn]) {
+				best_age[e.cn] = e.age_ms;
+				r->qlen[e.cn] = e.qlen;
+			}
+		}
+		pthread_mutex_unlock(&r->mu);
+		if (with_sample && !csp_set && t.csp_ppm != DM_FWD_CSP_NONE &&
+		    t.csp_cns >= DM_MIN(r->ncn, 2u)) {
+			/* Every CN reports to every memory node: the first answer will do. */
+			atomic_store(&r->csp_ppm, t.csp_ppm);
+			atomic_store(&r->csp_cns, t.csp_cns);
+			atomic_store(&r->csp_t_ns, dm_now_ns());
+			csp_set = true;
+		}
+	}
+	free(msg);
+	/* Re-clustering: a CN that saw the CSP high for long enough moves to the next epoch;
+	 * the others follow the highest epoch reported. */
+	if (csp_set && r->p.recluster_secs && r->ncn > 1) {
+		uint64_t now = dm_now_ns();
+
+		if (atomic_load(&r->csp_ppm) > r->p.recluster_csp * 1e6) {
+			if (!r->csp_high_since)
+				r->csp_high_since = now;
+			else if (now - r->csp_high_since >= r->p.recluster_secs * 1000000000ull)
+				max_epoch = DM_MAX(max_epoch, atomic_load(&r->epoch) + 1);
+		} else {
+			r->csp_high_since = 0;
+		}
+	}
+	if (max_epoch > atomic_load(&r->epoch)) {
+		dm_info("cn%u: re-clustering (epoch %u -> %u)", r->self, atomic_load(&r->epoch),
+			max_epoch);
+		if (build_oracle(r, max_epoch) == 0) {
+			atomic_fetch_add(&r->reclusters, 1);
+			r->csp_high_since = 0;
+		}
+	}
+}
+
+static void *router_thread(void *arg)
+{
+	struct router *r = arg;
+	struct cn *cn = r->cn;
+	uint32_t built_crc = 0;
+	bool built = false;
+	uint64_t last_csp = 0, last_look = 0;
+
+	while (!atomic_load(&r->stop) && !atomic_load(&cn->stopping)) {
+		struct timespec ts;
+		bool batch;
+		uint32_t crc;
+
+		ensure_conns(r);
+		pthread_rwlock_rdlock(&cn->lock);
+		crc = cn->idx ? cn->idx->meta_crc : 0;
+		pthread_rwlock_unlock(&cn->lock);
+		/* No index yet: look for one now and then (a `dmann load` after the start), so
+		 * that the oracle exists before the first query. */
+		if (!crc && dm_now_ns() - last_look >= 1000000000ull) {
+			last_look = dm_now_ns();
+			if (cn_refresh(cn, false) == 0) {
+				pthread_rwlock_rdlock(&cn->lock);
+				crc = cn->idx ? cn->idx->meta_crc : 0;
+				pthread_rwlock_unlock(&cn->lock);
+			}
+		}
+		if (crc && (!built || crc != built_crc)) {
+			built = build_oracle(r, atomic_load(&r->epoch)) == 0;
+			built_crc = crc;
+		}
+		if (dm_now_ns() - last_csp >= CSP_PERIOD_NS) {
+			exchange(r, true);
+			last_csp = dm_now_ns();
+		} else {
+			exchange(r, false);
+		}
+		/* Sleep until a batch ends or the exchange period passes. */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)(r->p.exchange_ms % 1000) * 1000000;
+		ts.tv_sec += r->p.exchange_ms / 1000 + ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		pthread_mutex_lock(&r->mu);
+		if (!r->batch_done)
+			pthread_cond_timedwait(&r->wake, &r->mu, &ts);
+		batch = r->batch_done;
+		r->batch_done = false;
+		pthread_mutex_unlock(&r->mu);
+		(void)batch;
+	}
+	for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
+		close_oc(r, m);
+	return NULL;
+}
+
+struct router *router_start(struct cn *cn, const struct router_params *p)
+{
+	struct router *r = calloc(1, sizeof(*r));
+	uint32_t k = cn->cfg->n_cn;
+
+	if (!r)
+		return NULL;
+	r->cn = cn;
+	r->p = *p;
+	r->self = cn->node->id;
+	r->ncn = k;
+	atomic_store(&r->strategy, p->strategy);
+	atomic_store(&r->csp_ppm, DM_FWD_CSP_NONE);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->wake, NULL);
+	r->hist = calloc(k, sizeof(uint32_t));
+	r->limit = calloc(k, sizeof(uint32_t));
+	r->qlen = calloc(k, sizeof(uint32_t));
+	r->cns = calloc(k, sizeof(uint32_t));
+	if (!r->hist || !r->limit || !r->qlen || !r->cns)
+		goto err_free;
+	set_limits(r);
+	if (pthread_create(&r->thread, NULL, router_thread, r))
+		goto err_free;
+	return r;
+err_free:
+	free(r->hist);
+	free(r->limit);
+	free(r->qlen);
+	free(r->cns);
+	free(r);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void router_stop(struct router *r)
+{
+	if (!r)
+		return;
+	atomic_store(&r->stop, true);
+	pthread_mutex_lock(&r->mu);
+	pthread_cond_signal(&r->wake);
+	pthread_mutex_unlock(&r->mu);
+	pthread_join(r->thread, NULL);
+	/* SERVE workers leave on cn->stopping; the caller waits for every worker. */
+	dm_oracle_free(r->o);
+	free(r->spill);
+	free(r->qv);
+	free(r->hist);
+	free(r->limit);
+	free(r->qlen);
+	free(r->cns);
+	pthread_cond_destroy(&r->wake);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}

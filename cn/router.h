@@ -1,0 +1,58 @@
+/* router.h: the compute node's router (SHINE's logical partitioning of the cache).
+ *
+ * Every CN builds the same oracle at start (balanced k-means over the vectors of the first
+ * HNSW level from the top holding >= 1000 nodes, read from the memory nodes; k = number of
+ * CNs; fixed seed) and routes each query that arrives from a client:
+ *   none           run it here
+ *   bestfit        always the top-ranked CN
+ *   balanced       per batch of B queries every CN takes at most ceil(B/k); a full CN's
+ *                  queries go to the next CN in rank order
+ *   adaptive       as balanced, but the limits are recomputed after every batch from the
+ *                  queue lengths the CNs last reported (short queues get more)
+ *   adaptive-ring  as adaptive, overflow goes to the top-ranked CN's ring neighbours first
+ * Routing pauses (queries wait in the intake) while the local queue is over a threshold.
+ *
+ * Decisions are taken in the workers' intake under the router's lock: the batch, histogram
+ * and limits are one shared state per CN, exactly what a separate routing thread would own,
+ * without handing every query to another thread and back. The router thread does the rest:
+ * builds the oracle, keeps one SERVE connection per memory node (served by a worker thread
+ * in forwarding mode), exchanges queue lengths and cache samples with the other CNs through
+ * the memory nodes after every batch and periodically, tracks the cache split penalty, and
+ * re-clusters (next epoch, next seed) when the CSP stays above a threshold. */
+#ifndef DM_CN_ROUTER_H
+#define DM_CN_ROUTER_H
+
+#include "wire.h"
+
+struct cn;
+struct router;
+
+struct router_params {
+	uint32_t strategy;          /* enum dm_route_strategy */
+	uint32_t batch;             /* queries per routing batch */
+	uint32_t pause;             /* local queue length that pauses routing */
+	uint32_t exchange_ms;       /* state report period when no batch ends */
+	uint32_t sample_min_nodes;  /* oracle sample: first level with >= this many nodes */
+	double recluster_csp;       /* re-cluster when CSP stays above this ... */
+	uint32_t recluster_secs;    /* ... for this long (0: never) */
+};
+
+struct router *router_start(struct cn *cn, const struct router_params *p);
+void router_stop(struct router *r);
+
+/* Where a query with vector vec goes: a CN id (the local one means "run it here"). Call
+ * only when router_active(). */
+uint32_t router_route(struct router *r, const float *vec, uint32_t dim);
+/* Routing is on (strategy other than none, an oracle exists, more than one CN). */
+bool router_active(struct router *r);
+/* The local queue is over the pause threshold. */
+bool router_paused(struct router *r);
+
+enum router_counter { RC_LOCAL, RC_FORWARDED, RC_RECEIVED, RC_BOUNCED, RC_COUNT };
+void router_count(struct router *r, enum router_counter c);
+
+/* FWD_ROUTER: apply a configuration (if set) and fill the statistics. 0 or -errno. */
+int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
+		  struct dm_wire_fwd_rstats *st);
+
+#endif

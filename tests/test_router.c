@@ -1,0 +1,194 @@
+/* test_router.c: the router on a local cluster (4 compute + 2 memory nodes, tcp, loopback).
+ *   - every compute node process builds the oracle from the index on the memory nodes and
+ *     they all end up with bit-identical centroids (same FNV-1a hash of the centroids,
+ *     reported by each process through FWD_ROUTER / `dmann status --json`);
+ *   - 100,000 queries sent round-robin to the compute nodes with --routing bestfit, most of
+ *     them forwarded through the memory nodes, get every answer exactly once (the bench
+ *     fails on a missing answer after 30 s and on any answer it does not expect: a duplicate
+ *     or a wrong qid), and the answers equal those of the same stream without routing. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vecfile.h"
+
+static char dir[128], dmann[300];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "+ %s\n", cmd);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Run cmd and return its stdout (malloc'd), NULL on failure. */
+static char *capture(const char *cmd)
+{
+	FILE *f = popen(cmd, "r");
+	char *out = calloc(1, 1 << 16);
+	size_t n;
+
+	if (!f || !out) {
+		if (f)
+			pclose(f);
+		free(out);
+		return NULL;
+	}
+	n = fread(out, 1, (1 << 16) - 1, f);
+	out[n] = 0;
+	if (pclose(f)) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+static void setup(void)
+{
+	const char *root = getenv("DMANN_BUILD_ROOT");
+
+	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
+	snprintf(dir, sizeof(dir), "/tmp/dmann-router-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(sh("%s gen --kind deep --n 4000 --nq 1000 --seed 5 --out %s/data >/dev/null",
+			dmann, dir), 0);
+	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 8 --efc 60 --threads 1 "
+			"--block-shift 9 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s local up --mn 2 --cn 4 --dir %s/lc --region-mb 16 --transport tcp "
+			"--host 127.0.0.1", dmann, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw", dmann, dir, dir), 0);
+}
+
+static void teardown(void)
+{
+	sh("%s local down --dir %s/lc", dmann, dir);
+	if (getenv("DMANN_KEEP_TEST_DIR"))
+		return;
+	sh("rm -rf %s", dir);
+}
+
+/* The centroid hashes the 4 compute nodes report (0 until a node built its oracle). */
+static int centroid_hashes(unsigned long long h[4])
+{
+	char cmd[512], *out, *p;
+	int n = 0;
+
+	snprintf(cmd, sizeof(cmd), "%s status --config %s/lc/cluster.ini --json", dmann, dir);
+	out = capture(cmd);
+	if (!out)
+		return -1;
+	for (p = out; n < 4 && (p = strstr(p, "\"centroid_hash\": \"")); n++) {
+		p += strlen("\"centroid_hash\": \"");
+		h[n] = strtoull(p, NULL, 16);
+	}
+	free(out);
+	return n;
+}
+
+TestSuite(router, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(router, identical_centroids_in_every_cn_process)
+{
+	unsigned long long h[4] = { 0 };
+	int n = 0;
+
+	/* Each compute node builds its oracle right after it found the index. */
+	for (int i = 0; i < 300; i++) {
+		n = centroid_hashes(h);
+		if (n == 4 && h[0] && h[1] && h[2] && h[3])
+			break;
+		usleep(100000);
+	}
+	cr_assert_eq(n, 4, "status reports 4 compute nodes");
+	cr_assert_neq(h[0], 0, "compute node 0 built an oracle");
+	for (int i = 1; i < 4; i++)
+		cr_expect_eq(h[i], h[0], "cn%d centroid hash %016llx differs from cn0's %016llx", i,
+			     h[i], h[0]);
+}
+
+/* A field of the one-line JSON bench output. */
+static double json_num(const char *js, const char *key)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\": ", key);
+	p = strstr(js, k);
+	return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+Test(router, every_forwarded_answer_exactly_once)
+{
+	char cmd[1024], *out;
+	struct dm_vecs a = { 0 }, b = { 0 };
+	char err[256], p[256];
+	unsigned long long h[4] = { 0 };
+
+	for (int i = 0; i < 300; i++)
+		if (centroid_hashes(h) == 4 && h[0] && h[1] && h[2] && h[3])
+			break;
+		else
+			usleep(100000);
+	/* Reference answers of the stream without routing. */
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
+			"%s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 1000 --out %s/none.ibin",
+			dmann, dir, dir, dir, dir), 0);
+	/* 100,000 queries (the 1000 queries 100 times over), 4 connections x 16 in flight. */
+	snprintf(cmd, sizeof(cmd), "%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin "
+		 "--gt %s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 100000 --conns 1 "
+		 "--depth 16 --routing bestfit --out %s/fwd.ibin --json", dmann, dir, dir, dir, dir);
+	fprintf(stderr, "+ %s\n", cmd);
+	out = capture(cmd);
+	cr_assert_not_null(out, "the bench with forwarding failed (a lost, duplicate or wrong "
+			   "answer fails it)");
+	fprintf(stderr, "%s", out);
+	cr_expect_eq(json_num(out, "queries"), 100000.0, "every query answered");
+	cr_expect_eq(json_num(out, "errors"), 0.0, "no query failed");
+	cr_expect_gt(json_num(out, "forwarded"), 0.5, "most queries were forwarded");
+	free(out);
+
+	/* The answers are those of the same queries run without routing. */
+	snprintf(p, sizeof(p), "%s/none.ibin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &a, err, sizeof(err)), 0, "%s", err);
+	snprintf(p, sizeof(p), "%s/fwd.ibin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &b, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(a.n, 1000);
+	cr_assert_eq(b.n, 100000);
+	for (size_t i = 0; i < b.n; i++)
+		cr_assert_eq(memcmp((const int32_t *)b.data + i * 10,
+				    (const int32_t *)a.data + (i % 1000) * 10, 10 * sizeof(int32_t)), 0,
+			     "answer %zu is not the answer of query %zu", i, i % 1000);
+	dm_vecs_free(&a);
+	dm_vecs_free(&b);
+
+	/* Every forwarded query ran exactly once on its target: sum(forwarded) == sum(received). */
+	snprintf(cmd, sizeof(cmd), "%s status --config %s/lc/cluster.ini --json", dmann, dir);
+	out = capture(cmd);
+	cr_assert_not_null(out);
+	{
+		unsigned long long fw = 0, rc = 0;
+		const char *q = out;
+
+		while ((q = strstr(q, "\"forwarded\": "))) {
+			fw += strtoull(q + 13, NULL, 10);
+			q = strstr(q, "\"received\": ");
+			cr_assert_not_null(q);
+			rc += strtoull(q + 12, NULL, 10);
+		}
+		cr_expect_gt(fw, 50000, "forwarded %llu of 100000", fw);
+		cr_expect_eq(fw, rc, "forwarded %llu, received %llu", fw, rc);
+	}
+	free(out);
+}
