@@ -93,6 +93,7 @@ struct cn_s3 {
 	uint64_t max_scan_bytes;
 	uint32_t hedge_ms;
 	uint64_t cache_cap;
+	uint32_t test_delay_ms;          /* test hook: delay scans served for other CNs */
 	/* fragment cache */
 	pthread_mutex_t cmu;
 	struct cfrag *cache;
@@ -359,7 +360,10 @@ static void list_buckets(struct cn_s3 *s, const char *body, size_t len, struct s
 	json_t *resp = json_pack("{s:o}", "vectorBuckets", out);
 
 	if (more && last) {
-		char *t = s3_api_token(last);
+		char plain[NAME_MAX_ + 8], *t;
+
+		snprintf(plain, sizeof(plain), "b:%s", last);   /* s3_api's bucket token */
+		t = s3_api_token(plain);
 
 		if (t)
 			json_object_set_new(resp, "nextToken", json_string(t));
@@ -994,6 +998,18 @@ out:
 	json_decref(o);
 }
 
+/* A sub-request from another CN (over HTTP). DMANN_S3_TEST_DELAY_MS (on the CNs named by
+ * DMANN_S3_TEST_DELAY_CN) delays it: how the tests make a member slow to see it hedged. */
+static void be_internal_http(void *ctx, const char *op, const char *body, size_t len,
+			     struct s3_resp *r)
+{
+	struct cn_s3 *s = ctx;
+
+	if (s->test_delay_ms)
+		usleep(s->test_delay_ms * 1000u);
+	be_internal(ctx, op, body, len, r);
+}
+
 /* ---------------------------------------------------------------- HTTP client ------ */
 
 struct hcall {
@@ -1565,6 +1581,10 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->max_scan_bytes = env_u64("DMANN_S3_MAX_SCAN_MB", 256, 1, 1u << 20) << 20;
 	s->hedge_ms = (uint32_t)env_u64("DMANN_S3_HEDGE_MS", 50, 1, 60000);
 	s->cache_cap = env_u64("DMANN_S3_CACHE_MB", 2048, 1, 1u << 24) << 20;
+	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
+
+	if (dcn && *dcn && strtoul(dcn, NULL, 10) == node->id)
+		s->test_delay_ms = (uint32_t)env_u64("DMANN_S3_TEST_DELAY_MS", 0, 0, 60000);
 	pthread_mutex_init(&s->cmu, NULL);
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_init(&s->mn[i].mu, NULL);
@@ -1593,7 +1613,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	}
 	*colon = 0;
 	s->be = (struct s3_backend){ .ctx = s, .handle = be_handle, .query = be_query,
-				     .internal = be_internal };
+				     .internal = be_internal_http };
 	struct s3_http_cfg hc = {
 		.addr = host[0] == '[' ? NULL : host,
 		.port = (uint16_t)port,

@@ -32,7 +32,21 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id)
 		return NULL;
 	}
 	f->node_id = node_id;
-	f->st = flat_open(dir, NULL);
+	/* Rows per fragment: the engine's default unless DMANN_FLAT_FRAG_ROWS says otherwise
+	 * (tests use small fragments to exercise the fan-out on small indexes). */
+	const char *fr = getenv("DMANN_FLAT_FRAG_ROWS");
+	struct flat_opts o = { .checkpoint_bytes = 256ull << 20 };
+
+	if (fr && *fr) {
+		char *end;
+		unsigned long v = strtoul(fr, &end, 10);
+
+		if (*end || v < 16 || v > (1u << 20))
+			dm_warn("mn%u: ignoring DMANN_FLAT_FRAG_ROWS=%s (16..1048576)", node_id, fr);
+		else
+			o.frag_rows = (uint32_t)v;
+	}
+	f->st = flat_open(dir, &o);
 	if (!f->st) {
 		int e = errno;
 

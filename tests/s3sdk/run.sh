@@ -1,12 +1,13 @@
 #!/bin/sh
-# run.sh: meson test wrapper for the AWS SDK test (suite 'cluster'). Exits 77 (skip) with
+# run.sh: meson test wrapper for the AWS SDK tests (suite 'cluster'). Exits 77 (skip) with
 # the reason when node or the npm modules are missing; install them with
 #   ninja -C <builddir> s3sdk-deps      (npm ci into <builddir>/s3sdk-cache)
+# Usage: run.sh [single|cluster]  (single: dmann-s3; cluster: dmann local up --mn 2 --cn 2)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${DMANN_BUILD_ROOT:?DMANN_BUILD_ROOT not set}
 mods="$build/s3sdk-cache/node_modules"
-bin="$build/cn/s3/dmann-s3"
+target=${1:-single}
 
 if ! command -v node >/dev/null 2>&1; then
 	echo "SKIP: node is not installed (Debian: apt-get install nodejs npm)"
@@ -17,9 +18,28 @@ if [ ! -d "$mods/@aws-sdk/client-s3vectors" ]; then
 	echo "      run: ninja -C $build s3sdk-deps"
 	exit 77
 fi
-if [ ! -x "$bin" ]; then
-	echo "FAIL: $bin not built"
-	exit 1
-fi
-DMANN_S3_BIN="$bin" S3SDK_NODE_MODULES="$mods" exec node --no-warnings --test \
+case "$target" in
+single)
+	bin="$build/cn/s3/dmann-s3"
+	for b in "$bin"; do
+		[ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
+	done
+	;;
+cluster)
+	for b in "$build/cn/dmann" "$build/cn/dmann-cn" "$build/mn/dmann-mn"; do
+		[ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
+	done
+	# dmann local up looks for dmann-mn / dmann-cn beside dmann or on PATH.
+	PATH="$build/cn:$build/mn:$PATH"
+	export PATH
+	bin=""
+	;;
+*)
+	echo "usage: run.sh [single|cluster]"
+	exit 2
+	;;
+esac
+S3SDK_TARGET="$target" DMANN_S3_BIN="$bin" DMANN_BIN_DIR="$build/cn" \
+	DMANN_MN_BIN="$build/mn/dmann-mn" \
+	S3SDK_NODE_MODULES="$mods" exec node --no-warnings --test \
 	--test-reporter=spec "$here/s3sdk.test.js"

@@ -1,9 +1,15 @@
-// s3sdk.test.js: drives dmann-s3 through the official AWS SDK for JavaScript
-// (@aws-sdk/client-s3vectors) on a loopback port: every operation, paging (nextToken,
-// segments), filters, every error shape, query results equal to a brute force computed here,
-// 503 under overload, and acknowledged writes surviving kill -9.
+// s3sdk.test.js: drives the S3 Vectors gateway through the official AWS SDK for JavaScript
+// (@aws-sdk/client-s3vectors) on loopback: every operation, paging (nextToken, segments),
+// filters, every error shape, query results equal to a brute force computed here, 503 under
+// overload, and acknowledged writes surviving kill -9. Two targets:
+//   - single: dmann-s3 (gateway and store in one process; kill -9 hits that process);
+//   - cluster: `dmann local up --mn 2 --cn 2` (the gateway on each dmann-cn, data on the
+//     dmann-mn processes, queries fanned out to W = 2 CNs); kill -9 hits the memory node
+//     holding the bucket, which is restarted with `setsid dmann-mn`; the fan-out is also
+//     checked with a slow member (hedged) and a dead one (retried elsewhere).
 //
-// Environment: DMANN_S3_BIN (the dmann-s3 binary), S3SDK_NODE_MODULES (where
+// Environment: S3SDK_TARGET (single | cluster), DMANN_S3_BIN (dmann-s3) or DMANN_BIN_DIR
+// (where dmann, dmann-mn, dmann-cn are), S3SDK_NODE_MODULES (where
 // @aws-sdk/client-s3vectors is installed). Run by tests/s3sdk/run.sh.
 'use strict';
 
@@ -16,13 +22,98 @@ const path = require('node:path');
 
 const sdk = require(path.join(process.env.S3SDK_NODE_MODULES, '@aws-sdk/client-s3vectors'));
 const BIN = process.env.DMANN_S3_BIN;
+const CLUSTER = process.env.S3SDK_TARGET === 'cluster';
+const BINDIR = process.env.DMANN_BIN_DIR;
 const AK = 'AKIDDMANNTEST';
 const SK = 'dmann/test+secret';
 const servers = [];
+const { execFileSync } = require('node:child_process');
 
 // ---- server lifecycle --------------------------------------------------------------------
 
+// dmann-s3 options -> the environment of a local cluster's nodes.
+function clusterEnv(extra) {
+  const env = { ...process.env, DMANN_S3_WIDTH: '2' };
+  for (let i = 0; i < extra.length; i += 2) {
+    const v = extra[i + 1];
+    if (extra[i] === '--frag-rows') env.DMANN_FLAT_FRAG_ROWS = v;
+    else if (extra[i] === '--queue-depth') env.DMANN_S3_QUEUE_DEPTH = v;
+    else if (extra[i] === '--search-threads') env.DMANN_S3_SEARCH_THREADS = v;
+    else if (extra[i] === '--width') env.DMANN_S3_WIDTH = v;
+    else if (extra[i] === '--env') Object.assign(env, JSON.parse(v));
+  }
+  return env;
+}
+
+function iniPorts(ini) {
+  return [...ini.matchAll(/^http = 127\.0\.0\.1:(\d+)$/mg)].map((m) => Number(m[1]));
+}
+
+async function startCluster(dir, extra = []) {
+  const cdir = path.join(dir, 'cluster');
+  execFileSync(path.join(BINDIR, 'dmann'), ['local', 'up', '--mn', '2', '--cn', '2', '--dir',
+    cdir], { env: clusterEnv(extra), stdio: ['ignore', 'ignore', 'inherit'] });
+  const ini = fs.readFileSync(path.join(cdir, 'cluster.ini'), 'utf8');
+  const srv = { cluster: true, dir, cdir, ini: path.join(cdir, 'cluster.ini'),
+    ports: iniPorts(ini), ak: 'DMANNLOCALTEST',
+    sk: fs.readFileSync(path.join(cdir, 's3.secret'), 'utf8').trim(), extra, restarted: [] };
+  srv.port = srv.ports[0];
+  servers.push(srv);
+  return srv;
+}
+
+function pidsOf(srv) {
+  const m = new Map();
+  for (const l of fs.readFileSync(path.join(srv.cdir, 'pids'), 'utf8').split('\n')) {
+    const [pid, name] = l.trim().split(/\s+/);
+    if (pid) m.set(name, Number(pid));
+  }
+  for (const [name, p] of srv.restarted) m.set(name, p.pid);
+  return m;
+}
+
+function alive(pid) {
+  try { process.kill(pid, 0); return true; } catch { return false; }
+}
+
+async function waitDead(pid) {
+  for (let i = 0; i < 500 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
+}
+
+// Start memory node id again (as tests/test_cluster.c does): setsid dmann-mn.
+function restartMn(srv, id) {
+  const log = fs.openSync(path.join(srv.cdir, `mn${id}.restart.log`), 'a');
+  const p = spawn('setsid', [process.env.DMANN_MN_BIN, '--config', srv.ini, '--id',
+    String(id)], { env: clusterEnv(srv.extra), stdio: ['ignore', log, log], detached: true });
+  p.unref();
+  srv.restarted = srv.restarted.filter(([n]) => n !== `mn${id}`);
+  srv.restarted.push([`mn${id}`, p]);
+  return p;
+}
+
+async function stopCluster(srv, signal) {
+  // Processes restarted by the test are not in DIR/pids: stop them first.
+  for (const [, p] of srv.restarted) {
+    if (alive(p.pid)) { process.kill(p.pid, signal === 'SIGTERM' ? 'SIGTERM' : 'SIGKILL'); }
+    await waitDead(p.pid);
+  }
+  if (signal !== 'SIGTERM') {
+    for (const [, pid] of pidsOf(srv)) if (alive(pid)) process.kill(pid, 'SIGKILL');
+  }
+  execFileSync(path.join(BINDIR, 'dmann'), ['local', 'down', '--dir', srv.cdir],
+    { stdio: ['ignore', 'ignore', 'inherit'] });
+  servers.splice(servers.indexOf(srv), 1);
+  if (signal === 'SIGTERM') {
+    // Under ASan a leak or memory error is reported in the node logs.
+    for (const f of fs.readdirSync(srv.cdir).filter((n) => n.endsWith('.log'))) {
+      const text = fs.readFileSync(path.join(srv.cdir, f), 'utf8');
+      assert.ok(!/Sanitizer|runtime error:/.test(text), `${f}: sanitizer report\n${text}`);
+    }
+  }
+}
+
 async function startServer(dir, extra = []) {
+  if (CLUSTER) return startCluster(dir, extra);
   const portFile = path.join(dir, 'port');
   fs.rmSync(portFile, { force: true });
   const proc = spawn(BIN, ['--listen', '127.0.0.1:0', '--data', path.join(dir, 'data'),
@@ -43,6 +134,7 @@ async function startServer(dir, extra = []) {
 }
 
 async function stopServer(srv, signal = 'SIGTERM') {
+  if (srv.cluster) return stopCluster(srv, signal);
   srv.proc.kill(signal);
   const status = await srv.exited;
   servers.splice(servers.indexOf(srv), 1);
@@ -54,12 +146,14 @@ after(async () => {
   for (const s of [...servers]) await stopServer(s, 'SIGKILL');
 });
 
-function client(port, opts = {}) {
+function client(srv, opts = {}) {
   // A path prefix on the endpoint is kept by the SDK: the gateway routes on the last segment.
+  const port = srv.ports ? srv.ports[opts.cn || 0] : srv.port;
   return new sdk.S3VectorsClient({
     endpoint: `http://127.0.0.1:${port}/s3v`,
     region: 'us-east-1',
-    credentials: { accessKeyId: opts.ak || AK, secretAccessKey: opts.sk || SK },
+    credentials: { accessKeyId: opts.ak || srv.ak || AK,
+      secretAccessKey: opts.sk || srv.sk || SK },
     maxAttempts: opts.maxAttempts || 1,
     systemClockOffset: opts.clockOffset || 0,
   });
@@ -199,16 +293,31 @@ async function listAll(c, input) {
   return { vectors: out, pages };
 }
 
+// Wait until the gateway can reach the memory node of bucket again (after a restart).
+async function waitReady(cl, bucket) {
+  for (let i = 0; ; i++) {
+    try {
+      await send(cl, 'GetVectorBucketCommand', { vectorBucketName: bucket });
+      return;
+    } catch (e) {
+      if (i > 200 || e.name !== 'ServiceUnavailableException') throw e;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
 // ---- the tests -----------------------------------------------------------------------------
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'dmann-s3sdk-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 let srv;
 let c;
+let c1;        // the second compute node of a cluster (c otherwise)
 
-test('start dmann-s3', async () => {
+test(CLUSTER ? 'start a local cluster (2 MN + 2 CN)' : 'start dmann-s3', async () => {
   srv = await startServer(tmp, ['--frag-rows', '256']);
-  c = client(srv.port);
+  c = client(srv);
+  c1 = srv.cluster ? client(srv, { cn: 1 }) : c;
 });
 
 test('vector buckets: create, get, list with prefix and paging, delete', async () => {
@@ -344,7 +453,9 @@ test('QueryVectors equals brute force (cosine and euclidean, batched and filtere
     // Concurrent queries: the gateway batches queued queries of one index into one scan.
     const qs = Array.from({ length: 12 }, () => Array.from({ length: dim },
       () => Math.fround(r() * 2 - 1)));
-    const res = await Promise.all(qs.map((q) => send(c, 'QueryVectorsCommand', {
+    // On a cluster, half of the queries enter through the other compute node.
+    const res = await Promise.all(qs.map((q, i) => send(i % 2 && srv.cluster ? c1 : c,
+      'QueryVectorsCommand', {
       vectorBucketName: B, indexName: index, topK: 10, queryVector: { float32: q },
       returnDistance: true })));
     res.forEach((out, i) => {
@@ -435,11 +546,11 @@ test('error shapes: ValidationException with fieldList, NotFound, Conflict, Acce
       indexName: 'nope', keys: ['a'] }), 'NotFoundException', 404);
     await expectError(send(c, 'CreateVectorBucketCommand', { vectorBucketName: B }),
       'ConflictException', 409);
-    await expectError(send(client(srv.port, { sk: 'wrong' }), 'ListVectorBucketsCommand', {}),
+    await expectError(send(client(srv, { sk: 'wrong' }), 'ListVectorBucketsCommand', {}),
       'AccessDeniedException', 403);
-    await expectError(send(client(srv.port, { ak: 'AKIDUNKNOWN' }), 'ListVectorBucketsCommand',
+    await expectError(send(client(srv, { ak: 'AKIDUNKNOWN' }), 'ListVectorBucketsCommand',
       {}), 'AccessDeniedException', 403);
-    e = await expectError(send(client(srv.port, { clockOffset: 3600e3 }),
+    e = await expectError(send(client(srv, { clockOffset: 3600e3 }),
       'ListVectorBucketsCommand', {}), 'AccessDeniedException', 403);
     assert.match(e.message, /expired/);
   });
@@ -448,7 +559,7 @@ test('overload: more concurrent queries than the queue admits get 503 at once', 
   const dir = fs.mkdtempSync(path.join(tmp, 'ovl-'));
   const s2 = await startServer(dir, ['--queue-depth', '2', '--search-threads', '1',
     '--batch', '1']);
-  const c2 = client(s2.port);
+  const c2 = client(s2);
   await send(c2, 'CreateVectorBucketCommand', { vectorBucketName: 'ovl' });
   await send(c2, 'CreateIndexCommand', { vectorBucketName: 'ovl', indexName: 'big',
     dataType: 'float32', dimension: 512, distanceMetric: 'euclidean' });
@@ -478,7 +589,7 @@ test('overload: more concurrent queries than the queue admits get 503 at once', 
 test('kill -9 after acknowledged PutVectors: every acknowledged vector survives', async () => {
   const dir = fs.mkdtempSync(path.join(tmp, 'crash-'));
   let s3 = await startServer(dir);
-  let c3 = client(s3.port);
+  let c3 = client(s3);
   await send(c3, 'CreateVectorBucketCommand', { vectorBucketName: 'crash' });
   await send(c3, 'CreateIndexCommand', { vectorBucketName: 'crash', indexName: 'crash-ix',
     dataType: 'float32', dimension: 16, distanceMetric: 'cosine' });
@@ -500,12 +611,26 @@ test('kill -9 after acknowledged PutVectors: every acknowledged vector survives'
   })();
   while (acked.length < 300) await new Promise((res) => setTimeout(res, 5));
   killed = true;
-  s3.proc.kill('SIGKILL');
-  await s3.exited;
-  servers.splice(servers.indexOf(s3), 1);
-  await stream;
-  s3 = await startServer(dir);
-  c3 = client(s3.port);
+  if (s3.cluster) {
+    // The memory node holding the bucket (redundancy 1: only its WAL has the writes) dies
+    // while the compute nodes keep running; then it is started again.
+    const id = [0, 1].find((i) => fs.statSync(path.join(s3.cdir, `mn${i}`, 'flat', 'wal'),
+      { throwIfNoEntry: false })?.size > 0);
+    assert.notEqual(id, undefined, 'no memory node holds the bucket');
+    const pid = pidsOf(s3).get(`mn${id}`);
+    process.kill(pid, 'SIGKILL');
+    await waitDead(pid);
+    await stream;
+    restartMn(s3, id);
+    await waitReady(c3, 'crash');
+  } else {
+    s3.proc.kill('SIGKILL');
+    await s3.exited;
+    servers.splice(servers.indexOf(s3), 1);
+    await stream;
+    s3 = await startServer(dir);
+    c3 = client(s3);
+  }
   for (let i = 0; i < acked.length; i += 100) {
     const keys = acked.slice(i, i + 100).map((v) => v.key);
     const r = await send(c3, 'GetVectorsCommand', { vectorBucketName: 'crash', indexName: 'crash-ix',
@@ -522,9 +647,20 @@ test('kill -9 after acknowledged PutVectors: every acknowledged vector survives'
 });
 
 test('clean restart keeps everything; delete index and bucket', async () => {
-  await stopServer(srv);
-  srv = await startServer(tmp);
-  c = client(srv.port);
+  if (srv.cluster) {
+    // Restart both memory nodes (SIGTERM: snapshot), compute nodes stay up.
+    const pids = pidsOf(srv);
+    for (const id of [0, 1]) {
+      process.kill(pids.get(`mn${id}`), 'SIGTERM');
+      await waitDead(pids.get(`mn${id}`));
+      restartMn(srv, id);
+    }
+    await waitReady(c, B);
+  } else {
+    await stopServer(srv);
+    srv = await startServer(tmp);
+    c = client(srv);
+  }
   const { vectors } = await listAll(c, { vectorBucketName: B, indexName: 'l2.idx',
     maxResults: 1000 });
   assert.equal(vectors.length, rowsL2.length);
@@ -534,4 +670,46 @@ test('clean restart keeps everything; delete index and bucket', async () => {
   await send(c, 'DeleteVectorBucketCommand', { vectorBucketName: B });
   const all = await send(c, 'ListVectorBucketsCommand', {});
   assert.deepEqual(all.vectorBuckets.map((b) => b.vectorBucketName), ['alpha-2', 'beta-1']);
+});
+
+test('fan-out: a slow member is hedged, a dead one retried elsewhere', { skip: !CLUSTER },
+  async () => {
+    // cn1 delays every scan it serves for another CN by 3 s; cn0 hedges after 50 ms.
+    const dir = fs.mkdtempSync(path.join(tmp, 'fan-'));
+    const s4 = await startServer(dir, ['--frag-rows', '128', '--env', JSON.stringify({
+      DMANN_S3_TEST_DELAY_CN: '1', DMANN_S3_TEST_DELAY_MS: '3000', DMANN_S3_HEDGE_MS: '50' })]);
+    const c4 = client(s4);
+    await send(c4, 'CreateVectorBucketCommand', { vectorBucketName: 'fan' });
+    await send(c4, 'CreateIndexCommand', { vectorBucketName: 'fan', indexName: 'fan-ix',
+      dataType: 'float32', dimension: 8, distanceMetric: 'euclidean' });
+    const rows = makeVectors(1500, 8, 21, 'f');
+    await putAll(c4, 'fan', 'fan-ix', rows);
+    const q = rows[7].data.float32;
+    const ask = async () => {
+      const t0 = Date.now();
+      const out = await send(c4, 'QueryVectorsCommand', { vectorBucketName: 'fan',
+        indexName: 'fan-ix', topK: 20, queryVector: { float32: q }, returnDistance: true,
+        filter: { genre: { $ne: 'horror' } } });
+      assertSameAsBruteForce(out.vectors, rows, 'euclidean', q, 20, { genre: { $ne: 'horror' } });
+      return Date.now() - t0;
+    };
+    const hedged = await ask();
+    assert.ok(hedged < 2500, `hedged query took ${hedged} ms (member delay 3000 ms)`);
+    const pid = pidsOf(s4).get('cn1');
+    process.kill(pid, 'SIGKILL');
+    await waitDead(pid);
+    const retried = await ask();
+    console.log(`# fan-out: hedged query ${hedged} ms, with a dead member ${retried} ms`);
+    await stopServer(s4);
+    // cn0 counted what it did at its clean stop.
+    const m = fs.readFileSync(path.join(s4.cdir, 'cn0.log'), 'utf8')
+      .match(/s3: (\d+) sub-requests, (\d+) hedged, (\d+) retried/);
+    assert.ok(m, 'cn0 reported no S3 counters');
+    assert.ok(Number(m[1]) >= 1, 'cn0 sent no sub-request to cn1 (no fan-out)');
+    assert.ok(Number(m[2]) >= 1, 'the slow member was not hedged');
+    assert.ok(Number(m[3]) >= 1, 'the dead member was not retried elsewhere');
+  });
+
+test('stop the cluster cleanly', { skip: !CLUSTER }, async () => {
+  await stopServer(srv);
 });
