@@ -388,6 +388,8 @@ static int rw_batch(struct dm_conn *dc, const struct dm_rdma_wr *wr, int n, bool
 
 	if (n <= 0 || !wr)
 		return n == 0 ? 0 : -EINVAL;
+	if ((uint32_t)n > c->cap_ops)
+		return -EINVAL;   /* could never fit: -EAGAIN would loop forever */
 	for (int i = 0; i < n; i++) {
 		if (!in_mr(wr[i].mr, wr[i].local, wr[i].len) ||
 		    wr[i].len > DM_WIRE_MAX_LEN - RW_REQ_LEN)
