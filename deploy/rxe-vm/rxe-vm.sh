@@ -3,9 +3,11 @@
 # the verbs transport is exercised on machines without RDMA hardware or RDMA support in the
 # host kernel. Used by the meson suite 'rxe' (tests/rxe/meson.build).
 #
-# usage: rxe-vm.sh TEST_BINARY...
+# usage: rxe-vm.sh [--file SRC:DST]... [--env NAME=VALUE]... [--] TEST_BINARY...
 #   Each binary runs in the guest as /tests/NAME with --jobs=1 --verbose, with rxe0 up on
 #   eth0 (10.0.2.15) and DMANN_TEST_HOST=10.0.2.15. Any failing or skipped test fails the run.
+#   --file copies a host file (with its shared libraries) to DST in the guest, e.g. the dmann
+#   programs a cluster test starts; --env exports a variable to the guest tests.
 # Steps: (1) Debian's kernel package is fetched with `apt-get download` and unpacked with
 # dpkg-deb (never installed: its postinst would build an initramfs for minutes), the ELF
 # vmlinux is extracted (boots much faster than the xz bzImage under TCG); (2) an initramfs
@@ -21,7 +23,19 @@
 #      DMANN_LOG     passed to the guest tests (default warn)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-[ $# -ge 1 ] || { echo "usage: $0 TEST_BINARY..." >&2; exit 2; }
+usage() { echo "usage: $0 [--file SRC:DST]... [--env NAME=VALUE]... [--] TEST_BINARY..." >&2; exit 2; }
+FILES=()
+ENVS=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--file) [ $# -ge 2 ] || usage; FILES+=("$2"); shift 2 ;;
+	--env) [ $# -ge 2 ] || usage; ENVS+=("$2"); shift 2 ;;
+	--) shift; break ;;
+	-*) usage ;;
+	*) break ;;
+	esac
+done
+[ $# -ge 1 ] || usage
 CACHE=${RXE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann/rxe-vm}
 TMP=${TMPDIR:-/tmp}
 LOG=${RXE_VM_LOG:-$TMP/dmann-rxe-vm.log}
@@ -33,8 +47,12 @@ for tool in qemu-system-x86_64 busybox kmod cpio dpkg-deb apt-get depmod xz; do
 	command -v "$tool" >/dev/null 2>&1 ||
 		{ echo "rxe-vm: '$tool' not found (see deploy/install-deps.sh)" >&2; exit 1; }
 done
-for b in "$@"; do
-	[ -x "$b" ] || { echo "rxe-vm: test binary $b not found or not executable" >&2; exit 1; }
+for b in "$@" "${FILES[@]%%:*}"; do
+	[ -x "$b" ] || { echo "rxe-vm: $b not found or not executable" >&2; exit 1; }
+done
+for e in "${ENVS[@]}"; do
+	[[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*=[^\']*$ ]] ||
+		{ echo "rxe-vm: bad --env '$e' (NAME=VALUE, no single quotes)" >&2; exit 2; }
 done
 
 # ---- 1. Debian kernel (cached per version) ----
@@ -67,6 +85,7 @@ export DMANN_TEST_HOST=10.0.2.15 DMANN_LOG=${DMANN_LOG:-warn}
 T=${RXE_VM_TEST_TIMEOUT:-240}
 ARGS="${RXE_VM_TEST_ARGS:-}"
 EOF
+for e in "${ENVS[@]}"; do printf "export %s='%s'\n" "${e%%=*}" "${e#*=}" >> "$WORK/runner.sh"; done
 cat >> "$WORK/runner.sh" <<'EOF'
 echo "=== VM kernel: $(uname -r)"
 echo "=== ibv_devinfo -d rxe0 (summary):"
@@ -99,6 +118,7 @@ exit $FAIL
 EOF
 EXTRA=()
 for b in "$@"; do EXTRA+=("$(realpath "$b"):/tests/$(basename "$b")"); done
+for f in "${FILES[@]}"; do EXTRA+=("$(realpath "${f%%:*}"):${f#*:}"); done
 "$HERE/build-initramfs.sh" "$KVER" "$KD/root" "$WORK/initrd.gz" "$WORK/runner.sh" "${EXTRA[@]}"
 say "initramfs built ($(du -k "$WORK/initrd.gz" | cut -f1) KiB, tests: $(printf '%s ' "${EXTRA[@]##*/}"))"
 
