@@ -7,14 +7,16 @@
 # For each library: build with M=16, efConstruction=200 using 1 and 2 threads (build time
 # measured inside each program around the build call only; peak RSS of the process from
 # /usr/bin/time), then search the 1-thread index with one thread, one query at a time,
-# ef in {10,16,32,64,128,256,512}, recall@10 against exact ground truth. Searches run two
-# rounds, interleaved across libraries, and the faster round counts (the machine is shared).
+# ef in {10,16,32,64,128,256,512}, recall@10 against exact ground truth. Searches run
+# ROUNDS (default 2; faiss FAISS_ROUNDS, default 1) rounds interleaved across libraries, and
+# the best round counts (the machine may be shared). Both wall-clock QPS and CPU QPS (queries
+# per second of the search thread's CPU time, robust to other load) are recorded.
 # Writes the table between <!-- BEGIN hnsw --> and <!-- END hnsw --> in docs/benchmarks.md
 # and the plot docs/hnsw-recall-qps.png.
 #
 # Compilers and flags (the fairness note of the table repeats them):
 #   dmann    meson --buildtype=release (-O3; project flag -march=x86-64-v2), distance kernels
-#            chosen at run time (AVX+FMA on a CPU that has them)
+#            chosen at run time (AVX-512, else AVX+FMA, else portable)
 #   hnswlib  g++ -O3 -march=native (its AVX / AVX-512 kernels are chosen at compile time)
 #   faiss    Debian's prebuilt libfaiss (its own flags), driver g++ -O3 -march=native
 set -euo pipefail
@@ -25,6 +27,8 @@ M=16
 EFC=200
 K=10
 EFS=10,16,32,64,128,256,512
+ROUNDS=${ROUNDS:-2}
+FAISS_ROUNDS=${FAISS_ROUNDS:-1}
 CXXFLAGS="-O3 -march=native -std=c++17"
 
 mkdir -p "$WORK"
@@ -54,11 +58,11 @@ if [ ! -s "$DATA/gt.ibin" ]; then
 fi
 
 # timed LIB PHASE CMD...: run CMD under /usr/bin/time, JSON stdout to RES/LIB.PHASE.json,
-# peak RSS (KiB) and wall seconds to RES/LIB.PHASE.time
+# peak RSS (KiB), wall, user and system seconds to RES/LIB.PHASE.time
 timed() {
 	local lib=$1 phase=$2
 	shift 2
-	/usr/bin/time -f '%M %e' -o "$RES/$lib.$phase.time" "$@" >"$RES/$lib.$phase.json"
+	/usr/bin/time -f '%M %e %U %S' -o "$RES/$lib.$phase.time" "$@" >"$RES/$lib.$phase.json"
 }
 
 for T in 1 2; do
@@ -72,16 +76,24 @@ for T in 1 2; do
 		"$WORK/faiss.$T.idx"
 done
 
-for round in 1 2; do
-	log "search sweep round $round: dmann"
-	timed dmann search$round "$DMANN" search --index "$WORK/dmann.1.idx" --query "$DATA/query.fbin" \
-		--gt "$DATA/gt.ibin" --k $K --ef $EFS --json
-	log "search sweep round $round: hnswlib"
-	timed hnswlib search$round "$WORK/hnswlib_driver" search "$WORK/hnswlib.1.idx" "$DATA/query.fbin" \
-		"$DATA/gt.ibin" $K $EFS
-	log "search sweep round $round: faiss"
-	timed faiss search$round env OMP_NUM_THREADS=1 "$WORK/faiss_driver" search "$WORK/faiss.1.idx" \
-		"$DATA/query.fbin" "$DATA/gt.ibin" $K $EFS
+# Searches: every (round, ef) runs the three libraries back to back, one process each, so that
+# load from other users of the machine hits them alike; the best round counts. faiss is
+# slow at high ef, so it gets fewer rounds.
+for round in $(seq 1 $ROUNDS); do
+	for ef in ${EFS//,/ }; do
+		log "search round $round/$ROUNDS, ef=$ef"
+		/usr/bin/time -f '%M %e %U %S' -o "$RES/dmann.search.$round.$ef.time" "$DMANN" search \
+			--index "$WORK/dmann.1.idx" --query "$DATA/query.fbin" --gt "$DATA/gt.ibin" --k $K \
+			--ef $ef --json >>"$RES/dmann.search.json"
+		/usr/bin/time -f '%M %e %U %S' -o "$RES/hnswlib.search.$round.$ef.time" "$WORK/hnswlib_driver" \
+			search "$WORK/hnswlib.1.idx" "$DATA/query.fbin" "$DATA/gt.ibin" $K $ef \
+			>>"$RES/hnswlib.search.json"
+		if [ "$round" -le "$FAISS_ROUNDS" ]; then
+			/usr/bin/time -f '%M %e %U %S' -o "$RES/faiss.search.$round.$ef.time" env OMP_NUM_THREADS=1 \
+				"$WORK/faiss_driver" search "$WORK/faiss.1.idx" "$DATA/query.fbin" "$DATA/gt.ibin" \
+				$K $ef >>"$RES/faiss.search.json"
+		fi
+	done
 done
 
 ls -l "$WORK"/dmann.1.idx "$WORK"/hnswlib.1.idx "$WORK"/faiss.1.idx | awk '{print $9, $5}' >"$RES/sizes.txt"
