@@ -577,3 +577,62 @@ Test(flat, list_segments_paging)
 	flat_index_put(ix);
 	flat_close(s);
 }
+
+struct fr_seen {
+	unsigned n;
+	uint64_t first;
+};
+
+static int count_row(void *ctx, const struct flat_row *r)
+{
+	struct fr_seen *s = ctx;
+
+	if (!s->n)
+		s->first = r->id;
+	s->n++;
+	cr_assert_eq(strncmp(r->key, "key-", 4), 0);
+	return 0;
+}
+
+/* Fragment-level reads (what memory nodes hand to compute-node caches): per-fragment row
+ * and tombstone counts only grow, and a read returns the flags and the rows from `from`. */
+Test(flat, fragment_stats_and_reads)
+{
+	struct flat_store *s = open_store(64);
+	struct flat_index *ix;
+	struct flat_frag_stat st[8];
+	struct fr_seen seen = { 0 };
+	uint8_t dead[64];
+	const char *del[] = { "key-3", "key-70" };
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
+	ix = flat_index_get(s, "b", "i");
+	cr_assert_eq(flat_frag_rows(ix), 64);
+	put_range(ix, 0, 100, 1);
+	cr_assert_eq(flat_frag_stats(ix, st, 8), 2);
+	cr_assert_eq(st[0].rows, 64);
+	cr_assert_eq(st[0].dead, 0);
+	cr_assert_eq(st[1].rows, 36);
+	put_range(ix, 10, 11, 2);              /* overwrite: tombstone in 0, append in 1 */
+	cr_assert_eq(flat_delete(ix, del, 2), 0);
+	cr_assert_eq(flat_frag_stats(ix, st, 1), 2);   /* count even when out is short */
+	cr_assert_eq(st[0].dead, 2);
+	cr_assert_eq(flat_frag_stats(ix, st, 8), 2);
+	cr_assert_eq(st[1].rows, 37);
+	cr_assert_eq(st[1].dead, 1);
+
+	cr_assert_eq(flat_frag_read(ix, 0, 60, dead, sizeof(dead), count_row, &seen), 64);
+	cr_assert_eq(seen.n, 4);
+	cr_assert_eq(seen.first, 60);
+	cr_assert(dead[3] && dead[10] && !dead[4]);
+	memset(&seen, 0, sizeof(seen));
+	cr_assert_eq(flat_frag_read(ix, 1, 36, dead, sizeof(dead), count_row, &seen), 37);
+	cr_assert_eq(seen.n, 1);
+	cr_assert_eq(seen.first, 64 + 36);
+	cr_assert(dead[70 - 64] && !dead[36]);
+	cr_assert_eq(flat_frag_read(ix, 2, 0, dead, sizeof(dead), count_row, &seen), -ENOENT);
+	cr_assert_eq(flat_frag_read(ix, 0, 0, dead, 10, count_row, &seen), -EINVAL);
+	flat_index_put(ix);
+	flat_close(s);
+}

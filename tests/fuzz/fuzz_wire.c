@@ -2,7 +2,9 @@
  * machine (handshake.h). The first input byte picks what to feed:
  *   0: a stream of messages framed by their headers, each checked and its body decoded;
  *   1: a server-side handshake fed the messages in turn;
- *   2: a client-side handshake fed the messages after its HELLO.
+ *   2: a client-side handshake fed the messages after its HELLO;
+ *   3: an S3 flat-index RPC payload (wire.h, FL section; the second byte picks which one)
+ *      read with the dm_rbuf reader along its grammar, as mn_flat.c / cn_s3.c read them.
  * Decoders must reject bad input with -errno and never read outside the buffer (ASan). */
 #include "wire.h"
 #include "handshake.h"
@@ -95,6 +97,64 @@ static void for_each_msg(const uint8_t *data, size_t size,
 	}
 }
 
+/* Read an FL payload (kind: 0-2 the requests CALL/STATE/FRAG, 3-5 their responses) along
+ * its grammar; every read is bounds-checked, so only `bad` may result. */
+static void fl_payload(unsigned kind, const uint8_t *p, size_t n)
+{
+	struct dm_rbuf r = { .p = p, .n = n };
+	char name[1025];
+	uint32_t len, rows, nfrag;
+
+	switch (kind % 6) {
+	case 0:
+		dm_rbuf_str(&r, name, 64);
+		(void)dm_rbuf_bytes(&r, &len, DM_FL_MAX_STREAM);
+		break;
+	case 1:
+		dm_rbuf_str(&r, name, 64);
+		dm_rbuf_str(&r, name, 64);
+		break;
+	case 2:
+		dm_rbuf_str(&r, name, 64);
+		dm_rbuf_str(&r, name, 64);
+		(void)dm_rbuf_u64(&r);
+		(void)dm_rbuf_u64(&r);
+		(void)dm_rbuf_u64(&r);
+		(void)dm_rbuf_u32(&r);
+		break;
+	case 3:
+		(void)dm_rbuf_u16(&r);
+		dm_rbuf_str(&r, name, 64);
+		(void)dm_rbuf_bytes(&r, &len, DM_FL_MAX_STREAM);
+		break;
+	case 4:
+		(void)dm_rbuf_u64(&r);
+		(void)dm_rbuf_u64(&r);
+		(void)dm_rbuf_u32(&r);
+		(void)dm_rbuf_u32(&r);
+		(void)dm_rbuf_bytes(&r, &len, 1u << 20);
+		(void)dm_rbuf_u32(&r);
+		nfrag = dm_rbuf_u32(&r);
+		for (uint32_t i = 0; i < nfrag && !r.bad; i++) {
+			(void)dm_rbuf_u32(&r);
+			(void)dm_rbuf_u32(&r);
+		}
+		break;
+	case 5:
+		rows = dm_rbuf_u32(&r);
+		(void)dm_rbuf_get(&r, rows);
+		while (!r.bad && r.at < r.n) {
+			dm_rbuf_str(&r, name, sizeof(name));
+			(void)dm_rbuf_bytes(&r, &len, DM_FL_MAX_STREAM);
+			(void)dm_rbuf_bytes(&r, &len, DM_FL_MAX_STREAM);
+			(void)dm_rbuf_get(&r, 4 * 4);
+		}
+		break;
+	}
+	if (r.at > r.n)
+		__builtin_trap();   /* the reader went past the end */
+}
+
 static int check_one(void *arg, const uint8_t *msg, size_t len)
 {
 	struct dm_wire_hdr h;
@@ -105,6 +165,18 @@ static int check_one(void *arg, const uint8_t *msg, size_t len)
 		return 1;
 	if (h.length != len)
 		return 1;
+	if (h.op >= DM_OP_FL_FIRST && h.op <= DM_OP_FL_LAST) {
+		struct dm_wire_fl_chunk c;
+
+		if (!dm_wire_fl_check(&h, msg, len)) {
+			dm_wire_fl_chunk_decode(msg + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &c);
+			if (c.off > c.total || len - DM_WIRE_HDR_LEN - sizeof(c) > c.total - c.off)
+				__builtin_trap();   /* fl_check accepted a chunk past its stream */
+			fl_payload((unsigned)(h.op - DM_OP_FL_FIRST) / 2 + (h.op & 1) * 3,
+				   msg + DM_WIRE_HDR_LEN + sizeof(c), len - DM_WIRE_HDR_LEN - sizeof(c));
+		}
+		return 0;
+	}
 	if (h.op >= DM_OP_CTL_FIRST && h.op <= DM_OP_CTL_LAST) {
 		if (!dm_wire_ctl_check(&h, len))
 			decode_body(&h, msg + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN);
@@ -146,7 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (size < 1)
 		return 0;
-	switch (data[0] % 3) {
+	switch (data[0] % 4) {
 	case 0:
 		for_each_msg(data + 1, size - 1, check_one, NULL);
 		break;
@@ -158,6 +230,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!dm_hs_init(&hs, &fake_x, DM_HS_CLIENT, "fuzz") &&
 		    dm_hs_step(&hs, NULL, 0, out, &outlen) == 0)
 			for_each_msg(data + 1, size - 1, hs_one, &hs);
+		break;
+	case 3:
+		if (size >= 2)
+			fl_payload(data[1], data + 2, size - 2);
 		break;
 	}
 	return 0;
