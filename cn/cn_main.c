@@ -182,9 +182,11 @@ int main(int argc, char **argv)
 		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
 			strerror(-rc));
 	{
+		const struct dm_router_cfg *rc = &cn.cfg->router;
 		struct router_params rp = {
-			.strategy = DM_ROUTE_NONE, .batch = 1000, .pause = 1000, .exchange_ms = 200,
-			.sample_min_nodes = 1000, .recluster_csp = 0.5, .recluster_secs = 0,
+			.strategy = rc->strategy, .batch = rc->batch, .pause = rc->pause_queue,
+			.exchange_ms = rc->exchange_ms, .sample_min_nodes = rc->sample_min_nodes,
+			.recluster_csp = rc->recluster_csp, .recluster_secs = rc->recluster_secs,
 		};
 
 		cn.rt = router_start(&cn, &rp);

@@ -534,7 +534,8 @@ static void exchange(struct router *r, bool with_sample)
 	free(msg);
 	/* Re-clustering: a CN that saw the CSP high for long enough moves to the next epoch;
 	 * the others follow the highest epoch reported. */
-	if (csp_set && r->p.recluster_secs && r->ncn > 1) {
+	if (csp_set && r->p.recluster_secs && r->ncn > 1 &&
+	    atomic_load(&r->strategy) != DM_ROUTE_NONE) {
 		uint64_t now = dm_now_ns();
 
 		if (atomic_load(&r->csp_ppm) > r->p.recluster_csp * 1e6) {

@@ -1,5 +1,6 @@
 /* config.c: cluster INI file loading and validation (inih does the lexing). */
 #include "config.h"
+#include "wire.h"
 
 #include <ini.h>
 #include <limits.h>
@@ -179,6 +180,45 @@ static int handler(void *user, const char *section, const char *key, const char 
 		}
 		return 1;
 	}
+	if (!strcmp(section, "router")) {
+		struct dm_router_cfg *r = &cfg->router;
+		char *end;
+		double d;
+		int st;
+
+		if (!strcmp(key, "strategy")) {
+			st = dm_route_parse(v);
+			if (st < 0)
+				return fail(pc, "strategy '%s' must be none, bestfit, balanced, adaptive or "
+					    "adaptive-ring%s", v, "");
+			r->strategy = (uint32_t)st;
+		} else if (!strcmp(key, "batch") || !strcmp(key, "pause_queue")) {
+			if (!parse_u64(v, 1000000, &u) || u == 0)
+				return fail(pc, "%s '%s' must be 1..1000000", key, v);
+			*(!strcmp(key, "batch") ? &r->batch : &r->pause_queue) = (uint32_t)u;
+		} else if (!strcmp(key, "exchange_ms")) {
+			if (!parse_u64(v, 60000, &u) || u < 10)
+				return fail(pc, "exchange_ms '%s' must be 10..60000%s", v, "");
+			r->exchange_ms = (uint32_t)u;
+		} else if (!strcmp(key, "sample_min_nodes")) {
+			if (!parse_u64(v, 100000000, &u) || u == 0)
+				return fail(pc, "sample_min_nodes '%s' must be 1..100000000%s", v, "");
+			r->sample_min_nodes = (uint32_t)u;
+		} else if (!strcmp(key, "recluster_secs")) {
+			if (!parse_u64(v, 86400, &u))
+				return fail(pc, "recluster_secs '%s' must be 0..86400%s", v, "");
+			r->recluster_secs = (uint32_t)u;
+		} else if (!strcmp(key, "recluster_csp")) {
+			errno = 0;
+			d = strtod(v, &end);
+			if (errno || end == v || *end || !(d >= 0 && d <= 1))
+				return fail(pc, "recluster_csp '%s' must be a number in 0..1%s", v, "");
+			r->recluster_csp = d;
+		} else {
+			return fail(pc, "unknown key '%s' in section [%s]", key, section);
+		}
+		return 1;
+	}
 	if (!strcmp(section, "s3")) {
 		if (!strcmp(key, "access_key")) {
 			if (!copy_str(cfg->s3_access_key, sizeof(cfg->s3_access_key), v))
@@ -193,7 +233,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 	}
 	n = node_for_section(pc, section);
 	if (!n)
-		return fail(pc, "unknown section [%s] (expected cluster, s3, mn.N or cn.N with N < 256)%s",
+		return fail(pc, "unknown section [%s] (expected cluster, s3, router, mn.N or cn.N with N < 256)%s",
 			    section, "");
 	return node_key(pc, n, key, v);
 }
@@ -310,6 +350,9 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->redundancy = 1;
+	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
+		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
+		.recluster_secs = 60, .recluster_csp = 0.5 };
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, &pc);

@@ -26,6 +26,18 @@
  *   access_key = AKIDEXAMPLE
  *   secret_key_file = s3.secret
  *
+ *   [router]                    ; compute nodes' router (cn/router.h); all optional
+ *   strategy = none             ; none | bestfit | balanced | adaptive | adaptive-ring
+ *                               ; (dmann bench --routing overrides it for a run)
+ *   batch = 1000                ; queries per routing batch, 1..1000000
+ *   pause_queue = 1000          ; local queue length that pauses routing, 1..1000000
+ *   exchange_ms = 200           ; queue-length report period between batches, 10..60000
+ *   sample_min_nodes = 1000     ; oracle sample: first HNSW level from the top holding
+ *                               ; at least this many nodes, 1..100000000
+ *   recluster_csp = 0.5         ; re-cluster (next oracle epoch) when the cache split
+ *                               ; penalty stays above this, 0..1 ...
+ *   recluster_secs = 60         ; ... for this many seconds, 0..86400 (0: never)
+ *
  * Every unknown section or key, and every bad value, is an error naming the file and line.
  */
 #ifndef DM_CONFIG_H
@@ -65,6 +77,11 @@ struct dm_cluster_cfg {
 	uint32_t redundancy;
 	char s3_access_key[128];
 	char s3_secret_key[128];
+	struct dm_router_cfg {
+		uint32_t strategy;       /* enum dm_route_strategy of wire.h */
+		uint32_t batch, pause_queue, exchange_ms, sample_min_nodes, recluster_secs;
+		double recluster_csp;
+	} router;
 	uint32_t n_mn, n_cn;
 	struct dm_node_cfg mn[DM_MAX_NODES];
 	struct dm_node_cfg cn[DM_MAX_NODES];

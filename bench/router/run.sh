@@ -1,0 +1,173 @@
+#!/bin/bash
+# bench/router/run.sh: the router benchmark (issue: oracle, adaptive router, CSP). A local
+# cluster of 2 memory nodes + 4 compute nodes (by default each node in its own network
+# namespace, links rate-limited with tc as in bench/cluster/run.sh; NETNS=0 for loopback).
+# For Fashion-MNIST and a generated SPACEV-shaped set, cache 5% and 10%, uniform queries and
+# Zipf s=1.0, it runs every routing strategy (none = independent caches without logical
+# partitioning, bestfit, balanced, adaptive, adaptive-ring): a warm-up pass, then a measured
+# pass of the same stream; throughput, hit rate and the online CSP. In the same run it
+# measures the forwarding rate of one memory node's forwarding thread next to a plain-socket
+# relay (bench/fwd_bench). Writes a table and docs/router-bench.png between the
+# <!-- BEGIN router --> markers of docs/benchmarks.md.
+#
+# Needs root when NETNS=1, the packages of deploy/install-deps.sh and a build. Env: BUILD
+# (build), NQ (2000), EF (64), RATE (1gbit), NETNS (1), DATASETS ("fmnist spacev"),
+# RATIOS ("5% 10%"), DISTS ("uniform zipf"), STRATEGIES (all five), SPACEV_N (100000).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+NQ=${NQ:-2000}
+EF=${EF:-64}
+RATE=${RATE:-1gbit}
+NETNS=${NETNS:-1}
+DATASETS=${DATASETS:-"fmnist spacev"}
+RATIOS=${RATIOS:-"5% 10%"}
+DISTS=${DISTS:-"uniform zipf"}
+STRATEGIES=${STRATEGIES:-"none bestfit balanced adaptive adaptive-ring"}
+SPACEV_N=${SPACEV_N:-100000}
+DMANN=$ROOT/$BUILD/cn/dmann
+FWDB=$ROOT/$BUILD/bench/fwd_bench
+WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}
+LC=$WORK/router-cluster
+OUT=$WORK/router-results.jsonl
+FWD_OUT=$WORK/router-fwd.jsonl
+
+[ -x "$DMANN" ] && [ -x "$FWDB" ] || { echo "run.sh: build first: meson setup $BUILD && ninja -C $BUILD" >&2; exit 1; }
+NSARGS=()
+if [ "$NETNS" = 1 ]; then
+	[ "$(id -u)" = 0 ] || { echo "run.sh: NETNS=1 needs root (or run with NETNS=0)" >&2; exit 1; }
+	NSARGS=(--netns --rate "$RATE")
+fi
+mkdir -p "$WORK"
+
+prepare() {   # dataset -> DATA, IDX
+	case $1 in
+	fmnist)
+		DATA=$WORK/fmnist; IDX=$WORK/fmnist.hnsw
+		[ -f "$DATA/gt.ibin" ] || "$DMANN" fmnist --out "$DATA"
+		[ -f "$IDX" ] || "$DMANN" build --base "$DATA/base.fbin" --metric l2 --M 16 --efc 200 --out "$IDX"
+		REGION=160 ;;
+	spacev)
+		DATA=$WORK/spacev-$SPACEV_N; IDX=$WORK/spacev-$SPACEV_N.hnsw
+		[ -f "$DATA/gt.ibin" ] || "$DMANN" gen --kind spacev --n "$SPACEV_N" --nq 10000 --seed 7 --out "$DATA"
+		[ -f "$IDX" ] || "$DMANN" build --base "$DATA/base.fbin" --metric l2 --M 16 --efc 100 --out "$IDX"
+		REGION=$(( SPACEV_N * 600 / 1048576 + 32 )) ;;
+	*) echo "run.sh: unknown data set $1" >&2; exit 2 ;;
+	esac
+}
+
+trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
+: >"$OUT"
+: >"$FWD_OUT"
+for ds in $DATASETS; do
+	prepare "$ds"
+	"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true
+	rm -rf "$LC"
+	"$DMANN" local up --mn 2 --cn 4 --dir "$LC" "${NSARGS[@]}" --region-mb "$REGION"
+	"$DMANN" load --config "$LC/cluster.ini" --index "$IDX"
+	sleep 3   # every compute node builds its oracle
+	if [ "$ds" = fmnist ]; then
+		# Forwarding rate of one memory node core vs a plain-socket relay (same run). The
+		# relays run on the host side; the memory node is reached through its link.
+		for size in 280 3232; do
+			"$FWDB" --config "$LC/cluster.ini" --mn 0 --secs 3 --size $size | tee -a "$FWD_OUT"
+		done
+	fi
+	for ratio in $RATIOS; do
+		for dist in $DISTS; do
+			zipf=(); [ "$dist" = zipf ] && zipf=(--zipf 1.0)
+			for st in $STRATEGIES; do
+				echo "== $ds cache $ratio $dist $st"
+				"$DMANN" bench --config "$LC/cluster.ini" --query "$DATA/query.fbin" \
+					--gt "$DATA/gt.ibin" --k 10 --ef "$EF" --cache-ratio "$ratio" \
+					--nq "$NQ" --warmup "$NQ" --routing "$st" "${zipf[@]}" --json |
+					sed "s/^{/{\"dataset\": \"$ds\", \"dist\": \"$dist\", /" | tee -a "$OUT"
+			done
+		done
+	done
+done
+
+/usr/bin/python3 - "$OUT" "$FWD_OUT" "$ROOT/docs" "$NQ" "$EF" "$NETNS" "$RATE" "$SPACEV_N" <<'PY'
+import json, sys, re, datetime
+out, fwd_out, docs, nq, ef, netns, rate, spacev_n = sys.argv[1:9]
+rows = [json.loads(l) for l in open(out) if l.strip()]
+fwd = [json.loads(l) for l in open(fwd_out) if l.strip()]
+names = {"fmnist": "Fashion-MNIST (60000 x 784)", "spacev": f"SPACEV-shaped ({spacev_n} x 100, generated)"}
+net = (f"each node in its own network namespace, links rate-limited to {rate} (tc tbf)"
+       if netns == "1" else "loopback")
+lines = [
+    f"2 memory nodes + 4 compute nodes, {net}; tcp transport; HNSW M=16, k=10, ef={ef}; "
+    f"{nq} queries measured after a warm-up pass of the same stream, 2 connections x 8 "
+    f"queries in flight per compute node, the client sends round-robin and the receiving "
+    f"compute node routes. `none` = independent caches without logical partitioning. CSP is "
+    f"the online estimate (1/64 hash slice of every cache, exchanged through the memory "
+    f"nodes) taken after the measured pass. All rows of one data set come from one cluster "
+    f"in one invocation of `bench/router/run.sh` ({datetime.date.today().isoformat()}, "
+    f"2-core machine shared with other work: absolute QPS is noisy).",
+    "",
+    "| data set | cache | queries | routing | QPS | QPS vs none | hit rate | CSP | forwarded | recall@10 | p50 ms | p99 ms |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+]
+base = {}
+for r in rows:
+    key = (r["dataset"], r["cache_ratio"], r["dist"])
+    if r["routing"] == "none":
+        base[key] = r
+for r in rows:
+    key = (r["dataset"], r["cache_ratio"], r["dist"])
+    b = base.get(key)
+    rel = f"{r['qps']/b['qps']:.2f}x" if b else "-"
+    csp = "n/a" if r["csp"] is None else f"{r['csp']*100:.1f}%"
+    lines.append(
+        f"| {r['dataset']} | {r['cache_ratio']*100:.0f}% | {r['dist']} | {r['routing']} | "
+        f"{r['qps']:.0f} | {rel} | {r['hit_rate']:.3f} | {csp} | {r['forwarded']*100:.0f}% | "
+        f"{r['recall']:.4f} | {r['p50_us']/1000:.1f} | {r['p99_us']/1000:.1f} |")
+lines += ["", "Forwarding rate, one memory node's forwarding thread (dmann, through the "
+          "memory node of the cluster above) vs a minimal one-thread plain-socket relay on "
+          "loopback (length-prefixed frames, one send() per frame), 64 messages in flight:", "",
+          "| message | dmann relay msgs/s | plain-socket relay msgs/s | ratio |", "|---|---|---|---|"]
+for f in fwd:
+    lines.append(f"| {f['size']} B | {f['dmann_msgs_per_s']:.0f} | {f['plain_msgs_per_s']:.0f} | {f['ratio']:.2f} |")
+block = "\n".join(lines)
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dss = sorted({r["dataset"] for r in rows})
+    fig, axes = plt.subplots(2, len(dss), figsize=(6 * len(dss), 7), squeeze=False)
+    strats = ["none", "bestfit", "balanced", "adaptive", "adaptive-ring"]
+    for j, ds in enumerate(dss):
+        combos = sorted({(r["cache_ratio"], r["dist"]) for r in rows if r["dataset"] == ds})
+        for i, metric in enumerate(["qps", "csp"]):
+            ax = axes[i][j]
+            w = 0.8 / len(strats)
+            for s_i, st in enumerate(strats):
+                ys = []
+                for c in combos:
+                    m = [r for r in rows if r["dataset"] == ds and (r["cache_ratio"], r["dist"]) == c and r["routing"] == st]
+                    v = m[0][metric] if m and m[0][metric] is not None else 0
+                    ys.append(v * (100 if metric == "csp" else 1))
+                ax.bar([x + s_i * w for x in range(len(combos))], ys, w, label=st)
+            ax.set_xticks([x + 0.4 - w / 2 for x in range(len(combos))])
+            ax.set_xticklabels([f"{c[0]*100:.0f}% {c[1]}" for c in combos])
+            ax.set_ylabel("QPS" if metric == "qps" else "CSP %")
+            ax.set_title(f"{names.get(ds, ds)}: {'throughput' if metric == 'qps' else 'cache split penalty'}")
+            if i == 0 and j == 0:
+                ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(f"{docs}/router-bench.png", dpi=90)
+    block += "\n\n![router benchmark](router-bench.png)"
+except Exception as e:
+    print("plot skipped:", e, file=sys.stderr)
+doc = f"{docs}/benchmarks.md"
+text = open(doc).read()
+if "<!-- BEGIN router -->" in text:
+    new = re.sub(r"<!-- BEGIN router -->.*?<!-- END router -->",
+                 lambda m: "<!-- BEGIN router -->\n" + block + "\n<!-- END router -->", text, flags=re.S)
+else:
+    new = (text.rstrip() + "\n\n## Router: logical partitioning, forwarding and the cache split penalty\n\n"
+           "<!-- BEGIN router -->\n" + block + "\n<!-- END router -->\n")
+open(doc, "w").write(new)
+print(block)
+PY
