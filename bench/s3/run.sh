@@ -1,0 +1,106 @@
+#!/bin/bash
+# bench/s3/run.sh: S3 Vectors QueryVectors latency on a local cluster (2 MN + 2 CN) for
+# N x 384 cosine vectors (dmann gen --kind cos384) with W = 1 and W = 2 scan members per
+# query, and in the same run the exact-scan rate of one core next to a STREAM-style read of
+# one core. Writes the table between <!-- BEGIN s3 --> / <!-- END s3 --> in
+# docs/benchmarks.md.
+# Usage: bench/s3/run.sh [build-dir] [n] [queries]   (default: build, 50000, 1000)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-${DMANN_BUILD_ROOT:-$root/build}}
+n=${2:-50000}
+nq=${3:-1000}
+dmann=$build/cn/dmann
+bench=$build/bench/s3_bench
+for b in "$dmann" "$bench" "$build/cn/dmann-cn" "$build/mn/dmann-mn"; do
+	[ -x "$b" ] || { echo "s3/run.sh: $b not built" >&2; exit 1; }
+done
+work=$(mktemp -d /tmp/dmann-s3bench-XXXXXX)
+cdir=$work/cluster
+restarted=()
+cleanup() {
+	for p in "${restarted[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${restarted[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
+	"$dmann" local down --dir "$cdir" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "s3/run.sh: generating $n x 384 cosine vectors, $nq queries" >&2
+"$dmann" gen --kind cos384 --n "$n" --nq "$nq" --seed 1 --out "$work/data" >/dev/null
+base=$work/data/base.fbin
+query=$work/data/query.fbin
+
+# One core, same run: the members' scan loop vs a plain read of the same bytes.
+scan=$("$bench" scan --base "$base" --query "$query" --nq 50)
+
+DMANN_S3_WIDTH=1 "$dmann" local up --mn 2 --cn 2 --dir "$cdir" >/dev/null
+ep=$(awk '/^\[cn.0\]/{c=1} c && /^http =/{print $3; exit}' "$cdir/cluster.ini")
+auth=(--endpoint "$ep" --ak DMANNLOCALTEST --sk-file "$cdir/s3.secret")
+t0=$(date +%s.%N)
+"$bench" load "${auth[@]}" --base "$base"
+load_s=$(echo "$(date +%s.%N) - $t0" | bc)
+w1=$("$bench" query "${auth[@]}" --query "$query" --nq "$nq" --label "W=1")
+
+# Same data (on the memory nodes), compute nodes restarted with W = 2.
+for id in 0 1; do
+	pid=$(awk -v n="cn$id" '$2 == n {print $1}' "$cdir/pids")
+	kill "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	DMANN_S3_WIDTH=2 setsid "$build/cn/dmann-cn" --config "$cdir/cluster.ini" --id "$id" \
+		>>"$cdir/cn$id.log" 2>&1 &
+	restarted+=($!)
+done
+port=${ep##*:}
+for i in $(seq 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+	sleep 0.1
+done
+sleep 0.5
+w2=$("$bench" query "${auth[@]}" --query "$query" --nq "$nq" --label "W=2")
+
+field() { echo "$1" | sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+out=$work/table.md
+{
+	echo "### S3 Vectors QueryVectors (bench/s3/run.sh)"
+	echo
+	echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores (shared machine: figures are noisy)," \
+	     "load average $(cut -d' ' -f1-3 /proc/loadavg). $n x 384 cosine vectors" \
+	     "(\`dmann gen --kind cos384 --seed 1\`), 4096-row fragments, on a local cluster of" \
+	     "2 memory + 2 compute nodes (tcp transport, loopback), loaded through PutVectors" \
+	     "(500 per call) in ${load_s%.*} s. $nq queries, topK 10, one at a time over one" \
+	     "keep-alive connection to cn0 (SigV4-signed), after 50 warm-up queries (the members'" \
+	     "fragment caches are warm). W = scan members per query (\`DMANN_S3_WIDTH\`): W = 1" \
+	     "scans on the ingress CN; W = 2 splits the fragments between both CNs (one" \
+	     "sub-request over HTTP) and merges the partial top-k lists."
+	echo
+	echo "| W | p50 | p99 | QPS (1 client) |"
+	echo "|---|---|---|---|"
+	for r in "$w1" "$w2"; do
+		echo "| $(field "$r" label | sed 's/W=//') | $(field "$r" p50_us) µs | $(field "$r" p99_us) µs | $(field "$r" qps) |"
+	done
+	echo
+	echo "Scan rate of one core, measured in the same run on the same $n x 384 floats" \
+	     "($(field "$scan" kernel) kernels): the members' exact cosine scan (dot product," \
+	     "stored norms, top-10 heap) against a STREAM-style read (sum of the same array," \
+	     "best of 5)."
+	echo
+	echo "| exact scan, 1 core | STREAM-style read, 1 core | scan / read | per query (1 core) |"
+	echo "|---|---|---|---|"
+	s=$(field "$scan" scan_gbps_per_core)
+	r=$(field "$scan" stream_read_gbps_per_core)
+	echo "| $s GB/s | $r GB/s | $(echo "scale=2; $s / $r" | bc) | $(field "$scan" scan_ms_per_query) ms |"
+} > "$out"
+cat "$out"
+
+doc=$root/docs/benchmarks.md
+if ! grep -q '<!-- BEGIN s3 -->' "$doc"; then
+	printf '\n<!-- BEGIN s3 -->\n<!-- END s3 -->\n' >> "$doc"
+fi
+awk -v f="$out" '
+	/<!-- BEGIN s3 -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
+	/<!-- END s3 -->/ { skip = 0 }
+	!skip { print }
+' "$doc" > "$out.doc"
+cp "$out.doc" "$doc"
+echo "s3/run.sh: updated $doc" >&2

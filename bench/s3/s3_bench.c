@@ -1,0 +1,429 @@
+/* s3_bench.c: S3 Vectors QueryVectors latency against a gateway (dmann-cn or dmann-s3), and
+ * in the same run the exact-scan rate of one core next to a STREAM-style read of one core.
+ *
+ *   s3_bench load  --endpoint H:P --ak AK --sk-file F --base base.fbin [--bucket B --index I]
+ *   s3_bench query --endpoint H:P --ak AK --sk-file F --query query.fbin [--nq N --k K
+ *                  --warmup W --label L]           -> one JSON line: p50_us, p99_us, qps
+ *   s3_bench scan  --base base.fbin --query query.fbin [--nq N]
+ *                                                  -> one JSON line: scan and read GB/s
+ * Requests are signed with SigV4 (s3_sigv4.h) over one keep-alive HTTP/1.1 connection;
+ * queries are sent one at a time (latency, not throughput). */
+#include <getopt.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "distance.h"
+#include "s3_sigv4.h"
+#include "topk.h"
+#include "vecfile.h"
+
+struct conn {
+	int fd;
+	char host[128], port[16], hostport[160];
+	const char *ak, *sk;
+};
+
+static int conn_open(struct conn *c)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	int one = 1;
+
+	if (getaddrinfo(c->host, c->port, &hints, &ai))
+		return -1;
+	c->fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (c->fd < 0 || connect(c->fd, ai->ai_addr, ai->ai_addrlen)) {
+		freeaddrinfo(ai);
+		return -1;
+	}
+	freeaddrinfo(ai);
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+}
+
+struct hdrs {
+	const char *host, *date, *sha, *ctype;
+};
+
+static const char *hget(void *ctx, const char *n)
+{
+	const struct hdrs *h = ctx;
+
+	if (!strcmp(n, "host")) return h->host;
+	if (!strcmp(n, "x-amz-date")) return h->date;
+	if (!strcmp(n, "x-amz-content-sha256")) return h->sha;
+	if (!strcmp(n, "content-type")) return h->ctype;
+	return NULL;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* POST /op with body; returns the HTTP status and the response body (malloc'ed). */
+static int call(struct conn *c, const char *op, const char *body, char **resp)
+{
+	char path[128], date[32], sha[65], auth[512], hdr[2048];
+	size_t blen = strlen(body);
+	time_t now = time(NULL);
+	struct tm tm;
+	static char *buf;
+	static size_t cap, have;
+
+	*resp = NULL;
+	snprintf(path, sizeof(path), "/%s", op);
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
+	s3_sha256_hex(body, blen, sha);
+	struct hdrs h = { c->hostport, date, sha, "application/json" };
+	struct s3_sigv4_req r = { "POST", path, "", hget, &h, body, blen };
+
+	if (s3_sigv4_authorization(&r, c->ak, c->sk, date, "us-east-1", "s3vectors",
+				   "content-type;host;x-amz-content-sha256;x-amz-date", sha, auth,
+				   sizeof(auth)))
+		return -1;
+	int n = snprintf(hdr, sizeof(hdr), "POST %s HTTP/1.1\r\nHost: %s\r\n"
+			 "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+			 "x-amz-date: %s\r\nx-amz-content-sha256: %s\r\nAuthorization: %s\r\n\r\n",
+			 path, c->hostport, blen, date, sha, auth);
+
+	if (write_all(c->fd, hdr, (size_t)n) || write_all(c->fd, body, blen))
+		return -1;
+	/* Read headers, then Content-Length bytes (keep-alive). */
+	have = 0;
+	for (;;) {
+		char *end, *cl;
+
+		if (have + 65536 > cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			buf = realloc(buf, cap);
+			if (!buf)
+				return -1;
+		}
+		ssize_t got = recv(c->fd, buf + have, cap - have - 1, 0);
+
+		if (got <= 0)
+			return -1;
+		have += (size_t)got;
+		buf[have] = 0;
+		end = strstr(buf, "\r\n\r\n");
+		if (!end)
+			continue;
+		cl = strcasestr(buf, "content-length:");
+		size_t len = cl && cl < end ? strtoull(cl + 15, NULL, 10) : 0;
+		size_t hl = (size_t)(end + 4 - buf);
+
+		if (have < hl + len)
+			continue;
+		*resp = strndup(end + 4, len);
+		return atoi(buf + 9);
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static char *vec_json(const float *v, uint32_t dim)
+{
+	json_t *a = json_array();
+	char *s;
+
+	for (uint32_t i = 0; i < dim; i++)
+		json_array_append_new(a, json_real(v[i]));
+	s = json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(9));
+	json_decref(a);
+	return s;
+}
+
+static int do_load(struct conn *c, const char *base, const char *bucket, const char *index)
+{
+	struct dm_vecs v;
+	char err[256], *resp, body[512];
+	int st;
+
+	if (dm_vecs_read(base, dm_vec_format_from_name(base), &v, err, sizeof(err))) {
+		fprintf(stderr, "s3_bench: %s\n", err);
+		return 1;
+	}
+	snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\"}", bucket);
+	st = call(c, "CreateVectorBucket", body, &resp);
+	free(resp);
+	snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\",\"indexName\":\"%s\","
+		 "\"dataType\":\"float32\",\"dimension\":%u,\"distanceMetric\":\"cosine\"}",
+		 bucket, index, v.dim);
+	st = call(c, "CreateIndex", body, &resp);
+	free(resp);
+	double t0 = now_s();
+
+	for (size_t i = 0; i < v.n; i += 500) {
+		size_t n = DM_MIN((size_t)500, v.n - i);
+		json_t *arr = json_array();
+
+		for (size_t j = 0; j < n; j++) {
+			json_t *d = json_array();
+			char key[32];
+
+			for (uint32_t k = 0; k < v.dim; k++)
+				json_array_append_new(d, json_real(((const float *)v.data)[(i + j) * v.dim + k]));
+			snprintf(key, sizeof(key), "v%zu", i + j);
+			json_array_append_new(arr, json_pack("{s:s, s:{s:o}, s:{s:I}}", "key", key,
+							     "data", "float32", d, "metadata", "i",
+							     (json_int_t)(i + j)));
+		}
+		json_t *o = json_pack("{s:s, s:s, s:o}", "vectorBucketName", bucket, "indexName",
+				      index, "vectors", arr);
+		char *b = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+
+		json_decref(o);
+		st = call(c, "PutVectors", b, &resp);
+		free(b);
+		if (st != 200) {
+			fprintf(stderr, "s3_bench: PutVectors at %zu: %d %s\n", i, st,
+				resp ? resp : "");
+			free(resp);
+			dm_vecs_free(&v);
+			return 1;
+		}
+		free(resp);
+	}
+	fprintf(stderr, "s3_bench: loaded %zu x %u in %.1f s\n", v.n, v.dim, now_s() - t0);
+	dm_vecs_free(&v);
+	return 0;
+}
+
+static int do_query(struct conn *c, const char *qf, const char *bucket, const char *index,
+		    size_t nq, size_t k, size_t warm, const char *label)
+{
+	struct dm_vecs q;
+	char err[256], *resp;
+	double *lat;
+
+	if (dm_vecs_read(qf, dm_vec_format_from_name(qf), &q, err, sizeof(err))) {
+		fprintf(stderr, "s3_bench: %s\n", err);
+		return 1;
+	}
+	nq = DM_MIN(nq, q.n);
+	lat = calloc(nq, sizeof(double));
+	double t0 = 0;
+
+	for (size_t i = 0; i < nq + warm; i++) {
+		const float *qv = ((const float *)q.data) + (i % q.n) * q.dim;
+		char *vj = vec_json(qv, q.dim), *b;
+
+		if (asprintf(&b, "{\"vectorBucketName\":\"%s\",\"indexName\":\"%s\",\"topK\":%zu,"
+			     "\"queryVector\":{\"float32\":%s},\"returnDistance\":true}", bucket,
+			     index, k, vj) < 0)
+			return 1;
+		free(vj);
+		if (i == warm)
+			t0 = now_s();
+		double t = now_s();
+		int st = call(c, "QueryVectors", b, &resp);
+
+		t = now_s() - t;
+		free(b);
+		if (st != 200) {
+			fprintf(stderr, "s3_bench: QueryVectors: %d %s\n", st, resp ? resp : "");
+			free(resp);
+			return 1;
+		}
+		free(resp);
+		if (i >= warm)
+			lat[i - warm] = t * 1e6;
+	}
+	double total = now_s() - t0;
+
+	qsort(lat, nq, sizeof(double), cmp_d);
+	printf("{\"label\":\"%s\",\"queries\":%zu,\"k\":%zu,\"p50_us\":%.0f,\"p99_us\":%.0f,"
+	       "\"qps\":%.1f}\n", label, nq, k, lat[nq / 2], lat[(size_t)(nq * 0.99)],
+	       nq / total);
+	free(lat);
+	dm_vecs_free(&q);
+	return 0;
+}
+
+/* One core: exact cosine scan (the members' loop: dot + norms + top-k) vs a STREAM-style
+ * read (sum of the same bytes). */
+static int do_scan(const char *base, const char *qf, size_t nq)
+{
+	struct dm_vecs v, q;
+	char err[256];
+
+	if (dm_vecs_read(base, dm_vec_format_from_name(base), &v, err, sizeof(err)) ||
+	    dm_vecs_read(qf, dm_vec_format_from_name(qf), &q, err, sizeof(err))) {
+		fprintf(stderr, "s3_bench: %s\n", err);
+		return 1;
+	}
+	size_t n = v.n, dim = v.dim, bytes = n * dim * sizeof(float);
+	float *norm2 = malloc(n * sizeof(float));
+	struct dm_topk *tk = dm_topk_new(10);
+	struct dm_hit hits[10];
+	volatile double sink = 0;
+
+	for (size_t i = 0; i < n; i++)
+		norm2[i] = dm_dot(((const float *)v.data) + i * dim, ((const float *)v.data) + i * dim, dim);
+	nq = DM_MIN(nq, q.n);
+	/* STREAM-style read: sum every float, 4 independent accumulators, best of 5. */
+	double best_read = 0;
+
+	for (int rep = 0; rep < 5; rep++) {
+		double t = now_s();
+		float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+		const float *p = ((const float *)v.data);
+
+		for (size_t i = 0; i + 4 <= n * dim; i += 4) {
+			a0 += p[i];
+			a1 += p[i + 1];
+			a2 += p[i + 2];
+			a3 += p[i + 3];
+		}
+		sink += a0 + a1 + a2 + a3;
+		t = now_s() - t;
+		best_read = DM_MAX(best_read, bytes / t / 1e9);
+	}
+	double t = now_s();
+
+	for (size_t j = 0; j < nq; j++) {
+		const float *qv = ((const float *)q.data) + j * dim;
+		float qn = sqrtf(dm_dot(qv, qv, dim));
+
+		dm_topk_reset(tk);
+		for (size_t i = 0; i < n; i++) {
+			float den = qn * sqrtf(norm2[i]);
+			float d = den > 0 ? 1.0f - dm_dot(qv, ((const float *)v.data) + i * dim, dim) / den : 1.0f;
+
+			if (tk->n < tk->k || d < dm_topk_bound(tk))
+				dm_topk_push(tk, d, i);
+		}
+		dm_topk_drain(tk, hits);
+		sink += hits[0].dist;
+	}
+	t = now_s() - t;
+	printf("{\"label\":\"scan\",\"rows\":%zu,\"dim\":%zu,\"queries\":%zu,"
+	       "\"scan_gbps_per_core\":%.2f,\"scan_ms_per_query\":%.2f,"
+	       "\"stream_read_gbps_per_core\":%.2f,\"kernel\":\"%s\"}\n", n, dim, nq,
+	       (double)bytes * nq / t / 1e9, t * 1e3 / nq, best_read, dm_kernel_isa());
+	(void)sink;
+	free(norm2);
+	dm_topk_free(tk);
+	dm_vecs_free(&v);
+	dm_vecs_free(&q);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: s3_bench load|query|scan [--endpoint H:P --ak AK --sk-file F]\n"
+		   "       [--base F] [--query F] [--bucket B] [--index I] [--nq N] [--k K]\n"
+		   "       [--warmup W] [--label L]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "endpoint", required_argument, NULL, 'e' }, { "ak", required_argument, NULL, 'a' },
+		{ "sk-file", required_argument, NULL, 's' }, { "base", required_argument, NULL, 'b' },
+		{ "query", required_argument, NULL, 'q' }, { "bucket", required_argument, NULL, 'B' },
+		{ "index", required_argument, NULL, 'I' }, { "nq", required_argument, NULL, 'n' },
+		{ "k", required_argument, NULL, 'k' }, { "warmup", required_argument, NULL, 'w' },
+		{ "label", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *ep = NULL, *skf = NULL, *base = NULL, *qf = NULL, *bucket = "bench",
+		   *index = "cos384", *label = "query";
+	struct conn c = { .fd = -1 };
+	size_t nq = 1000, k = 10, warm = 50;
+	char sk[256] = "";
+	int o;
+
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	while ((o = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'e': ep = optarg; break;
+		case 'a': c.ak = optarg; break;
+		case 's': skf = optarg; break;
+		case 'b': base = optarg; break;
+		case 'q': qf = optarg; break;
+		case 'B': bucket = optarg; break;
+		case 'I': index = optarg; break;
+		case 'n': nq = strtoull(optarg, NULL, 10); break;
+		case 'k': k = strtoull(optarg, NULL, 10); break;
+		case 'w': warm = strtoull(optarg, NULL, 10); break;
+		case 'l': label = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!strcmp(argv[1], "scan")) {
+		if (!base || !qf) {
+			usage(stderr);
+			return 2;
+		}
+		return do_scan(base, qf, nq ? nq : 1);
+	}
+	if (!ep || !c.ak || !skf || !nq) {
+		usage(stderr);
+		return 2;
+	}
+	FILE *f = fopen(skf, "r");
+
+	if (!f || !fgets(sk, sizeof(sk), f)) {
+		fprintf(stderr, "s3_bench: cannot read %s\n", skf);
+		return 1;
+	}
+	fclose(f);
+	sk[strcspn(sk, "\r\n")] = 0;
+	c.sk = sk;
+	const char *colon = strrchr(ep, ':');
+
+	if (!colon) {
+		usage(stderr);
+		return 2;
+	}
+	snprintf(c.host, sizeof(c.host), "%.*s", (int)(colon - ep), ep);
+	snprintf(c.port, sizeof(c.port), "%s", colon + 1);
+	snprintf(c.hostport, sizeof(c.hostport), "%s", ep);
+	if (conn_open(&c)) {
+		fprintf(stderr, "s3_bench: cannot connect to %s\n", ep);
+		return 1;
+	}
+	int rc = !strcmp(argv[1], "load") ? (base ? do_load(&c, base, bucket, index) : 2) :
+		 !strcmp(argv[1], "query") ? (qf ? do_query(&c, qf, bucket, index, nq, k, warm,
+							    label) : 2) : 2;
+
+	close(c.fd);
+	return rc;
+}
