@@ -33,7 +33,7 @@
 #include "s3_sigv4.h"
 #include "topk.h"
 
-#define MN_MSG 4096u                 /* MN receive buffers: the smallest any dmann-mn posts */
+#define MN_MSG DM_FL_MIN_MSG         /* until FL_INFO tells the MN's receive buffer size */
 #define MY_MSG 65536u                /* our receive buffers */
 #define FL_TIMEOUT_MS 10000
 #define MN_DOWN_NS 1000000000ull      /* a failed MN is skipped for reads this long */
@@ -47,6 +47,7 @@
 struct mnconn {
 	struct dm_conn *c;
 	struct dm_rpc_chan ch;
+	uint32_t max_msg;                /* the MN's receive buffer (FL_INFO) */
 	struct mnconn *next;
 };
 
@@ -142,12 +143,30 @@ static struct mnconn *mn_connect(struct cn_s3 *s, uint32_t mn)
 		free(mc);
 		return NULL;
 	}
+	/* Requests as large as the MN's receive buffers (fewer messages per PutVectors). */
+	uint8_t *resp = NULL;
+	size_t rlen;
+	uint32_t max = MN_MSG;
+
 	rc = dm_rpc_chan_init(&mc->ch, mc->c, s->pool, MN_MSG, FL_TIMEOUT_MS);
+	if (!rc)
+		rc = dm_fl_call(&mc->ch, DM_OP_FL_INFO, NULL, 0, MN_MSG, FL_TIMEOUT_MS, &resp,
+				&rlen);
+	if (!rc && rlen == 4)
+		max = DM_MAX(DM_MIN(dm_get_le32(resp), DM_FL_MAX_MSG), MN_MSG);
+	free(resp);
+	if (!rc && max > MN_MSG) {
+		dm_rpc_chan_fini(&mc->ch);
+		rc = dm_rpc_chan_init(&mc->ch, mc->c, s->pool, max, FL_TIMEOUT_MS);
+	}
 	if (rc) {
+		if (mc->ch.sbuf)
+			dm_rpc_chan_fini(&mc->ch);
 		dm_conn_close(mc->c);
 		free(mc);
 		return NULL;
 	}
+	mc->max_msg = max;
 	return mc;
 }
 
@@ -184,7 +203,8 @@ static int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_wb
 					 __ATOMIC_RELAXED);
 			return -EHOSTDOWN;
 		}
-		rc = dm_fl_call(&mc->ch, op, req->p, req->n, MN_MSG, FL_TIMEOUT_MS, resp, rlen);
+		rc = dm_fl_call(&mc->ch, op, req->p, req->n, mc->max_msg, FL_TIMEOUT_MS, resp,
+				rlen);
 		if (rc == 0 || rc == -ENOENT || rc == -ESTALE || rc == -EINVAL ||
 		    rc == -EBADMSG || rc == -ENOMEM) {
 			pthread_mutex_lock(&sl->mu);
@@ -672,6 +692,7 @@ static int cfrag_refresh(struct cn_s3 *s, struct cfrag *f, const struct fstat *w
 	dm_wbuf_u64(&w, (uint64_t)f->created);
 	dm_wbuf_u64(&w, f->frag);
 	dm_wbuf_u32(&w, from);
+	dm_wbuf_u32(&w, MY_MSG);          /* our receive buffers: the answer's message size */
 	rc = w.oom ? -ENOMEM : mn_call(s, f->mn, DM_OP_FL_FRAG, &w, &resp, &rlen);
 	free(w.p);
 	if (rc)
@@ -837,6 +858,10 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 		for (size_t j = 0; j < nf; j++)
 			if (frags[j] == fr)
 				f = held[j];
+		if (!f) {
+			rc = -EINVAL;
+			break;
+		}
 		pthread_rwlock_rdlock(&f->rw);
 		res[i].dist = hits[i].dist;
 		res[i].gid = hits[i].id;
@@ -1513,8 +1538,7 @@ static void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 				if (h->status >= 500 || !h->status)
 					__atomic_store_n(&s->cn_down[h->cn],
 							 dm_now_ns() + CN_DOWN_NS, __ATOMIC_RELAXED);
-				sh[h->share].t0 = 0;            /* retry at once */
-				continue;
+				continue;       /* done and not in flight: retried next round */
 			}
 			struct share *t = &sh[h->share];
 

@@ -506,10 +506,14 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *   FL_STATE    str bucket, str index   -> u64 epoch, i64 created_ms, u32 dim, u32 metric,
  *               bytes conf, u32 frag_rows, u32 nfrag, nfrag x {u32 rows, u32 dead}
  *               (-ENOENT: no such index)
- *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from
+ *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from,
+ *               u32 resp_msg (the requester's receive buffer: the answer's messages may
+ *               be that large)
  *               -> u32 rows, rows x u8 dead, (rows - from) x {str key, bytes meta,
  *                  bytes fmeta, dim x f32}
  *               (-ESTALE: the MN restarted (epoch) or the index was re-created)
+ *   FL_INFO     {}                      -> u32 recv_msg (the MN's receive buffer size: the
+ *               largest request message it takes; requesters start at 4096)
  * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
  * its store: row numbering is valid within one epoch (a restart compacts rows).
  */
@@ -518,11 +522,14 @@ enum dm_wire_fl_op {
 	DM_OP_FL_CALL  = 0x1100,
 	DM_OP_FL_STATE = 0x1102,
 	DM_OP_FL_FRAG  = 0x1104,
+	DM_OP_FL_INFO  = 0x1106,
 	DM_OP_FL_LAST  = 0x11ff,
 	/* responses: request op + 1 */
 };
 
 #define DM_FL_MAX_STREAM (64u << 20)   /* largest payload a receiver accepts */
+#define DM_FL_MIN_MSG 4096u            /* every FL receiver takes messages this large */
+#define DM_FL_MAX_MSG (1u << 20)       /* largest message size a requester may announce */
 
 struct dm_wire_fl_chunk {      /* body prefix of every FL message */
 	uint32_t total;            /* payload length of the whole stream */

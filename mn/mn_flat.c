@@ -14,7 +14,6 @@
 #include "s3_api.h"
 
 #define FL_TIMEOUT_MS 10000
-#define FL_MAX_MSG 65536u            /* CN receive buffers (cn_s3.c) */
 
 struct mn_flat {
 	struct flat_store *st;
@@ -164,7 +163,8 @@ static int emit_row(void *ctx, const struct flat_row *row)
 }
 
 /* FL_FRAG: tombstones and rows from `from` of one fragment. */
-static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
+static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out,
+		   uint32_t *resp_msg)
 {
 	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
 	struct dm_wbuf rows = { 0 };
@@ -181,6 +181,7 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
 	created = (int64_t)dm_rbuf_u64(in);
 	frag = dm_rbuf_u64(in);
 	from = dm_rbuf_u32(in);
+	*resp_msg = dm_rbuf_u32(in);
 	if (in->bad || in->at != in->n)
 		return -EBADMSG;
 	if (epoch != f->epoch)
@@ -220,6 +221,7 @@ int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wir
 		  const uint8_t *buf, uint32_t len, uint64_t wr_id)
 {
 	struct dm_wbuf out = { 0 };
+	uint32_t resp_msg = DM_FL_MIN_MSG;
 	uint8_t *req;
 	size_t rlen;
 	int rc, st;
@@ -237,14 +239,31 @@ int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wir
 	switch (h->op) {
 	case DM_OP_FL_CALL: st = do_call(f, &in, &out); break;
 	case DM_OP_FL_STATE: st = do_state(f, &in, &out); break;
-	case DM_OP_FL_FRAG: st = do_frag(f, &in, &out); break;
+	case DM_OP_FL_FRAG: st = do_frag(f, &in, &out, &resp_msg); break;
+	case DM_OP_FL_INFO:
+		st = in.n ? -EBADMSG : 0;
+		dm_wbuf_u32(&out, ch->pool->size);
+		break;
 	default: st = -EPROTO; break;
 	}
 	free(req);
 	if (!st && out.oom)
 		st = -ENOMEM;
+	resp_msg = DM_MAX(DM_MIN(resp_msg, DM_FL_MAX_MSG), DM_FL_MIN_MSG);
+	if (!st && out.n > 16 * ch->ssize && resp_msg > ch->ssize) {
+		/* A large answer (a fragment) to a requester with large buffers: send it through
+		 * a channel with a send buffer that large (same connection), not in ssize steps. */
+		struct dm_rpc_chan big;
+
+		if (dm_rpc_chan_init(&big, ch->c, ch->pool, resp_msg, FL_TIMEOUT_MS) == 0) {
+			rc = dm_fl_send(&big, h->op + 1, h->req_id, 0, out.p, out.n, resp_msg);
+			dm_rpc_chan_fini(&big);
+			free(out.p);
+			return rc;
+		}
+	}
 	rc = dm_fl_send(ch, h->op + 1, h->req_id, st, st ? NULL : out.p, st ? 0 : out.n,
-			FL_MAX_MSG);
+			resp_msg);
 	free(out.p);
 	return rc;
 }

@@ -121,6 +121,7 @@ static void fl_payload(unsigned kind, const uint8_t *p, size_t n)
 		(void)dm_rbuf_u64(&r);
 		(void)dm_rbuf_u64(&r);
 		(void)dm_rbuf_u32(&r);
+		(void)dm_rbuf_u32(&r);
 		break;
 	case 3:
 		(void)dm_rbuf_u16(&r);
