@@ -35,6 +35,9 @@
 #define BL_BOUNCED (1u << 31)   /* a FWD_BOUNCE of our own query: run it here */
 #define BL_INDEX   0x3fffffffu
 
+#define FWD_TRACK 512                    /* forwarded queries in flight per worker */
+#define FWD_TIMEOUT_NS 10000000000ull    /* a forwarded query unanswered this long fails */
+
 enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
 
 struct qslot {
@@ -89,6 +92,12 @@ struct worker {
 	uint64_t fres[256];          /* FWD_RESULTs waiting for a send slot to the client */
 	uint32_t nfres;
 	uint32_t fwd_out;            /* queries forwarded, answer not back yet */
+	struct fwdq {                /* each of them: the client's qid, when, through which MN */
+		uint64_t qid, t0;
+		uint16_t m;
+		bool used, failed;   /* failed: its memory-node connection closed */
+	} fq[FWD_TRACK];
+	uint64_t fq_check;           /* last expiry scan */
 };
 
 static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
@@ -209,7 +218,10 @@ static void close_mns(struct worker *w)
 		w->mc[i] = NULL;
 		w->inflight[i] = 0;
 		w->hello[i] = false;
-		w->fwd_out = 0;   /* answers coming back on a closed connection are lost */
+		/* Answers would come back on this connection: fail those queries instead. */
+		for (int j = 0; j < FWD_TRACK; j++)
+			if (w->fq[j].used && w->fq[j].m == i)
+				w->fq[j].failed = true;
 		/* Closing flushed the sends on it (forwarded queries): their slots are free. */
 		for (int s = 0; s < SEND_SLOTS; s++)
 			if (!w->sfree[s] && w->sconn[s] == (int16_t)i)
@@ -517,6 +529,36 @@ static bool send_fres(struct worker *w)
 static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start,
 			uint32_t fl);
 
+/* Answer forwarded queries that will not come back (connection closed, or no answer
+ * within FWD_TIMEOUT_NS) with an error, as a failed local query is answered. */
+static void fail_lost_forwards(struct worker *w)
+{
+	uint64_t now = dm_now_ns();
+
+	if (!w->fwd_out || now - w->fq_check < 100000000ull)
+		return;
+	w->fq_check = now;
+	for (int j = 0; j < FWD_TRACK; j++) {
+		struct fwdq *f = &w->fq[j];
+		struct dm_wire_q_result r = { 0 };
+		uint8_t body[sizeof(r)];
+		int err;
+
+		if (!f->used || (!f->failed && now - f->t0 < FWD_TIMEOUT_NS))
+			continue;
+		err = f->failed ? -EHOSTDOWN : -ETIMEDOUT;
+		r.qid = f->qid;
+		dm_wire_q_result_encode(body, &r);
+		if (send_msg(w, DM_OP_Q_SEARCH + 1, f->qid, err, body, sizeof(body)) == -EAGAIN)
+			return;
+		dm_warn("cn%u: forwarded query %llu lost: %s", w->cn->node->id,
+			(unsigned long long)f->qid, strerror(-err));
+		atomic_fetch_add(&w->cn->errors, 1);
+		f->used = false;
+		w->fwd_out--;
+	}
+}
+
 /* A message from a memory node: the answer of a query we forwarded, or the query itself
  * when the memory node could not deliver it. */
 static void on_mn_recv(struct worker *w, const struct dm_wc *wc)
@@ -535,8 +577,23 @@ static void on_mn_recv(struct worker *w, const struct dm_wc *wc)
 		dm_msgpool_repost(cn->pool, wc->wr_id);
 		return;
 	}
-	if (w->fwd_out)
+	{
+		/* Match the answer with its forwarded query; one that already failed (timeout,
+		 * closed connection) was answered with an error: drop it. */
+		const uint8_t *in = buf + DM_FWD_INNER_OFF + DM_WIRE_HDR_LEN;
+		uint64_t qid = dm_get_le64(in);   /* first field of both search and result */
+		int j;
+
+		for (j = 0; j < FWD_TRACK; j++)
+			if (w->fq[j].used && !w->fq[j].failed && w->fq[j].qid == qid)
+				break;
+		if (j == FWD_TRACK) {
+			dm_msgpool_repost(cn->pool, wc->wr_id);
+			return;
+		}
+		w->fq[j].used = false;
 		w->fwd_out--;
+	}
 	if (h.op == DM_OP_FWD_BOUNCE) {
 		router_count(cn->rt, RC_BOUNCED);
 		take_search(w, wc->wr_id, wc->byte_len, true, BL_BOUNCED);
@@ -589,7 +646,8 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len)
 	uint32_t m0, m;
 
 	dm_wire_q_search_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &s);
-	if (!w->idx || s.dim != w->idx->p.dim || DM_FWD_INNER_OFF + len > SEND_SLOT_SIZE)
+	if (!w->idx || s.dim != w->idx->p.dim || DM_FWD_INNER_OFF + len > SEND_SLOT_SIZE ||
+	    w->fwd_out == FWD_TRACK)
 		return false;
 	dm_wire_get_f32s(buf + DM_WIRE_HDR_LEN + sizeof(s), vec, s.dim);
 	for (uint32_t i = 0; i < s.dim; i++)
@@ -617,6 +675,12 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len)
 		if (send_on(w, w->mc[m], DM_OP_FWD_QUERY, 0, 0, pre, sizeof(pre), buf, len))
 			continue;
 		router_count(cn->rt, RC_FORWARDED);
+		for (int j = 0; j < FWD_TRACK; j++)
+			if (!w->fq[j].used) {
+				w->fq[j] = (struct fwdq){ .qid = s.qid, .t0 = dm_now_ns(),
+							  .m = (uint16_t)m, .used = true };
+				break;
+			}
 		w->fwd_out++;
 		return true;
 	}
@@ -891,6 +955,7 @@ void *cn_worker(void *arg)
 		}
 		if (w->nfres && send_fres(w))
 			progress = true;
+		fail_lost_forwards(w);
 		/* Queries: post what needs posting, send what is done. */
 		for (int i = 0; i < DEPTH; i++) {
 			struct qslot *q = &w->slot[i];

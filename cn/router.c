@@ -403,7 +403,7 @@ static void ensure_conns(struct router *r)
 			if (open_fwd_conn(r, m, DM_FWD_ROLE_ORIGIN, &r->oc[m]) == 0 &&
 			    dm_rpc_chan_init(&r->och[m], r->oc[m], cn->pool,
 					     (uint32_t)(DM_WIRE_HDR_LEN + sizeof(struct dm_wire_fwd_state) +
-							4 * DM_FWD_MAX_SAMPLE), 1000)) {
+							4 * DM_FWD_MAX_SAMPLE), 3000)) {
 				dm_conn_close(r->oc[m]);
 				r->oc[m] = NULL;
 			}
@@ -461,7 +461,8 @@ static void sample_id(void *arg, uint32_t id)
 static void exchange(struct router *r, bool with_sample)
 {
 	struct cn *cn = r->cn;
-	struct dm_wire_fwd_state s = { .cn = r->self, .epoch = atomic_load(&r->epoch) };
+	struct dm_wire_fwd_state s = { .cn = r->self, .epoch = atomic_load(&r->epoch),
+				       .entries = DM_FWD_NO_SAMPLE };
 	uint32_t ids[DM_FWD_MAX_SAMPLE];
 	uint8_t *msg = malloc(sizeof(s) + sizeof(ids));
 	uint8_t resp[sizeof(struct dm_wire_fwd_table) + DM_MAX_NODES * sizeof(struct dm_wire_fwd_entry)];

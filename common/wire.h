@@ -402,6 +402,7 @@ enum dm_route_strategy {
 #define DM_FWD_CSP_NONE 0xffffffffu  /* csp_ppm when no estimate exists */
 #define DM_FWD_MAX_SAMPLE 3072u      /* ids in one FWD_STATE */
 #define DM_FWD_MAX_BATCH 1000000u
+#define DM_FWD_NO_SAMPLE UINT64_MAX
 #define DM_MAX_NODES_WIRE 256u       /* node ids on the wire (= DM_MAX_NODES of config.h) */
 
 struct dm_wire_fwd_hello {     /* FWD_HELLO */
@@ -425,7 +426,9 @@ struct dm_wire_fwd_state {     /* FWD_STATE request, followed by nsample u32 */
 	uint32_t epoch;            /* re-clustering epoch the CN runs */
 	uint32_t qlen;             /* local queue: queries admitted and not answered */
 	uint32_t nsample;          /* <= DM_FWD_MAX_SAMPLE */
-	uint64_t entries;          /* cache entries in total (the sample is ~1/64 of them) */
+	uint64_t entries;          /* cache entries in total (the sample is ~1/64 of them), or
+				    * DM_FWD_NO_SAMPLE: a queue-length-only report (nsample 0);
+				    * the memory node keeps the CN's last sample */
 	uint64_t seq;              /* report number (diagnostics) */
 };
 _Static_assert(sizeof(struct dm_wire_fwd_state) == 32, "fwd_state layout");

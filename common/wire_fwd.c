@@ -160,7 +160,8 @@ int dm_wire_fwd_state_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_st
 	m->nsample = dm_get_le32(b + 12);
 	m->entries = dm_get_le64(b + 16);
 	m->seq = dm_get_le64(b + 24);
-	if (m->cn >= DM_MAX_NODES_WIRE || m->nsample > DM_FWD_MAX_SAMPLE)
+	if (m->cn >= DM_MAX_NODES_WIRE || m->nsample > DM_FWD_MAX_SAMPLE ||
+	    (m->entries == DM_FWD_NO_SAMPLE && m->nsample))
 		return -EBADMSG;
 	return 0;
 }

@@ -27,7 +27,7 @@ struct fconn {
 
 struct cn_report {
 	bool valid;
-	uint64_t t_ns;
+	uint64_t t_ns, sample_ns;   /* last report, last report with a cache sample */
 	uint32_t qlen, epoch, n;
 	uint32_t *ids;
 };
@@ -122,9 +122,13 @@ static void on_state(struct mn_fwd *f, uint32_t ci, const uint8_t *buf, uint32_t
 		r->ids = malloc(DM_FWD_MAX_SAMPLE * sizeof(uint32_t));
 	if (!r->ids)
 		return;
-	for (uint32_t i = 0; i < s.nsample; i++)
-		r->ids[i] = dm_get_le32(buf + DM_WIRE_HDR_LEN + sizeof(s) + 4 * (size_t)i);
-	r->n = s.nsample;
+	/* A queue-length-only report keeps the CN's last cache sample (and its age). */
+	if (s.entries != DM_FWD_NO_SAMPLE || !r->valid) {
+		for (uint32_t i = 0; i < s.nsample; i++)
+			r->ids[i] = dm_get_le32(buf + DM_WIRE_HDR_LEN + sizeof(s) + 4 * (size_t)i);
+		r->n = s.nsample;
+		r->sample_ns = now;
+	}
 	r->qlen = s.qlen;
 	r->epoch = s.epoch;
 	r->t_ns = now;
@@ -148,7 +152,7 @@ static void on_state(struct mn_fwd *f, uint32_t ci, const uint8_t *buf, uint32_t
 					 sizeof(en) * (size_t)t.n, &en);
 		t.n++;
 		t.epoch = DM_MAX(t.epoch, e->epoch);
-		if (now - e->t_ns < REPORT_FRESH_NS) {
+		if (now - e->sample_ns < REPORT_FRESH_NS) {
 			ids[nids] = e->ids;
 			cnt[nids++] = e->n;
 		}

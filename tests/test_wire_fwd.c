@@ -103,6 +103,13 @@ Test(wire_fwd, state_table_router)
 	cr_assert_eq(check(b, len - 4), -EBADMSG, "nsample disagrees with the length");
 	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), 0);
 	cr_assert_eq(memcmp(&s, &s2, sizeof(s)), 0);
+	s.entries = DM_FWD_NO_SAMPLE;   /* a queue-length-only report carries no ids */
+	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
+	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);
+	s.nsample = 0;
+	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
+	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), 0);
+	s.entries = 200;
 	s.nsample = DM_FWD_MAX_SAMPLE + 1;
 	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
 	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);

@@ -71,7 +71,8 @@ for ds in $DATASETS; do
 		# Forwarding rate of one memory node core vs a plain-socket relay (same run). The
 		# relays run on the host side; the memory node is reached through its link.
 		for size in 280 3232; do
-			"$FWDB" --config "$LC/cluster.ini" --mn 0 --secs 3 --size $size | tee -a "$FWD_OUT"
+			"$FWDB" --config "$LC/cluster.ini" --mn 0 --secs 5 --size $size | tee -a "$FWD_OUT" ||
+				echo "run.sh: fwd_bench --size $size failed" >&2
 		done
 	fi
 	for ratio in $RATIOS; do
