@@ -46,7 +46,8 @@ struct hnsw_index {
 	uint32_t n;               /* nodes 0..n-1 present */
 	uint32_t rec_size;
 	uint32_t nblocks;
-	uint8_t **blocks;         /* nblocks bases, each (1 << block_shift) * rec_size bytes */
+	uint8_t **blocks;         /* nblocks bases of (1 << block_shift) records (the last one
+				     only as many as exist) */
 	uint32_t **upl;           /* per node: its upper lists (level * (1+M) words), or NULL */
 	uint32_t *up_store;       /* storage behind upl (one allocation) */
 	size_t up_words;          /* words in up_store */

@@ -57,7 +57,10 @@ struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n)
 	if (!idx->blocks || !idx->upl)
 		goto err_free_idx;
 	for (uint32_t b = 0; b < idx->nblocks; b++) {
-		size_t len = (size_t)per * idx->rec_size;
+		/* the last block holds only the records that exist: a header cannot make us
+		 * allocate (and zero) a whole 2^20-record block for one record */
+		size_t nrec = DM_MIN((uint64_t)per, (uint64_t)n - (uint64_t)b * per);
+		size_t len = DM_ALIGN_UP(nrec * idx->rec_size, HNSW_REC_ALIGN);
 		idx->blocks[b] = aligned_alloc(HNSW_REC_ALIGN, len);
 		if (!idx->blocks[b])
 			goto err_free_idx;
