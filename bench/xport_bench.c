@@ -475,7 +475,7 @@ static double xport_sends(struct xclient *xc, double dur)
 /* ---- driver: the two sides of a comparison alternate in rounds, so that load from other
  * processes on the machine hits both alike; the median round is reported ---- */
 
-#define ROUNDS 5
+#define ROUNDS 9
 
 static double median(double *v, int n)
 {
