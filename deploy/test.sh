@@ -60,7 +60,7 @@ if setup build-test; then
 	if [[ $SKIP != *" rxe "* ]]; then
 		step "soft-RoCE VM suite (verbs backend under rdma_rxe in QEMU)"
 		if meson test -C build-test --list 2>/dev/null | grep -q '^dmann:rxe'; then
-			run build-test --suite rxe
+			run build-test --suite rxe --suite rxe-cluster
 		else
 			echo "no rxe suite in this build"
 		fi
