@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "cluster.h"
 #include "distance.h"
@@ -87,7 +89,10 @@ struct cn_s3 {
 	uint64_t cn_down[DM_MAX_NODES];  /* atomic */
 	struct s3_http *http;
 	struct s3_backend be;
-	struct s3_cred cred;
+	struct s3_cred cred;             /* the cluster's [s3] key: users' requests */
+	struct s3_cred icred;            /* internal key (from the cluster secret): sub-requests */
+	char ikey[32], isecret[72];
+	struct s3_sigv4_cfg iauth;
 	uint32_t redundancy;
 	/* settings */
 	uint32_t force_w;
@@ -1109,7 +1114,7 @@ static bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const cha
 				   .header = sig_hdr, .hctx = &sh, .body = body,
 				   .body_len = blen };
 
-	if (s3_sigv4_authorization(&sr, s->cred.access_key, s->cred.secret_key, date,
+	if (s3_sigv4_authorization(&sr, s->icred.access_key, s->icred.secret_key, date,
 				   "us-east-1", "s3vectors",
 				   "content-type;host;x-amz-content-sha256;x-amz-date", sha, auth,
 				   sizeof(auth))) {
@@ -1614,6 +1619,21 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		pthread_mutex_init(&s->mn[i].mu, NULL);
 	s->cred.access_key = (char *)cfg->s3_access_key;
 	s->cred.secret_key = (char *)cfg->s3_secret_key;
+	/* Sub-requests between CNs are signed with a key only cluster members can derive: an
+	 * HMAC of the cluster secret (S3 users hold the [s3] key, not this one). */
+	{
+		uint8_t mac[32];
+		unsigned int ml = sizeof(mac);
+
+		HMAC(EVP_sha256(), cfg->secret, (int)cfg->secret_len,
+		     (const uint8_t *)"dmann-s3-internal", 17, mac, &ml);
+		for (unsigned i = 0; i < 32; i++)
+			sprintf(s->isecret + 2 * i, "%02x", mac[i]);
+		snprintf(s->ikey, sizeof(s->ikey), "DMANNCLUSTER%02X%02X", mac[30], mac[31]);
+		s->icred = (struct s3_cred){ .access_key = s->ikey, .secret_key = s->isecret };
+		s->iauth = (struct s3_sigv4_cfg){ .creds = &s->icred, .ncreds = 1,
+						  .service = "s3vectors", .max_skew_s = 900 };
+	}
 
 	s->x = dm_cluster_xport(cfg, NULL);
 	if (!s->x) {
@@ -1637,7 +1657,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	}
 	*colon = 0;
 	s->be = (struct s3_backend){ .ctx = s, .handle = be_handle, .query = be_query,
-				     .internal = be_internal_http };
+				     .internal = be_internal_http, .internal_auth = &s->iauth };
 	struct s3_http_cfg hc = {
 		.addr = host[0] == '[' ? NULL : host,
 		.port = (uint16_t)port,

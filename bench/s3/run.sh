@@ -15,7 +15,11 @@ bench=$build/bench/s3_bench
 for b in "$dmann" "$bench" "$build/cn/dmann-cn" "$build/mn/dmann-mn"; do
 	[ -x "$b" ] || { echo "s3/run.sh: $b not built" >&2; exit 1; }
 done
-work=$(mktemp -d /tmp/dmann-s3bench-XXXXXX)
+# Memory nodes fdatasync every write: on a shared disk the load would measure the disk.
+# The cluster lives in /dev/shm when there is one (the queries never touch the disk).
+tmpdir=/tmp
+[ -d /dev/shm ] && [ -w /dev/shm ] && tmpdir=/dev/shm
+work=$(mktemp -d "$tmpdir/dmann-s3bench-XXXXXX")
 cdir=$work/cluster
 restarted=()
 cleanup() {
@@ -67,7 +71,8 @@ out=$work/table.md
 	echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores (shared machine: figures are noisy)," \
 	     "load average $(cut -d' ' -f1-3 /proc/loadavg). $n x 384 cosine vectors" \
 	     "(\`dmann gen --kind cos384 --seed 1\`), 4096-row fragments, on a local cluster of" \
-	     "2 memory + 2 compute nodes (tcp transport, loopback), loaded through PutVectors" \
+	     "2 memory + 2 compute nodes (tcp transport, loopback; data dirs in $tmpdir)," \
+	     "loaded through PutVectors" \
 	     "(500 per call) in ${load_s%.*} s. $nq queries, topK 10, one at a time over one" \
 	     "keep-alive connection to cn0 (SigV4-signed), after 50 warm-up queries (the members'" \
 	     "fragment caches are warm). W = scan members per query (\`DMANN_S3_WIDTH\`): W = 1" \
@@ -82,14 +87,19 @@ out=$work/table.md
 	echo
 	echo "Scan rate of one core, measured in the same run on the same $n x 384 floats" \
 	     "($(field "$scan" kernel) kernels): the members' exact cosine scan (dot product," \
-	     "stored norms, top-10 heap) against a STREAM-style read (sum of the same array," \
-	     "best of 5)."
+	     "stored norms, top-10 heap) against a STREAM-style read of the same array" \
+	     "at the same SIMD width (each 4096-float block dotted with itself: one read of" \
+	     "every byte, best of 5). The scan is the whole per-query work of a member; the" \
+	     "latencies above add the HTTP request, SigV4, JSON, the index-state RPC to the" \
+	     "memory node and, for W = 2, the sub-request to the other CN; with 2 cores shared" \
+	     "by 4 node processes (and whatever else runs), W = 2 cannot scan on two idle" \
+	     "cores."
 	echo
 	echo "| exact scan, 1 core | STREAM-style read, 1 core | scan / read | per query (1 core) |"
 	echo "|---|---|---|---|"
 	s=$(field "$scan" scan_gbps_per_core)
 	r=$(field "$scan" stream_read_gbps_per_core)
-	echo "| $s GB/s | $r GB/s | $(echo "scale=2; $s / $r" | bc) | $(field "$scan" scan_ms_per_query) ms |"
+	echo "| $s GB/s | $r GB/s | $(printf "%.2f" "$(echo "scale=4; $s / $r" | bc)") | $(field "$scan" scan_ms_per_query) ms |"
 } > "$out"
 cat "$out"
 

@@ -126,8 +126,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, int status, const ch
 }
 
 /* Authenticate rq; fills an error response and returns false if refused. */
-static bool authenticate(struct s3_http *h, struct req *rq, const char *url,
-			 const char *method)
+static bool authenticate(struct s3_http *h, const struct s3_sigv4_cfg *auth, struct req *rq,
+			 const char *url, const char *method)
 {
 	struct qbuild q = { 0 };
 	char msg[256];
@@ -144,7 +144,7 @@ static bool authenticate(struct s3_http *h, struct req *rq, const char *url,
 		.header = hdr, .hctx = rq->conn, .body = rq->body, .body_len = rq->len,
 	};
 
-	rc = s3_sigv4_verify(&h->cfg.auth, &sr, time(NULL), msg, sizeof(msg));
+	rc = s3_sigv4_verify(auth, &sr, time(NULL), msg, sizeof(msg));
 	free(q.p);
 	if (rc) {
 		stat_inc(&h->st.auth_failures);
@@ -294,13 +294,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (strcmp(method, "POST"))
 		return send_error(c, 405, "ValidationException",
 				  "S3 Vectors operations are POST /<OperationName>");
-	if (!authenticate(h, rq, url, method))
-		return send_resp(c, &rq->resp);
 	op = op_of(url);
 	if (h->cfg.backend && h->cfg.backend->internal && strstr(url, "/_dmann/")) {
+		/* Cluster-internal: only the internal key (not the S3 users' keys) may call. */
+		if (!h->cfg.backend->internal_auth ||
+		    !authenticate(h, h->cfg.backend->internal_auth, rq, url, method))
+			return send_resp(c, &rq->resp);
 		h->cfg.backend->internal(h->cfg.backend->ctx, op, rq->body, rq->len, &rq->resp);
 		return send_resp(c, &rq->resp);
 	}
+	if (!authenticate(h, &h->cfg.auth, rq, url, method))
+		return send_resp(c, &rq->resp);
 	if (!s3_api_known_op(op))
 		return send_error(c, 404, "UnknownOperationException",
 				  "Unknown or unsupported operation");

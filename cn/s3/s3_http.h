@@ -24,11 +24,12 @@ struct s3_backend {
 		       struct s3_resp *r);
 	/* One admitted QueryVectors, on a search thread. */
 	void (*query)(void *ctx, const char *body, size_t len, struct s3_resp *r);
-	/* Cluster-internal operations, `POST [prefix]/_dmann/<op>`: authenticated like the
-	 * others, run on the HTTP thread without admission (they serve queries another CN
-	 * already admitted). NULL: none. */
+	/* Cluster-internal operations, `POST [prefix]/_dmann/<op>`: SigV4-signed with a key of
+	 * internal_auth (not the S3 users' keys), run on the HTTP thread without admission
+	 * (they serve queries another CN already admitted). NULL: none. */
 	void (*internal)(void *ctx, const char *op, const char *body, size_t len,
 			 struct s3_resp *r);
+	const struct s3_sigv4_cfg *internal_auth;
 };
 
 struct s3_http_cfg {

@@ -150,7 +150,7 @@ function client(srv, opts = {}) {
   // A path prefix on the endpoint is kept by the SDK: the gateway routes on the last segment.
   const port = srv.ports ? srv.ports[opts.cn || 0] : srv.port;
   return new sdk.S3VectorsClient({
-    endpoint: `http://127.0.0.1:${port}/s3v`,
+    endpoint: `http://127.0.0.1:${port}${opts.prefix || '/s3v'}`,
     region: 'us-east-1',
     credentials: { accessKeyId: opts.ak || srv.ak || AK,
       secretAccessKey: opts.sk || srv.sk || SK },
@@ -553,6 +553,13 @@ test('error shapes: ValidationException with fieldList, NotFound, Conflict, Acce
     e = await expectError(send(client(srv, { clockOffset: 3600e3 }),
       'ListVectorBucketsCommand', {}), 'AccessDeniedException', 403);
     assert.match(e.message, /expired/);
+    if (srv.cluster) {
+      // The compute nodes' internal path takes only the key derived from the cluster
+      // secret, not an S3 user's key.
+      await expectError(send(client(srv, { prefix: '/_dmann' }), 'QueryVectorsCommand',
+        { vectorBucketName: B, indexName: 'cos-idx', topK: 1, queryVector: { float32: q } }),
+      'AccessDeniedException', 403);
+    }
   });
 
 test('overload: more concurrent queries than the queue admits get 503 at once', async () => {
