@@ -36,7 +36,7 @@
 #define BL_INDEX   0x3fffffffu
 
 #define FWD_TRACK 512                    /* forwarded queries in flight per worker */
-#define FWD_TIMEOUT_NS 10000000000ull    /* a forwarded query unanswered this long fails */
+#define FWD_TIMEOUT_NS 25000000000ull    /* a forwarded query unanswered this long fails */
 
 enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
 

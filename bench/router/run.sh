@@ -12,7 +12,9 @@
 #
 # Needs root when NETNS=1, the packages of deploy/install-deps.sh and a build. Env: BUILD
 # (build), NQ (2000), EF (64), RATE (1gbit), NETNS (1), DATASETS ("fmnist spacev"),
-# RATIOS ("5% 10%"), DISTS ("uniform zipf"), STRATEGIES (all five), SPACEV_N (100000).
+# RATIOS ("5% 10%"), DISTS ("uniform zipf"), STRATEGIES (all five), SPACEV_N (100000),
+# APPEND=1 (add to the result files of an earlier run instead of starting them afresh),
+# REPORT_ONLY=1 (no runs: rewrite the table and plot from the result files).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -58,8 +60,11 @@ prepare() {   # dataset -> DATA, IDX
 }
 
 trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
-: >"$OUT"
-: >"$FWD_OUT"
+if [ "${APPEND:-0}" != 1 ] && [ "${REPORT_ONLY:-0}" != 1 ]; then
+	: >"$OUT"
+	: >"$FWD_OUT"
+fi
+[ "${REPORT_ONLY:-0}" = 1 ] && DATASETS=""
 for ds in $DATASETS; do
 	prepare "$ds"
 	"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true
@@ -83,7 +88,8 @@ for ds in $DATASETS; do
 				"$DMANN" bench --config "$LC/cluster.ini" --query "$DATA/query.fbin" \
 					--gt "$DATA/gt.ibin" --k 10 --ef "$EF" --cache-ratio "$ratio" \
 					--nq "$NQ" --warmup "$NQ" --routing "$st" "${zipf[@]}" --json |
-					sed "s/^{/{\"dataset\": \"$ds\", \"dist\": \"$dist\", /" | tee -a "$OUT"
+					sed "s/^{/{\"dataset\": \"$ds\", \"dist\": \"$dist\", /" | tee -a "$OUT" ||
+					echo "run.sh: $ds $ratio $dist $st failed (not in the table)" >&2
 			done
 		done
 	done
