@@ -94,6 +94,7 @@ struct cn_s3 {
 	char ikey[32], isecret[72];
 	struct s3_sigv4_cfg iauth;
 	uint32_t redundancy;
+	uint32_t search_threads;
 	/* settings */
 	uint32_t force_w;
 	uint64_t max_scan_bytes;
@@ -104,6 +105,15 @@ struct cn_s3 {
 	pthread_mutex_t cmu;
 	struct cfrag *cache;
 	uint64_t cache_bytes;
+	/* R from the query rate: per index an exponentially decaying arrival rate, and what
+	 * one group serves, from the measured member scan time. */
+	uint32_t force_r;
+	pthread_mutex_t rmu;
+	struct ixrate {
+		uint64_t id, last_ns;
+		double qps;
+	} rate[64];
+	double scan_ns;                  /* EWMA of a member scan (this CN) */
 	/* counters (atomics) */
 	uint64_t hedges, retries, subreqs, fetches;
 };
@@ -896,6 +906,35 @@ out:
 	return rc;
 }
 
+/* Note one query of index id; returns its arrival rate (queries/s, decaying over ~1 s). */
+static double rate_note(struct cn_s3 *s, uint64_t id)
+{
+	struct ixrate *e = &s->rate[id % DM_ARRAY_SIZE(s->rate)];
+	uint64_t now = dm_now_ns();
+	double q;
+
+	pthread_mutex_lock(&s->rmu);
+	if (e->id != id) {
+		*e = (struct ixrate){ .id = id, .last_ns = now };
+	} else {
+		double dt = (double)(now - e->last_ns) * 1e-9;
+
+		e->qps *= exp(-dt);              /* tau = 1 s: qps = sum of exp(-age) */
+		e->last_ns = now;
+	}
+	e->qps += 1.0;
+	q = e->qps;
+	pthread_mutex_unlock(&s->rmu);
+	return q;
+}
+
+static void scan_time_note(struct cn_s3 *s, uint64_t ns)
+{
+	pthread_mutex_lock(&s->rmu);
+	s->scan_ns = s->scan_ns > 0 ? 0.9 * s->scan_ns + 0.1 * (double)ns : (double)ns;
+	pthread_mutex_unlock(&s->rmu);
+}
+
 /* Sub-request body (JSON): the index state the ingress read, the share and the original
  * request. */
 static char *subreq_json(const struct ixstate *st, const char *b, const char *x,
@@ -1002,8 +1041,12 @@ static void be_internal(void *ctx, const char *op, const char *body, size_t len,
 	rc = s3_api_qspec_bind(qs, qlen, st.dim, st.metric, conf, (uint32_t)clen, &q, r);
 	if (rc)
 		goto out;
+	uint64_t t0 = dm_now_ns();
+
 	rc = member_scan(s, &st, b, x, frags, nf, &q, &hits, &nh);
 	s3_qspec_fini(&q);
+	if (!rc)
+		scan_time_note(s, dm_now_ns() - t0);
 	if (rc) {
 		s3_resp_error(r, rc == -ESTALE ? 503 : 500, rc == -ESTALE ?
 			      "ServiceUnavailableException" : "InternalServerException",
@@ -1379,9 +1422,19 @@ static void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	w = s->force_w ? DM_MIN(s->force_w, ncn) : s3_plan_width(total, s->max_scan_bytes, ncn);
 	w = DM_MAX(w, 1u);
 	w = DM_MIN(w, DM_MAX(st.nfrag, 1u));
-	ngroups = s3_plan_members(dm_hash64(flat_key_hash(b, strlen(b)) ^
-					    flat_key_hash(x, strlen(x)) ^ (uint64_t)st.created),
-				  cns, s->cfg->n_cn, w, DM_MAX(ncn / w, 1u), members);
+	uint64_t ixid = dm_hash64(flat_key_hash(b, strlen(b)) ^ flat_key_hash(x, strlen(x)) ^
+				  (uint64_t)st.created);
+	double qps = rate_note(s, ixid), sns;
+	uint32_t ng;
+
+	pthread_mutex_lock(&s->rmu);
+	sns = s->scan_ns;
+	pthread_mutex_unlock(&s->rmu);
+	/* One group serves about (search threads / member scan time) queries per second:
+	 * R = ceil(rate / that), so a rarely queried index is cached by one group only. */
+	ng = s->force_r ? DM_MIN(s->force_r, DM_MAX(ncn / w, 1u)) :
+	     s3_plan_groups(qps, sns > 0 ? s->search_threads * 1e9 / sns : 0, w, ncn);
+	ngroups = s3_plan_members(ixid, cns, s->cfg->n_cn, w, DM_MAX(ng, 1u), members);
 	if (ngroups <= 0) {
 		/* No CN gateway is up but this one (it is always counted up): scan alone. */
 		w = 1;
@@ -1607,6 +1660,8 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->node = node;
 	s->redundancy = DM_MAX(1u, DM_MIN(cfg->redundancy ? cfg->redundancy : 1, cfg->n_mn));
 	s->force_w = (uint32_t)env_u64("DMANN_S3_WIDTH", 0, 0, DM_MAX_NODES);
+	s->force_r = (uint32_t)env_u64("DMANN_S3_GROUPS", 0, 0, DM_MAX_NODES);
+	pthread_mutex_init(&s->rmu, NULL);
 	s->max_scan_bytes = env_u64("DMANN_S3_MAX_SCAN_MB", 256, 1, 1u << 20) << 20;
 	s->hedge_ms = (uint32_t)env_u64("DMANN_S3_HEDGE_MS", 50, 1, 60000);
 	s->cache_cap = env_u64("DMANN_S3_CACHE_MB", 2048, 1, 1u << 24) << 20;
@@ -1656,6 +1711,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		goto err_free_pool;
 	}
 	*colon = 0;
+	s->search_threads = (uint32_t)env_u64("DMANN_S3_SEARCH_THREADS", 0, 0, 256);
 	s->be = (struct s3_backend){ .ctx = s, .handle = be_handle, .query = be_query,
 				     .internal = be_internal_http, .internal_auth = &s->iauth };
 	struct s3_http_cfg hc = {
@@ -1665,11 +1721,16 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		.auth = { .creds = &s->cred, .ncreds = 1, .service = "s3vectors",
 			  .region = NULL, .max_skew_s = 900 },
 		.http_threads = (unsigned)env_u64("DMANN_S3_HTTP_THREADS", 8, 1, 256),
-		.search_threads = (unsigned)env_u64("DMANN_S3_SEARCH_THREADS", 0, 0, 256),
+		.search_threads = s->search_threads,
 		.queue_depth = (unsigned)env_u64("DMANN_S3_QUEUE_DEPTH", 64, 1, 1u << 20),
 	};
 
 	s->http = s3_http_start(&hc);
+	if (s->http && !s->search_threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		s->search_threads = n > 0 ? (uint32_t)n : 1;   /* s3_http's default */
+	}
 	if (!s->http) {
 		err = errno;
 		dm_err("cn%u: s3: cannot serve on %s: %s", node->id, node->http, strerror(err));
@@ -1715,5 +1776,6 @@ void cn_s3_stop(struct cn_s3 *s)
 	dm_msgpool_free(s->pool);
 	dm_xport_close(s->x);
 	pthread_mutex_destroy(&s->cmu);
+	pthread_mutex_destroy(&s->rmu);
 	free(s);
 }

@@ -564,8 +564,9 @@ test('error shapes: ValidationException with fieldList, NotFound, Conflict, Acce
 
 test('overload: more concurrent queries than the queue admits get 503 at once', async () => {
   const dir = fs.mkdtempSync(path.join(tmp, 'ovl-'));
-  const s2 = await startServer(dir, ['--queue-depth', '2', '--search-threads', '1',
-    '--batch', '1']);
+  // On a cluster: W = 1 here (one member per query; R from the query rate).
+  const s2 = await startServer(dir, CLUSTER ? ['--queue-depth', '2', '--search-threads', '1',
+    '--width', '1'] : ['--queue-depth', '2', '--search-threads', '1', '--batch', '1']);
   const c2 = client(s2);
   await send(c2, 'CreateVectorBucketCommand', { vectorBucketName: 'ovl' });
   await send(c2, 'CreateIndexCommand', { vectorBucketName: 'ovl', indexName: 'big',
