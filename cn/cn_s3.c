@@ -1135,6 +1135,8 @@ static bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const cha
 	if (!colon)
 		return false;
 	*colon = 0;
+	if (colon > host && colon[-1] == ']')
+		colon[-1] = 0;                  /* [v6]:port */
 	if (getaddrinfo(host[0] == '[' ? host + 1 : host, colon + 1, &hints, &ai) || !ai)
 		return false;
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
