@@ -109,9 +109,11 @@ lines = [
     f"queries in flight per compute node, the client sends round-robin and the receiving "
     f"compute node routes. `none` = independent caches without logical partitioning. CSP is "
     f"the online estimate (1/64 hash slice of every cache, exchanged through the memory "
-    f"nodes) taken after the measured pass. All rows of one data set come from one cluster "
-    f"in one invocation of `bench/router/run.sh` ({datetime.date.today().isoformat()}, "
-    f"2-core machine shared with other work: absolute QPS is noisy).",
+    f"nodes) taken after the measured pass. The rows of one data set and cache ratio come "
+    f"from one cluster, one after the other (`bench/router/run.sh`, "
+    f"{datetime.date.today().isoformat()}); the machine has 2 cores and was shared with other "
+    f"work (load average 10-20) during the runs: QPS and latency are noisy, hit rate and CSP "
+    f"are not.",
     "",
     "| data set | cache | queries | routing | QPS | QPS vs none | hit rate | CSP | forwarded | recall@10 | p50 ms | p99 ms |",
     "|---|---|---|---|---|---|---|---|---|---|---|---|",
