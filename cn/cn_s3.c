@@ -38,6 +38,7 @@
 #define MN_MSG DM_FL_MIN_MSG         /* until FL_INFO tells the MN's receive buffer size */
 #define MY_MSG 65536u                /* our receive buffers */
 #define FL_TIMEOUT_MS 10000
+#define MN_CONNECT_MS 5000           /* generous: a loaded MN may be slow to accept */
 #define MN_DOWN_NS 1000000000ull      /* a failed MN is skipped for reads this long */
 #define CN_DOWN_NS 2000000000ull      /* a failed CN member is avoided this long */
 #define SUB_TIMEOUT_MS 20000
@@ -151,7 +152,7 @@ static struct mnconn *mn_connect(struct cn_s3 *s, uint32_t mn)
 
 	if (!mc)
 		return NULL;
-	rc = dm_xport_connect(s->x, s->cfg->mn[mn].address, 2000, &mc->c);
+	rc = dm_xport_connect(s->x, s->cfg->mn[mn].address, MN_CONNECT_MS, &mc->c);
 	if (rc) {
 		dm_debug("s3: cannot connect to mn%u (%s): %s", mn, s->cfg->mn[mn].address,
 			 strerror(-rc));

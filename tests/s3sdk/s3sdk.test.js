@@ -273,10 +273,20 @@ function assertSameAsBruteForce(got, rows, metric, q, k, filter) {
   assert.equal(keys.size, got.length, 'duplicate keys in a result');
 }
 
+// Bulk loading retries 503 (as the SDKs do by default; these clients make one attempt so
+// that the error tests see every error): a loaded machine can make a node slow to answer.
 async function putAll(c, bucket, index, vectors) {
   for (let i = 0; i < vectors.length; i += 500) {
-    await send(c, 'PutVectorsCommand', { vectorBucketName: bucket, indexName: index,
-      vectors: vectors.slice(i, i + 500) });
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await send(c, 'PutVectorsCommand', { vectorBucketName: bucket, indexName: index,
+          vectors: vectors.slice(i, i + 500) });
+        break;
+      } catch (e) {
+        if (e.name !== 'ServiceUnavailableException' || attempt >= 4) throw e;
+        await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
+      }
+    }
   }
 }
 
