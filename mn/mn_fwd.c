@@ -311,13 +311,13 @@ static void *fwd_thread(void *arg)
 					on_recv(f, ci, &wc[i]);
 			}
 		}
-		/* Poll while traffic flows; when idle, short sleeps for a while (a relay waits
-		 * little: the thread's timer slack is 1 us), then 1 ms per round so that an
-		 * unused forwarder costs next to no CPU. */
+		/* Poll while traffic flows; when idle, back off exponentially from 5 us to 1 ms
+		 * per round (the thread's timer slack is 1 us), so that a forwarder that only sees
+		 * the periodic queue-length reports costs next to no CPU. */
 		if (progress)
 			idle = 0;
 		else if (++idle > 16)
-			usleep(idle < 20000 ? 5 : 1000);
+			usleep(idle < 24 ? 5u << (idle - 17) : 1000);
 	}
 	for (uint32_t ci = 0; ci < f->nconn; ci++)
 		drop_conn(f, ci);
