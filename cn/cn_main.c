@@ -251,8 +251,7 @@ int main(int argc, char **argv)
 	cn_s3_stop(s3gw);
 	s3gw = NULL;
 #endif
-	router_stop(cn.rt);
-	cn.rt = NULL;
+	router_stop(cn.rt);   /* joins the router thread: no new SERVE worker after this */
 	for (int i = 0; i < 100 && atomic_load(&cn.workers); i++)
 		usleep(50000);
 	status = 0;
@@ -261,9 +260,10 @@ out_free_pool:
 	cn_s3_stop(s3gw);
 	s3gw = NULL;
 #endif
+	atomic_store(&cn.stopping, true);
 	router_stop(cn.rt);
-	cn.rt = NULL;
 	if (!atomic_load(&cn.workers)) {
+		router_free(cn.rt);   /* workers use it until they are gone */
 		mn_set_close(cn.mns);
 		dindex_free(cn.idx);
 		dm_cache_free(cn.cache);

@@ -20,6 +20,7 @@ struct router {
 	uint32_t self, ncn;
 	pthread_t thread;
 	atomic_bool stop;
+	bool joined;
 
 	/* Routing state: everything below, under mu. */
 	pthread_mutex_t mu;
@@ -399,6 +400,9 @@ static void ensure_conns(struct router *r)
 	struct cn *cn = r->cn;
 
 	for (uint32_t m = 0; m < cn->cfg->n_mn; m++) {
+		/* Connecting can take seconds when a memory node is gone: stop promptly. */
+		if (atomic_load(&r->stop) || atomic_load(&cn->stopping))
+			return;
 		if (!r->oc[m]) {
 			if (open_fwd_conn(r, m, DM_FWD_ROLE_ORIGIN, &r->oc[m]) == 0 &&
 			    dm_rpc_chan_init(&r->och[m], r->oc[m], cn->pool,
@@ -496,7 +500,7 @@ static void exchange(struct router *r, bool with_sample)
 		uint32_t rlen = 0;
 		int rc;
 
-		if (!r->oc[m])
+		if (!r->oc[m] || atomic_load(&r->stop))
 			continue;
 		rc = dm_rpc_call(&r->och[m], DM_OP_FWD_STATE, msg,
 				 (uint32_t)(sizeof(s) + 4 * (size_t)sc.n), resp, sizeof(resp), &rlen);
@@ -650,14 +654,22 @@ err_free:
 
 void router_stop(struct router *r)
 {
-	if (!r)
+	if (!r || r->joined)
 		return;
 	atomic_store(&r->stop, true);
 	pthread_mutex_lock(&r->mu);
 	pthread_cond_signal(&r->wake);
 	pthread_mutex_unlock(&r->mu);
 	pthread_join(r->thread, NULL);
-	/* SERVE workers leave on cn->stopping; the caller waits for every worker. */
+	r->joined = true;
+}
+
+void router_free(struct router *r)
+{
+	if (!r)
+		return;
+	router_stop(r);
+	/* SERVE workers leave on cn->stopping; the caller waited for every worker. */
 	dm_oracle_free(r->o);
 	free(r->spill);
 	free(r->qv);

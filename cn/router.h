@@ -38,7 +38,10 @@ struct router_params {
 };
 
 struct router *router_start(struct cn *cn, const struct router_params *p);
+/* Stop and join the router thread (idempotent). Workers may still use the router. */
 void router_stop(struct router *r);
+/* Free it once no worker is left. */
+void router_free(struct router *r);
 
 /* Where a query with vector vec goes: a CN id (the local one means "run it here"). Call
  * only when router_active(). */
