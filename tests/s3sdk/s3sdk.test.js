@@ -80,11 +80,14 @@ async function waitDead(pid) {
   for (let i = 0; i < 500 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
 }
 
-// Start memory node id again (as tests/test_cluster.c does): setsid dmann-mn.
+// Start memory node id again, in its own session like `setsid dmann-mn` in
+// tests/test_cluster.c (detached: the child calls setsid(), and p.pid is dmann-mn itself,
+// which the test stops at the end).
 function restartMn(srv, id) {
   const log = fs.openSync(path.join(srv.cdir, `mn${id}.restart.log`), 'a');
-  const p = spawn('setsid', [process.env.DMANN_MN_BIN, '--config', srv.ini, '--id',
-    String(id)], { env: clusterEnv(srv.extra), stdio: ['ignore', log, log], detached: true });
+  const p = spawn(process.env.DMANN_MN_BIN, ['--config', srv.ini, '--id', String(id)],
+    { env: clusterEnv(srv.extra), stdio: ['ignore', log, log], detached: true });
+  fs.closeSync(log);
   p.unref();
   srv.restarted = srv.restarted.filter(([n]) => n !== `mn${id}`);
   srv.restarted.push([`mn${id}`, p]);
