@@ -233,7 +233,7 @@ struct node_spec {
 	int id;
 	char ns[64];
 	char ip[32];
-	int port, http_port;
+	int port, http_port, metrics_port;
 	pid_t pid;
 };
 
@@ -408,7 +408,7 @@ static int cmd_up(int argc, char **argv)
 	}
 	nn = (int)(nmn + ncn);
 	if (!base) {
-		base = (unsigned long long)pick_ports(2 * nn);
+		base = (unsigned long long)pick_ports(3 * nn);
 		if ((long long)base < 0) {
 			fprintf(stderr, "dmann local up: no free port range on 127.0.0.1\n");
 			return 1;
@@ -421,6 +421,7 @@ static int cmd_up(int argc, char **argv)
 		snprintf(nodes[i].ip, sizeof(nodes[i].ip), "%s", host);
 		nodes[i].port = (int)base + i;
 		nodes[i].http_port = (int)base + nn + i;
+		nodes[i].metrics_port = (int)base + 2 * nn + i;
 	}
 	if (netns) {
 		netns_down(tag);
@@ -449,8 +450,8 @@ static int cmd_up(int argc, char **argv)
 	if (netns)
 		fprintf(f, "; netns mode: one namespace per node (" NS_PREFIX "-%s-N), links at %s\n", tag, rate);
 	for (int i = 0; i < nn; i++) {
-		fprintf(f, "\n[%s.%d]\naddress = %s:%d\n", nodes[i].role, nodes[i].id, nodes[i].ip,
-			nodes[i].port);
+		fprintf(f, "\n[%s.%d]\naddress = %s:%d\nmetrics = %s:%d\n", nodes[i].role, nodes[i].id,
+			nodes[i].ip, nodes[i].port, nodes[i].ip, nodes[i].metrics_port);
 		if (!strcmp(nodes[i].role, "mn"))
 			fprintf(f, "region_mb = %llu\n", region);
 		else

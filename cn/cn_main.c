@@ -12,6 +12,7 @@
 
 #include "cn.h"
 #include "dm_config.h"
+#include "metrics.h"
 #if DM_HAVE_HTTP
 #include "cn_s3.h"
 #endif
@@ -97,6 +98,54 @@ out_unlock:
 	return rc;
 }
 
+/* Prometheus text for GET /metrics. */
+static void cn_metrics(void *arg, FILE *out)
+{
+	struct cn *cn = arg;
+	struct dm_cache_stats cs = { 0 };
+	uint64_t index_bytes = 0;
+	unsigned id = cn->node->id;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	if (cn->cache)
+		dm_cache_stats(cn->cache, &cs);
+	if (cn->idx)
+		index_bytes = cn->idx->index_bytes;
+	pthread_rwlock_unlock(&cn->lock);
+	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
+		     "# TYPE dmann_cn_queries_total counter\n"
+		     "dmann_cn_queries_total{node=\"%u\"} %lu\n"
+		     "# HELP dmann_cn_query_errors_total Queries answered with an error.\n"
+		     "# TYPE dmann_cn_query_errors_total counter\n"
+		     "dmann_cn_query_errors_total{node=\"%u\"} %lu\n"
+		     "# HELP dmann_cn_cache_hits_total Record lookups served by the cache.\n"
+		     "# TYPE dmann_cn_cache_hits_total counter\n"
+		     "dmann_cn_cache_hits_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_cache_misses_total Record lookups the cache missed.\n"
+		     "# TYPE dmann_cn_cache_misses_total counter\n"
+		     "dmann_cn_cache_misses_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_cache_evictions_total Records evicted from the cache.\n"
+		     "# TYPE dmann_cn_cache_evictions_total counter\n"
+		     "dmann_cn_cache_evictions_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_cache_bytes Bytes of records held in the cache.\n"
+		     "# TYPE dmann_cn_cache_bytes gauge\n"
+		     "dmann_cn_cache_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_cache_capacity_bytes Cache capacity.\n"
+		     "# TYPE dmann_cn_cache_capacity_bytes gauge\n"
+		     "dmann_cn_cache_capacity_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_index_bytes Bytes of the index's records on the memory nodes.\n"
+		     "# TYPE dmann_cn_index_bytes gauge\n"
+		     "dmann_cn_index_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_workers Worker threads (client connections).\n"
+		     "# TYPE dmann_cn_workers gauge\n"
+		     "dmann_cn_workers{node=\"%u\"} %u\n",
+		id, atomic_load(&cn->queries), id, atomic_load(&cn->errors), id,
+		(unsigned long long)cs.hits, id, (unsigned long long)cs.misses, id,
+		(unsigned long long)cs.evictions, id, (unsigned long long)cs.bytes, id,
+		(unsigned long long)cs.capacity_bytes, id, (unsigned long long)index_bytes, id,
+		atomic_load(&cn->workers));
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -111,6 +160,7 @@ int main(int argc, char **argv)
 	pthread_rwlockattr_t rwa;
 	const char *config = NULL, *log = "info";
 	struct dm_listener *lis = NULL;
+	struct dm_metrics *metrics = NULL;
 	char err[1024], *end;
 	uint64_t last_refresh = 0;
 	long id = -1;
@@ -213,6 +263,12 @@ int main(int argc, char **argv)
 	}
 	dm_info("cn%u: serving on %s (%s transport)", cn.node->id, cn.node->address,
 		dm_xport_name(cn.x));
+	if (cn.node->metrics[0]) {
+		metrics = dm_metrics_start(cn.node->metrics, cn_metrics, &cn);
+		if (!metrics)
+			dm_warn("cn%u: no metrics endpoint on %s: %s", cn.node->id, cn.node->metrics,
+				errno == ENOSYS ? "built without libmicrohttpd" : strerror(errno));
+	}
 
 	while (!got_signal) {
 		struct cn_worker_arg *a;
@@ -246,6 +302,7 @@ int main(int argc, char **argv)
 	}
 	dm_info("cn%u: stopping", cn.node->id);
 	atomic_store(&cn.stopping, true);
+	dm_metrics_stop(metrics);
 	dm_listener_close(lis);
 #if DM_HAVE_HTTP
 	cn_s3_stop(s3gw);

@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "dm_config.h"
 #include "mem.h"
+#include "metrics.h"
 #include "mn_fwd.h"
 #if DM_HAVE_HTTP
 #include "mn_flat.h"
@@ -227,6 +228,34 @@ out_handed_over:
 	return NULL;
 }
 
+/* Prometheus text for GET /metrics. */
+static void mn_metrics(void *arg, FILE *out)
+{
+	struct mn *m = arg;
+	uint32_t objs;
+	uint64_t bytes;
+
+	mn_store_stats(m->st, &objs, &bytes);
+	fprintf(out, "# HELP dmann_mn_region_bytes Size of the registered region.\n"
+		     "# TYPE dmann_mn_region_bytes gauge\n"
+		     "dmann_mn_region_bytes{node=\"%u\"} %zu\n"
+		     "# HELP dmann_mn_region_used_bytes Bytes allocated to objects.\n"
+		     "# TYPE dmann_mn_region_used_bytes gauge\n"
+		     "dmann_mn_region_used_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_objects Committed objects (HNSW blocks, metadata).\n"
+		     "# TYPE dmann_mn_objects gauge\n"
+		     "dmann_mn_objects{node=\"%u\"} %u\n"
+		     "# HELP dmann_mn_object_bytes Bytes of committed objects.\n"
+		     "# TYPE dmann_mn_object_bytes gauge\n"
+		     "dmann_mn_object_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_hugepages Whether the region is on hugepages.\n"
+		     "# TYPE dmann_mn_hugepages gauge\n"
+		     "dmann_mn_hugepages{node=\"%u\"} %d\n",
+		m->node->id, m->st->region.len, m->node->id, (unsigned long long)m->st->used,
+		m->node->id, objs, m->node->id, (unsigned long long)bytes, m->node->id,
+		m->st->region.huge ? 1 : 0);
+}
+
 static int open_store(struct mn *m)
 {
 	char dir[1024], err[512];
@@ -290,6 +319,7 @@ int main(int argc, char **argv)
 	struct mn m = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	const char *config = NULL, *log = "info";
 	struct dm_listener *lis = NULL;
+	struct dm_metrics *metrics = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
 	char err[1024], *end;
 	long id = -1;
@@ -371,6 +401,12 @@ int main(int argc, char **argv)
 	}
 	dm_info("mn%u: serving on %s (%s transport)", m.node->id, m.node->address,
 		dm_xport_name(m.x));
+	if (m.node->metrics[0]) {
+		metrics = dm_metrics_start(m.node->metrics, mn_metrics, &m);
+		if (!metrics)
+			dm_warn("mn%u: no metrics endpoint on %s: %s", m.node->id, m.node->metrics,
+				errno == ENOSYS ? "built without libmicrohttpd" : strerror(errno));
+	}
 
 	while (!stopping) {
 		struct dm_conn *conn;
@@ -405,6 +441,7 @@ int main(int argc, char **argv)
 		pthread_detach(t);
 	}
 	dm_info("mn%u: stopping", m.node->id);
+	dm_metrics_stop(metrics);
 	dm_listener_close(lis);
 	/* Connection threads notice `stopping` within their 200 ms receive timeout. */
 	for (int i = 0; i < 100; i++) {

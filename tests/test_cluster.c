@@ -14,6 +14,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "hnsw/hnsw.h"
 #include "vecfile.h"
@@ -152,6 +155,53 @@ static pid_t pid_of(const char *node)
 
 TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 900);
 
+/* GET /metrics of compute node 0 (its `metrics` address in the cluster file). */
+static void check_metrics(void)
+{
+	char p[256], line[256], addr[64] = "", cmd[512], out[8192] = "";
+	bool in_cn0 = false;
+	FILE *f;
+	size_t n;
+
+	snprintf(p, sizeof(p), "%s/lc/cluster.ini", dir);
+	f = fopen(p, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] == '[')
+			in_cn0 = !strncmp(line, "[cn.0]", 6);
+		if (in_cn0 && sscanf(line, "metrics = %63s", addr) == 1)
+			break;
+	}
+	fclose(f);
+	cr_assert(addr[0], "local up wrote no metrics address for cn.0");
+	{
+		/* A plain HTTP/1.0 GET: no client library needed (the VM has none). */
+		char *colon = strrchr(addr, ':');
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		ssize_t r;
+
+		cr_assert_not_null(colon);
+		*colon = '\0';
+		sa.sin_port = htons((uint16_t)atoi(colon + 1));
+		cr_assert_eq(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
+		cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "metrics: %s",
+			     strerror(errno));
+		snprintf(cmd, sizeof(cmd), "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", addr);
+		cr_assert_eq(write(fd, cmd, strlen(cmd)), (ssize_t)strlen(cmd));
+		n = 0;
+		while (n < sizeof(out) - 1 && (r = read(fd, out + n, sizeof(out) - 1 - n)) > 0)
+			n += (size_t)r;
+		out[n] = '\0';
+		close(fd);
+	}
+	cr_assert_not_null(strstr(out, "200 OK"), "%s", out);
+	cr_assert_not_null(strstr(out, "# TYPE dmann_cn_queries_total counter"), "%s", out);
+	cr_assert_not_null(strstr(out, "dmann_cn_cache_hits_total{node=\"0\"}"), "%s", out);
+	cr_assert_null(strstr(out, "dmann_cn_queries_total{node=\"0\"} 0\n"),
+		       "queries were answered but the counter is 0: %s", out);
+}
+
 Test(cluster, same_ids_as_local_search)
 {
 	uint32_t nq;
@@ -159,6 +209,7 @@ Test(cluster, same_ids_as_local_search)
 
 	bench_and_compare("0", want, nq);
 	bench_and_compare("10%", want, nq);
+	check_metrics();
 	free(want);
 }
 
