@@ -61,6 +61,11 @@ if setup build-test; then
 		step "soft-RoCE VM suite (verbs backend under rdma_rxe in QEMU)"
 		if meson test -C build-test --list 2>/dev/null | grep -q '^dmann:rxe'; then
 			run build-test --suite rxe --suite rxe-cluster
+			# What ran inside the VM: kernel, rxe0, every Criterion summary.
+			echo "--- inside the soft-RoCE VM (from build-test/meson-logs/testlog.txt):"
+			grep -a -E "=== VM kernel|hca_id|transport:|fw_ver|state:|active_mtu|link_layer|=== RUN|Synthesis|^ok [0-9]|^not ok|RXE-TEST-RESULT" \
+				build-test/meson-logs/testlog.txt | sed 's/^/    /'
+
 		else
 			echo "no rxe suite in this build"
 		fi
