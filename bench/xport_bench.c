@@ -510,6 +510,13 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("usage: %s [--secs S] [--host IPv4] [--backend NAME]\n\n"
+			       "Transport micro-benchmark: batched 4 KiB READs and small SEND/RECV on\n"
+			       "every available backend, each next to a plain-socket reference measured\n"
+			       "in the same run (bench/xport.sh writes docs/benchmarks.md).\n", argv[0]);
+			return 0;
+		}
 		if (!strcmp(argv[i], "--secs") && i + 1 < argc)
 			secs = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--host") && i + 1 < argc)

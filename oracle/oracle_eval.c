@@ -136,6 +136,13 @@ static void run(const char *name, const float *x, size_t n, const float *h, size
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		printf("usage: oracle-eval [TRAIN_IDX_GZ [TEST_IDX_GZ]]\n\n"
+		       "Measure the balanced k-means variants (balance, within-group distance, build\n"
+		       "time) on a generated mixture and on Fashion-MNIST (default: Debian's\n"
+		       "dataset-fashion-mnist files); prints a markdown table (docs/oracle.md).\n");
+		return 0;
+	}
 	printf("| data | n | k | algorithm | fine centroids | sample max/min vs n/k | "
 	       "sample mean sq. dist to group mean | held-out max/min vs n/k | held-out mean sq. "
 	       "dist | build ms | BLAS near-ties rechecked |\n"

@@ -328,7 +328,8 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "config", required_argument, 0, 'c' }, { "mn", required_argument, 0, 'm' },
 		{ "secs", required_argument, 0, 's' },   { "size", required_argument, 0, 'b' },
-		{ "window", required_argument, 0, 'w' }, { 0, 0, 0, 0 },
+		{ "window", required_argument, 0, 'w' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	struct dm_cluster_cfg *cfg = calloc(1, sizeof(*cfg));
 	const char *config = NULL;
@@ -346,6 +347,12 @@ int main(int argc, char **argv)
 		case 's': secs = atof(optarg); break;
 		case 'b': msg_size = (uint32_t)atoi(optarg); break;
 		case 'w': window = (uint32_t)atoi(optarg); break;
+		case 'h':
+			printf("usage: fwd_bench --config C [--mn N] [--secs S] [--size 96..16000] "
+			       "[--window 1..512]\n\nForwarding rate of one memory node's forwarding "
+			       "thread next to a plain-socket relay (bench/router/run.sh).\n");
+			free(cfg);
+			return 0;
 		default: return 2;
 		}
 	}

@@ -363,6 +363,10 @@ int main(int argc, char **argv)
 	char sk[256] = "";
 	int o;
 
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		usage(stdout);
+		return 0;
+	}
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
