@@ -3,7 +3,6 @@
  * address: each client connection gets a worker thread that keeps many queries in flight.
  * A memory node failure fails the affected queries with a clear error; the main thread
  * reconnects and re-reads the block table until the node is back. SIGTERM: clean exit. */
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,51 +147,20 @@ static void cn_metrics(void *arg, FILE *out)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "id", required_argument, NULL, 'i' },
-		{ "log", required_argument, NULL, 'l' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct cn cn = { .ctl_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct sigaction sa = { .sa_handler = on_signal };
 	pthread_rwlockattr_t rwa;
-	const char *config = NULL, *log = "info";
+	const char *config = NULL;
 	struct dm_listener *lis = NULL;
 	struct dm_metrics *metrics = NULL;
-	char err[1024], *end;
+	char err[1024];
 	uint64_t last_refresh = 0;
 	long id = -1;
 	int c, rc, status = 1;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 'c': config = optarg; break;
-		case 'i':
-			id = strtol(optarg, &end, 10);
-			if (*end || id < 0 || id >= DM_MAX_NODES) {
-				fprintf(stderr, "dmann-cn: --id '%s' is not a node number\n", optarg);
-				return 2;
-			}
-			break;
-		case 'l': log = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (!config || id < 0 || optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-	if (!strcmp(log, "error")) dm_log_set_level(DM_LOG_ERROR);
-	else if (!strcmp(log, "warn")) dm_log_set_level(DM_LOG_WARN);
-	else if (!strcmp(log, "info")) dm_log_set_level(DM_LOG_INFO);
-	else if (!strcmp(log, "debug")) dm_log_set_level(DM_LOG_DEBUG);
-	else {
-		fprintf(stderr, "dmann-cn: --log '%s' must be error, warn, info or debug\n", log);
-		return 2;
-	}
+	c = dm_node_args(argc, argv, "dmann-cn", usage, &config, &id);
+	if (c >= 0)
+		return c;
 	cn.cfg = calloc(1, sizeof(*cn.cfg));
 	if (!cn.cfg)
 		return 1;

@@ -3,6 +3,8 @@
 #ifndef DM_CLUSTER_H
 #define DM_CLUSTER_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "xport/xport.h"
 
@@ -13,6 +15,12 @@ struct dm_xport *dm_cluster_xport(const struct dm_cluster_cfg *cfg, const char *
 /* Path relative to the config file's directory (absolute paths are kept). 0 or
  * -ENAMETOOLONG. */
 int dm_cluster_path(const struct dm_cluster_cfg *cfg, const char *p, char *out, size_t cap);
+
+/* Arguments every node binary takes: --config FILE --id N [--log LEVEL] [--help]; sets the
+ * log level (default info). Returns -1 to go on, or the exit status to return at once (0
+ * after --help, 2 for a usage error, with the message printed). */
+int dm_node_args(int argc, char **argv, const char *prog, void (*usage)(FILE *f),
+		 const char **config, long *id);
 
 /* Object keys used on memory nodes: (kind, index, number) packed in 64 bits. */
 enum dm_obj_kind { DM_OBJ_HNSW_META = 1, DM_OBJ_HNSW_BLOCK = 2, DM_OBJ_FLAT = 3 };

@@ -2,7 +2,6 @@
  * last snapshot, and serves the control RPC (one thread per connection); compute nodes
  * read the region with one-sided READs, so this process's CPU is not on the read path.
  * SIGTERM / SIGINT: stop accepting, snapshot, exit 0. */
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -309,49 +308,18 @@ static int open_store(struct mn *m)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "id", required_argument, NULL, 'i' },
-		{ "log", required_argument, NULL, 'l' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct mn m = { .lock = PTHREAD_MUTEX_INITIALIZER };
-	const char *config = NULL, *log = "info";
+	const char *config = NULL;
 	struct dm_listener *lis = NULL;
 	struct dm_metrics *metrics = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
-	char err[1024], *end;
+	char err[1024];
 	long id = -1;
 	int c, rc, status = 1;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 'c': config = optarg; break;
-		case 'i':
-			id = strtol(optarg, &end, 10);
-			if (*end || id < 0 || id >= DM_MAX_NODES) {
-				fprintf(stderr, "dmann-mn: --id '%s' is not a node number\n", optarg);
-				return 2;
-			}
-			break;
-		case 'l': log = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (!config || id < 0 || optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-	if (!strcmp(log, "error")) dm_log_set_level(DM_LOG_ERROR);
-	else if (!strcmp(log, "warn")) dm_log_set_level(DM_LOG_WARN);
-	else if (!strcmp(log, "info")) dm_log_set_level(DM_LOG_INFO);
-	else if (!strcmp(log, "debug")) dm_log_set_level(DM_LOG_DEBUG);
-	else {
-		fprintf(stderr, "dmann-mn: --log '%s' must be error, warn, info or debug\n", log);
-		return 2;
-	}
+	c = dm_node_args(argc, argv, "dmann-mn", usage, &config, &id);
+	if (c >= 0)
+		return c;
 
 	m.cfg = calloc(1, sizeof(*m.cfg));
 	if (!m.cfg)
