@@ -214,6 +214,9 @@ bool dm_cache_put(struct dm_cache *c, uint32_t id, const void *rec, bool pin)
 	pthread_mutex_lock(&s->lock);
 	if (!s->nslots)
 		goto out;
+	/* Pinned records never leave: keep at least half of every shard for the rest. */
+	if (pin && s->npinned >= s->nslots / 2)
+		pin = false;
 	pos = probe(s, id, &found);
 	if (found) {
 		slot = s->table[pos];

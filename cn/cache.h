@@ -5,8 +5,9 @@
  * from different threads rarely meet (no global lock). Eviction is CLOCK (second chance);
  * admission follows SHINE: everything is admitted while there is free space, afterwards a
  * record replaces a victim only with probability admit_prob, so that a scan of cold records
- * does not flush the hot set. Pinned records (upper-level nodes) are never evicted and do
- * not count against the admission policy.
+ * does not flush the hot set. Pinned records (the top HNSW levels' nodes, see
+ * dindex_pin_level) are never evicted and bypass the admission policy; at most half of a
+ * shard's slots are pinned, further pin requests are cached as ordinary records.
  */
 #ifndef DM_CN_CACHE_H
 #define DM_CN_CACHE_H

@@ -129,7 +129,8 @@ static void bench_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann bench --config C --query F --gt F --k 10 --ef 64 --cache-ratio R\n"
 		   "                   [--routing STRATEGY] [--zipf S] [--nq N] [--conns N] [--depth D]\n"
-		   "                   [--admit P] [--warmup N] [--out F] [--json]\n\n"
+		   "                   [--admit P] [--warmup N] [--batch N] [--pause N]\n"
+		   "                   [--spill-cache yes|no] [--only-cn I] [--out F] [--json]\n\n"
 		   "Send a query stream to the compute nodes of cluster C and report recall@k\n"
 		   "against the ground truth, throughput, client-side latency, the cache hit rate and\n"
 		   "the remote READs, bytes and round trips per query.\n\n"
@@ -146,6 +147,15 @@ static void bench_usage(FILE *f)
 		   "  --depth D        queries in flight per connection (default 8)\n"
 		   "  --admit P        cache admission probability once full (default 0.1)\n"
 		   "  --warmup N       queries sent (and not measured) before the run (default 0)\n"
+		   "  --batch N        routing batch: queries a compute node routes between two\n"
+		   "                   limit updates (default: the nodes' [router] batch, 1000)\n"
+		   "  --pause N        local queue length that pauses routing (default: the\n"
+		   "                   nodes' [router] pause_queue, 1000)\n"
+		   "  --spill-cache Y  whether queries the limits send to a compute node other than\n"
+		   "                   their top-ranked one fill its cache (default: the nodes'\n"
+		   "                   [router] spill_cache, no)\n"
+		   "  --only-cn I      send every query to compute node I (e.g. the single-node\n"
+		   "                   reference of the offline cache split penalty)\n"
 		   "  --out F          write the result ids (ibin, nq x k) in stream order\n"
 		   "  --json           print one JSON object\n");
 }
@@ -161,6 +171,7 @@ struct bench {
 	struct dm_msgpool *pool;
 	struct bconn *conns;
 	uint32_t nconns, depth, k, ef, dim;
+	int only_cn;                 /* >= 0: the stream goes to this compute node only */
 	const float *queries;
 	const int32_t *gt;
 	uint32_t gt_k;
@@ -185,6 +196,7 @@ struct inflight {
 struct bthread {
 	struct bench *b;
 	struct bconn *bc;
+	bool started;
 };
 
 /* One connection: keep depth queries in flight until the stream is done. */
@@ -413,10 +425,12 @@ static double run_stream(struct bench *b, uint64_t nstream)
 	t0 = dm_now_ns();
 	for (uint32_t i = 0; i < b->nconns; i++) {
 		bt[i] = (struct bthread){ .b = b, .bc = &b->conns[i] };
-		pthread_create(&th[i], NULL, bench_thread, &bt[i]);
+		if (b->only_cn < 0 || b->conns[i].cn == (uint32_t)b->only_cn)
+			bt[i].started = pthread_create(&th[i], NULL, bench_thread, &bt[i]) == 0;
 	}
 	for (uint32_t i = 0; i < b->nconns; i++)
-		pthread_join(th[i], NULL);
+		if (bt[i].started)
+			pthread_join(th[i], NULL);
 	free(th);
 	free(bt);
 	return (double)(dm_now_ns() - t0) / 1e9;
@@ -433,16 +447,21 @@ int dm_cmd_bench(int argc, char **argv)
 		{ "depth", required_argument, 0, 'd' },  { "admit", required_argument, 0, 'a' },
 		{ "warmup", required_argument, 0, 'w' }, { "out", required_argument, 0, 'o' },
 		{ "json", no_argument, 0, 'j' },         { "help", no_argument, 0, 'h' },
+		{ "batch", required_argument, 0, 'B' },  { "pause", required_argument, 0, 'P' },
+		{ "spill-cache", required_argument, 0, 'S' }, { "only-cn", required_argument, 0, 'O' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *qpath = NULL, *gtpath = NULL, *outpath = NULL;
 	unsigned long long k = 10, ef = 64, nq = 0, conns = 2, depth = 8, warmup = 0;
+	unsigned long long rbatch = 0, rpause = 0;   /* 0: keep the compute nodes' setting */
+	unsigned long long only_cn = ~0ull;
+	uint32_t spill = DM_FWD_SPILL_KEEP;
 	double ratio = -1, zipf = 0, admit = 0.1;
 	int routing = DM_ROUTE_NONE;
 	bool json = false;
 	struct dm_cluster_cfg *cfg;
 	struct dm_vecs qv = { 0 }, gv = { 0 };
-	struct bench b = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct bench b = { .lock = PTHREAD_MUTEX_INITIALIZER, .only_cn = -1 };
 	struct dm_wire_q_stats *st0 = NULL, *st1 = NULL;
 	uint32_t *stream = NULL;
 	char err[1024];
@@ -462,6 +481,19 @@ int dm_cmd_bench(int argc, char **argv)
 		case 'C': if (dm_cli_parse_u64("bench", "--conns", optarg, 1, 64, &conns)) return 2; break;
 		case 'd': if (dm_cli_parse_u64("bench", "--depth", optarg, 1, 32, &depth)) return 2; break;
 		case 'w': if (dm_cli_parse_u64("bench", "--warmup", optarg, 0, 100000000, &warmup)) return 2; break;
+		case 'B': if (dm_cli_parse_u64("bench", "--batch", optarg, 1, 1000000, &rbatch)) return 2; break;
+		case 'P': if (dm_cli_parse_u64("bench", "--pause", optarg, 1, 1000000, &rpause)) return 2; break;
+		case 'O': if (dm_cli_parse_u64("bench", "--only-cn", optarg, 0, DM_MAX_NODES - 1, &only_cn)) return 2; break;
+		case 'S':
+			if (!strcmp(optarg, "yes")) {
+				spill = DM_FWD_SPILL_YES;
+			} else if (!strcmp(optarg, "no")) {
+				spill = DM_FWD_SPILL_NO;
+			} else {
+				fprintf(stderr, "dmann bench: --spill-cache %s: must be yes or no\n", optarg);
+				return 2;
+			}
+			break;
 		case 'z': if (dm_cli_parse_double("bench", "--zipf", optarg, 0, 10, &zipf)) return 2; break;
 		case 'a': if (dm_cli_parse_double("bench", "--admit", optarg, 0, 1, &admit)) return 2; break;
 		case 'r': {
@@ -515,6 +547,12 @@ int dm_cmd_bench(int argc, char **argv)
 			(unsigned long long)qv.n, qpath);
 		goto out;
 	}
+	if (only_cn != ~0ull && only_cn >= cfg->n_cn) {
+		fprintf(stderr, "dmann bench: --only-cn %llu: %s has %u compute nodes\n", only_cn,
+			config, cfg->n_cn);
+		goto out;
+	}
+	b.only_cn = only_cn == ~0ull ? -1 : (int)only_cn;
 	if (!nq)
 		nq = qv.n;
 	b.k = (uint32_t)k;
@@ -587,7 +625,9 @@ int dm_cmd_bench(int argc, char **argv)
 	}
 	/* Routing strategy on every compute node (counters reset). */
 	for (uint32_t i = 0; i < cfg->n_cn; i++) {
-		struct dm_wire_fwd_rcfg rc_cfg = { .set = 1, .strategy = (uint32_t)routing };
+		struct dm_wire_fwd_rcfg rc_cfg = { .set = 1, .strategy = (uint32_t)routing,
+						   .batch = (uint32_t)rbatch, .pause = (uint32_t)rpause,
+						   .spill_cache = spill };
 		struct dm_wire_fwd_rstats rs;
 
 		rc = router_call(&b.conns[i], &rc_cfg, &rs);
@@ -620,7 +660,8 @@ int dm_cmd_bench(int argc, char **argv)
 		}
 	{
 		double secs = run_stream(&b, nq), rsum = 0, hits = 0, lookups = 0;
-		uint64_t ok = 0, errs = atomic_load(&b.errors), fwd = 0, ran = 0;
+		uint64_t ok = 0, errs = atomic_load(&b.errors), fwd = 0, ran = 0, pauses = 0;
+		int spill_on = 0;
 		uint64_t t_end = dm_now_ns();
 		double csp = -1;
 		char csp_s[32] = "null";
@@ -632,6 +673,8 @@ int dm_cmd_bench(int argc, char **argv)
 			if (!router_call(&b.conns[i], &(struct dm_wire_fwd_rcfg){ 0 }, &rs)) {
 				fwd += rs.forwarded;
 				ran += rs.local + rs.forwarded;
+				pauses += rs.paused;
+				spill_on |= (int)rs.spill_cache;
 			}
 		for (int tries = 0; tries < 40; tries++) {
 			if (router_call(&b.conns[0], &(struct dm_wire_fwd_rcfg){ 0 }, &rs))
@@ -671,13 +714,15 @@ int dm_cmd_bench(int argc, char **argv)
 			       "\"bytes_per_query\": %.0f, \"round_trips_per_query\": %.2f, "
 			       "\"hops_per_query\": %.2f, \"cache_ratio\": %.4f, \"k\": %llu, \"ef\": %llu, "
 			       "\"queries\": %llu, \"errors\": %llu, \"compute_nodes\": %u, "
-			       "\"memory_nodes\": %u, \"routing\": \"%s\", \"zipf\": %.2f}\n",
+			       "\"memory_nodes\": %u, \"routing\": \"%s\", \"zipf\": %.2f, "
+			       "\"pauses\": %llu, \"spill_cache\": %s, \"only_cn\": %d}\n",
 			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
 			       atomic_load(&b.reads) / dq,
 			       atomic_load(&b.bytes) / dq, atomic_load(&b.rtrips) / dq,
 			       atomic_load(&b.hops) / dq, ratio, k, ef, (unsigned long long)ok,
 			       (unsigned long long)errs, cfg->n_cn, cfg->n_mn,
-			       dm_route_name((uint32_t)routing), zipf);
+			       dm_route_name((uint32_t)routing), zipf, (unsigned long long)pauses,
+			       spill_on ? "true" : "false", b.only_cn);
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
 			       "csp %s  routing %s (%.1f%% forwarded)  "

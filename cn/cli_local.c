@@ -36,6 +36,7 @@ static void local_usage(FILE *f)
 	fprintf(f,
 		"usage: dmann local up --mn N --cn M --dir DIR [--netns --rate RATE] [--region-mb MB]\n"
 		"                       [--base-port P] [--transport tcp|verbs] [--host IP]\n"
+		"                       [--router KEY=VALUE ...]\n"
 		"       dmann local down --dir DIR\n\n"
 		"Start (or stop) a local dmann cluster: N memory nodes and M compute nodes as\n"
 		"background processes. `up` writes DIR/cluster.ini (nodes, the compute nodes' HTTP\n"
@@ -50,7 +51,9 @@ static void local_usage(FILE *f)
 		"  --base-port P   first port (default: a free range chosen at random)\n"
 		"  --transport T   tcp (default) or verbs\n"
 		"  --host IP       address of every node on loopback mode (default 127.0.0.1; with\n"
-		"                  verbs use the IP of the RDMA netdev, e.g. rxe0's eth0)\n");
+		"                  verbs use the IP of the RDMA netdev, e.g. rxe0's eth0)\n"
+		"  --router K=V    a [router] setting of the cluster file (repeatable), e.g.\n"
+		"                  --router strategy=adaptive --router recluster_secs=5\n");
 }
 
 /* Run a shell-free command line (argv) and wait; 0 if it exited 0. */
@@ -339,10 +342,12 @@ static int cmd_up(int argc, char **argv)
 		{ "rate", required_argument, NULL, 'r' }, { "region-mb", required_argument, NULL, 'R' },
 		{ "base-port", required_argument, NULL, 'p' },
 		{ "transport", required_argument, NULL, 't' }, { "host", required_argument, NULL, 'H' },
-		{ "help", no_argument, NULL, 'h' },
+		{ "router", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0;
+	const char *rset[16];
+	int nrset = 0;
 	const char *dir = NULL, *rate = "1gbit", *transport = "tcp", *host = "127.0.0.1";
 	bool netns = false;
 	struct node_spec nodes[32];
@@ -378,6 +383,19 @@ static int cmd_up(int argc, char **argv)
 				return 2;
 			}
 			host = optarg;
+			break;
+		}
+		case 'o': {
+			const char *eq = strchr(optarg, '=');
+
+			/* The key and value are checked by the config parser below. */
+			if (!eq || eq == optarg || strpbrk(optarg, "\n\r[];#") ||
+			    nrset == (int)DM_ARRAY_SIZE(rset)) {
+				fprintf(stderr, "dmann local up: --router '%s': want KEY=VALUE (at most %zu)\n",
+					optarg, DM_ARRAY_SIZE(rset));
+				return 2;
+			}
+			rset[nrset++] = optarg;
 			break;
 		}
 		case 'h': local_usage(stdout); return 0;
@@ -447,6 +465,13 @@ static int cmd_up(int argc, char **argv)
 	fprintf(f, "; written by dmann local up\n[cluster]\nname = local-%s\nsecret_file = secret\n"
 		   "transport = %s\n\n[s3]\naccess_key = DMANNLOCALTEST\nsecret_key_file = s3.secret\n",
 		tag, transport);
+	if (nrset)
+		fprintf(f, "\n[router]\n");
+	for (int i = 0; i < nrset; i++) {
+		const char *eq = strchr(rset[i], '=');
+
+		fprintf(f, "%.*s = %s\n", (int)(eq - rset[i]), rset[i], eq + 1);
+	}
 	if (netns)
 		fprintf(f, "; netns mode: one namespace per node (" NS_PREFIX "-%s-N), links at %s\n", tag, rate);
 	for (int i = 0; i < nn; i++) {

@@ -24,6 +24,7 @@ struct cn {
 	struct dm_cache *cache;
 	uint64_t cache_bytes;
 	double admit_prob;
+	int pin_level;                    /* records of nodes of level >= this are pinned */
 	atomic_uint gen;                  /* bumped whenever idx or the MN set changes */
 	atomic_bool need_refresh;         /* a worker saw a memory node fail */
 

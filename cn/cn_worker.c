@@ -54,6 +54,7 @@ struct qslot {
 	uint64_t bytes;
 	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
 	struct dm_hit *hits;         /* DM_Q_MAX_K entries */
+	bool spilled;                /* runs here though another CN is its home */
 	bool fwded;                  /* SERVE: answer with FWD_RESULT carrying fwd */
 	struct dm_wire_fwd fwd;
 };
@@ -352,8 +353,13 @@ static void advance(struct worker *w, struct qslot *q)
 			continue;
 		}
 		q->remote[j] = 0;
-		if (w->cn->cache)
-			dm_cache_put(w->cn->cache, q->q->batch[j], r, r->level > 0);
+		if (w->cn->cache) {
+			bool pin = r->level >= w->cn->pin_level;
+
+			/* A spilled query still uses the cache but leaves the top levels alone. */
+			if (pin || !q->spilled)
+				dm_cache_put(w->cn->cache, q->q->batch[j], r, pin);
+		}
 	}
 	if (again) {
 		if (q->rereads_left-- == 0) {
@@ -414,6 +420,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 			q->err = -EINVAL;
 			return;
 		}
+	q->spilled = !router_may_cache(w->cn->rt, vec, s.dim);
 	rc = hnsw_query_start(q->q, &w->src, vec, s.k, s.ef ? s.ef : s.k);
 	if (rc) {
 		q->err = rc;
@@ -878,6 +885,8 @@ static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uin
 				rc = -ENOMEM;
 			}
 		}
+		if (cn->idx && cn->cache)
+			cn->pin_level = dindex_pin_level(cn->idx, cn->cache_bytes / cn->idx->rec_size);
 		pthread_rwlock_unlock(&cn->lock);
 	}
 	send_ctl(w, DM_OP_Q_CONFIG + 1, req_id, rc == -ENOENT ? 0 : rc, NULL, 0);

@@ -407,6 +407,8 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 		    h.up_words - o - 2 < (uint64_t)lv * hnsw_up_list_words(h.M))
 			goto bad_up;
 		d->upl[id] = d->up_store + o + 2;
+		for (uint32_t l = 1; l <= lv; l++)
+			d->at_level[l]++;
 		for (uint32_t l = 0; l < lv; l++) {
 			const uint32_t *w = d->upl[id] + (size_t)l * hnsw_up_list_words(h.M);
 
@@ -437,6 +439,15 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 bad_up:
 	snprintf(err, errlen, "index metadata: malformed upper-level lists");
 	return -EBADMSG;
+}
+
+int dindex_pin_level(const struct dindex *d, uint64_t slots)
+{
+	int l = 1;
+
+	while (l <= d->max_level && d->at_level[l] > slots / 4)
+		l++;
+	return l;
 }
 
 int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen)

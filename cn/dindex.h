@@ -79,12 +79,18 @@ struct dindex {
 	uint8_t *block_mn;         /* per block: memory node index */
 	uint64_t *block_addr;      /* per block: remote address of record 0 */
 	uint64_t index_bytes;      /* n * rec_size */
+	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1) */
 };
 
 /* Read the metadata and the block table from the memory nodes: -ENOENT when no index is
  * loaded, -EBADMSG for corrupt metadata (message in err), or another -errno. */
 int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen);
 void dindex_free(struct dindex *d);
+/* The lowest level L >= 1 whose nodes (level >= L) fit in a quarter of a cache of slots
+ * records: the compute node pins those records (max_level + 1: pin none). Pinning every
+ * upper-level node instead filled a 5% cache with them (1/M of all nodes) and every CN held
+ * the same ones. */
+int dindex_pin_level(const struct dindex *d, uint64_t slots);
 /* The memory node, remote address and rkey of node id's record. */
 static inline void dindex_locate(const struct dindex *d, const struct mn_set *s, uint32_t id,
 				 uint32_t *mn, uint64_t *addr, uint32_t *rkey)

@@ -35,6 +35,7 @@ struct router_params {
 	uint32_t sample_min_nodes;  /* oracle sample: first level with >= this many nodes */
 	double recluster_csp;       /* re-cluster when CSP stays above this ... */
 	uint32_t recluster_secs;    /* ... for this long (0: never) */
+	bool spill_cache;           /* spilled queries (run off their top-ranked CN) fill the cache */
 };
 
 struct router *router_start(struct cn *cn, const struct router_params *p);
@@ -46,9 +47,14 @@ void router_free(struct router *r);
 /* Where a query with vector vec goes: a CN id (the local one means "run it here"). Call
  * only when router_active(). */
 uint32_t router_route(struct router *r, const float *vec, uint32_t dim);
+/* Whether a query with vector vec that runs on this CN may fill its cache: always, unless
+ * routing is on, the oracle ranks another CN first (the query was spilled here by the
+ * limits) and spill_cache is off. Caching a spilled query's records would copy part of
+ * another CN's partition into this cache: the duplication the cache split penalty counts. */
+bool router_may_cache(struct router *r, const float *vec, uint32_t dim);
 /* Routing is on (strategy other than none, an oracle exists, more than one CN). */
 bool router_active(struct router *r);
-/* The local queue is over the pause threshold. */
+/* The local queue is over the pause threshold (counts each time routing pauses). */
 bool router_paused(struct router *r);
 
 enum router_counter { RC_LOCAL, RC_FORWARDED, RC_RECEIVED, RC_BOUNCED, RC_COUNT };

@@ -214,6 +214,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (errno || end == v || *end || !(d >= 0 && d <= 1))
 				return fail(pc, "recluster_csp '%s' must be a number in 0..1%s", v, "");
 			r->recluster_csp = d;
+		} else if (!strcmp(key, "spill_cache")) {
+			if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
+				r->spill_cache = true;
+			else if (!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
+				r->spill_cache = false;
+			else
+				return fail(pc, "spill_cache '%s' must be yes or no%s", v, "");
 		} else {
 			return fail(pc, "unknown key '%s' in section [%s]", key, section);
 		}

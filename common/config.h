@@ -81,6 +81,7 @@ struct dm_cluster_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */
 		uint32_t batch, pause_queue, exchange_ms, sample_min_nodes, recluster_secs;
 		double recluster_csp;
+		bool spill_cache;
 	} router;
 	uint32_t n_mn, n_cn;
 	struct dm_node_cfg mn[DM_MAX_NODES];

@@ -380,7 +380,7 @@ void dm_wire_get_f32s(const uint8_t *buf, float *v, uint32_t n);
  *               1/64 hash slice of the CN's cache) -> table{...} + n entries{cn, qlen, age, epoch}:
  *               every CN reports to every MN; each MN keeps the last report of each CN and
  *               answers with all it knows and the cache split penalty of the stored samples.
- *   FWD_ROUTER  (client -> CN on its native port) rcfg{set, strategy, batch, pause}
+ *   FWD_ROUTER  (client -> CN on its native port) rcfg{set, strategy, batch, pause, spill_cache}
  *               -> rstats{...}: select the routing strategy (set = 1) and read the counters.
  * Error responses have no body. Forwarded messages are carried whole so that a relay never
  * re-encodes a query or an answer.
@@ -454,8 +454,11 @@ struct dm_wire_fwd_rcfg {      /* FWD_ROUTER request */
 	uint32_t strategy;         /* enum dm_route_strategy */
 	uint32_t batch;            /* queries per routing batch (0: keep) */
 	uint32_t pause;            /* local queue length that pauses routing (0: keep) */
+	uint32_t spill_cache;      /* DM_FWD_SPILL_*: spilled queries fill the cache (0: keep) */
+	uint32_t reserved;         /* 0 */
 };
-_Static_assert(sizeof(struct dm_wire_fwd_rcfg) == 16, "fwd_rcfg layout");
+_Static_assert(sizeof(struct dm_wire_fwd_rcfg) == 24, "fwd_rcfg layout");
+enum { DM_FWD_SPILL_KEEP = 0, DM_FWD_SPILL_NO = 1, DM_FWD_SPILL_YES = 2 };
 
 struct dm_wire_fwd_rstats {    /* FWD_ROUTER response */
 	uint32_t strategy, k, batch, pause;
@@ -468,8 +471,11 @@ struct dm_wire_fwd_rstats {    /* FWD_ROUTER response */
 	uint32_t csp_cns;
 	uint64_t csp_age_ms;       /* age of the estimate */
 	uint32_t epoch, reclusters, qlen, sample_level;
+	uint64_t paused;           /* queries that waited in the intake: routing paused */
+	uint32_t spill_cache;      /* 1: spilled queries fill the cache */
+	uint32_t reserved;
 };
-_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 88, "fwd_rstats layout");
+_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 104, "fwd_rstats layout");
 
 /* Check a forwarding message (header decoded from a buffer of buflen bytes): known op,
  * length consistent with the body, and for QUERY/RESULT/BOUNCE a valid inner query

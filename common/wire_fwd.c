@@ -213,6 +213,8 @@ void dm_wire_fwd_rcfg_encode(uint8_t *b, const struct dm_wire_fwd_rcfg *m)
 	dm_put_le32(b + 4, m->strategy);
 	dm_put_le32(b + 8, m->batch);
 	dm_put_le32(b + 12, m->pause);
+	dm_put_le32(b + 16, m->spill_cache);
+	dm_put_le32(b + 20, 0);
 }
 
 int dm_wire_fwd_rcfg_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_rcfg *m)
@@ -223,7 +225,10 @@ int dm_wire_fwd_rcfg_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_rcf
 	m->strategy = dm_get_le32(b + 4);
 	m->batch = dm_get_le32(b + 8);
 	m->pause = dm_get_le32(b + 12);
-	if (m->set > 1 || m->strategy >= DM_ROUTE_COUNT || m->batch > DM_FWD_MAX_BATCH)
+	m->spill_cache = dm_get_le32(b + 16);
+	m->reserved = dm_get_le32(b + 20);
+	if (m->set > 1 || m->strategy >= DM_ROUTE_COUNT || m->batch > DM_FWD_MAX_BATCH ||
+	    m->pause > DM_FWD_MAX_BATCH || m->spill_cache > DM_FWD_SPILL_YES || m->reserved)
 		return -EBADMSG;
 	return 0;
 }
@@ -246,6 +251,9 @@ void dm_wire_fwd_rstats_encode(uint8_t *b, const struct dm_wire_fwd_rstats *m)
 	dm_put_le32(b + 76, m->reclusters);
 	dm_put_le32(b + 80, m->qlen);
 	dm_put_le32(b + 84, m->sample_level);
+	dm_put_le64(b + 88, m->paused);
+	dm_put_le32(b + 96, m->spill_cache);
+	dm_put_le32(b + 100, 0);
 }
 
 int dm_wire_fwd_rstats_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_rstats *m)
@@ -268,7 +276,10 @@ int dm_wire_fwd_rstats_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_r
 	m->reclusters = dm_get_le32(b + 76);
 	m->qlen = dm_get_le32(b + 80);
 	m->sample_level = dm_get_le32(b + 84);
-	if (m->strategy >= DM_ROUTE_COUNT ||
+	m->paused = dm_get_le64(b + 88);
+	m->spill_cache = dm_get_le32(b + 96);
+	m->reserved = dm_get_le32(b + 100);
+	if (m->strategy >= DM_ROUTE_COUNT || m->spill_cache > 1 ||
 	    (m->csp_ppm > 1000000 && m->csp_ppm != DM_FWD_CSP_NONE))
 		return -EBADMSG;
 	return 0;

@@ -113,6 +113,31 @@ Test(cache, admission_and_pinning)
 	cr_assert_null(dm_cache_new(100, REC, 1.5, 1));
 }
 
+/* Pinning asks for more than the cache can give: at most half of every shard is pinned, the
+ * rest stays available to ordinary records (which still enter and get evicted). */
+Test(cache, pinning_bounded_to_half)
+{
+	struct dm_cache *c = dm_cache_new(6400 * REC, REC, 1.0, 1);
+	struct dm_cache_stats st;
+	uint8_t r[REC];
+
+	for (uint32_t id = 0; id < 20000; id++) {
+		make_rec(id, r);
+		dm_cache_put(c, id, r, true);
+	}
+	dm_cache_stats(c, &st);
+	cr_assert_leq(st.pinned, 3200, "pinned %llu of 6400 slots", (unsigned long long)st.pinned);
+	cr_assert_gt(st.pinned, 2800, "pinning up to the bound: %llu", (unsigned long long)st.pinned);
+	for (uint32_t id = 100000; id < 120000; id++) {
+		make_rec(id, r);
+		dm_cache_put(c, id, r, false);
+	}
+	dm_cache_stats(c, &st);
+	cr_assert_gt(st.evictions, 0, "unpinned slots are still replaced");
+	cr_assert_geq(st.pinned, 2800, "pinned records stay");
+	dm_cache_free(c);
+}
+
 struct worker {
 	struct dm_cache *c;
 	unsigned seed, bad;

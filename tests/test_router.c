@@ -5,7 +5,10 @@
  *   - 100,000 queries sent round-robin to the compute nodes with --routing bestfit, most of
  *     them forwarded through the memory nodes, get every answer exactly once (the bench
  *     fails on a missing answer after 30 s and on any answer it does not expect: a duplicate
- *     or a wrong qid), and the answers equal those of the same stream without routing. */
+ *     or a wrong qid), and the answers equal those of the same stream without routing;
+ *   - with a pause threshold of 1 routing pauses and every query is still answered;
+ *   - with re-clustering at CSP > 0 after 1 s, the compute nodes move to a new oracle epoch
+ *     and again agree on the centroids. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +57,7 @@ static char *capture(const char *cmd)
 	return out;
 }
 
-static void setup(void)
+static void setup_with(const char *extra)
 {
 	const char *root = getenv("DMANN_BUILD_ROOT");
 
@@ -67,8 +70,13 @@ static void setup(void)
 	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 8 --efc 60 --threads 1 "
 			"--block-shift 9 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
 	cr_assert_eq(sh("%s local up --mn 2 --cn 4 --dir %s/lc --region-mb 16 --transport tcp "
-			"--host 127.0.0.1", dmann, dir), 0);
+			"--host 127.0.0.1 %s", dmann, dir, extra), 0);
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw", dmann, dir, dir), 0);
+}
+
+static void setup(void)
+{
+	setup_with("");
 }
 
 static void teardown(void)
@@ -192,4 +200,89 @@ Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 		cr_expect_eq(fw, rc, "forwarded %llu, received %llu", fw, rc);
 	}
 	free(out);
+}
+
+/* ---- pause threshold and re-clustering (their own cluster: re-clustering on at CSP > 0
+ * after 1 s, so that it happens within the test) -------------------------------------------- */
+
+static void setup_policy(void)
+{
+	setup_with("--router recluster_csp=0 --router recluster_secs=1");
+}
+
+/* The oracle epochs and centroid hashes the 4 compute nodes report. */
+static int epochs(unsigned long long h[4], unsigned e[4])
+{
+	char cmd[512], *out, *p, *q;
+	int n = 0;
+
+	snprintf(cmd, sizeof(cmd), "%s status --config %s/lc/cluster.ini --json", dmann, dir);
+	out = capture(cmd);
+	if (!out)
+		return -1;
+	for (p = out; n < 4 && (p = strstr(p, "\"centroid_hash\": \"")); n++) {
+		p += strlen("\"centroid_hash\": \"");
+		h[n] = strtoull(p, NULL, 16);
+		q = strstr(p, "\"oracle_epoch\": ");
+		e[n] = q ? (unsigned)strtoul(q + strlen("\"oracle_epoch\": "), NULL, 10) : ~0u;
+	}
+	free(out);
+	return n;
+}
+
+Test(router_policy, pause_threshold_and_reclustering, .init = setup_policy, .fini = teardown,
+     .timeout = 600)
+{
+	char cmd[1024], *out;
+	unsigned long long h[4] = { 0 }, h0;
+	unsigned e[4] = { 0 };
+	bool agreed = false, moved = false;
+
+	for (int i = 0; i < 300; i++)
+		if (epochs(h, e) == 4 && h[0] && h[1] && h[2] && h[3])
+			break;
+		else
+			usleep(100000);
+	cr_assert(h[0] && h[0] == h[1] && h[0] == h[2] && h[0] == h[3], "one oracle at start");
+	h0 = h[0];
+
+	/* Pause threshold 1: routing pauses whenever more than one query is queued on a CN;
+	 * queries wait in the intake, and every one is still answered exactly once. */
+	snprintf(cmd, sizeof(cmd), "%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin "
+		 "--gt %s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 3000 --conns 1 "
+		 "--depth 16 --routing adaptive --batch 100 --pause 1 --json", dmann, dir, dir, dir);
+	fprintf(stderr, "+ %s\n", cmd);
+	out = capture(cmd);
+	cr_assert_not_null(out, "the bench with --pause 1 failed");
+	fprintf(stderr, "%s", out);
+	cr_expect_eq(json_num(out, "queries"), 3000.0, "every query answered");
+	cr_expect_eq(json_num(out, "errors"), 0.0);
+	cr_expect_gt(json_num(out, "pauses"), 0.0, "routing paused");
+	free(out);
+
+	/* The CSP of routed caches is above 0 for longer than 1 s: the CNs move to epoch 1+
+	 * (next seed) and again agree on the centroids without exchanging them. */
+	for (int i = 0; i < 300 && !moved; i++) {
+		if (epochs(h, e) == 4)
+			for (int c = 0; c < 4; c++)
+				moved |= e[c] >= 1 && e[c] != ~0u;
+		if (!moved)
+			usleep(100000);
+	}
+	cr_assert(moved, "no compute node re-clustered within 30 s");
+	/* Stop routing (re-clustering only runs while routing is on); the others follow the
+	 * highest epoch the memory nodes report. */
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
+			"%s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 10 --routing none "
+			">/dev/null", dmann, dir, dir, dir), 0);
+	for (int i = 0; i < 300 && !agreed; i++) {
+		agreed = epochs(h, e) == 4 && e[0] >= 1 && e[0] != ~0u;
+		for (int c = 1; agreed && c < 4; c++)
+			agreed = e[c] == e[0] && h[c] == h[0];
+		if (!agreed)
+			usleep(100000);
+	}
+	cr_assert(agreed, "epochs %u %u %u %u, hashes %016llx %016llx %016llx %016llx", e[0], e[1],
+		  e[2], e[3], h[0], h[1], h[2], h[3]);
+	cr_expect_neq(h[0], h0, "a new epoch gives new centroids");
 }

@@ -90,10 +90,12 @@ Test(wire_fwd, state_table_router)
 	struct dm_wire_fwd_state s = { .cn = 2, .epoch = 1, .qlen = 40, .nsample = 3, .entries = 200 },
 				 s2;
 	struct dm_wire_fwd_table t = { .n = 2, .epoch = 1, .csp_ppm = 250000, .csp_cns = 2 }, t2;
-	struct dm_wire_fwd_rcfg c = { .set = 1, .strategy = DM_ROUTE_ADAPTIVE_RING, .batch = 100 }, c2;
+	struct dm_wire_fwd_rcfg c = { .set = 1, .strategy = DM_ROUTE_ADAPTIVE_RING, .batch = 100,
+				      .spill_cache = DM_FWD_SPILL_YES }, c2;
 	struct dm_wire_fwd_rstats st = { .strategy = DM_ROUTE_BESTFIT, .k = 4,
 					 .centroid_hash = 0x1234567890abcdefull,
-					 .csp_ppm = DM_FWD_CSP_NONE }, st2;
+					 .csp_ppm = DM_FWD_CSP_NONE, .paused = 7,
+					 .spill_cache = 1 }, st2;
 	uint32_t len;
 
 	len = DM_WIRE_HDR_LEN + sizeof(s) + 12;
@@ -133,6 +135,18 @@ Test(wire_fwd, state_table_router)
 	c.strategy = DM_ROUTE_COUNT;
 	dm_wire_fwd_rcfg_encode(b + DM_WIRE_HDR_LEN, &c);
 	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c), &c2), -EBADMSG);
+	c.strategy = DM_ROUTE_NONE;
+	c.spill_cache = DM_FWD_SPILL_YES + 1;
+	dm_wire_fwd_rcfg_encode(b + DM_WIRE_HDR_LEN, &c);
+	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c), &c2), -EBADMSG,
+		     "unknown spill_cache value");
+	c.spill_cache = DM_FWD_SPILL_NO;
+	dm_wire_fwd_rcfg_encode(b + DM_WIRE_HDR_LEN, &c);
+	dm_put_le32(b + DM_WIRE_HDR_LEN + 20, 1);
+	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c), &c2), -EBADMSG,
+		     "reserved must be 0");
+	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c) - 1, &c2), -EBADMSG,
+		     "short message");
 
 	dm_wire_fwd_rstats_encode(b, &st);
 	cr_assert_eq(dm_wire_fwd_rstats_decode(b, sizeof(st), &st2), 0);
@@ -160,7 +174,7 @@ Test(wire_fwd, router_config_keys)
 		{ "pause_queue = 2000000", "pause_queue" }, { "exchange_ms = 5", "exchange_ms" },
 		{ "recluster_csp = 1.5", "recluster_csp" }, { "recluster_csp = nan", "recluster_csp" },
 		{ "recluster_secs = -1", "recluster_secs" }, { "sample_min_nodes = 0", "sample_min" },
-		{ "colour = blue", "unknown key 'colour'" },
+		{ "colour = blue", "unknown key 'colour'" }, { "spill_cache = maybe", "spill_cache" },
 	};
 	FILE *f;
 
@@ -175,14 +189,17 @@ Test(wire_fwd, router_config_keys)
 	cr_assert_eq(c->router.batch, 1000);
 	cr_assert_eq(c->router.pause_queue, 1000);
 	cr_assert_float_eq(c->router.recluster_csp, 0.5, 1e-12);
+	cr_assert_not(c->router.spill_cache, "spilled queries do not fill the cache by default");
 	snprintf(text, sizeof(text), "%s[router]\nstrategy = adaptive-ring\nbatch = 500\n"
-		 "recluster_csp = 0.4\nrecluster_secs = 0\nexchange_ms = 50\n", hdr);
+		 "recluster_csp = 0.4\nrecluster_secs = 0\nexchange_ms = 50\nspill_cache = yes\n",
+		 hdr);
 	cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(c->router.strategy, DM_ROUTE_ADAPTIVE_RING);
 	cr_assert_eq(c->router.batch, 500);
 	cr_assert_eq(c->router.recluster_secs, 0);
 	cr_assert_eq(c->router.exchange_ms, 50);
 	cr_assert_float_eq(c->router.recluster_csp, 0.4, 1e-12);
+	cr_assert(c->router.spill_cache);
 	for (size_t i = 0; i < DM_ARRAY_SIZE(bad); i++) {
 		snprintf(text, sizeof(text), "%s[router]\n%s\n", hdr, bad[i][0]);
 		cr_assert_lt(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0,

@@ -5,7 +5,12 @@
 # For Fashion-MNIST and a generated SPACEV-shaped set, cache 5% and 10%, uniform queries and
 # Zipf s=1.0, it runs every routing strategy (none = independent caches without logical
 # partitioning, bestfit, balanced, adaptive, adaptive-ring): a warm-up pass, then a measured
-# pass of the same stream; throughput, hit rate and the online CSP. In the same run it
+# pass of the same stream; throughput, hit rate and the online CSP. Two more runs per case:
+# adaptive with spilled queries filling the cache (--spill-cache yes, the ablation of the
+# default), and the single-node reference of SHINE's offline CSP (every query to one compute
+# node whose cache is n x r%: offline CSP = 1 - CHR(n CNs at r%) / CHR(1 CN at n x r%)).
+# Routing batch BATCH (100): with the default 1000 a compute node would end about one batch
+# in a run of this length and adaptive would never update its limits. In the same run it
 # measures the forwarding rate of one memory node's forwarding thread next to a plain-socket
 # relay (bench/fwd_bench). Writes a table and docs/router-bench.png between the
 # <!-- BEGIN router --> markers of docs/benchmarks.md.
@@ -13,6 +18,7 @@
 # Needs root when NETNS=1, the packages of deploy/install-deps.sh and a build. Env: BUILD
 # (build), NQ (2000), EF (64), RATE (1gbit), NETNS (1), DATASETS ("fmnist spacev"),
 # RATIOS ("5% 10%"), DISTS ("uniform zipf"), STRATEGIES (all five), SPACEV_N (100000),
+# BATCH (100),
 # APPEND=1 (add to the result files of an earlier run instead of starting them afresh),
 # REPORT_ONLY=1 (no runs: rewrite the table and plot from the result files).
 set -euo pipefail
@@ -28,6 +34,7 @@ RATIOS=${RATIOS:-"5% 10%"}
 DISTS=${DISTS:-"uniform zipf"}
 STRATEGIES=${STRATEGIES:-"none bestfit balanced adaptive adaptive-ring"}
 SPACEV_N=${SPACEV_N:-100000}
+BATCH=${BATCH:-100}
 DMANN=$ROOT/$BUILD/cn/dmann
 FWDB=$ROOT/$BUILD/bench/fwd_bench
 WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}
@@ -83,54 +90,75 @@ for ds in $DATASETS; do
 	for ratio in $RATIOS; do
 		for dist in $DISTS; do
 			zipf=(); [ "$dist" = zipf ] && zipf=(--zipf 1.0)
-			for st in $STRATEGIES; do
-				echo "== $ds cache $ratio $dist $st"
+			run() {   # variant, bench args...
+				local variant=$1; shift
+				echo "== $ds cache $ratio $dist $variant"
 				"$DMANN" bench --config "$LC/cluster.ini" --query "$DATA/query.fbin" \
-					--gt "$DATA/gt.ibin" --k 10 --ef "$EF" --cache-ratio "$ratio" \
-					--nq "$NQ" --warmup "$NQ" --routing "$st" "${zipf[@]}" --json |
-					sed "s/^{/{\"dataset\": \"$ds\", \"dist\": \"$dist\", /" | tee -a "$OUT" ||
-					echo "run.sh: $ds $ratio $dist $st failed (not in the table)" >&2
+					--gt "$DATA/gt.ibin" --k 10 --ef "$EF" --nq "$NQ" --warmup "$NQ" \
+					--batch "$BATCH" "${zipf[@]}" --json "$@" |
+					sed "s/^{/{\"dataset\": \"$ds\", \"dist\": \"$dist\", \"variant\": \"$variant\", \"load\": $(cut -d' ' -f1 /proc/loadavg), /" |
+					tee -a "$OUT" ||
+					echo "run.sh: $ds $ratio $dist $variant failed (not in the table)" >&2
+			}
+			for st in $STRATEGIES; do
+				run "$st" --routing "$st" --cache-ratio "$ratio" --spill-cache no
 			done
+			run "adaptive, spilled cached" --routing adaptive --cache-ratio "$ratio" --spill-cache yes
+			r4=$(python3 -c "import sys; r=sys.argv[1]; v=float(r.rstrip('%'))/(100 if r.endswith('%') else 1); print(v*4)" "$ratio")
+			run "single CN" --routing none --cache-ratio "$r4" --only-cn 0
 		done
 	done
 done
 
-/usr/bin/python3 - "$OUT" "$FWD_OUT" "$ROOT/docs" "$NQ" "$EF" "$NETNS" "$RATE" "$SPACEV_N" <<'PY'
+/usr/bin/python3 - "$OUT" "$FWD_OUT" "$ROOT/docs" "$NQ" "$EF" "$NETNS" "$RATE" "$SPACEV_N" "$BATCH" <<'PY'
 import json, sys, re, datetime
-out, fwd_out, docs, nq, ef, netns, rate, spacev_n = sys.argv[1:9]
+out, fwd_out, docs, nq, ef, netns, rate, spacev_n, batch = sys.argv[1:10]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 fwd = [json.loads(l) for l in open(fwd_out) if l.strip()]
+for r in rows:
+    r.setdefault("variant", r["routing"])
 names = {"fmnist": "Fashion-MNIST (60000 x 784)", "spacev": f"SPACEV-shaped ({spacev_n} x 100, generated)"}
 net = (f"each node in its own network namespace, links rate-limited to {rate} (tc tbf)"
        if netns == "1" else "loopback")
+loads = [r["load"] for r in rows if "load" in r]
+load_s = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded"
 lines = [
     f"2 memory nodes + 4 compute nodes, {net}; tcp transport; HNSW M=16, k=10, ef={ef}; "
     f"{nq} queries measured after a warm-up pass of the same stream, 2 connections x 8 "
     f"queries in flight per compute node, the client sends round-robin and the receiving "
-    f"compute node routes. `none` = independent caches without logical partitioning. CSP is "
-    f"the online estimate (1/64 hash slice of every cache, exchanged through the memory "
-    f"nodes) taken after the measured pass. The rows of one data set and cache ratio come "
-    f"from one cluster, one after the other (`bench/router/run.sh`, "
-    f"{datetime.date.today().isoformat()}); the machine has 2 cores and was shared with other "
-    f"work (load average 10-20) during the runs: QPS and latency are noisy, hit rate and CSP "
-    f"are not.",
+    f"compute node routes; routing batch {batch} queries. `none` = independent caches without "
+    f"logical partitioning. Spilled queries (sent by the limits to a CN other than their "
+    f"top-ranked one) do not fill the cache (`spill_cache = no`, the default) except in the row "
+    f"`adaptive, spilled cached`. CSP (online) is the estimate of the running system (1/64 "
+    f"hash slice of every cache, exchanged through the memory nodes) taken after the measured "
+    f"pass; CSP (offline) is SHINE's 1 - CHR(4 CNs at r%) / CHR(1 CN at 4r%), the reference "
+    f"being the `single CN` row (every query to one compute node with a 4x cache). The rows of "
+    f"one data set come from one cluster, one after the other (`bench/router/run.sh`, "
+    f"{datetime.date.today().isoformat()}); 2-core machine, load average {load_s} during "
+    f"the runs: QPS and latency are noisy, hit rate and CSP much less so.",
     "",
-    "| data set | cache | queries | routing | QPS | QPS vs none | hit rate | CSP | forwarded | recall@10 | p50 ms | p99 ms |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| data set | cache | queries | routing | QPS | QPS vs none | hit rate | CSP (online) | CSP (offline) | forwarded | recall@10 | p50 ms | p99 ms |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
-base = {}
+base, single = {}, {}
 for r in rows:
-    key = (r["dataset"], r["cache_ratio"], r["dist"])
-    if r["routing"] == "none":
-        base[key] = r
+    if r["variant"] == "single CN":
+        single[(r["dataset"], round(r["cache_ratio"] / 4, 4), r["dist"])] = r
+    elif r["variant"] == "none":
+        base[(r["dataset"], round(r["cache_ratio"], 4), r["dist"])] = r
 for r in rows:
-    key = (r["dataset"], r["cache_ratio"], r["dist"])
-    b = base.get(key)
+    ratio = r["cache_ratio"] / (4 if r["variant"] == "single CN" else 1)
+    key = (r["dataset"], round(ratio, 4), r["dist"])
+    b, sg = base.get(key), single.get(key)
     rel = f"{r['qps']/b['qps']:.2f}x" if b else "-"
     csp = "n/a" if r["csp"] is None else f"{r['csp']*100:.1f}%"
+    off = (f"{(1 - r['hit_rate'] / sg['hit_rate'])*100:.1f}%"
+           if sg and sg["hit_rate"] > 0 and r["variant"] != "single CN" else "-")
+    if r["variant"] == "single CN":
+        csp = "-"
     lines.append(
-        f"| {r['dataset']} | {r['cache_ratio']*100:.0f}% | {r['dist']} | {r['routing']} | "
-        f"{r['qps']:.0f} | {rel} | {r['hit_rate']:.3f} | {csp} | {r['forwarded']*100:.0f}% | "
+        f"| {r['dataset']} | {r['cache_ratio']*100:.0f}% | {r['dist']} | {r['variant']} | "
+        f"{r['qps']:.0f} | {rel} | {r['hit_rate']:.3f} | {csp} | {off} | {r['forwarded']*100:.0f}% | "
         f"{r['recall']:.4f} | {r['p50_us']/1000:.1f} | {r['p99_us']/1000:.1f} |")
 lines += ["", "Forwarding rate, one memory node's forwarding thread (dmann, through the "
           "memory node of the cluster above) vs a minimal one-thread plain-socket relay on "
@@ -145,16 +173,16 @@ try:
     import matplotlib.pyplot as plt
     dss = sorted({r["dataset"] for r in rows})
     fig, axes = plt.subplots(2, len(dss), figsize=(6 * len(dss), 7), squeeze=False)
-    strats = ["none", "bestfit", "balanced", "adaptive", "adaptive-ring"]
+    strats = ["none", "bestfit", "balanced", "adaptive", "adaptive-ring", "adaptive, spilled cached"]
     for j, ds in enumerate(dss):
-        combos = sorted({(r["cache_ratio"], r["dist"]) for r in rows if r["dataset"] == ds})
+        combos = sorted({(r["cache_ratio"], r["dist"]) for r in rows if r["dataset"] == ds and r["variant"] != "single CN"})
         for i, metric in enumerate(["qps", "csp"]):
             ax = axes[i][j]
             w = 0.8 / len(strats)
             for s_i, st in enumerate(strats):
                 ys = []
                 for c in combos:
-                    m = [r for r in rows if r["dataset"] == ds and (r["cache_ratio"], r["dist"]) == c and r["routing"] == st]
+                    m = [r for r in rows if r["dataset"] == ds and (r["cache_ratio"], r["dist"]) == c and r["variant"] == st]
                     v = m[0][metric] if m and m[0][metric] is not None else 0
                     ys.append(v * (100 if metric == "csp" else 1))
                 ax.bar([x + s_i * w for x in range(len(combos))], ys, w, label=st)
