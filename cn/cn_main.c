@@ -143,6 +143,47 @@ static void cn_metrics(void *arg, FILE *out)
 		(unsigned long long)cs.evictions, id, (unsigned long long)cs.bytes, id,
 		(unsigned long long)cs.capacity_bytes, id, (unsigned long long)index_bytes, id,
 		atomic_load(&cn->workers));
+	fprintf(out, "# HELP dmann_cn_cache_pinned Records pinned in the cache (top HNSW levels).\n"
+		     "# TYPE dmann_cn_cache_pinned gauge\n"
+		     "dmann_cn_cache_pinned{node=\"%u\"} %llu\n", id, (unsigned long long)cs.pinned);
+	if (cn->rt) {
+		struct dm_wire_fwd_rstats st;
+
+		router_config(cn->rt, &(struct dm_wire_fwd_rcfg){ 0 }, &st);
+		fprintf(out, "# HELP dmann_cn_routed_total Client queries by where they ran: here "
+			     "(local) or sent to another compute node (forwarded).\n"
+			     "# TYPE dmann_cn_routed_total counter\n"
+			     "dmann_cn_routed_total{node=\"%u\",where=\"local\"} %llu\n"
+			     "dmann_cn_routed_total{node=\"%u\",where=\"forwarded\"} %llu\n"
+			     "# HELP dmann_cn_forwarded_received_total Queries other compute nodes forwarded here.\n"
+			     "# TYPE dmann_cn_forwarded_received_total counter\n"
+			     "dmann_cn_forwarded_received_total{node=\"%u\"} %llu\n"
+			     "# HELP dmann_cn_forwarded_bounced_total Forwarded queries returned undelivered.\n"
+			     "# TYPE dmann_cn_forwarded_bounced_total counter\n"
+			     "dmann_cn_forwarded_bounced_total{node=\"%u\"} %llu\n"
+			     "# HELP dmann_cn_routing_pauses_total Times routing paused (local queue over pause_queue).\n"
+			     "# TYPE dmann_cn_routing_pauses_total counter\n"
+			     "dmann_cn_routing_pauses_total{node=\"%u\"} %llu\n"
+			     "# HELP dmann_cn_queue_length Queries assigned to this compute node, not answered.\n"
+			     "# TYPE dmann_cn_queue_length gauge\n"
+			     "dmann_cn_queue_length{node=\"%u\"} %u\n"
+			     "# HELP dmann_cn_oracle_epoch Oracle epoch (re-clusterings move it on).\n"
+			     "# TYPE dmann_cn_oracle_epoch gauge\n"
+			     "dmann_cn_oracle_epoch{node=\"%u\"} %u\n",
+			id, (unsigned long long)st.local, id, (unsigned long long)st.forwarded, id,
+			(unsigned long long)st.received, id, (unsigned long long)st.bounced, id,
+			(unsigned long long)st.paused, id, st.qlen, id, st.epoch);
+		/* No sample exchange yet (or a single CN): no value rather than a made-up 0. */
+		if (st.csp_ppm != DM_FWD_CSP_NONE)
+			fprintf(out, "# HELP dmann_cn_cache_split_penalty Duplicated / all cached entries "
+				     "across the compute nodes (online estimate, 1/64 hash slice).\n"
+				     "# TYPE dmann_cn_cache_split_penalty gauge\n"
+				     "dmann_cn_cache_split_penalty{node=\"%u\"} %.6f\n"
+				     "# HELP dmann_cn_cache_split_penalty_age_seconds Age of the estimate.\n"
+				     "# TYPE dmann_cn_cache_split_penalty_age_seconds gauge\n"
+				     "dmann_cn_cache_split_penalty_age_seconds{node=\"%u\"} %.3f\n",
+				id, st.csp_ppm / 1e6, id, st.csp_age_ms / 1e3);
+	}
 }
 
 int main(int argc, char **argv)

@@ -279,7 +279,7 @@ int dm_wire_fwd_rstats_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_r
 	m->paused = dm_get_le64(b + 88);
 	m->spill_cache = dm_get_le32(b + 96);
 	m->reserved = dm_get_le32(b + 100);
-	if (m->strategy >= DM_ROUTE_COUNT || m->spill_cache > 1 ||
+	if (m->strategy >= DM_ROUTE_COUNT || m->spill_cache > 1 || m->reserved ||
 	    (m->csp_ppm > 1000000 && m->csp_ppm != DM_FWD_CSP_NONE))
 		return -EBADMSG;
 	return 0;

@@ -158,7 +158,7 @@ TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 900);
 /* GET /metrics of compute node 0 (its `metrics` address in the cluster file). */
 static void check_metrics(void)
 {
-	char p[256], line[256], addr[64] = "", cmd[512], out[8192] = "";
+	char p[256], line[256], addr[64] = "", cmd[512], out[32768] = "";
 	bool in_cn0 = false;
 	FILE *f;
 	size_t n;
@@ -198,6 +198,8 @@ static void check_metrics(void)
 	cr_assert_not_null(strstr(out, "200 OK"), "%s", out);
 	cr_assert_not_null(strstr(out, "# TYPE dmann_cn_queries_total counter"), "%s", out);
 	cr_assert_not_null(strstr(out, "dmann_cn_cache_hits_total{node=\"0\"}"), "%s", out);
+	cr_assert_not_null(strstr(out, "dmann_cn_routed_total{node=\"0\",where=\"local\"}"), "%s",
+			   out);
 	cr_assert_null(strstr(out, "dmann_cn_queries_total{node=\"0\"} 0\n"),
 		       "queries were answered but the counter is 0: %s", out);
 }

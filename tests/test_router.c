@@ -260,6 +260,17 @@ Test(router_policy, pause_threshold_and_reclustering, .init = setup_policy, .fin
 	cr_expect_gt(json_num(out, "pauses"), 0.0, "routing paused");
 	free(out);
 
+	/* The CSP estimate is a Prometheus metric too (compute node 0's /metrics). */
+	snprintf(cmd, sizeof(cmd), "python3 -c \"import sys, urllib.request; print(urllib.request."
+		 "urlopen('http://' + sys.argv[1] + '/metrics', timeout=10).read().decode())\" "
+		 "$(awk '/^\\[/ { c = ($0 == \"[cn.0]\") } c && $1 == \"metrics\" { print $3 }' "
+		 "%s/lc/cluster.ini)", dir);
+	out = capture(cmd);
+	cr_assert_not_null(out, "GET /metrics of cn0 failed");
+	cr_expect_not_null(strstr(out, "dmann_cn_cache_split_penalty{node=\"0\"} "), "%s", out);
+	cr_expect_not_null(strstr(out, "dmann_cn_routing_pauses_total{node=\"0\"} "), "%s", out);
+	free(out);
+
 	/* The CSP of routed caches is above 0 for longer than 1 s: the CNs move to epoch 1+
 	 * (next seed) and again agree on the centroids without exchanging them. */
 	for (int i = 0; i < 300 && !moved; i++) {
