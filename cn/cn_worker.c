@@ -383,8 +383,10 @@ static void advance(struct worker *w, struct qslot *q)
 	}
 }
 
-/* Start a query from a Q_SEARCH message into a free slot. */
-static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_t len)
+/* Start a query from a Q_SEARCH message into a free slot; spilled: it runs off its
+ * top-ranked CN. */
+static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_t len,
+		  bool spilled)
 {
 	struct dm_wire_q_search s;
 	float vec[DM_Q_MAX_DIM];
@@ -406,6 +408,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	q->k = s.k;
 	q->state = S_DONE;
 	q->rereads_left = MAX_REREADS;
+	q->spilled = spilled && !router_spill_cache(w->cn->rt);
 	if (!w->idx) {
 		q->err = -ENOENT;
 		return;
@@ -420,7 +423,6 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 			q->err = -EINVAL;
 			return;
 		}
-	q->spilled = !router_may_cache(w->cn->rt, vec, s.dim);
 	rc = hnsw_query_start(q->q, &w->src, vec, s.k, s.ef ? s.ef : s.k);
 	if (rc) {
 		q->err = rc;
@@ -642,16 +644,18 @@ static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
 }
 
 /* Send a client's query (the whole message in buf) to the CN the router picks, through a
- * random memory node. false: it runs here. */
-static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len)
+ * random memory node. false: it runs here, *spilled telling whether this CN is not its
+ * top-ranked one. */
+static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len, bool *spilled)
 {
 	struct cn *cn = w->cn;
 	struct dm_wire_q_search s;
 	struct dm_wire_fwd f = { .origin = cn->node->id };
 	uint8_t pre[sizeof(f)];
 	float vec[DM_Q_MAX_DIM];
-	uint32_t m0, m;
+	uint32_t m0, m, top;
 
+	*spilled = false;
 	dm_wire_q_search_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &s);
 	if (!w->idx || s.dim != w->idx->p.dim || DM_FWD_INNER_OFF + len > SEND_SLOT_SIZE ||
 	    w->fwd_out == FWD_TRACK)
@@ -660,9 +664,12 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len)
 	for (uint32_t i = 0; i < s.dim; i++)
 		if (!(vec[i] == vec[i]) || vec[i] > 3e38f || vec[i] < -3e38f)
 			return false;   /* start() reports the error */
-	f.target = router_route(cn->rt, vec, s.dim);
+	f.target = router_route(cn->rt, vec, s.dim, &top);
+	*spilled = top != cn->node->id;
 	if (f.target == cn->node->id || w->nmn == 0)
 		return false;
+	f.flags = (f.target != top ? DM_FWD_F_SPILLED : 0) |
+		  (top == cn->node->id ? DM_FWD_F_ORIGIN_TOP : 0);
 	w->rng = w->rng * 1103515245u + 12345u;
 	m0 = (w->rng >> 16) % w->nmn;
 	for (uint32_t i = 0; i < w->nmn; i++) {
@@ -700,22 +707,31 @@ static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t fl
 	struct cn *cn = w->cn;
 	uint8_t *buf = dm_msgpool_buf(cn->pool, wr_id);
 	uint32_t off = fl & (BL_FWD | BL_BOUNCED) ? DM_FWD_INNER_OFF : 0;
+	struct dm_wire_fwd f = { 0 };
+	bool spilled = false;
 
 	if (!off && !w->serve && router_active(cn->rt)) {
 		if (router_paused(cn->rt))
 			return false;   /* routing pauses: the query waits in the intake */
-		if (route_away(w, buf, len)) {
+		if (route_away(w, buf, len, &spilled)) {
 			dm_msgpool_repost(cn->pool, wr_id);
 			return true;
 		}
+	}
+	if (off) {
+		/* A forwarded query: spilled here unless this CN is its top-ranked one; one of
+		 * our own coming back undelivered: spilled unless we are. */
+		dm_wire_fwd_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &f);
+		spilled = fl & BL_FWD ? (f.flags & DM_FWD_F_SPILLED) != 0 :
+			  !(f.flags & DM_FWD_F_ORIGIN_TOP);
 	}
 	for (int i = 0; i < DEPTH; i++)
 		if (w->slot[i].state == S_FREE) {
 			struct qslot *q = &w->slot[i];
 
-			start(w, q, buf + off, len - off);
+			start(w, q, buf + off, len - off, spilled);
 			if (fl & BL_FWD) {
-				dm_wire_fwd_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &q->fwd);
+				q->fwd = f;
 				q->fwded = true;
 				router_count(cn->rt, RC_RECEIVED);
 			} else if (!(fl & BL_BOUNCED)) {

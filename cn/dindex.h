@@ -79,7 +79,7 @@ struct dindex {
 	uint8_t *block_mn;         /* per block: memory node index */
 	uint64_t *block_addr;      /* per block: remote address of record 0 */
 	uint64_t index_bytes;      /* n * rec_size */
-	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1) */
+	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1; [0] unused) */
 };
 
 /* Read the metadata and the block table from the memory nodes: -ENOENT when no index is

@@ -187,9 +187,9 @@ static int build_oracle(struct router *r, uint32_t epoch)
 		pthread_rwlock_unlock(&cn->lock);
 		return -ENOENT;
 	}
-	for (uint32_t id = 0; id < d->n; id++)
-		for (uint32_t l = 0; l <= node_level(d, id); l++)
-			counts[l]++;
+	counts[0] = d->n;
+	for (int l = 1; l <= d->max_level; l++)
+		counts[l] = d->at_level[l];
 	lv = dm_oracle_pick_level(counts, (uint32_t)d->max_level + 1, r->p.sample_min_nodes);
 	ids = malloc(counts[lv] * sizeof(*ids));
 	sample = malloc(counts[lv] * d->p.dim * sizeof(float));
@@ -279,10 +279,11 @@ static void set_limits(struct router *r)
 	r->total = 0;
 }
 
-uint32_t router_route(struct router *r, const float *vec, uint32_t dim)
+uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t *top)
 {
 	uint32_t s = atomic_load(&r->strategy), target = r->self, k = r->ncn;
 
+	*top = r->self;
 	pthread_mutex_lock(&r->mu);
 	if (!r->o || dim != r->o->dim || s == DM_ROUTE_NONE)
 		goto out;
@@ -292,6 +293,7 @@ uint32_t router_route(struct router *r, const float *vec, uint32_t dim)
 		vec = r->qv;
 	}
 	dm_oracle_rank(r->o, vec, r->cns, NULL);
+	*top = r->cns[0];
 	r->want[r->cns[0]]++;
 	if (s == DM_ROUTE_BESTFIT) {
 		target = r->cns[0];
@@ -321,24 +323,9 @@ out:
 	return target;
 }
 
-bool router_may_cache(struct router *r, const float *vec, uint32_t dim)
+bool router_spill_cache(struct router *r)
 {
-	bool home = true;
-
-	if (!r || atomic_load(&r->spill_cache) || !router_active(r))
-		return true;
-	pthread_mutex_lock(&r->mu);
-	if (r->o && dim == r->o->dim) {
-		if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
-			memcpy(r->qv, vec, dim * sizeof(float));
-			dm_normalize(r->qv, dim);
-			vec = r->qv;
-		}
-		dm_oracle_rank(r->o, vec, r->cns, NULL);
-		home = r->cns[0] == r->self;
-	}
-	pthread_mutex_unlock(&r->mu);
-	return home;
+	return !r || atomic_load(&r->spill_cache);
 }
 
 bool router_active(struct router *r)

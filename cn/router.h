@@ -44,14 +44,14 @@ void router_stop(struct router *r);
 /* Free it once no worker is left. */
 void router_free(struct router *r);
 
-/* Where a query with vector vec goes: a CN id (the local one means "run it here"). Call
- * only when router_active(). */
-uint32_t router_route(struct router *r, const float *vec, uint32_t dim);
-/* Whether a query with vector vec that runs on this CN may fill its cache: always, unless
- * routing is on, the oracle ranks another CN first (the query was spilled here by the
- * limits) and spill_cache is off. Caching a spilled query's records would copy part of
- * another CN's partition into this cache: the duplication the cache split penalty counts. */
-bool router_may_cache(struct router *r, const float *vec, uint32_t dim);
+/* Where a query with vector vec goes: a CN id (the local one means "run it here"); *top
+ * gets the CN the oracle ranks first. Call only when router_active(). */
+uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t *top);
+/* Whether queries run off their top-ranked CN ("spilled" by the limits) fill the cache of
+ * the CN that runs them ([router] spill_cache). Off by default: their records belong to
+ * another CN's partition, and caching them is the duplication the cache split penalty
+ * counts. */
+bool router_spill_cache(struct router *r);
 /* Routing is on (strategy other than none, an oracle exists, more than one CN). */
 bool router_active(struct router *r);
 /* The local queue is over the pause threshold (counts each time routing pauses). */

@@ -415,10 +415,15 @@ struct dm_wire_fwd {           /* FWD_QUERY, FWD_RESULT, FWD_BOUNCE, before the 
 	uint32_t target;           /* CN that runs the query */
 	uint32_t origin;           /* CN whose client sent it */
 	uint64_t token;            /* set by the relaying MN: the origin connection */
-	uint32_t flags;            /* 0 */
+	uint32_t flags;            /* DM_FWD_F_* */
 	uint32_t reserved;         /* 0 */
 };
 _Static_assert(sizeof(struct dm_wire_fwd) == 24, "fwd layout");
+/* Set by the origin from its routing decision, so that no CN ranks the query again: the
+ * target is not the query's top-ranked CN (the limits spilled it there); the origin is. A
+ * spilled query does not fill the cache of the CN that runs it (router.h). */
+#define DM_FWD_F_SPILLED    1u
+#define DM_FWD_F_ORIGIN_TOP 2u
 #define DM_FWD_INNER_OFF (DM_WIRE_HDR_LEN + 24u)
 
 struct dm_wire_fwd_state {     /* FWD_STATE request, followed by nsample u32 */

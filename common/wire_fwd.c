@@ -137,7 +137,7 @@ int dm_wire_fwd_decode(const uint8_t *b, size_t len, struct dm_wire_fwd *m)
 	m->reserved = dm_get_le32(b + 20);
 	if (m->target >= DM_MAX_NODES_WIRE || m->origin >= DM_MAX_NODES_WIRE)
 		return -EBADMSG;
-	return m->flags || m->reserved ? -EPROTO : 0;
+	return (m->flags & ~(DM_FWD_F_SPILLED | DM_FWD_F_ORIGIN_TOP)) || m->reserved ? -EPROTO : 0;
 }
 
 void dm_wire_fwd_state_encode(uint8_t *b, const struct dm_wire_fwd_state *m)

@@ -87,10 +87,10 @@ static void teardown(void)
 	sh("rm -rf %s", dir);
 }
 
-/* The centroid hashes the 4 compute nodes report (0 until a node built its oracle). */
-static int centroid_hashes(unsigned long long h[4])
+/* The oracle epochs and centroid hashes the 4 compute nodes report. */
+static int epochs(unsigned long long h[4], unsigned e[4])
 {
-	char cmd[512], *out, *p;
+	char cmd[512], *out, *p, *q;
 	int n = 0;
 
 	snprintf(cmd, sizeof(cmd), "%s status --config %s/lc/cluster.ini --json", dmann, dir);
@@ -100,9 +100,19 @@ static int centroid_hashes(unsigned long long h[4])
 	for (p = out; n < 4 && (p = strstr(p, "\"centroid_hash\": \"")); n++) {
 		p += strlen("\"centroid_hash\": \"");
 		h[n] = strtoull(p, NULL, 16);
+		q = strstr(p, "\"oracle_epoch\": ");
+		e[n] = q ? (unsigned)strtoul(q + strlen("\"oracle_epoch\": "), NULL, 10) : ~0u;
 	}
 	free(out);
 	return n;
+}
+
+/* The centroid hashes the 4 compute nodes report (0 until a node built its oracle). */
+static int centroid_hashes(unsigned long long h[4])
+{
+	unsigned e[4];
+
+	return epochs(h, e);
 }
 
 TestSuite(router, .init = setup, .fini = teardown, .timeout = 300);
@@ -208,26 +218,6 @@ Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 static void setup_policy(void)
 {
 	setup_with("--router recluster_csp=0 --router recluster_secs=1");
-}
-
-/* The oracle epochs and centroid hashes the 4 compute nodes report. */
-static int epochs(unsigned long long h[4], unsigned e[4])
-{
-	char cmd[512], *out, *p, *q;
-	int n = 0;
-
-	snprintf(cmd, sizeof(cmd), "%s status --config %s/lc/cluster.ini --json", dmann, dir);
-	out = capture(cmd);
-	if (!out)
-		return -1;
-	for (p = out; n < 4 && (p = strstr(p, "\"centroid_hash\": \"")); n++) {
-		p += strlen("\"centroid_hash\": \"");
-		h[n] = strtoull(p, NULL, 16);
-		q = strstr(p, "\"oracle_epoch\": ");
-		e[n] = q ? (unsigned)strtoul(q + strlen("\"oracle_epoch\": "), NULL, 10) : ~0u;
-	}
-	free(out);
-	return n;
 }
 
 Test(router_policy, pause_threshold_and_reclustering, .init = setup_policy, .fini = teardown,

@@ -61,6 +61,14 @@ Test(wire_fwd, query_and_bounce)
 	len = make_query(b, 8, DM_OP_FWD_QUERY);
 	dm_put_le32(b + DM_WIRE_HDR_LEN + 20, 1);
 	cr_assert_eq(check(b, len), -EPROTO);
+	/* The routing flags, and nothing else, may be set. */
+	len = make_query(b, 8, DM_OP_FWD_QUERY);
+	dm_put_le32(b + DM_WIRE_HDR_LEN + 16, DM_FWD_F_SPILLED | DM_FWD_F_ORIGIN_TOP);
+	cr_assert_eq(check(b, len), 0);
+	cr_assert_eq(dm_wire_fwd_decode(b + DM_WIRE_HDR_LEN, len, &f), 0);
+	cr_assert_eq(f.flags, DM_FWD_F_SPILLED | DM_FWD_F_ORIGIN_TOP);
+	dm_put_le32(b + DM_WIRE_HDR_LEN + 16, 4);
+	cr_assert_eq(check(b, len), -EPROTO);
 }
 
 Test(wire_fwd, result)

@@ -431,13 +431,11 @@ int tcp_write_batch(struct dm_conn *dc, const struct dm_rdma_wr *wr, int n)
 	return rw_batch(dc, wr, n, true);
 }
 
-int tcp_cas(struct dm_conn *dc, uint64_t wr_id, uint64_t *local, struct dm_mr *mr,
-	    uint64_t remote, uint32_t rkey, uint64_t expect, uint64_t desired, uint32_t flags)
+/* Queue one atomic request (body already encoded) whose 8-byte answer lands in local. */
+static int post_atomic(struct tcp_conn *c, uint64_t wr_id, uint64_t *local, struct dm_mr *mr,
+		       uint16_t op, uint8_t wc_op, uint32_t flags, const uint8_t *body, size_t blen)
 {
-	struct tcp_conn *c = to_tc(dc);
-	struct dm_wire_cas_req m = { .remote = remote, .rkey = rkey, .compare = expect,
-				     .swap = desired };
-	const size_t len = DM_WIRE_HDR_LEN + sizeof(m);
+	const size_t len = DM_WIRE_HDR_LEN + blen;
 	uint64_t id;
 	uint8_t *p;
 	int rc;
@@ -451,39 +449,35 @@ int tcp_cas(struct dm_conn *dc, uint64_t wr_id, uint64_t *local, struct dm_mr *m
 		pthread_mutex_unlock(&c->lock);
 		return -ENOMEM;
 	}
-	id = op_push(c, wr_id, local, 8, DM_WC_CAS, flags);
+	id = op_push(c, wr_id, local, 8, wc_op, flags);
 	p = buf_tail(&c->out, len);
-	dm_wire_hdr_encode(p, DM_OP_CAS_REQ, len, 0, id);
-	dm_wire_cas_req_encode(p + DM_WIRE_HDR_LEN, &m);
+	dm_wire_hdr_encode(p, op, (uint32_t)len, 0, id);
+	memcpy(p + DM_WIRE_HDR_LEN, body, blen);
 	post_end(c);
 	return 0;
+}
+
+int tcp_cas(struct dm_conn *dc, uint64_t wr_id, uint64_t *local, struct dm_mr *mr,
+	    uint64_t remote, uint32_t rkey, uint64_t expect, uint64_t desired, uint32_t flags)
+{
+	struct dm_wire_cas_req m = { .remote = remote, .rkey = rkey, .compare = expect,
+				     .swap = desired };
+	uint8_t body[sizeof(m)];
+
+	dm_wire_cas_req_encode(body, &m);
+	return post_atomic(to_tc(dc), wr_id, local, mr, DM_OP_CAS_REQ, DM_WC_CAS, flags, body,
+			   sizeof(body));
 }
 
 int tcp_faa(struct dm_conn *dc, uint64_t wr_id, uint64_t *local, struct dm_mr *mr,
 	    uint64_t remote, uint32_t rkey, uint64_t add, uint32_t flags)
 {
-	struct tcp_conn *c = to_tc(dc);
 	struct dm_wire_faa_req m = { .remote = remote, .rkey = rkey, .add = add };
-	const size_t len = DM_WIRE_HDR_LEN + sizeof(m);
-	uint64_t id;
-	uint8_t *p;
-	int rc;
+	uint8_t body[sizeof(m)];
 
-	if (!in_mr(mr, local, sizeof(*local)))
-		return -EINVAL;
-	rc = post_begin(c, 1);
-	if (rc)
-		return rc;
-	if (buf_reserve(&c->out, len)) {
-		pthread_mutex_unlock(&c->lock);
-		return -ENOMEM;
-	}
-	id = op_push(c, wr_id, local, 8, DM_WC_FAA, flags);
-	p = buf_tail(&c->out, len);
-	dm_wire_hdr_encode(p, DM_OP_FAA_REQ, len, 0, id);
-	dm_wire_faa_req_encode(p + DM_WIRE_HDR_LEN, &m);
-	post_end(c);
-	return 0;
+	dm_wire_faa_req_encode(body, &m);
+	return post_atomic(to_tc(dc), wr_id, local, mr, DM_OP_FAA_REQ, DM_WC_FAA, flags, body,
+			   sizeof(body));
 }
 
 int tcp_send(struct dm_conn *dc, uint64_t wr_id, const void *buf, uint32_t len,
