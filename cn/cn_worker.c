@@ -33,7 +33,10 @@
 /* Backlog entry: pool index | flags | length << 32. */
 #define BL_FWD     (1u << 30)   /* SERVE: a FWD_QUERY (query at DM_FWD_INNER_OFF) */
 #define BL_BOUNCED (1u << 31)   /* a FWD_BOUNCE of our own query: run it here */
-#define BL_INDEX   0x3fffffffu
+#define BL_LOCAL   (1u << 29)   /* routed to this CN: decided once, kept while it waits */
+#define BL_SPILLED (1u << 28)   /* with BL_LOCAL: this CN is not its top-ranked one */
+#define BL_FLAGS   (BL_FWD | BL_BOUNCED | BL_LOCAL | BL_SPILLED)
+#define BL_INDEX   0x0fffffffu
 
 #define FWD_TRACK 512                    /* forwarded queries in flight per worker */
 #define FWD_TIMEOUT_NS 25000000000ull    /* a forwarded query unanswered this long fails */
@@ -701,22 +704,25 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len, bool 
 	return false;
 }
 
-/* Route a query or start it in a free slot; true when its buffer was consumed (reposted). */
-static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t fl)
+/* Route a query or start it in a free slot; true when its buffer was consumed (reposted).
+ * A query routed here that finds no free slot gets BL_LOCAL (+ BL_SPILLED) in *flp, so that
+ * it is not routed (and counted in the batch) again when it is retried. */
+static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t *flp)
 {
 	struct cn *cn = w->cn;
 	uint8_t *buf = dm_msgpool_buf(cn->pool, wr_id);
-	uint32_t off = fl & (BL_FWD | BL_BOUNCED) ? DM_FWD_INNER_OFF : 0;
+	uint32_t fl = *flp, off = fl & (BL_FWD | BL_BOUNCED) ? DM_FWD_INNER_OFF : 0;
 	struct dm_wire_fwd f = { 0 };
-	bool spilled = false;
+	bool spilled = fl & BL_SPILLED;
 
-	if (!off && !w->serve && router_active(cn->rt)) {
+	if (!off && !(fl & BL_LOCAL) && !w->serve && router_active(cn->rt)) {
 		if (router_paused(cn->rt))
 			return false;   /* routing pauses: the query waits in the intake */
 		if (route_away(w, buf, len, &spilled)) {
 			dm_msgpool_repost(cn->pool, wr_id);
 			return true;
 		}
+		*flp = fl | BL_LOCAL | (spilled ? BL_SPILLED : 0);
 	}
 	if (off) {
 		/* A forwarded query: spilled here unless this CN is its top-ranked one; one of
@@ -750,7 +756,7 @@ static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t fl
 static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start,
 			uint32_t fl)
 {
-	if (can_start && !w->nbacklog && dispatch(w, wr_id, len, fl))
+	if (can_start && !w->nbacklog && dispatch(w, wr_id, len, &fl))
 		return;
 	if (w->nbacklog == DM_ARRAY_SIZE(w->backlog)) {
 		dm_warn("cn%u: client %s exceeds %zu queries in flight; closing",
@@ -759,7 +765,8 @@ static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can
 		w->client_gone = true;
 		return;
 	}
-	/* The local queue counts queries assigned to this CN, not those still to be routed. */
+	/* The local queue counts queries assigned to this CN (forwarded here, bounced back or
+	 * routed here), not those still to be routed. */
 	if (fl)
 		atomic_fetch_add(&w->cn->qlen, 1);
 	w->backlog[w->nbacklog++] = (wr_id & BL_INDEX) | fl | ((uint64_t)len << 32);
@@ -954,12 +961,16 @@ void *cn_worker(void *arg)
 		/* Backlogged queries: routed or into free slots, oldest first. */
 		while (w->nbacklog) {
 			uint64_t e = w->backlog[0];
-			uint32_t fl = (uint32_t)e & (BL_FWD | BL_BOUNCED);
+			uint32_t was = (uint32_t)e & BL_FLAGS, fl = was;
 
-			if (!dispatch(w, (e & BL_INDEX) | DM_RPC_RECV_TAG, (uint32_t)(e >> 32), fl))
+			if (!dispatch(w, (e & BL_INDEX) | DM_RPC_RECV_TAG, (uint32_t)(e >> 32), &fl)) {
+				if (fl && !was)
+					atomic_fetch_add(&cn->qlen, 1);   /* routed here just now */
+				w->backlog[0] = (e & ~(uint64_t)BL_FLAGS) | fl;
 				break;
+			}
 			memmove(w->backlog, w->backlog + 1, --w->nbacklog * sizeof(uint64_t));
-			if (fl)
+			if (was)
 				atomic_fetch_sub(&cn->qlen, 1);
 			progress = true;
 		}
@@ -1025,7 +1036,7 @@ void *cn_worker(void *arg)
 	close_mns(w);
 	pthread_rwlock_unlock(&cn->lock);
 	for (uint32_t i = 0; i < w->nbacklog; i++) {
-		if (w->backlog[i] & (BL_FWD | BL_BOUNCED))
+		if (w->backlog[i] & BL_FLAGS)
 			atomic_fetch_sub(&cn->qlen, 1);
 		dm_msgpool_repost(cn->pool, (w->backlog[i] & BL_INDEX) | DM_RPC_RECV_TAG);
 	}
