@@ -3,14 +3,6 @@
 
 #include <math.h>
 
-uint64_t dm_hash64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 double dm_place_score(uint64_t item, uint32_t node_id, double capacity)
 {
 	uint64_t h = dm_hash64(dm_hash64(item) ^ ((uint64_t)node_id * 0xd6e8feb86659fd93ull));

@@ -7,6 +7,7 @@
 #define DM_PLACEMENT_H
 
 #include "dm.h"
+#include "util/dm_hash.h"
 
 struct dm_place_node {
 	uint32_t id;        /* stable node id */
@@ -23,7 +24,5 @@ double dm_place_score(uint64_t item, uint32_t node_id, double capacity);
 int dm_place(uint64_t item, const struct dm_place_node *nodes, size_t n, uint32_t r,
 	     uint32_t *out);
 
-/* 64-bit mixing hash (splitmix64 finaliser) used for placement. */
-uint64_t dm_hash64(uint64_t x);
 
 #endif

@@ -3,6 +3,7 @@
  * dm_hit_cmp, which orders by (dist, id) with NaN last, so results are deterministic
  * whatever the order of the input. */
 #include "topk.h"
+#include "util/dm_hash.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,14 +152,9 @@ static void cursor_sift_down(struct cursor *c, size_t n, size_t i)
 	c[i] = x;
 }
 
-static uint64_t id_hash(uint64_t x)
+static inline uint64_t id_hash(uint64_t x)
 {
-	/* splitmix64 finaliser */
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	return dm_mix64(x);
 }
 
 /* Whether id is in out[0..n) (linear; used for small k or when the table is missing). */

@@ -57,6 +57,7 @@
 #define DM_WIRE_H
 
 #include "dm.h"
+#include "util/dm_buf.h"
 
 #define DM_WIRE_MAGIC   0x4e414d44u   /* "DMAN" as little-endian bytes */
 #define DM_WIRE_VERSION 1
@@ -166,17 +167,7 @@ _Static_assert(sizeof(struct dm_wire_atomic_resp) == 8, "atomic_resp layout");
  * header before it can decode the body. */
 #define DM_WIRE_MAX_FIXED_BODY 32u
 
-/* ---- little-endian helpers ---- */
-static inline void dm_put_le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static inline void dm_put_le32(uint8_t *p, uint32_t v)
-{ for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static inline void dm_put_le64(uint8_t *p, uint64_t v)
-{ for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static inline uint16_t dm_get_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline uint32_t dm_get_le32(const uint8_t *p)
-{ uint32_t v = 0; for (int i = 3; i >= 0; i--) v = (v << 8) | p[i]; return v; }
-static inline uint64_t dm_get_le64(const uint8_t *p)
-{ uint64_t v = 0; for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; return v; }
+/* Little-endian helpers (dm_put_le*, dm_get_le*): util/dm_buf.h. */
 
 /* Header. encode writes DM_WIRE_HDR_LEN bytes (fills magic and version itself). decode
  * checks magic, version, length (>= header, <= DM_WIRE_MAX_LEN), flags == 0:
@@ -557,35 +548,7 @@ int dm_wire_fl_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t buf
 void dm_wire_fl_chunk_encode(uint8_t *buf, const struct dm_wire_fl_chunk *m);
 int dm_wire_fl_chunk_decode(const uint8_t *buf, size_t len, struct dm_wire_fl_chunk *m);
 
-/* Payload writer / reader for the FL payloads (bounds-checked; a reader that ran past the
- * end stays failed: check .bad once at the end). */
-struct dm_wbuf {
-	uint8_t *p;
-	size_t n, cap;
-	bool oom;
-};
-void dm_wbuf_put(struct dm_wbuf *w, const void *p, size_t n);
-void dm_wbuf_u32(struct dm_wbuf *w, uint32_t v);
-void dm_wbuf_u64(struct dm_wbuf *w, uint64_t v);
-/* u32 length + bytes. */
-void dm_wbuf_bytes(struct dm_wbuf *w, const void *p, size_t n);
-void dm_wbuf_str(struct dm_wbuf *w, const char *s);
-
-struct dm_rbuf {
-	const uint8_t *p;
-	size_t n, at;
-	bool bad;
-};
-uint16_t dm_rbuf_u16(struct dm_rbuf *r);
-uint32_t dm_rbuf_u32(struct dm_rbuf *r);
-uint64_t dm_rbuf_u64(struct dm_rbuf *r);
-/* n raw bytes (pointer into the buffer, NULL if short). */
-const void *dm_rbuf_get(struct dm_rbuf *r, size_t n);
-/* u32 length + bytes: pointer and length; NULL (bad set) if short or len > max. */
-const void *dm_rbuf_bytes(struct dm_rbuf *r, uint32_t *len, uint32_t max);
-/* A string field copied NUL-terminated into out (cap bytes); false (bad set) if it is
- * longer than cap - 1 or contains a NUL. */
-bool dm_rbuf_str(struct dm_rbuf *r, char *out, size_t cap);
+/* Payloads are written with struct dm_buf and read with struct dm_rbuf (util/dm_buf.h). */
 /* ---- end of S3 flat-index RPC ---- */
 
 #endif /* DM_WIRE_H */

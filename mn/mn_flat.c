@@ -80,7 +80,7 @@ void mn_flat_close(struct mn_flat *f)
 }
 
 /* FL_CALL: run one S3 operation. */
-static int do_call(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
+static int do_call(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 {
 	char op[64];
 	uint32_t jlen;
@@ -93,15 +93,15 @@ static int do_call(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
 	if (in->bad || in->at != in->n)
 		return -EBADMSG;
 	s3_api_handle(f->api, op, json, jlen, &r);
-	dm_wbuf_put(out, (uint8_t[2]){ (uint8_t)r.status, (uint8_t)(r.status >> 8) }, 2);
-	dm_wbuf_str(out, r.errtype ? r.errtype : "");
-	dm_wbuf_bytes(out, r.body ? r.body : "", r.body ? r.len : 0);
+	dm_buf_put(out, (uint8_t[2]){ (uint8_t)r.status, (uint8_t)(r.status >> 8) }, 2);
+	dm_buf_str(out, r.errtype ? r.errtype : "");
+	dm_buf_bytes(out, r.body ? r.body : "", r.body ? r.len : 0);
 	s3_resp_free(&r);
 	return 0;
 }
 
 /* FL_STATE: index description and per-fragment (rows, dead). */
-static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
+static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 {
 	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
 	const struct flat_index_info *info;
@@ -129,16 +129,16 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
 		cap = n + 16;
 	}
 	info = flat_index_info(ix);
-	dm_wbuf_u64(out, f->epoch);
-	dm_wbuf_u64(out, (uint64_t)info->created_ms);
-	dm_wbuf_u32(out, info->dim);
-	dm_wbuf_u32(out, (uint32_t)info->metric);
-	dm_wbuf_bytes(out, info->conf, info->conf_len);
-	dm_wbuf_u32(out, flat_frag_rows(ix));
-	dm_wbuf_u32(out, (uint32_t)n);
+	dm_buf_u64(out, f->epoch);
+	dm_buf_u64(out, (uint64_t)info->created_ms);
+	dm_buf_u32(out, info->dim);
+	dm_buf_u32(out, (uint32_t)info->metric);
+	dm_buf_bytes(out, info->conf, info->conf_len);
+	dm_buf_u32(out, flat_frag_rows(ix));
+	dm_buf_u32(out, (uint32_t)n);
 	for (size_t i = 0; i < n; i++) {
-		dm_wbuf_u32(out, fs[i].rows);
-		dm_wbuf_u32(out, fs[i].dead);
+		dm_buf_u32(out, fs[i].rows);
+		dm_buf_u32(out, fs[i].dead);
 	}
 	free(fs);
 	flat_index_put(ix);
@@ -146,7 +146,7 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out)
 }
 
 struct frag_out {
-	struct dm_wbuf *w;
+	struct dm_buf *w;
 	uint32_t dim;
 };
 
@@ -154,20 +154,20 @@ static int emit_row(void *ctx, const struct flat_row *row)
 {
 	struct frag_out *fo = ctx;
 
-	dm_wbuf_str(fo->w, row->key);
-	dm_wbuf_bytes(fo->w, row->meta, row->meta_len);
-	dm_wbuf_bytes(fo->w, row->fmeta, row->fmeta_len);
+	dm_buf_str(fo->w, row->key);
+	dm_buf_bytes(fo->w, row->meta, row->meta_len);
+	dm_buf_bytes(fo->w, row->fmeta, row->fmeta_len);
 	/* f32 on the wire are little-endian, as on every host we run (see wire.h). */
-	dm_wbuf_put(fo->w, row->vec, (size_t)fo->dim * sizeof(float));
+	dm_buf_put(fo->w, row->vec, (size_t)fo->dim * sizeof(float));
 	return fo->w->oom ? 1 : 0;
 }
 
 /* FL_FRAG: tombstones and rows from `from` of one fragment. */
-static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out,
+static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 		   uint32_t *resp_msg)
 {
 	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
-	struct dm_wbuf rows = { 0 };
+	struct dm_buf rows = { 0 };
 	struct flat_index *ix;
 	uint64_t epoch, frag;
 	int64_t created;
@@ -208,9 +208,9 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out,
 	if (n >= 0 && rows.oom)
 		n = -ENOMEM;
 	if (n >= 0) {
-		dm_wbuf_u32(out, (uint32_t)n);
-		dm_wbuf_put(out, dead, (size_t)n);
-		dm_wbuf_put(out, rows.p, rows.n);
+		dm_buf_u32(out, (uint32_t)n);
+		dm_buf_put(out, dead, (size_t)n);
+		dm_buf_put(out, rows.p, rows.n);
 	}
 	free(dead);
 	free(rows.p);
@@ -220,7 +220,7 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_wbuf *out,
 int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wire_hdr *h,
 		  const uint8_t *buf, uint32_t len, uint64_t wr_id)
 {
-	struct dm_wbuf out = { 0 };
+	struct dm_buf out = { 0 };
 	uint32_t resp_msg = DM_FL_MIN_MSG;
 	uint8_t *req;
 	size_t rlen;
@@ -242,7 +242,7 @@ int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wir
 	case DM_OP_FL_FRAG: st = do_frag(f, &in, &out, &resp_msg); break;
 	case DM_OP_FL_INFO:
 		st = in.n ? -EBADMSG : 0;
-		dm_wbuf_u32(&out, ch->pool->size);
+		dm_buf_u32(&out, ch->pool->size);
 		break;
 	default: st = -EPROTO; break;
 	}

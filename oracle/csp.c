@@ -4,6 +4,7 @@
  * (what CNs exchange online: every CN samples the same ids, so duplicates stay visible).
  */
 #include "oracle.h"
+#include "util/dm_hash.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,12 +18,9 @@ double dm_csp_from_chr(double chr_n_cns, double chr_one_cn)
 }
 
 /* Final mixer of splitmix64: ids that differ in one bit land in unrelated slices. */
-static uint64_t mix64(uint64_t z)
+static inline uint64_t mix64(uint64_t z)
 {
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return dm_hash64(z);
 }
 
 bool dm_csp_in_sample(uint32_t id)

@@ -46,6 +46,7 @@
  * centroid). That is the balance the router will see.
  */
 #include "oracle.h"
+#include "util/dm_hash.h"
 #include "distance.h"
 
 #include <float.h>
@@ -55,46 +56,10 @@
 
 /* ---- RNG: xoshiro256** seeded by splitmix64 ---------------------------------------------- */
 
-struct rng {
-	uint64_t s[4];
-};
-
-static uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void rng_seed(struct rng *r, uint64_t seed)
-{
-	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix64(&seed);
-}
-
-static inline uint64_t rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t *s = r->s;
-	uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return res;
-}
-
 /* Uniform double in [0,1) from the top 53 bits (exact, no rounding). */
-static double rng_u01(struct rng *r)
+static double rng_u01(struct dm_rng *r)
 {
-	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+	return dm_rng_double(r);
 }
 
 /* ---- exact kernel -------------------------------------------------------------------------- */
@@ -249,7 +214,7 @@ static long km_assign(struct km *m, const float *cent, size_t k, uint32_t *assig
 /* k-means++ seeding: first centre uniform, the others drawn with probability proportional to
  * the exact squared distance to the nearest centre chosen so far. BLAS distances (new centre
  * vs all points) only skip points whose minimum cannot change. */
-static int km_plusplus(struct km *m, struct rng *rng, size_t k, float *cent)
+static int km_plusplus(struct km *m, struct dm_rng *rng, size_t k, float *cent)
 {
 	size_t n = m->n, dim = m->dim;
 	double *mind = malloc(n * sizeof(double));
@@ -260,7 +225,7 @@ static int km_plusplus(struct km *m, struct rng *rng, size_t k, float *cent)
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	size_t c0 = (size_t)(rng_next(rng) % n);
+	size_t c0 = (size_t)(dm_rng_next(rng) % n);
 	memcpy(cent, m->x + c0 * dim, dim * sizeof(float));
 	for (size_t i = 0; i < n; i++)
 		mind[i] = dm_oracle_l2_exact(m->x + i * dim, cent, dim);
@@ -281,7 +246,7 @@ static int km_plusplus(struct km *m, struct rng *rng, size_t k, float *cent)
 					break;
 			}
 		} else {
-			pick = (size_t)(rng_next(rng) % n); /* all points coincide with centres */
+			pick = (size_t)(dm_rng_next(rng) % n); /* all points coincide with centres */
 		}
 		float *c = cent + j * dim;
 		memcpy(c, m->x + pick * dim, dim * sizeof(float));
@@ -796,7 +761,7 @@ static int build_doubling(struct dm_oracle *o, struct km *m, const struct dm_ora
 	for (uint32_t dbl = 0; dbl <= p->max_doublings; dbl++) {
 		/* SHINE's loop; each run is seeded from (seed, k') so runs are independent */
 		size_t kf = k << dbl;
-		struct rng rng;
+		struct dm_rng rng;
 
 		if (kf > n)
 			break;
@@ -810,7 +775,7 @@ static int build_doubling(struct dm_oracle *o, struct km *m, const struct dm_ora
 			ret = -ENOMEM;
 			goto out_free;
 		}
-		rng_seed(&rng, p->seed ^ ((uint64_t)kf * 0x9e3779b97f4a7c15ull));
+		dm_rng_seed(&rng, p->seed ^ ((uint64_t)kf * DM_GOLDEN64));
 		ret = km_plusplus(m, &rng, kf, cent);
 		if (ret)
 			goto out_free;
@@ -867,7 +832,7 @@ static int build_constrained(struct dm_oracle *o, struct km *m,
 {
 	size_t n = m->n, dim = m->dim, k = p->k;
 	uint64_t cap = (uint64_t)ceil((1.0 + p->balance_eps) * (double)n / (double)k);
-	struct rng rng;
+	struct dm_rng rng;
 	int ret;
 
 	if (cap < (n + k - 1) / k)
@@ -879,7 +844,7 @@ static int build_constrained(struct dm_oracle *o, struct km *m,
 	o->nfine = (uint32_t)k;
 	for (size_t j = 0; j < k; j++)
 		o->fine_group[j] = (uint32_t)j;
-	rng_seed(&rng, p->seed ^ ((uint64_t)k * 0x9e3779b97f4a7c15ull));
+	dm_rng_seed(&rng, p->seed ^ ((uint64_t)k * DM_GOLDEN64));
 	ret = km_plusplus(m, &rng, k, o->fine);
 	if (ret)
 		return ret;

@@ -53,14 +53,14 @@ Test(fl_wire, chunk_check)
 
 Test(fl_wire, reader_bounds)
 {
-	struct dm_wbuf w = { 0 };
+	struct dm_buf w = { 0 };
 	char s[8];
 	uint32_t n;
 
-	dm_wbuf_str(&w, "bucket");
-	dm_wbuf_u64(&w, 0x1122334455667788ull);
-	dm_wbuf_bytes(&w, "xyz", 3);
-	dm_wbuf_u32(&w, 1000);            /* a length that runs past the end */
+	dm_buf_str(&w, "bucket");
+	dm_buf_u64(&w, 0x1122334455667788ull);
+	dm_buf_bytes(&w, "xyz", 3);
+	dm_buf_u32(&w, 1000);            /* a length that runs past the end */
 	cr_assert(!w.oom);
 	struct dm_rbuf r = { .p = w.p, .n = w.n };
 

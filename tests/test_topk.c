@@ -8,15 +8,13 @@
 #include <string.h>
 
 #include "topk.h"
+#include "util/dm_hash.h"
 
 static uint64_t rng_state = 12345;
 
 static uint64_t rng_next(void)
 {
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return dm_splitmix64(&rng_state);
 }
 
 static int cmp_qsort(const void *a, const void *b)

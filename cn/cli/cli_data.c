@@ -8,6 +8,7 @@
 #include "distance.h"
 #include "dm.h"
 #include "topk.h"
+#include "util/dm_hash.h"
 #include "vecfile.h"
 
 #include <getopt.h>
@@ -133,43 +134,12 @@ out_free:
 
 /* ---- gen ------------------------------------------------------------------------------- */
 
-struct rng {
-	uint64_t s[4];
-};
-
-static uint64_t splitmix(uint64_t *x)
+static double rng_unif(struct dm_rng *r)   /* (0, 1) */
 {
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return ((double)(dm_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static void rng_seed(struct rng *r, uint64_t seed)
-{
-	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&seed);
-}
-
-/* xoshiro256** */
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t *s = r->s, res = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = s[3] << 45 | s[3] >> 19;
-	return res;
-}
-
-static double rng_unif(struct rng *r)   /* (0, 1) */
-{
-	return ((double)(rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static float rng_gauss(struct rng *r)
+static float rng_gauss(struct dm_rng *r)
 {
 	return (float)(sqrt(-2.0 * log(rng_unif(r))) * cos(6.283185307179586 * rng_unif(r)));
 }
@@ -214,7 +184,7 @@ struct mixture {
 };
 
 /* Draw one point of cluster c into out, then shape it like the target kind. */
-static void draw_point(const struct mixture *mx, struct rng *g, uint32_t c, enum gen_shape sh,
+static void draw_point(const struct mixture *mx, struct dm_rng *g, uint32_t c, enum gen_shape sh,
 		       float *out)
 {
 	uint32_t dim = mx->dim;
@@ -363,8 +333,8 @@ int dm_cmd_gen(int argc, char **argv)
 			(unsigned long long)n, dim);
 		goto out_free;
 	}
-	struct rng g;
-	rng_seed(&g, seed);
+	struct dm_rng g;
+	dm_rng_seed(&g, seed);
 	/* Mixture: centroids ~ N(0, 1); each component spreads along r random directions with
 	 * per-direction scale 1/sqrt(r) * s_c, s_c in [0.5, 1]; base weights in [0.5, 1.5]. */
 	for (size_t i = 0; i < C * dim; i++)
@@ -392,7 +362,7 @@ int dm_cmd_gen(int argc, char **argv)
 		for (uint32_t i = 0; i < C; i++)
 			perm[i] = i;
 		for (uint32_t i = (uint32_t)C - 1; i > 0; i--) {
-			uint32_t j = (uint32_t)(rng_next(&g) % (i + 1)), t = perm[i];
+			uint32_t j = (uint32_t)(dm_rng_next(&g) % (i + 1)), t = perm[i];
 			perm[i] = perm[j];
 			perm[j] = t;
 		}
@@ -415,8 +385,8 @@ int dm_cmd_gen(int argc, char **argv)
 			dm_progress_update(pg, i);
 	}
 	/* queries: a separate stream so that --nq does not change the base */
-	struct rng gq;
-	rng_seed(&gq, seed ^ 0x5175657279ull);
+	struct dm_rng gq;
+	dm_rng_seed(&gq, seed ^ 0x5175657279ull);
 	for (uint64_t i = 0; i < nq; i++)
 		draw_point(&mx, &gq, pick(qcdf, (uint32_t)C, rng_unif(&gq)), kind->shape, q + i * dim);
 	dm_progress_end(pg);

@@ -1,5 +1,6 @@
 /* cache.c: sharded CLOCK record cache with probabilistic admission (see cache.h). */
 #include "cache.h"
+#include "util/dm_hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ struct dm_cache {
 
 static inline uint32_t hash_id(uint32_t id)
 {
-	uint64_t x = id * 0x9e3779b97f4a7c15ull;
+	uint64_t x = id * DM_GOLDEN64;
 
 	return (uint32_t)(x >> 32);
 }
@@ -40,13 +41,9 @@ static inline struct shard *shard_of(struct dm_cache *c, uint32_t id)
 	return &c->sh[hash_id(id) % NSHARDS];
 }
 
-static uint64_t next_rand(uint64_t *s)
+static inline uint64_t next_rand(uint64_t *s)
 {
-	uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
-
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	return dm_splitmix64(s);
 }
 
 struct dm_cache *dm_cache_new(size_t capacity_bytes, uint32_t rec_size, double admit_prob,

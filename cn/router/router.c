@@ -1,6 +1,7 @@
 /* router.c: oracle construction, routing decisions, SERVE connections and the state exchange
  * of a compute node (see router.h). */
 #include "router.h"
+#include "util/dm_hash.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,25 +59,14 @@ struct router {
 
 /* ---- oracle ------------------------------------------------------------------------------ */
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 static uint64_t oracle_hash(const struct dm_oracle *o)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = DM_FNV64_INIT;
 
-	h = fnv1a(h, o->fine, (size_t)o->nfine * o->dim * sizeof(float));
-	h = fnv1a(h, o->fine_group, o->nfine * sizeof(uint32_t));
-	h = fnv1a(h, o->bias, o->nfine * sizeof(float));
-	h = fnv1a(h, o->centroids, (size_t)o->k * o->dim * sizeof(float));
+	h = dm_fnv1a64(h, o->fine, (size_t)o->nfine * o->dim * sizeof(float));
+	h = dm_fnv1a64(h, o->fine_group, o->nfine * sizeof(uint32_t));
+	h = dm_fnv1a64(h, o->bias, o->nfine * sizeof(float));
+	h = dm_fnv1a64(h, o->centroids, (size_t)o->k * o->dim * sizeof(float));
 	return h;
 }
 

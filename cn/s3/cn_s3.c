@@ -194,7 +194,7 @@ static bool mn_is_down(struct cn_s3 *s, uint32_t mn)
 /* One FL call to memory node mn. A pooled connection that fails (the MN restarted) is
  * replaced by a fresh one once. Returns the peer status or -EHOSTDOWN when the MN cannot
  * be reached (the request was then not served by it, or its fate is unknown). */
-static int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_wbuf *req,
+static int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_buf *req,
 		   uint8_t **resp, size_t *rlen)
 {
 	struct mnslot *sl = &s->mn[mn];
@@ -259,14 +259,14 @@ static int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
 static int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t len,
 		 struct s3_resp *r)
 {
-	struct dm_wbuf w = { 0 };
+	struct dm_buf w = { 0 };
 	uint8_t *resp;
 	size_t rlen;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
-	dm_wbuf_str(&w, op);
-	dm_wbuf_bytes(&w, body ? body : "", body ? len : 0);
+	dm_buf_str(&w, op);
+	dm_buf_bytes(&w, body ? body : "", body ? len : 0);
 	if (w.oom) {
 		free(w.p);
 		return -ENOMEM;
@@ -505,15 +505,15 @@ static void ixstate_fini(struct ixstate *st)
 static int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 			 struct ixstate *st)
 {
-	struct dm_wbuf w = { 0 };
+	struct dm_buf w = { 0 };
 	uint8_t *resp;
 	size_t rlen;
 	const void *conf;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
-	dm_wbuf_str(&w, b);
-	dm_wbuf_str(&w, x);
+	dm_buf_str(&w, b);
+	dm_buf_str(&w, x);
 	if (w.oom) {
 		free(w.p);
 		return -ENOMEM;
@@ -688,7 +688,7 @@ static int cfrag_reserve(struct cfrag *f, uint32_t n)
  * tombstones from the MN. 0, -ESTALE (MN restarted / index re-created), -errno. */
 static int cfrag_refresh(struct cn_s3 *s, struct cfrag *f, const struct fstat *want)
 {
-	struct dm_wbuf w = { 0 };
+	struct dm_buf w = { 0 };
 	uint8_t *resp = NULL;
 	size_t rlen;
 	uint32_t from, rows;
@@ -702,13 +702,13 @@ static int cfrag_refresh(struct cn_s3 *s, struct cfrag *f, const struct fstat *w
 	pthread_rwlock_unlock(&f->rw);
 	if (fresh)
 		goto out;
-	dm_wbuf_str(&w, f->bucket);
-	dm_wbuf_str(&w, f->index);
-	dm_wbuf_u64(&w, f->epoch);
-	dm_wbuf_u64(&w, (uint64_t)f->created);
-	dm_wbuf_u64(&w, f->frag);
-	dm_wbuf_u32(&w, from);
-	dm_wbuf_u32(&w, MY_MSG);          /* our receive buffers: the answer's message size */
+	dm_buf_str(&w, f->bucket);
+	dm_buf_str(&w, f->index);
+	dm_buf_u64(&w, f->epoch);
+	dm_buf_u64(&w, (uint64_t)f->created);
+	dm_buf_u64(&w, f->frag);
+	dm_buf_u32(&w, from);
+	dm_buf_u32(&w, MY_MSG);          /* our receive buffers: the answer's message size */
 	rc = w.oom ? -ENOMEM : mn_call(s, f->mn, DM_OP_FL_FRAG, &w, &resp, &rlen);
 	free(w.p);
 	if (rc)

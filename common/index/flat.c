@@ -1,6 +1,7 @@
 /* flat.c: the flat-index storage engine (see flat.h): catalog, fragments + tail, key map,
  * tombstones, WAL append/fsync, snapshot + WAL recovery, exact scans. */
 #include "flat.h"
+#include "util/dm_hash.h"
 #include "flat_wal.h"
 
 #include <fcntl.h>
@@ -69,12 +70,8 @@ struct flat_store {
 uint64_t flat_key_hash(const char *key, size_t len)
 {
 	/* FNV-1a then a murmur finaliser: stable across builds and restarts. */
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = dm_fnv1a64(DM_FNV64_INIT, key, len);
 
-	for (size_t i = 0; i < len; i++) {
-		h ^= (uint8_t)key[i];
-		h *= 0x100000001b3ull;
-	}
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdull;
 	h ^= h >> 33;

@@ -2,6 +2,7 @@
  * (formats in verbs_wire.h). */
 #include "verbs_wire.h"
 #include "../../wire.h"
+#include "util/dm_hash.h"
 
 #include <string.h>
 
@@ -35,19 +36,10 @@ int verbs_priv_decode(const void *data, size_t len, struct verbs_cm_priv *p)
 	return 0;
 }
 
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 /* Hash over the first 8 header bytes (magic, index, length) and the payload. */
 static uint64_t slot_hash(const uint8_t *slot, size_t len)
 {
-	return fnv1a(fnv1a(0xcbf29ce484222325ull, slot, 8), slot + VERBS_HS_HDR, len);
+	return dm_fnv1a64(dm_fnv1a64(DM_FNV64_INIT, slot, 8), slot + VERBS_HS_HDR, len);
 }
 
 void verbs_slot_put(uint8_t *slot, uint32_t idx, const uint8_t *msg, size_t len)
