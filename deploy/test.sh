@@ -5,7 +5,10 @@
 #   3. the libFuzzer targets (clang), each for its time budget.
 # Ends with one line "N passed, N failed[, N skipped]" summed from meson's counts, and exits
 # non-zero when anything failed. Needs the packages of deploy/install-deps.sh.
-# Env: DMANN_TEST_SKIP="asan fuzz rxe" skips steps (for quick local runs; CI skips nothing).
+# Env: DMANN_TEST_SKIP="asan fuzz rxe" skips steps (for quick local runs; CI skips nothing;
+# a skipped step is counted as skipped in the closing line). A suite that cannot run (npm
+# modules missing, no rxe suite, no qemu) is a failure with its reason, never a skip; meson
+# tests that report SKIP are counted in the closing line.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -52,11 +55,13 @@ run() {
 step "build (-Werror) and run suites fast, cluster"
 if setup build-test; then
 	# The AWS SDK tests need the npm modules pinned in tests/s3sdk/package-lock.json.
+	# A failed npm ci is a failure (the SDK suites then fail too, each with the reason).
 	ninja -C build-test s3sdk-deps >build-test.npm.log 2>&1 ||
-		{ tail -20 build-test.npm.log; echo "test.sh: npm install of the SDK failed (its test will skip)"; }
+		{ tail -20 build-test.npm.log; echo "test.sh: FAIL: npm ci of the AWS SDK modules failed"; FAIL=$((FAIL + 1)); }
 	run build-test --suite fast --suite cluster
 	step "the README's main command: dmann demo"
 	run build-test --suite demo
+	if [[ $SKIP == *" rxe "* ]]; then echo "test.sh: step rxe skipped (DMANN_TEST_SKIP)"; SKIPPED=$((SKIPPED + 1)); fi
 	if [[ $SKIP != *" rxe "* ]]; then
 		step "soft-RoCE VM suite (verbs backend under rdma_rxe in QEMU)"
 		if meson test -C build-test --list 2>/dev/null | grep -q '^dmann:rxe'; then
@@ -67,19 +72,25 @@ if setup build-test; then
 				build-test/meson-logs/testlog.txt | sed 's/^/    /'
 
 		else
-			echo "no rxe suite in this build"
+			echo "test.sh: FAIL: no rxe suite in this build (verbs backend not built: libibverbs-dev/librdmacm-dev?)"
+			FAIL=$((FAIL + 1))
 		fi
 	fi
 fi
 
+skip_step() { echo "test.sh: step $1 skipped (DMANN_TEST_SKIP)"; SKIPPED=$((SKIPPED + 1)); }
+
+if [[ $SKIP == *" asan "* ]]; then skip_step asan; fi
 if [[ $SKIP != *" asan "* ]]; then
 	step "ASan + UBSan build, suites fast and cluster"
 	if setup build-asan -Dsanitizers=true; then
-		ninja -C build-asan s3sdk-deps >build-asan.npm.log 2>&1 || true
+		ninja -C build-asan s3sdk-deps >build-asan.npm.log 2>&1 ||
+			{ tail -20 build-asan.npm.log; echo "test.sh: FAIL: npm ci of the AWS SDK modules failed (asan build)"; FAIL=$((FAIL + 1)); }
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run build-asan --suite fast --suite cluster
 	fi
 fi
 
+if [[ $SKIP == *" fuzz "* ]]; then skip_step fuzz; fi
 if [[ $SKIP != *" fuzz "* ]]; then
 	step "libFuzzer targets (clang)"
 	if CC=clang setup build-fuzz -Dfuzz=true -Dtests=disabled; then
@@ -88,5 +99,8 @@ if [[ $SKIP != *" fuzz "* ]]; then
 fi
 
 step "done in $((SECONDS - T0))s"
+if [ "$SKIPPED" -gt 0 ] && [ -z "${DMANN_TEST_SKIP:-}" ]; then
+	echo "test.sh: FAIL: $SKIPPED test(s) skipped in a full run (see SKIP lines above)"
+fi
 echo "$PASS passed, $FAIL failed, $SKIPPED skipped"
-[ "$FAIL" -eq 0 ]
+[ "$FAIL" -eq 0 ] && { [ "$SKIPPED" -eq 0 ] || [ -n "${DMANN_TEST_SKIP:-}" ]; }

@@ -1,6 +1,7 @@
 #!/bin/sh
-# run.sh: meson test wrapper for the AWS SDK tests (suite 'cluster'). Exits 77 (skip) with
-# the reason when node or the npm modules are missing; install them with
+# run.sh: meson test wrapper for the AWS SDK tests (suite 'cluster'). Fails (exit 1) with
+# the reason when node or the npm modules are missing: a suite that cannot run is a failure,
+# never a skip. Install the modules with
 #   ninja -C <builddir> s3sdk-deps      (npm ci into <builddir>/s3sdk-cache)
 # Usage: run.sh [single|cluster]  (single: dmann-s3; cluster: dmann local up --mn 2 --cn 2)
 set -u
@@ -10,13 +11,13 @@ mods="$build/s3sdk-cache/node_modules"
 target=${1:-single}
 
 if ! command -v node >/dev/null 2>&1; then
-	echo "SKIP: node is not installed (Debian: apt-get install nodejs npm)"
-	exit 77
+	echo "FAIL: node is not installed (Debian: apt-get install nodejs npm; deploy/install-deps.sh does)"
+	exit 1
 fi
 if [ ! -d "$mods/@aws-sdk/client-s3vectors" ]; then
-	echo "SKIP: @aws-sdk/client-s3vectors is not installed in $mods;"
-	echo "      run: ninja -C $build s3sdk-deps"
-	exit 77
+	echo "FAIL: @aws-sdk/client-s3vectors is not installed in $mods;"
+	echo "      run: ninja -C $build s3sdk-deps (npm ci of tests/s3sdk/package-lock.json)"
+	exit 1
 fi
 case "$target" in
 single)
