@@ -4,6 +4,7 @@
  * whatever the order of the input. */
 #include "topk.h"
 #include "util/dm_hash.h"
+#include "util/dm_heap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -59,23 +60,13 @@ void dm_topk_reset(struct dm_topk *t)
 	t->n = 0;
 }
 
-/* Moves h[i] down until both children are not worse (max-heap on dm_hit_cmp). */
-static void sift_down(struct dm_hit *h, size_t n, size_t i)
-{
-	struct dm_hit x = h[i];
+/* The kept hits: a max-heap on dm_hit_cmp (h[0] is the worst). */
+#define HIT_WORSE(p, q) (dm_hit_cmp((p), (q)) > 0)
+DM_HEAP_DEFINE(hitheap, struct dm_hit, size_t, HIT_WORSE)
 
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && dm_hit_cmp(&h[c + 1], &h[c]) > 0)
-			c++;
-		if (dm_hit_cmp(&h[c], &x) <= 0)
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	h[i] = x;
+static inline void sift_down(struct dm_hit *h, size_t n, size_t i)
+{
+	hitheap_sift_down(h, n, i, h[i]);
 }
 
 void dm_topk_push(struct dm_topk *t, float dist, uint64_t id)
@@ -83,16 +74,7 @@ void dm_topk_push(struct dm_topk *t, float dist, uint64_t id)
 	struct dm_hit x = { .dist = dist, .pad = 0, .id = id };
 
 	if (t->n < t->k) {
-		/* sift up */
-		size_t i = t->n++;
-		while (i > 0) {
-			size_t p = (i - 1) / 2;
-			if (dm_hit_cmp(&t->h[p], &x) >= 0)
-				break;
-			t->h[i] = t->h[p];
-			i = p;
-		}
-		t->h[i] = x;
+		hitheap_push(t->h, &t->n, x);
 		return;
 	}
 	if (dm_hit_cmp(&x, &t->h[0]) >= 0)
@@ -133,23 +115,13 @@ struct cursor {
 	const struct dm_hit *cur, *end;
 };
 
-/* Min-heap sift down on cursors by their current hit. */
-static void cursor_sift_down(struct cursor *c, size_t n, size_t i)
-{
-	struct cursor x = c[i];
+/* Min-heap of cursors by their current hit. */
+#define CURSOR_BEFORE(p, q) (dm_hit_cmp((p)->cur, (q)->cur) < 0)
+DM_HEAP_DEFINE(curheap, struct cursor, size_t, CURSOR_BEFORE)
 
-	for (;;) {
-		size_t l = 2 * i + 1;
-		if (l >= n)
-			break;
-		if (l + 1 < n && dm_hit_cmp(c[l + 1].cur, c[l].cur) < 0)
-			l++;
-		if (dm_hit_cmp(c[l].cur, x.cur) >= 0)
-			break;
-		c[i] = c[l];
-		i = l;
-	}
-	c[i] = x;
+static inline void cursor_sift_down(struct cursor *c, size_t n, size_t i)
+{
+	curheap_sift_down(c, n, i, c[i]);
 }
 
 static inline uint64_t id_hash(uint64_t x)
