@@ -125,6 +125,19 @@ Test(config, load_file)
 	free(c);
 }
 
+static void s3_eq(const struct dm_s3_cfg *got, const struct dm_s3_cfg *want)
+{
+	cr_assert_eq(got->width, want->width);
+	cr_assert_eq(got->groups, want->groups);
+	cr_assert_eq(got->max_scan_bytes, want->max_scan_bytes);
+	cr_assert_eq(got->hedge_ms, want->hedge_ms);
+	cr_assert_eq(got->cache_bytes, want->cache_bytes);
+	cr_assert_eq(got->frag_fetch_bytes, want->frag_fetch_bytes);
+	cr_assert_eq(got->queue_depth, want->queue_depth);
+	cr_assert_eq(got->search_threads, want->search_threads);
+	cr_assert_eq(got->http_threads, want->http_threads);
+}
+
 /* [s3]: the gateway tunables, their defaults, every bad value an error naming file:line. */
 Test(config, s3_section)
 {
@@ -132,30 +145,18 @@ Test(config, s3_section)
 	char err[256] = "", text[1024];
 
 	cr_assert_eq(dm_config_parse(good, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(c->s3.width, 0);
-	cr_assert_eq(c->s3.groups, 0);
-	cr_assert_eq(c->s3.max_scan_bytes, 256ull << 20);
-	cr_assert_eq(c->s3.hedge_ms, 50);
-	cr_assert_eq(c->s3.cache_bytes, 2048ull << 20);
-	cr_assert_eq(c->s3.frag_fetch_bytes, 16u << 20);
-	cr_assert_eq(c->s3.queue_depth, 64);
-	cr_assert_eq(c->s3.search_threads, 0);
-	cr_assert_eq(c->s3.http_threads, 8);
+	s3_eq(&c->s3, &(struct dm_s3_cfg){ .max_scan_bytes = 256ull << 20, .hedge_ms = 50,
+		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
+		.http_threads = 8 });
 
 	snprintf(text, sizeof(text), "%s[s3]\naccess_key = AK\nwidth = 2\ngroups = 3\n"
 		 "max_scan_mb = 64\nhedge_ms = 20\ncache_mb = 100\nfrag_fetch_kb = 64\n"
 		 "queue_depth = 5\nsearch_threads = 4\nhttp_threads = 2\n", good);
 	cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
 	cr_assert_str_eq(c->s3_access_key, "AK");
-	cr_assert_eq(c->s3.width, 2);
-	cr_assert_eq(c->s3.groups, 3);
-	cr_assert_eq(c->s3.max_scan_bytes, 64ull << 20);
-	cr_assert_eq(c->s3.hedge_ms, 20);
-	cr_assert_eq(c->s3.cache_bytes, 100ull << 20);
-	cr_assert_eq(c->s3.frag_fetch_bytes, 64u << 10);
-	cr_assert_eq(c->s3.queue_depth, 5);
-	cr_assert_eq(c->s3.search_threads, 4);
-	cr_assert_eq(c->s3.http_threads, 2);
+	s3_eq(&c->s3, &(struct dm_s3_cfg){ .width = 2, .groups = 3, .max_scan_bytes = 64ull << 20,
+		.hedge_ms = 20, .cache_bytes = 100ull << 20, .frag_fetch_bytes = 64u << 10,
+		.queue_depth = 5, .search_threads = 4, .http_threads = 2 });
 
 	static const struct {
 		const char *line, *msg;

@@ -51,21 +51,6 @@ static int conn_open(struct conn *c)
 	return 0;
 }
 
-struct hdrs {
-	const char *host, *date, *sha, *ctype;
-};
-
-static const char *hget(void *ctx, const char *n)
-{
-	const struct hdrs *h = ctx;
-
-	if (!strcmp(n, "host")) return h->host;
-	if (!strcmp(n, "x-amz-date")) return h->date;
-	if (!strcmp(n, "x-amz-content-sha256")) return h->sha;
-	if (!strcmp(n, "content-type")) return h->ctype;
-	return NULL;
-}
-
 static int write_all(int fd, const char *p, size_t n)
 {
 	while (n) {
@@ -93,8 +78,8 @@ static int call(struct conn *c, const char *op, const char *body, char **resp)
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
 	s3_sha256_hex(body, blen, sha);
-	struct hdrs h = { c->hostport, date, sha, "application/json" };
-	struct s3_sigv4_req r = { "POST", path, "", hget, &h, body, blen };
+	struct s3_sigv4_client_hdrs h = { c->hostport, date, sha, "application/json" };
+	struct s3_sigv4_req r = { "POST", path, "", s3_sigv4_client_header, &h, body, blen };
 
 	if (s3_sigv4_authorization(&r, c->ak, c->sk, date, "us-east-1", "s3vectors",
 				   "content-type;host;x-amz-content-sha256;x-amz-date", sha, auth,

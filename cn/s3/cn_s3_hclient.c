@@ -14,21 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-struct sig_hdrs {
-	const char *host, *date, *sha, *ctype;
-};
-
-static const char *sig_hdr(void *ctx, const char *name)
-{
-	const struct sig_hdrs *h = ctx;
-
-	if (!strcmp(name, "host")) return h->host;
-	if (!strcmp(name, "x-amz-date")) return h->date;
-	if (!strcmp(name, "x-amz-content-sha256")) return h->sha;
-	if (!strcmp(name, "content-type")) return h->ctype;
-	return NULL;
-}
-
 /* Start a signed POST /_dmann/ScanShare to CN cn (non-blocking). false on failure. */
 bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body)
 {
@@ -67,10 +52,10 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
 	s3_sha256_hex(body, blen, sha);
-	struct sig_hdrs sh = { .host = hp, .date = date, .sha = sha,
-			       .ctype = "application/json" };
+	struct s3_sigv4_client_hdrs sh = { .host = hp, .date = date, .sha = sha,
+					   .ctype = "application/json" };
 	struct s3_sigv4_req sr = { .method = "POST", .path = path, .query = "",
-				   .header = sig_hdr, .hctx = &sh, .body = body,
+				   .header = s3_sigv4_client_header, .hctx = &sh, .body = body,
 				   .body_len = blen };
 
 	if (s3_sigv4_authorization(&sr, s->icred.access_key, s->icred.secret_key, date,

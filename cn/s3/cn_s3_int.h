@@ -104,9 +104,9 @@ struct ixstate {
 
 void mnconn_free(struct mnconn *mc);
 bool mn_is_down(struct cn_s3 *s, uint32_t mn);
-/* One FL call to memory node mn: the peer status, or -EHOSTDOWN when it cannot be
- * reached. */
-int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_buf *req,
+/* One FL call to memory node mn with the request in req (freed here, also on error;
+ * -ENOMEM if it overflowed): the peer status, or -EHOSTDOWN when it cannot be reached. */
+int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
 	    uint8_t **resp, size_t *rlen);
 /* The MNs holding a bucket, best first: their number, or -errno. */
 int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out);

@@ -53,8 +53,7 @@ static int fetch_piece(struct cn_s3 *s, struct s3_frag *f)
 	dm_buf_u32(&w, from);
 	dm_buf_u32(&w, MY_MSG);          /* our receive buffers: the answer's message size */
 	dm_buf_u32(&w, s->frag_piece_bytes);
-	rc = w.oom ? -ENOMEM : mn_call(s, f->mn, DM_OP_FL_FRAG, &w, &resp, &rlen);
-	dm_buf_free(&w);
+	rc = mn_call(s, f->mn, DM_OP_FL_FRAG, &w, &resp, &rlen);   /* frees w */
 	if (rc)
 		goto out;
 	__atomic_add_fetch(&s->fetches, 1, __ATOMIC_RELAXED);

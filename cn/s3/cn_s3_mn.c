@@ -67,13 +67,15 @@ bool mn_is_down(struct cn_s3 *s, uint32_t mn)
 /* One FL call to memory node mn. A pooled connection that fails (the MN restarted) is
  * replaced by a fresh one once. Returns the peer status or -EHOSTDOWN when the MN cannot
  * be reached (the request was then not served by it, or its fate is unknown). */
-int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_buf *req,
-		   uint8_t **resp, size_t *rlen)
+static int mn_call1(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_buf *req,
+		    uint8_t **resp, size_t *rlen)
 {
 	struct mnslot *sl = &s->mn[mn];
 
 	*resp = NULL;
 	*rlen = 0;
+	if (req->oom)
+		return -ENOMEM;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		struct mnconn *mc;
 		bool pooled;
@@ -115,6 +117,15 @@ int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_buf *req,
 	return -EHOSTDOWN;
 }
 
+int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
+	    uint8_t **resp, size_t *rlen)
+{
+	int rc = mn_call1(s, mn, op, req, resp, rlen);
+
+	dm_buf_free(req);
+	return rc;
+}
+
 /* The MNs holding a bucket, best first (static ideal state: every MN counted up, so a
  * bucket never moves while an MN is down; there is no re-replication yet). */
 int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
@@ -140,12 +151,7 @@ int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t
 	memset(r, 0, sizeof(*r));
 	dm_buf_str(&w, op);
 	dm_buf_bytes(&w, body ? body : "", body ? len : 0);
-	if (w.oom) {
-		free(w.p);
-		return -ENOMEM;
-	}
-	rc = mn_call(s, mn, DM_OP_FL_CALL, &w, &resp, &rlen);
-	free(w.p);
+	rc = mn_call(s, mn, DM_OP_FL_CALL, &w, &resp, &rlen);   /* frees w */
 	if (rc)
 		return rc;
 	struct dm_rbuf rb = { .p = resp, .n = rlen };
@@ -209,12 +215,7 @@ int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 	memset(st, 0, sizeof(*st));
 	dm_buf_str(&w, b);
 	dm_buf_str(&w, x);
-	if (w.oom) {
-		free(w.p);
-		return -ENOMEM;
-	}
-	rc = mn_call(s, mn, DM_OP_FL_STATE, &w, &resp, &rlen);
-	free(w.p);
+	rc = mn_call(s, mn, DM_OP_FL_STATE, &w, &resp, &rlen);   /* frees w */
 	if (rc)
 		return rc;
 	struct dm_rbuf rb = { .p = resp, .n = rlen };

@@ -422,3 +422,18 @@ int s3_sigv4_verify(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r
 		     "provided. Check your AWS Secret Access Key and signing method.");
 	return 0;
 }
+
+const char *s3_sigv4_client_header(void *ctx, const char *lname)
+{
+	const struct s3_sigv4_client_hdrs *h = ctx;
+
+	if (!strcmp(lname, "host"))
+		return h->host;
+	if (!strcmp(lname, "x-amz-date"))
+		return h->date;
+	if (!strcmp(lname, "x-amz-content-sha256"))
+		return h->sha;
+	if (!strcmp(lname, "content-type"))
+		return h->ctype;
+	return NULL;
+}
