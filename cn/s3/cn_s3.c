@@ -76,16 +76,13 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	if (dcn && *dcn && dms && strtoul(dcn, NULL, 10) == node->id)
 		s->test_delay_ms = (uint32_t)DM_MIN(strtoul(dms, NULL, 10), 60000ul);
 	pthread_mutex_init(&s->rmu, NULL);
+	for (uint32_t i = 0; i < cfg->n_mn; i++)
+		pthread_mutex_init(&s->mn[i].mu, NULL);
 	s->cache = s3_fcache_new(set.cache_bytes);
 	if (!s->cache) {
 		err = errno;
-		pthread_mutex_destroy(&s->rmu);
-		free(s);
-		errno = err;
-		return NULL;
+		goto err_destroy_locks;
 	}
-	for (uint32_t i = 0; i < cfg->n_mn; i++)
-		pthread_mutex_init(&s->mn[i].mu, NULL);
 	s->cred.access_key = (char *)cfg->s3_access_key;
 	s->cred.secret_key = (char *)cfg->s3_secret_key;
 	/* Sub-requests between CNs are signed with a key only cluster members can derive: an
@@ -107,7 +104,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->x = dm_cluster_xport(cfg, NULL);
 	if (!s->x) {
 		err = errno;
-		goto err_free;
+		goto err_free_cache;
 	}
 	/* Our own context: S3 streams never share receive buffers with the HNSW path. */
 	s->pool = dm_msgpool_new(s->x, 256, MY_MSG);
@@ -157,10 +154,11 @@ err_free_pool:
 	dm_msgpool_free(s->pool);
 err_close_x:
 	dm_xport_close(s->x);
-err_free:
+err_free_cache:
+	s3_fcache_free(s->cache);
+err_destroy_locks:
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_destroy(&s->mn[i].mu);
-	s3_fcache_free(s->cache);
 	pthread_mutex_destroy(&s->rmu);
 	free(s);
 	errno = err;

@@ -242,7 +242,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 	fbytes = calloc(st->nfrag + 1, sizeof(*fbytes));
 	owner = calloc(st->nfrag + 1, sizeof(*owner));
 	if (!fids || !fbytes || !owner)
-		goto out;
+		goto oom;
 	for (uint32_t i = 0; i < st->nfrag; i++) {
 		fids[i] = i;
 		fbytes[i] = (uint64_t)st->fr[i].rows * st->dim * sizeof(float);
@@ -276,7 +276,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 	if (p->ngroups <= 0) {
 		rc = p->ngroups ? p->ngroups : -EINVAL;
 		s3_resp_error(r, 500, "InternalServerException", "query planning failed");
-		goto out_free;
+		goto free_arrays;
 	}
 	p->w = w;
 	/* This CN's group when it is in one (one hop less), else a random group. */
@@ -291,25 +291,25 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 					owner)) {
 		rc = -EINVAL;
 		s3_resp_error(r, 500, "InternalServerException", "share planning failed");
-		goto out_free;
+		goto free_arrays;
 	}
 	for (uint32_t j = 0; j < w; j++) {
 		p->sh[j].frags = calloc(st->nfrag + 1, sizeof(uint64_t));
 		if (!p->sh[j].frags)
-			goto out;
+			goto oom;
 	}
 	for (uint32_t i = 0; i < st->nfrag; i++)
 		p->sh[owner[i]].frags[p->sh[owner[i]].nf++] = i;
 	for (uint32_t j = 0; j < w; j++) {
 		p->sh[j].req = subreq_json(st, t->b, t->x, p->sh[j].frags, p->sh[j].nf, body, len);
 		if (!p->sh[j].req)
-			goto out;
+			goto oom;
 	}
 	rc = 0;
-	goto out_free;
-out:
+	goto free_arrays;
+oom:
 	s3_resp_error(r, 500, "InternalServerException", "out of memory");
-out_free:
+free_arrays:
 	free(owner);
 	free(fids);
 	free(fbytes);
@@ -425,7 +425,7 @@ static int fan_out(struct cn_s3 *s, struct qplan *p, struct s3_resp *r)
 				s3_resp_error(r, 503, "ServiceUnavailableException",
 					      "a scan member failed; retry later");
 				rc = -EHOSTDOWN;
-				goto out;
+				goto close_calls;
 			}
 			break;
 		}
@@ -434,12 +434,12 @@ static int fan_out(struct cn_s3 *s, struct qplan *p, struct s3_resp *r)
 				s3_resp_error(r, 503, "ServiceUnavailableException",
 					      "a scan member timed out; retry later");
 				rc = -ETIMEDOUT;
-				goto out;
+				goto close_calls;
 			}
 		if (poll(pf, np, (int)s->hedge_ms) < 0 && errno != EINTR) {
 			rc = -errno;
 			s3_resp_error(r, 500, "InternalServerException", "poll: %s", strerror(errno));
-			goto out;
+			goto close_calls;
 		}
 		for (size_t k = 0; k < np; k++) {
 			struct hcall *h = &calls[idx[k]];
@@ -466,13 +466,13 @@ static int fan_out(struct cn_s3 *s, struct qplan *p, struct s3_resp *r)
 			if (!t->resp.body) {
 				s3_resp_error(r, 500, "InternalServerException", "out of memory");
 				rc = -ENOMEM;
-				goto out;
+				goto close_calls;
 			}
 			t->resp.len = h->blen;
 			t->have = true;
 		}
 	}
-out:
+close_calls:
 	for (size_t i = 0; i < ncalls; i++)
 		hcall_fini(&calls[i]);
 	free(calls);
@@ -492,17 +492,17 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 		return;
 	}
 	if (s3_api_qspec_parse(body, len, resolve_state, &t, &q, r))
-		goto out;
+		goto free_query;
 	if (plan_query(s, &t, body, len, p, r) || fan_out(s, p, r))
-		goto out;
+		goto free_query;
 	for (uint32_t j = 0; j < p->w; j++)
 		if (p->sh[j].resp.status != 200) {
 			*r = p->sh[j].resp;
 			memset(&p->sh[j].resp, 0, sizeof(p->sh[j].resp));
-			goto out;
+			goto free_query;
 		}
 	merge_answer(&t.st, &q, p->sh, p->w, r);
-out:
+free_query:
 	for (uint32_t j = 0; j < DM_MAX_NODES; j++) {
 		free(p->sh[j].frags);
 		free(p->sh[j].req);

@@ -767,6 +767,14 @@ test('an index at the limits (dim 4096, 40 KB metadata, 2000 vectors) answers qu
         assert.deepEqual(v.metadata, rows[Number(v.key.slice(1))].metadata);
       }
     }
+    // A delete after the fragment is cached: the tombstones are refreshed, not the rows.
+    await send(c5, 'DeleteVectorsCommand', { vectorBucketName: 'wide', indexName: 'wide-ix',
+      keys: [rows[3].key] });
+    const left = rows.filter((r) => r.key !== rows[3].key);
+    const q3 = rows[3].data.float32;
+    const again = await send(c5, 'QueryVectorsCommand', { vectorBucketName: 'wide',
+      indexName: 'wide-ix', topK: 5, queryVector: { float32: q3 }, returnDistance: true });
+    assertSameAsBruteForce(again.vectors, left, 'cosine', q3, 5);
     // The fragment came in several pieces (16 MiB each by default).
     await stopServer(s5);
     const fetches = [0, 1].map((id) => {
