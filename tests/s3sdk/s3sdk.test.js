@@ -775,6 +775,42 @@ test('an index at the limits (dim 4096, 40 KB metadata, 2000 vectors) answers qu
     const again = await send(c5, 'QueryVectorsCommand', { vectorBucketName: 'wide',
       indexName: 'wide-ix', topK: 5, queryVector: { float32: q3 }, returnDistance: true });
     assertSameAsBruteForce(again.vectors, left, 'cosine', q3, 5);
+    // The gateway's counters in the CN's Prometheus metrics; the cache at its default size.
+    const ini = fs.readFileSync(s5.ini, 'utf8');
+    const mport = ini.match(/\[cn\.0\]\naddress = [^\n]*\nmetrics = 127\.0\.0\.1:(\d+)/)[1];
+    const metrics = async () => {
+      const text = await (await fetch(`http://127.0.0.1:${mport}/metrics`)).text();
+      return (name) => Number(text.match(new RegExp(`^${name}\\{node="0"\\} (\\d+)`, 'm'))?.[1]);
+    };
+    let metric = await metrics();
+    assert.equal(metric('dmann_cn_s3_fragment_cache_capacity_bytes'), 2048 * 1024 * 1024);
+    assert.equal(metric('dmann_cn_s3_plan_fallbacks_total'), 0);
+    assert.ok(metric('dmann_cn_s3_fragment_cache_misses_total') >= 1);
+    // Settings come from the cluster file: cn0 restarted with [s3] cache_mb = 512.
+    const pid0 = pidsOf(s5).get('cn0');
+    process.kill(pid0, 'SIGTERM');
+    await waitDead(pid0);
+    fs.writeFileSync(s5.ini, ini.replace(/^\[s3\]\n/m, '[s3]\ncache_mb = 512\n'));
+    const log = fs.openSync(path.join(s5.cdir, 'cn0.restart.log'), 'a');
+    const p0 = spawn(path.join(BINDIR, 'dmann-cn'), ['--config', s5.ini, '--id', '0'],
+      { env: clusterEnv(s5.extra), stdio: ['ignore', log, log], detached: true });
+    fs.closeSync(log);
+    p0.unref();
+    s5.restarted.push(['cn0', p0]);
+    for (let i = 0; ; i++) {          // until cn0 serves its gateway and its metrics again
+      try {
+        await send(c5, 'GetVectorBucketCommand', { vectorBucketName: 'wide' });
+        metric = await metrics();
+        break;
+      } catch (e) {
+        if (i > 400) throw e;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    assert.equal(metric('dmann_cn_s3_fragment_cache_capacity_bytes'), 512 * 1024 * 1024);
+    const after = await send(c5, 'QueryVectorsCommand', { vectorBucketName: 'wide',
+      indexName: 'wide-ix', topK: 5, queryVector: { float32: q3 }, returnDistance: true });
+    assertSameAsBruteForce(after.vectors, left, 'cosine', q3, 5);
     // The fragment came in several pieces (16 MiB each by default).
     await stopServer(s5);
     const fetches = [0, 1].map((id) => {
