@@ -146,6 +146,9 @@ static void cn_metrics(void *arg, FILE *out)
 	fprintf(out, "# HELP dmann_cn_cache_pinned Records pinned in the cache (top HNSW levels).\n"
 		     "# TYPE dmann_cn_cache_pinned gauge\n"
 		     "dmann_cn_cache_pinned{node=\"%u\"} %llu\n", id, (unsigned long long)cs.pinned);
+#if DM_HAVE_HTTP
+	cn_s3_metrics(s3gw, out);   /* S3 gateway counters (stopped after the metrics) */
+#endif
 	if (cn->rt) {
 		struct dm_wire_fwd_rstats st;
 

@@ -5,6 +5,7 @@
 #include <ini.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,60 @@ static struct dm_node_cfg *node_for_section(struct parse_ctx *pc, const char *se
 	return n;
 }
 
+/* ---- [s3]: the gateway tunables (kept apart from the other sections) ---- */
+
+static const struct s3_key {
+	const char *name;
+	uint64_t lo, hi;
+	unsigned shift;              /* the value in the file is in units of 1 << shift bytes */
+	size_t off;                  /* in struct dm_s3_cfg */
+	bool u64;
+	const char *unit;
+} s3_keys[] = {
+	{ "width", 0, DM_MAX_NODES, 0, offsetof(struct dm_s3_cfg, width), false, "" },
+	{ "groups", 0, DM_MAX_NODES, 0, offsetof(struct dm_s3_cfg, groups), false, "" },
+	{ "max_scan_mb", 1, 1u << 20, 20, offsetof(struct dm_s3_cfg, max_scan_bytes), true, " MiB" },
+	{ "hedge_ms", 1, 60000, 0, offsetof(struct dm_s3_cfg, hedge_ms), false, " ms" },
+	{ "cache_mb", 1, 1u << 24, 20, offsetof(struct dm_s3_cfg, cache_bytes), true, " MiB" },
+	{ "frag_fetch_kb", 64, 32768, 10, offsetof(struct dm_s3_cfg, frag_fetch_bytes), false,
+	  " KiB" },
+	{ "queue_depth", 1, 1u << 20, 0, offsetof(struct dm_s3_cfg, queue_depth), false, "" },
+	{ "search_threads", 0, 256, 0, offsetof(struct dm_s3_cfg, search_threads), false, "" },
+	{ "http_threads", 1, 256, 0, offsetof(struct dm_s3_cfg, http_threads), false, "" },
+};
+
+void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
+{
+	*s3 = (struct dm_s3_cfg){ .max_scan_bytes = 256ull << 20, .hedge_ms = 50,
+		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
+		.http_threads = 8 };
+}
+
+int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,
+		  size_t msglen)
+{
+	for (size_t i = 0; i < DM_ARRAY_SIZE(s3_keys); i++) {
+		const struct s3_key *k = &s3_keys[i];
+		uint64_t u;
+
+		if (strcmp(key, k->name))
+			continue;
+		if (!parse_u64(v, k->hi, &u) || u < k->lo) {
+			snprintf(msg, msglen, "[s3] %s '%s' must be an integer in %llu..%llu%s",
+				 key, v, (unsigned long long)k->lo, (unsigned long long)k->hi,
+				 k->unit);
+			return -ERANGE;
+		}
+		u <<= k->shift;
+		if (k->u64)
+			*(uint64_t *)((char *)s3 + k->off) = u;
+		else
+			*(uint32_t *)((char *)s3 + k->off) = (uint32_t)u;
+		return 0;
+	}
+	return -ENOENT;
+}
+
 static int handler(void *user, const char *section, const char *key, const char *v)
 {
 	struct parse_ctx *pc = user;
@@ -227,6 +282,12 @@ static int handler(void *user, const char *section, const char *key, const char 
 		return 1;
 	}
 	if (!strcmp(section, "s3")) {
+		int rc = dm_s3_cfg_key(&cfg->s3, key, v, pc->msg, sizeof(pc->msg));
+
+		if (rc == -ERANGE)
+			return 0;            /* pc->msg says why */
+		if (rc == 0)
+			return 1;
 		if (!strcmp(key, "access_key")) {
 			if (!copy_str(cfg->s3_access_key, sizeof(cfg->s3_access_key), v))
 				return fail(pc, "access_key '%s' is empty or too long%s", v, "");
@@ -360,6 +421,7 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
 		.recluster_secs = 60, .recluster_csp = 0.5 };
+	dm_s3_cfg_defaults(&cfg->s3);
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, &pc);

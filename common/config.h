@@ -22,9 +22,23 @@
  *   address = 127.0.0.1:7100    ; native client port (queries, forwarded traffic)
  *   http = 127.0.0.1:8100       ; S3 Vectors gateway
  *
- *   [s3]
+ *   [s3]                        ; S3 Vectors gateway of the compute nodes (cn/s3)
  *   access_key = AKIDEXAMPLE
  *   secret_key_file = s3.secret
+ *   ; tunables of the distributed exact scan, all optional (defaults shown); each has an
+ *   ; environment override for tests, DMANN_S3_<KEY upper-cased> (e.g. DMANN_S3_HEDGE_MS):
+ *   ; when set (and valid) it wins over the file, an invalid one is warned about and ignored
+ *   width = 0                   ; W, members per replica group, 0..256 (0: from the
+ *                               ; index size and max_scan_mb)
+ *   groups = 0                  ; R, replica groups, 0..256 (0: from the query rate)
+ *   max_scan_mb = 256           ; most MiB one CN scans per query (sets W), 1..1048576
+ *   hedge_ms = 50               ; a member slower than this is hedged, 1..60000
+ *   cache_mb = 2048             ; fragment cache of each CN in MiB, 1..16777216
+ *   frag_fetch_kb = 16384       ; a fragment is fetched from its MN in pieces of at most
+ *                               ; this many KiB, 64..32768
+ *   queue_depth = 64            ; admitted queries (running + waiting), 1..1048576
+ *   search_threads = 0          ; query threads, 0..256 (0: one per online CPU)
+ *   http_threads = 8            ; HTTP threads, 1..256
  *
  *   [router]                    ; compute nodes' router (cn/router.h); all optional
  *   strategy = none             ; none | bestfit | balanced | adaptive | adaptive-ring
@@ -77,6 +91,15 @@ struct dm_cluster_cfg {
 	uint32_t redundancy;
 	char s3_access_key[128];
 	char s3_secret_key[128];
+	/* [s3] tunables (see above; cn/s3 applies the environment overrides) */
+	struct dm_s3_cfg {
+		uint32_t width, groups;  /* 0: from the index size / the query rate */
+		uint64_t max_scan_bytes;
+		uint32_t hedge_ms;
+		uint64_t cache_bytes;
+		uint32_t frag_fetch_bytes;
+		uint32_t queue_depth, search_threads, http_threads;
+	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */
 		uint32_t batch, pause_queue, exchange_ms, sample_min_nodes, recluster_secs;
@@ -90,6 +113,13 @@ struct dm_cluster_cfg {
 
 /* Load and validate a cluster file. On error returns -errno (-EINVAL for content errors)
  * and writes "FILE:LINE: problem" into err. */
+/* The [s3] tunables: their defaults, and one key (name as in the file, value text) parsed
+ * into s3. 0, -ENOENT (no such key) or -ERANGE (bad value; msg says why). Also used for the
+ * environment overrides. */
+void dm_s3_cfg_defaults(struct dm_s3_cfg *s3);
+int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,
+		  size_t msglen);
+
 int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size_t errlen);
 
 /* Parse from a string (tests, fuzzing); base_dir resolves relative secret paths. */

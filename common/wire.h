@@ -498,7 +498,7 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
 
 /* ---- S3 flat-index RPC between CN and MN (0x1100-0x11ff, inside the control range) ----
  *
- * Owned by the S3 Vectors path (common/wire_flat.c, mn/mn_flat.c, cn/cn_s3.c). Requests
+ * Owned by the S3 Vectors path (common/wire_flat.c, mn/mn_flat.c, cn/s3/cn_s3*.c). Requests
  * and responses can be larger than a receive buffer, so each is a *stream* of messages
  * with the same op and req_id whose bodies are chunk{total, off} + bytes, sent in order
  * (off increasing) until off + bytes == total; a message is at most the peer's receive
@@ -513,9 +513,14 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               (-ENOENT: no such index)
  *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from,
  *               u32 resp_msg (the requester's receive buffer: the answer's messages may
- *               be that large)
+ *               be that large), [u32 max_bytes (optional: row bytes per answer)]
  *               -> u32 rows, rows x u8 dead, (rows - from) x {str key, bytes meta,
  *                  bytes fmeta, dim x f32}
+ *               An answer holds at most max_bytes (and at most DM_FL_FRAG_MAX_BYTES) of
+ *               row bytes, but always at least one row: `rows` is then below the
+ *               fragment's row count and the requester asks again from there (a fragment
+ *               of wide rows, 4096 floats and 40 KB of metadata each, is far larger than
+ *               the stream cap). Tombstones are those of rows [0, rows) at that instant.
  *               (-ESTALE: the MN restarted (epoch) or the index was re-created)
  *   FL_INFO     {}                      -> u32 recv_msg (the MN's receive buffer size: the
  *               largest request message it takes; requesters start at 4096)
@@ -535,6 +540,7 @@ enum dm_wire_fl_op {
 #define DM_FL_MAX_STREAM (64u << 20)   /* largest payload a receiver accepts */
 #define DM_FL_MIN_MSG 4096u            /* every FL receiver takes messages this large */
 #define DM_FL_MAX_MSG (1u << 20)       /* largest message size a requester may announce */
+#define DM_FL_FRAG_MAX_BYTES (32u << 20) /* most row bytes in one FL_FRAG answer */
 
 struct dm_wire_fl_chunk {      /* body prefix of every FL message */
 	uint32_t total;            /* payload length of the whole stream */

@@ -148,12 +148,23 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 struct frag_out {
 	struct dm_buf *w;
 	uint32_t dim;
+	uint32_t rows;                  /* rows emitted */
+	size_t max_bytes;               /* row bytes per answer */
+	bool stopped;                   /* at max_bytes: the answer ends early */
 };
 
 static int emit_row(void *ctx, const struct flat_row *row)
 {
 	struct frag_out *fo = ctx;
 
+	/* A bounded answer (FL_FRAG max_bytes): stop before the row that would pass it; the
+	 * requester asks again from the next row. At least one row per answer. */
+	if (fo->rows && fo->w->n + (size_t)fo->dim * sizeof(float) + row->meta_len +
+	    row->fmeta_len + strlen(row->key) + 12 > fo->max_bytes) {
+		fo->stopped = true;
+		return 1;
+	}
+	fo->rows++;
 	dm_buf_str(fo->w, row->key);
 	dm_buf_bytes(fo->w, row->meta, row->meta_len);
 	dm_buf_bytes(fo->w, row->fmeta, row->fmeta_len);
@@ -162,7 +173,8 @@ static int emit_row(void *ctx, const struct flat_row *row)
 	return fo->w->oom ? 1 : 0;
 }
 
-/* FL_FRAG: tombstones and rows from `from` of one fragment. */
+/* FL_FRAG: tombstones and rows from `from` of one fragment, at most max_bytes of rows per
+ * answer (see wire.h). */
 static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 		   uint32_t *resp_msg)
 {
@@ -171,7 +183,7 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 	struct flat_index *ix;
 	uint64_t epoch, frag;
 	int64_t created;
-	uint32_t from, fr;
+	uint32_t from, fr, max_bytes;
 	uint8_t *dead;
 	int n;
 
@@ -182,6 +194,7 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 	frag = dm_rbuf_u64(in);
 	from = dm_rbuf_u32(in);
 	*resp_msg = dm_rbuf_u32(in);
+	max_bytes = in->at + 4 <= in->n ? dm_rbuf_u32(in) : DM_FL_FRAG_MAX_BYTES;
 	if (in->bad || in->at != in->n)
 		return -EBADMSG;
 	if (epoch != f->epoch)
@@ -199,10 +212,13 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 		flat_index_put(ix);
 		return -ENOMEM;
 	}
-	struct frag_out fo = { .w = &rows, .dim = flat_index_info(ix)->dim };
+	struct frag_out fo = { .w = &rows, .dim = flat_index_info(ix)->dim,
+			       .max_bytes = DM_MIN(DM_MAX(max_bytes, 1u), DM_FL_FRAG_MAX_BYTES) };
 
 	n = flat_frag_read(ix, frag, from, dead, fr, emit_row, &fo);
 	flat_index_put(ix);
+	if (n >= 0 && fo.stopped)
+		n = (int)(from + fo.rows);      /* a piece: rows [from, from + fo.rows) */
 	if (n >= 0 && (uint32_t)n < from)
 		n = -EINVAL;
 	if (n >= 0 && rows.oom)

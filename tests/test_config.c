@@ -124,3 +124,73 @@ Test(config, load_file)
 	cr_assert_not_null(strstr(err, "/nonexistent/x.ini: cannot open"));
 	free(c);
 }
+
+static void s3_eq(const struct dm_s3_cfg *got, const struct dm_s3_cfg *want)
+{
+	cr_assert_eq(got->width, want->width);
+	cr_assert_eq(got->groups, want->groups);
+	cr_assert_eq(got->max_scan_bytes, want->max_scan_bytes);
+	cr_assert_eq(got->hedge_ms, want->hedge_ms);
+	cr_assert_eq(got->cache_bytes, want->cache_bytes);
+	cr_assert_eq(got->frag_fetch_bytes, want->frag_fetch_bytes);
+	cr_assert_eq(got->queue_depth, want->queue_depth);
+	cr_assert_eq(got->search_threads, want->search_threads);
+	cr_assert_eq(got->http_threads, want->http_threads);
+}
+
+/* [s3]: the gateway tunables, their defaults, every bad value an error naming file:line. */
+Test(config, s3_section)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[256] = "", text[1024];
+
+	cr_assert_eq(dm_config_parse(good, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	s3_eq(&c->s3, &(struct dm_s3_cfg){ .max_scan_bytes = 256ull << 20, .hedge_ms = 50,
+		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
+		.http_threads = 8 });
+
+	snprintf(text, sizeof(text), "%s[s3]\naccess_key = AK\nwidth = 2\ngroups = 3\n"
+		 "max_scan_mb = 64\nhedge_ms = 20\ncache_mb = 100\nfrag_fetch_kb = 64\n"
+		 "queue_depth = 5\nsearch_threads = 4\nhttp_threads = 2\n", good);
+	cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(c->s3_access_key, "AK");
+	s3_eq(&c->s3, &(struct dm_s3_cfg){ .width = 2, .groups = 3, .max_scan_bytes = 64ull << 20,
+		.hedge_ms = 20, .cache_bytes = 100ull << 20, .frag_fetch_bytes = 64u << 10,
+		.queue_depth = 5, .search_threads = 4, .http_threads = 2 });
+
+	static const struct {
+		const char *line, *msg;
+	} bad[] = {
+		{ "width = 257", "[s3] width '257' must be an integer in 0..256" },
+		{ "groups = -1", "[s3] groups '-1' must be an integer in 0..256" },
+		{ "max_scan_mb = 0", "[s3] max_scan_mb '0' must be an integer in 1..1048576 MiB" },
+		{ "hedge_ms = 60001", "[s3] hedge_ms '60001' must be an integer in 1..60000 ms" },
+		{ "cache_mb = lots", "[s3] cache_mb 'lots' must be an integer in 1..16777216 MiB" },
+		{ "frag_fetch_kb = 63", "[s3] frag_fetch_kb '63' must be an integer in 64..32768 KiB" },
+		{ "queue_depth = 0", "[s3] queue_depth '0' must be an integer in 1..1048576" },
+		{ "search_threads = 1000", "[s3] search_threads '1000' must be an integer in 0..256" },
+		{ "http_threads = 2x", "[s3] http_threads '2x' must be an integer in 1..256" },
+		{ "hedge = 5", "unknown key 'hedge' in section [s3]" },
+	};
+	/* good has 16 lines; [s3] is line 17, the bad key line 19. */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char want[256];
+
+		snprintf(text, sizeof(text), "%s[s3]\naccess_key = AK\n%s\n", good, bad[i].line);
+		cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), -EINVAL,
+			     "%s accepted", bad[i].line);
+		snprintf(want, sizeof(want), "c.ini:19: %s", bad[i].msg);
+		cr_assert_str_eq(err, want);
+	}
+	/* The same validation for one key at a time (the environment overrides use it). */
+	struct dm_s3_cfg s3;
+	char msg[160];
+
+	dm_s3_cfg_defaults(&s3);
+	cr_assert_eq(dm_s3_cfg_key(&s3, "hedge_ms", "7", msg, sizeof(msg)), 0);
+	cr_assert_eq(s3.hedge_ms, 7);
+	cr_assert_eq(dm_s3_cfg_key(&s3, "hedge_ms", "0", msg, sizeof(msg)), -ERANGE);
+	cr_assert_eq(s3.hedge_ms, 7);
+	cr_assert_eq(dm_s3_cfg_key(&s3, "access_key", "x", msg, sizeof(msg)), -ENOENT);
+	free(c);
+}

@@ -356,3 +356,125 @@ Test(s3api, put_get_list_query_restart)
 	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 3);
 	json_decref(o);
 }
+
+/* The one QueryVectors parser: the distributed path (s3_api_qspec_parse with a resolver
+ * describing the index, as the compute nodes use it) gives every answer the local path
+ * (s3_api_handle) gives: the same error, or success with the same request. */
+struct rec_resolve {
+	struct s3_qindex in;
+	int calls;
+	char b[64], x[64];
+	int fail;                        /* resolver error to return (0: none) */
+};
+
+static int rec_resolver(void *ctx, const char *b, const char *x, struct s3_qindex *out,
+			struct s3_resp *r)
+{
+	struct rec_resolve *rr = ctx;
+
+	rr->calls++;
+	snprintf(rr->b, sizeof(rr->b), "%s", b);
+	snprintf(rr->x, sizeof(rr->x), "%s", x);
+	if (rr->fail) {
+		s3_api_not_found(r, false);
+		return rr->fail;
+	}
+	*out = rr->in;
+	return 0;
+}
+
+Test(s3api, one_query_parser_for_both_paths)
+{
+	static const char *bodies[] = {
+		"{" IX ",\"topK\":2,\"queryVector\":{\"float32\":[1,0,0]}}",
+		"{" IX ",\"topK\":2,\"queryVector\":{\"float32\":[1,0,0]},\"returnMetadata\":true,"
+		"\"returnDistance\":true,\"filter\":{\"genre\":{\"$in\":[\"a\",\"b\"]}}}",
+		"{\"indexArn\":\"arn:aws:s3vectors:us-east-1:000000000000:bucket/bkt/index/idx\","
+		"\"topK\":1,\"queryVector\":{\"float32\":[0,1,0]}}",
+		"{" IX ",\"topK\":0,\"queryVector\":{\"float32\":[1,0,0]}}",
+		"{" IX ",\"topK\":101,\"queryVector\":{\"float32\":[1,0,0]}}",
+		"{" IX ",\"queryVector\":{\"float32\":[1,0,0]}}",
+		"{" IX ",\"topK\":1}",
+		"{" IX ",\"topK\":1,\"queryVector\":{\"float32\":[0,0,0]}}",
+		"{" IX ",\"topK\":1,\"queryVector\":{\"float32\":[1,0]}}",
+		"{" IX ",\"topK\":1,\"queryVector\":{\"float32\":[1,0,0]},\"filter\":{\"text\":\"x\"}}",
+		"{" IX ",\"topK\":1,\"queryVector\":{\"float32\":[1,0,0]},\"filter\":{\"a\":"
+		"{\"$regex\":\"x\"}}}",
+		"{" IX ",\"topK\":1,\"queryVector\":{\"float32\":[1,0,0]},\"returnDistance\":\"yes\"}",
+		"{" B ",\"topK\":1,\"queryVector\":{\"float32\":[1,0,0]}}",
+		"{\"indexArn\":\"bad\",\"topK\":1,\"queryVector\":{\"float32\":[1,0,0]}}",
+		"{\"topK\":1,\"queryVector\":{\"float32\":[1,0,0]}}",
+		"[1,2]",
+		"{\"topK\":",
+		"{" IX ",\"topK\":1,\"topK\":2,\"queryVector\":{\"float32\":[1,0,0]}}",
+	};
+	struct flat_index *ix;
+
+	make_index("cosine");
+	ix = flat_index_get(store, "bkt", "idx");
+	cr_assert_not_null(ix);
+	const struct flat_index_info *info = flat_index_info(ix);
+
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		struct rec_resolve rr = { .in = { .dim = info->dim, .metric = info->metric,
+						  .conf = info->conf, .conf_len = info->conf_len } };
+		struct s3_resp lr, dr;
+		struct s3_qspec q;
+		int rc;
+
+		s3_api_handle(api, "QueryVectors", bodies[i], strlen(bodies[i]), &lr);
+		rc = s3_api_qspec_parse(bodies[i], strlen(bodies[i]), rec_resolver, &rr, &q, &dr);
+		if (lr.status == 200) {
+			cr_assert_eq(rc, 0, "%s: local 200, distributed %d %s", bodies[i], dr.status,
+				     dr.body);
+			cr_assert_eq(rr.calls, 1);
+			cr_assert_str_eq(rr.b, "bkt");
+			cr_assert_str_eq(rr.x, "idx");
+			cr_assert_not_null(q.vec);
+			cr_assert_geq(q.k, 1);
+		} else {
+			cr_assert_neq(rc, 0, "%s: local %d, distributed accepted it", bodies[i],
+				      lr.status);
+			cr_assert_eq(dr.status, lr.status, "%s", bodies[i]);
+			cr_assert_str_eq(dr.errtype, lr.errtype, "%s", bodies[i]);
+			cr_assert_str_eq(dr.body, lr.body, "%s", bodies[i]);
+			cr_assert_null(q.vec);
+		}
+		s3_qspec_fini(&q);
+		s3_resp_free(&dr);
+		s3_resp_free(&lr);
+	}
+	/* The second body's flags and filter. */
+	struct rec_resolve rr = { .in = { .dim = 3, .metric = DM_METRIC_COS } };
+	struct s3_qspec q;
+	struct s3_resp r;
+
+	cr_assert_eq(s3_api_qspec_parse(bodies[1], strlen(bodies[1]), rec_resolver, &rr, &q, &r), 0);
+	cr_assert_eq(q.k, 2);
+	cr_assert(q.ret_meta && q.ret_dist);
+	cr_assert_not_null(q.filter);
+	s3_qspec_fini(&q);
+	/* A resolver's error is the answer; it is not called when the request is bad first. */
+	rr.fail = -ENOENT;
+	cr_assert_eq(s3_api_qspec_parse(bodies[0], strlen(bodies[0]), rec_resolver, &rr, &q, &r),
+		     -ENOENT);
+	cr_assert_eq(r.status, 404);
+	s3_resp_free(&r);
+	rr.calls = 0;
+	cr_assert_eq(s3_api_qspec_parse(bodies[3], strlen(bodies[3]), rec_resolver, &rr, &q, &r),
+		     -EINVAL);
+	cr_assert_eq(rr.calls, 0);
+	s3_resp_free(&r);
+	/* The payload limit. */
+	cr_assert_eq(s3_api_qspec_parse(bodies[0], S3_MAX_PAYLOAD + 1, rec_resolver, &rr, &q, &r),
+		     -EINVAL);
+	cr_assert_eq(r.status, 400);
+	s3_resp_free(&r);
+	/* The fixed resolver (member side). */
+	struct s3_qindex fixed = { .dim = 3, .metric = DM_METRIC_L2 };
+
+	cr_assert_eq(s3_api_qspec_parse(bodies[7], strlen(bodies[7]), s3_api_qresolve_fixed, &fixed,
+					&q, &r), 0, "euclidean takes a zero vector");
+	s3_qspec_fini(&q);
+	flat_index_put(ix);
+}

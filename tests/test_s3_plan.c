@@ -194,3 +194,42 @@ Test(s3plan, planned_shares_scan_and_merge)
 	free(rows);
 	free(keys);
 }
+
+/* W x R past the plan's table (or no member up): the query falls back to this CN alone,
+ * and the fallback is counted (the CN exports the counter as
+ * dmann_cn_s3_plan_fallbacks_total). A plan that forms its groups counts nothing. */
+Test(s3plan, fallback_to_one_cn_is_counted)
+{
+	struct dm_place_node cns[100];
+	uint32_t members[256], w;
+	uint64_t fallbacks = 0;
+	int n;
+
+	for (uint32_t i = 0; i < 100; i++)
+		cns[i] = (struct dm_place_node){ .id = i, .capacity = 1, .up = true };
+	w = 4;
+	n = s3_plan_pick(7, cns, 100, &w, 4, 42, members, &fallbacks);
+	cr_assert_eq(n, 4);
+	cr_assert_eq(w, 4);
+	cr_assert_eq(fallbacks, 0);
+	/* 8 x 9 = 72 members > S3_PLAN_TABLE_MAX (64). */
+	cr_assert_gt(8 * 9, S3_PLAN_TABLE_MAX);
+	w = 8;
+	n = s3_plan_pick(7, cns, 100, &w, 9, 42, members, &fallbacks);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(w, 1);
+	cr_assert_eq(members[0], 42);
+	cr_assert_eq(fallbacks, 1);
+	/* Logged at most once per 10 s, counted every time. */
+	w = 8;
+	cr_assert_eq(s3_plan_pick(8, cns, 100, &w, 9, 42, members, &fallbacks), 1);
+	cr_assert_eq(fallbacks, 2);
+	/* No CN up: the same fallback. */
+	for (uint32_t i = 0; i < 100; i++)
+		cns[i].up = false;
+	w = 2;
+	cr_assert_eq(s3_plan_pick(9, cns, 100, &w, 1, 3, members, &fallbacks), 1);
+	cr_assert_eq(members[0], 3);
+	cr_assert_eq(fallbacks, 3);
+	cr_assert_eq(s3_plan_pick(9, cns, 100, &w, 1, 100, members, &fallbacks), -EINVAL);
+}

@@ -25,6 +25,7 @@
 #include "distance.h"
 #include "s3_sigv4.h"
 #include "topk.h"
+#include "util/dm_buf.h"
 #include "vecfile.h"
 
 struct conn {
@@ -50,21 +51,6 @@ static int conn_open(struct conn *c)
 	return 0;
 }
 
-struct hdrs {
-	const char *host, *date, *sha, *ctype;
-};
-
-static const char *hget(void *ctx, const char *n)
-{
-	const struct hdrs *h = ctx;
-
-	if (!strcmp(n, "host")) return h->host;
-	if (!strcmp(n, "x-amz-date")) return h->date;
-	if (!strcmp(n, "x-amz-content-sha256")) return h->sha;
-	if (!strcmp(n, "content-type")) return h->ctype;
-	return NULL;
-}
-
 static int write_all(int fd, const char *p, size_t n)
 {
 	while (n) {
@@ -85,16 +71,15 @@ static int call(struct conn *c, const char *op, const char *body, char **resp)
 	size_t blen = strlen(body);
 	time_t now = time(NULL);
 	struct tm tm;
-	static char *buf;
-	static size_t cap, have;
+	static struct dm_buf in;         /* one connection at a time: single-threaded */
 
 	*resp = NULL;
 	snprintf(path, sizeof(path), "/%s", op);
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
 	s3_sha256_hex(body, blen, sha);
-	struct hdrs h = { c->hostport, date, sha, "application/json" };
-	struct s3_sigv4_req r = { "POST", path, "", hget, &h, body, blen };
+	struct s3_sigv4_client_hdrs h = { c->hostport, date, sha, "application/json" };
+	struct s3_sigv4_req r = { "POST", path, "", s3_sigv4_client_header, &h, body, blen };
 
 	if (s3_sigv4_authorization(&r, c->ak, c->sk, date, "us-east-1", "s3vectors",
 				   "content-type;host;x-amz-content-sha256;x-amz-date", sha, auth,
@@ -108,22 +93,19 @@ static int call(struct conn *c, const char *op, const char *body, char **resp)
 	if (write_all(c->fd, hdr, (size_t)n) || write_all(c->fd, body, blen))
 		return -1;
 	/* Read headers, then Content-Length bytes (keep-alive). */
-	have = 0;
+	dm_buf_reset(&in);
 	for (;;) {
-		char *end, *cl;
+		char *end, *cl, *buf;
 
-		if (have + 65536 > cap) {
-			cap = cap ? cap * 2 : 1 << 20;
-			buf = realloc(buf, cap);
-			if (!buf)
-				return -1;
-		}
-		ssize_t got = recv(c->fd, buf + have, cap - have - 1, 0);
+		if (!dm_buf_reserve(&in, 65536 + 1))
+			return -1;
+		ssize_t got = recv(c->fd, in.p + in.n, in.cap - in.n - 1, 0);
 
 		if (got <= 0)
 			return -1;
-		have += (size_t)got;
-		buf[have] = 0;
+		in.n += (size_t)got;
+		in.p[in.n] = 0;
+		buf = (char *)in.p;
 		end = strstr(buf, "\r\n\r\n");
 		if (!end)
 			continue;
@@ -131,7 +113,7 @@ static int call(struct conn *c, const char *op, const char *body, char **resp)
 		size_t len = cl && cl < end ? strtoull(cl + 15, NULL, 10) : 0;
 		size_t hl = (size_t)(end + 4 - buf);
 
-		if (have < hl + len)
+		if (in.n < hl + len)
 			continue;
 		*resp = strndup(end + 4, len);
 		return atoi(buf + 9);

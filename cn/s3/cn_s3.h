@@ -9,12 +9,14 @@
  *     top-k lists, which the ingress merges. CN-to-CN sub-requests are SigV4-signed HTTP
  *     requests to the member's own gateway (`POST /_dmann/ScanShare`); a slow member is
  *     hedged to another CN after a small budget, a failed one retried once elsewhere.
- * Settings come from the environment (see docs/api.md): DMANN_S3_WIDTH, DMANN_S3_MAX_SCAN_MB,
- * DMANN_S3_HEDGE_MS, DMANN_S3_CACHE_MB, DMANN_S3_QUEUE_DEPTH, DMANN_S3_SEARCH_THREADS,
- * DMANN_S3_HTTP_THREADS.
+ * Settings come from the [s3] section of the cluster file (common/config.h,
+ * docs/operations.md); DMANN_S3_<KEY> environment variables override them for tests.
+ * The parts are described in cn_s3_int.h.
  */
 #ifndef DM_CN_S3_H
 #define DM_CN_S3_H
+
+#include <stdio.h>
 
 #include "config.h"
 
@@ -25,5 +27,7 @@ struct cn_s3;
 struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *node);
 /* Answer admitted queries, stop, free. */
 void cn_s3_stop(struct cn_s3 *s);
+/* Write the gateway's counters in the Prometheus text format (s NULL: nothing). */
+void cn_s3_metrics(struct cn_s3 *s, FILE *out);
 
 #endif

@@ -15,11 +15,12 @@
 
 #include <microhttpd.h>
 
+#include "util/dm_buf.h"
+
 struct req {
 	struct s3_http *h;
 	struct MHD_Connection *conn;
-	char *body;
-	size_t len, cap;
+	struct dm_buf body;              /* the request body */
 	bool too_big;
 	bool have_resp;
 	struct s3_resp resp;
@@ -58,31 +59,15 @@ static const char *hdr(void *ctx, const char *lname)
 	return MHD_lookup_connection_value(ctx, MHD_HEADER_KIND, lname);
 }
 
-struct qbuild {
-	char *p;
-	size_t n, cap;
-	bool oom;
-};
-
 static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *k,
 			       const char *v)
 {
-	struct qbuild *q = cls;
-	size_t need = strlen(k) + (v ? strlen(v) : 0) + 3;
+	struct dm_buf *q = cls;
 
 	(void)kind;
-	if (q->n + need > q->cap) {
-		size_t cap = DM_MAX(q->cap * 2, q->n + need + 64);
-		char *np = realloc(q->p, cap);
-
-		if (!np) {
-			q->oom = true;
-			return MHD_NO;
-		}
-		q->p = np;
-		q->cap = cap;
-	}
-	q->n += (size_t)sprintf(q->p + q->n, "%s%s=%s", q->n ? "&" : "", k, v ? v : "");
+	dm_buf_printf(q, "%s%s=%s", q->n ? "&" : "", k, v ? v : "");
+	if (q->oom)
+		return MHD_NO;
 	return MHD_YES;
 }
 
@@ -129,23 +114,24 @@ static enum MHD_Result send_error(struct MHD_Connection *c, int status, const ch
 static bool authenticate(struct s3_http *h, const struct s3_sigv4_cfg *auth, struct req *rq,
 			 const char *url, const char *method)
 {
-	struct qbuild q = { 0 };
+	struct dm_buf q = { 0 };
 	char msg[256];
 	int rc;
 
 	MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
 	if (q.oom) {
-		free(q.p);
+		dm_buf_free(&q);
 		s3_resp_error(&rq->resp, 500, "InternalServerException", "out of memory");
 		return false;
 	}
 	struct s3_sigv4_req sr = {
-		.method = method, .path = url, .query = q.p ? q.p : "",
-		.header = hdr, .hctx = rq->conn, .body = rq->body, .body_len = rq->len,
+		.method = method, .path = url, .query = q.p ? (const char *)q.p : "",
+		.header = hdr, .hctx = rq->conn, .body = (const char *)rq->body.p,
+		.body_len = rq->body.n,
 	};
 
 	rc = s3_sigv4_verify(auth, &sr, time(NULL), msg, sizeof(msg));
-	free(q.p);
+	dm_buf_free(&q);
 	if (rc) {
 		stat_inc(&h->st.auth_failures);
 		s3_resp_error(&rq->resp, 403, "AccessDeniedException", "%s", msg);
@@ -207,12 +193,12 @@ static void *search_worker(void *arg)
 		pthread_mutex_unlock(&h->qmu);
 		for (size_t i = 0; i < n && h->cfg.backend; i++) {
 			memset(&batch[i]->resp, 0, sizeof(batch[i]->resp));
-			h->cfg.backend->query(h->cfg.backend->ctx, batch[i]->body, batch[i]->len,
+			h->cfg.backend->query(h->cfg.backend->ctx, (const char *)batch[i]->body.p, batch[i]->body.n,
 					      &batch[i]->resp);
 		}
 		for (size_t i = 0; i < n && !h->cfg.backend; i++) {
 			memset(&batch[i]->resp, 0, sizeof(batch[i]->resp));
-			if (s3_api_query_prepare(h->cfg.api, batch[i]->body, batch[i]->len, &qs[nq],
+			if (s3_api_query_prepare(h->cfg.api, (const char *)batch[i]->body.p, batch[i]->body.n, &qs[nq],
 						 &batch[i]->resp) == 0)
 				pos[nq++] = i;
 		}
@@ -267,20 +253,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (*upload_size) {
-		if (!rq->too_big && rq->len + *upload_size > S3_MAX_PAYLOAD)
+		if (!rq->too_big && rq->body.n + *upload_size > S3_MAX_PAYLOAD)
 			rq->too_big = true;
 		if (!rq->too_big) {
-			if (rq->len + *upload_size > rq->cap) {
-				size_t cap = DM_MAX(rq->cap * 2, rq->len + *upload_size + 1);
-				char *nb = realloc(rq->body, cap);
-
-				if (!nb)
-					return MHD_NO;
-				rq->body = nb;
-				rq->cap = cap;
-			}
-			memcpy(rq->body + rq->len, upload, *upload_size);
-			rq->len += *upload_size;
+			dm_buf_put(&rq->body, upload, *upload_size);
+			if (rq->body.oom)
+				return MHD_NO;
 		}
 		*upload_size = 0;
 		return MHD_YES;
@@ -300,7 +278,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (!h->cfg.backend->internal_auth ||
 		    !authenticate(h, h->cfg.backend->internal_auth, rq, url, method))
 			return send_resp(c, &rq->resp);
-		h->cfg.backend->internal(h->cfg.backend->ctx, op, rq->body, rq->len, &rq->resp);
+		h->cfg.backend->internal(h->cfg.backend->ctx, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
 		return send_resp(c, &rq->resp);
 	}
 	if (!authenticate(h, &h->cfg.auth, rq, url, method))
@@ -316,9 +294,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 				  "The search queue is full; retry later");
 	}
 	if (h->cfg.backend)
-		h->cfg.backend->handle(h->cfg.backend->ctx, op, rq->body, rq->len, &rq->resp);
+		h->cfg.backend->handle(h->cfg.backend->ctx, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
 	else
-		s3_api_handle(h->cfg.api, op, rq->body, rq->len, &rq->resp);
+		s3_api_handle(h->cfg.api, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
 	return send_resp(c, &rq->resp);
 }
 
@@ -333,7 +311,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!rq)
 		return;
 	s3_resp_free(&rq->resp);
-	free(rq->body);
+	dm_buf_free(&rq->body);
 	free(rq);
 	*con_cls = NULL;
 }

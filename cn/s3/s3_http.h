@@ -15,7 +15,7 @@
 #include "s3_api.h"
 #include "s3_sigv4.h"
 
-/* Operations run elsewhere (a compute node's distributed path, cn/cn_s3.c) instead of
+/* Operations run elsewhere (a compute node's distributed path, cn/s3/cn_s3*.c) instead of
  * through a local s3_api. */
 struct s3_backend {
 	void *ctx;

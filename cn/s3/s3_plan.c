@@ -38,7 +38,7 @@ int s3_plan_members(uint64_t index_id, const struct dm_place_node *cns, size_t n
 	uint32_t *order;
 	int n;
 
-	if (!w || !r || (uint64_t)w * r > 64 || (!cns && ncn) || !members)
+	if (!w || !r || (uint64_t)w * r > S3_PLAN_TABLE_MAX || (!cns && ncn) || !members)
 		return -EINVAL;
 	order = malloc((size_t)w * r * sizeof(*order));
 	if (!order)
@@ -53,6 +53,33 @@ int s3_plan_members(uint64_t index_id, const struct dm_place_node *cns, size_t n
 	memcpy(members, order, (size_t)n * sizeof(*order));
 	free(order);
 	return n / (int)w;
+}
+
+int s3_plan_pick(uint64_t index_id, const struct dm_place_node *cns, size_t ncn,
+		 uint32_t *w, uint32_t r, uint32_t self, uint32_t *members,
+		 uint64_t *fallbacks)
+{
+	static uint64_t last_warn_ns;   /* atomic */
+	uint64_t now, last;
+	int n;
+
+	if (!w || !members || !fallbacks || self >= ncn)
+		return -EINVAL;
+	n = s3_plan_members(index_id, cns, ncn, *w, r, members);
+	if (n > 0)
+		return n;
+	__atomic_add_fetch(fallbacks, 1, __ATOMIC_RELAXED);
+	now = dm_now_ns();
+	last = __atomic_load_n(&last_warn_ns, __ATOMIC_RELAXED);
+	if ((!last || now - last > 10000000000ull) &&
+	    __atomic_compare_exchange_n(&last_warn_ns, &last, now, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED))
+		dm_warn("s3 plan: %s (W %u x R %u, table %u): this CN scans all of index %016llx "
+			"alone", n == 0 ? "no scan member is up" : "no replica group formed", *w, r,
+			S3_PLAN_TABLE_MAX, (unsigned long long)index_id);
+	*w = 1;
+	members[0] = self;
+	return 1;
 }
 
 struct cand {

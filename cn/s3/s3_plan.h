@@ -8,8 +8,8 @@
  *     fragment with a load cap (a member takes at most load_cap x its capacity-fair share
  *     of the bytes), so shares are balanced and mostly stable when membership changes.
  *
- * Library only: the fan-out that uses it (one request per member, partial top-k merged at
- * the ingress with dm_topk_merge, hedging to another group) is not built yet.
+ * The fan-out that uses it (one request per member, partial top-k lists merged at the
+ * ingress, hedging to another group) is cn/s3/cn_s3_query.c.
  */
 #ifndef DM_S3_PLAN_H
 #define DM_S3_PLAN_H
@@ -18,6 +18,7 @@
 #include "placement.h"
 
 #define S3_PLAN_LOAD_CAP 1.25
+#define S3_PLAN_TABLE_MAX 64            /* most members (W x R) s3_plan_members forms */
 
 /* W = ceil(index_bytes / max_scan_bytes), within [1, ncn]. ncn 0 -> 0. */
 uint32_t s3_plan_width(uint64_t index_bytes, uint64_t max_scan_bytes, uint32_t ncn);
@@ -30,6 +31,15 @@ uint32_t s3_plan_groups(double qps, double group_qps, uint32_t w, uint32_t ncn);
  * or -EINVAL. */
 int s3_plan_members(uint64_t index_id, const struct dm_place_node *cns, size_t ncn,
 		    uint32_t w, uint32_t r, uint32_t *members);
+
+/* The groups one query uses: s3_plan_members(w, r), or, when it forms none (W x R past
+ * S3_PLAN_TABLE_MAX, or no CN up), the fallback: one group whose one member is `self`
+ * (an index into cns[]) scanning every fragment, with *w set to 1. The fallback is logged
+ * (dm_warn, at most once per 10 s per process) and counted in *fallbacks (atomically).
+ * Returns the number of groups (>= 1), or -EINVAL. */
+int s3_plan_pick(uint64_t index_id, const struct dm_place_node *cns, size_t ncn,
+		 uint32_t *w, uint32_t r, uint32_t self, uint32_t *members,
+		 uint64_t *fallbacks);
 
 /* Assign nfrag fragments (ids and sizes in bytes) to the w members of one group:
  * owner[i] is an index into members[]. Fragments go to their best-scoring member whose

@@ -12,39 +12,22 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-/* Growable string; oom latches. */
-struct sb {
-	char *p;
-	size_t n, cap;
-	bool oom;
-};
+#include "util/dm_buf.h"
 
-static void sb_putn(struct sb *b, const char *s, size_t n)
+/* Append to a dm_buf kept NUL-terminated (a C string at every step; oom latches). */
+static void sb_putn(struct dm_buf *b, const char *s, size_t n)
 {
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = DM_MAX(b->cap * 2, b->n + n + 64);
-		char *np = realloc(b->p, cap);
-
-		if (!np) {
-			b->oom = true;
-			return;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
+	dm_buf_put(b, s, n);
+	if (dm_buf_reserve(b, 1))
+		b->p[b->n] = 0;
 }
 
-static void sb_puts(struct sb *b, const char *s)
+static void sb_puts(struct dm_buf *b, const char *s)
 {
 	sb_putn(b, s, strlen(s));
 }
 
-static void sb_putc(struct sb *b, char c)
+static void sb_putc(struct dm_buf *b, char c)
 {
 	sb_putn(b, &c, 1);
 }
@@ -82,7 +65,7 @@ static bool unreserved(unsigned char c)
 }
 
 /* AWS URI encoding of n bytes; '/' kept when keep_slash. */
-static void uri_encode(struct sb *b, const char *s, size_t n, bool keep_slash)
+static void uri_encode(struct dm_buf *b, const char *s, size_t n, bool keep_slash)
 {
 	static const char hx[] = "0123456789ABCDEF";
 
@@ -142,7 +125,7 @@ static int qparam_cmp(const void *a, const void *b)
 }
 
 /* Canonical query string: decode each name/value, re-encode, sort by name then value. */
-static int canonical_query(struct sb *out, const char *q)
+static int canonical_query(struct dm_buf *out, const char *q)
 {
 	size_t np = 0, cap = 0;
 	struct qparam *ps = NULL;
@@ -154,7 +137,7 @@ static int canonical_query(struct sb *out, const char *q)
 		const char *ke = eq ? eq : end;
 		char *kd = uri_decode(q, (size_t)(ke - q));
 		char *vd = eq ? uri_decode(eq + 1, (size_t)(end - eq - 1)) : strdup("");
-		struct sb kb = { 0 }, vb = { 0 };
+		struct dm_buf kb = { 0 }, vb = { 0 };
 
 		if (end > q) {
 			if (!kd || !vd) {
@@ -174,7 +157,7 @@ static int canonical_query(struct sb *out, const char *q)
 						ps = nps;
 				}
 				if (!rc && !kb.oom && !vb.oom) {
-					ps[np++] = (struct qparam){ kb.p, vb.p };
+					ps[np++] = (struct qparam){ (char *)kb.p, (char *)vb.p };
 					kb.p = vb.p = NULL;
 				} else {
 					rc = -ENOMEM;
@@ -209,7 +192,7 @@ static int canonical_query(struct sb *out, const char *q)
 }
 
 /* Header value canonical form: trimmed, runs of spaces collapsed. */
-static void canonical_value(struct sb *b, const char *v)
+static void canonical_value(struct dm_buf *b, const char *v)
 {
 	bool space = false;
 
@@ -230,7 +213,7 @@ static void canonical_value(struct sb *b, const char *v)
 char *s3_sigv4_canonical_request(const struct s3_sigv4_req *r, const char *signed_headers,
 				 const char *payload_hash)
 {
-	struct sb b = { 0 };
+	struct dm_buf b = { 0 };
 	const char *h = signed_headers;
 
 	sb_puts(&b, r->method);
@@ -272,7 +255,7 @@ char *s3_sigv4_canonical_request(const struct s3_sigv4_req *r, const char *signe
 	sb_puts(&b, payload_hash);
 	if (b.oom)
 		goto err_free;
-	return b.p;
+	return (char *)b.p;
 
 err_inval:
 	free(b.p);
@@ -438,4 +421,19 @@ int s3_sigv4_verify(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r
 		DENY("The request signature we calculated does not match the signature you "
 		     "provided. Check your AWS Secret Access Key and signing method.");
 	return 0;
+}
+
+const char *s3_sigv4_client_header(void *ctx, const char *lname)
+{
+	const struct s3_sigv4_client_hdrs *h = ctx;
+
+	if (!strcmp(lname, "host"))
+		return h->host;
+	if (!strcmp(lname, "x-amz-date"))
+		return h->date;
+	if (!strcmp(lname, "x-amz-content-sha256"))
+		return h->sha;
+	if (!strcmp(lname, "content-type"))
+		return h->ctype;
+	return NULL;
 }

@@ -25,6 +25,14 @@ struct s3_sigv4_req {
 	size_t body_len;
 };
 
+/* The headers a client of the gateway signs ("content-type;host;x-amz-content-sha256;
+ * x-amz-date"): s3_sigv4_client_header is a header() for them, hctx a struct
+ * s3_sigv4_client_hdrs. */
+struct s3_sigv4_client_hdrs {
+	const char *host, *date, *sha, *ctype;
+};
+const char *s3_sigv4_client_header(void *ctx, const char *lname);
+
 struct s3_cred {
 	char *access_key;
 	char *secret_key;

@@ -1037,76 +1037,6 @@ void s3_query_free(struct s3_query *q)
 	free(q);
 }
 
-static int prepare(struct s3_api *a, json_t *o, struct s3_query **out, struct s3_resp *r)
-{
-	struct s3_query *q = calloc(1, sizeof(*q));
-	const struct flat_index_info *in;
-	long long k = 0;
-	json_t *f;
-	int rc;
-
-	*out = NULL;
-	if (!q) {
-		engine_err(r, -ENOMEM, "");
-		return -ENOMEM;
-	}
-	rc = get_int(r, o, "topK", 1, S3_TOPK_MAX, &k);
-	if (rc < 0)
-		goto err_free_q;
-	if (!rc) {
-		rc = verr(r, "/topK", "topK is required (1 to %d)", S3_TOPK_MAX);
-		goto err_free_q;
-	}
-	q->k = (size_t)k;
-	if (get_bool(r, o, "returnMetadata", &q->ret_meta) < 0 ||
-	    get_bool(r, o, "returnDistance", &q->ret_dist) < 0) {
-		rc = -EINVAL;
-		goto err_free_q;
-	}
-	if (!json_object_get(o, "queryVector")) {
-		rc = verr(r, "/queryVector", "queryVector is required");
-		goto err_free_q;
-	}
-	q->ix = open_index(a, r, o);
-	if (!q->ix) {
-		rc = -ENOENT;
-		goto err_free_q;
-	}
-	in = flat_index_info(q->ix);
-	q->vec = malloc(in->dim * sizeof(float));
-	if (!q->vec) {
-		engine_err(r, -ENOMEM, "");
-		rc = -ENOMEM;
-		goto err_free_q;
-	}
-	rc = read_vector(r, json_object_get(o, "queryVector"), "/queryVector", in->dim,
-			 in->metric == DM_METRIC_COS, q->vec);
-	if (rc)
-		goto err_free_q;
-	f = json_object_get(o, "filter");
-	if (f && !json_is_null(f)) {
-		struct nfkeys nf;
-		char err[256];
-
-		nf_load(q->ix, &nf);
-		q->filter = s3_filter_parse(f, nf.k, nf.n, err, sizeof(err));
-		json_decref(nf.conf);
-		if (!q->filter) {
-			rc = errno == ENOMEM ? -ENOMEM : verr(r, "/filter", "Invalid filter: %s",
-							      err);
-			if (rc == -ENOMEM)
-				engine_err(r, rc, "");
-			goto err_free_q;
-		}
-	}
-	*out = q;
-	return 0;
-
-err_free_q:
-	s3_query_free(q);
-	return rc < 0 ? rc : -EINVAL;
-}
-
 static json_t *parse_body(const char *body, size_t len, struct s3_resp *r)
 {
 	json_error_t je;
@@ -1125,6 +1055,159 @@ static json_t *parse_body(const char *body, size_t len, struct s3_resp *r)
 		return NULL;
 	}
 	return o;
+}
+
+void s3_qspec_fini(struct s3_qspec *q)
+{
+	free(q->vec);
+	s3_filter_free(q->filter);
+	memset(q, 0, sizeof(*q));
+}
+
+/* The one QueryVectors parser (the local and the distributed path): topK, the flags, the
+ * index named (resolve gives its description), the vector and the filter against it. */
+static int qv_parse(json_t *o, s3_qresolve_fn resolve, void *ctx, struct s3_qspec *q,
+		    struct s3_resp *r)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	struct s3_qindex in;
+	long long k = 0;
+	json_t *f;
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	rc = get_int(r, o, "topK", 1, S3_TOPK_MAX, &k);
+	if (rc < 0)
+		goto err;
+	if (!rc) {
+		rc = verr(r, "/topK", "topK is required (1 to %d)", S3_TOPK_MAX);
+		goto err;
+	}
+	q->k = (size_t)k;
+	if (get_bool(r, o, "returnMetadata", &q->ret_meta) < 0 ||
+	    get_bool(r, o, "returnDistance", &q->ret_dist) < 0) {
+		rc = -EINVAL;
+		goto err;
+	}
+	if (!json_object_get(o, "queryVector")) {
+		rc = verr(r, "/queryVector", "queryVector is required");
+		goto err;
+	}
+	if (req_index(r, o, b, x)) {
+		rc = -EINVAL;
+		goto err;
+	}
+	rc = resolve(ctx, b, x, &in, r);
+	if (rc)
+		goto err;
+	q->vec = malloc((in.dim ? in.dim : 1) * sizeof(float));
+	if (!q->vec) {
+		engine_err(r, -ENOMEM, "");
+		rc = -ENOMEM;
+		goto err;
+	}
+	rc = read_vector(r, json_object_get(o, "queryVector"), "/queryVector", in.dim,
+			 in.metric == DM_METRIC_COS, q->vec);
+	if (rc)
+		goto err;
+	f = json_object_get(o, "filter");
+	if (f && !json_is_null(f)) {
+		struct nfkeys nf;
+		char err[256];
+
+		nf_parse(in.conf, in.conf_len, &nf);
+		q->filter = s3_filter_parse(f, nf.k, nf.n, err, sizeof(err));
+		json_decref(nf.conf);
+		if (!q->filter) {
+			rc = errno == ENOMEM ? -ENOMEM : verr(r, "/filter", "Invalid filter: %s",
+							      err);
+			if (rc == -ENOMEM)
+				engine_err(r, rc, "");
+			goto err;
+		}
+	}
+	return 0;
+err:
+	s3_qspec_fini(q);
+	return rc < 0 ? rc : -EINVAL;
+}
+
+int s3_api_qspec_parse(const char *body, size_t len, s3_qresolve_fn resolve, void *ctx,
+		       struct s3_qspec *q, struct s3_resp *r)
+{
+	json_t *o;
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	memset(r, 0, sizeof(*r));
+	if (len > S3_MAX_PAYLOAD)
+		return verr(r, "/", "The request payload exceeds %u bytes", S3_MAX_PAYLOAD);
+	o = parse_body(body, len, r);
+	if (!o)
+		return -EINVAL;
+	rc = qv_parse(o, resolve, ctx, q, r);
+	json_decref(o);
+	return rc;
+}
+
+int s3_api_qresolve_fixed(void *ctx, const char *bucket, const char *index,
+			  struct s3_qindex *out, struct s3_resp *r)
+{
+	(void)bucket;
+	(void)index;
+	(void)r;
+	*out = *(const struct s3_qindex *)ctx;
+	return 0;
+}
+
+/* The local resolver: open the index in this process's store (kept in the query). */
+struct local_q {
+	struct s3_api *a;
+	struct flat_index *ix;
+};
+
+static int resolve_local(void *ctx, const char *b, const char *x, struct s3_qindex *out,
+			 struct s3_resp *r)
+{
+	struct local_q *lq = ctx;
+	const struct flat_index_info *in;
+
+	lq->ix = flat_index_get(lq->a->store, b, x);
+	if (!lq->ix) {
+		engine_err(r, -ENOENT, flat_bucket_get(lq->a->store, b, NULL) ? "vector bucket" :
+			   "index");
+		return -ENOENT;
+	}
+	in = flat_index_info(lq->ix);
+	*out = (struct s3_qindex){ .dim = in->dim, .metric = in->metric, .conf = in->conf,
+				   .conf_len = in->conf_len };
+	return 0;
+}
+
+/* A local query from a parsed body: the one parser with the local resolver. */
+static int prepare(struct s3_api *a, json_t *o, struct s3_query **q, struct s3_resp *r)
+{
+	struct local_q lq = { .a = a };
+	struct s3_qspec spec;
+	int rc;
+
+	*q = NULL;
+	rc = qv_parse(o, resolve_local, &lq, &spec, r);
+	if (rc) {
+		flat_index_put(lq.ix);
+		return rc;
+	}
+	*q = calloc(1, sizeof(**q));
+	if (!*q) {
+		flat_index_put(lq.ix);
+		s3_qspec_fini(&spec);
+		engine_err(r, -ENOMEM, "");
+		return -ENOMEM;
+	}
+	**q = (struct s3_query){ .ix = lq.ix, .vec = spec.vec, .k = spec.k,
+				 .filter = spec.filter, .ret_meta = spec.ret_meta,
+				 .ret_dist = spec.ret_dist };
+	return 0;
 }
 
 int s3_api_query_prepare(struct s3_api *a, const char *body, size_t len, struct s3_query **q,
@@ -1382,93 +1465,6 @@ out:
 	if (!ok)
 		bucket[0] = 0;
 	return ok ? 0 : -ENOENT;
-}
-
-int s3_api_qspec_target(const char *body, size_t len, char *bucket, char *index,
-			struct s3_resp *r)
-{
-	json_t *o;
-	int rc;
-
-	memset(r, 0, sizeof(*r));
-	if (len > S3_MAX_PAYLOAD)
-		return verr(r, "/", "The request payload exceeds %u bytes", S3_MAX_PAYLOAD);
-	o = parse_body(body, len, r);
-	if (!o)
-		return -EINVAL;
-	rc = req_index(r, o, bucket, index);
-	json_decref(o);
-	return rc ? -EINVAL : 0;
-}
-
-void s3_qspec_fini(struct s3_qspec *q)
-{
-	free(q->vec);
-	s3_filter_free(q->filter);
-	memset(q, 0, sizeof(*q));
-}
-
-int s3_api_qspec_bind(const char *body, size_t len, uint32_t dim, enum dm_metric metric,
-		      const void *conf, uint32_t conf_len, struct s3_qspec *q, struct s3_resp *r)
-{
-	long long k = 0;
-	json_t *o, *f;
-	int rc;
-
-	memset(q, 0, sizeof(*q));
-	memset(r, 0, sizeof(*r));
-	o = parse_body(body, len, r);
-	if (!o)
-		return -EINVAL;
-	rc = get_int(r, o, "topK", 1, S3_TOPK_MAX, &k);
-	if (rc < 0)
-		goto err;
-	if (!rc) {
-		rc = verr(r, "/topK", "topK is required (1 to %d)", S3_TOPK_MAX);
-		goto err;
-	}
-	q->k = (size_t)k;
-	if (get_bool(r, o, "returnMetadata", &q->ret_meta) < 0 ||
-	    get_bool(r, o, "returnDistance", &q->ret_dist) < 0) {
-		rc = -EINVAL;
-		goto err;
-	}
-	if (!json_object_get(o, "queryVector")) {
-		rc = verr(r, "/queryVector", "queryVector is required");
-		goto err;
-	}
-	q->vec = malloc((dim ? dim : 1) * sizeof(float));
-	if (!q->vec) {
-		engine_err(r, -ENOMEM, "");
-		rc = -ENOMEM;
-		goto err;
-	}
-	rc = read_vector(r, json_object_get(o, "queryVector"), "/queryVector", dim,
-			 metric == DM_METRIC_COS, q->vec);
-	if (rc)
-		goto err;
-	f = json_object_get(o, "filter");
-	if (f && !json_is_null(f)) {
-		struct nfkeys nf;
-		char err[256];
-
-		nf_parse(conf, conf_len, &nf);
-		q->filter = s3_filter_parse(f, nf.k, nf.n, err, sizeof(err));
-		json_decref(nf.conf);
-		if (!q->filter) {
-			rc = errno == ENOMEM ? -ENOMEM : verr(r, "/filter", "Invalid filter: %s",
-							      err);
-			if (rc == -ENOMEM)
-				engine_err(r, rc, "");
-			goto err;
-		}
-	}
-	json_decref(o);
-	return 0;
-err:
-	json_decref(o);
-	s3_qspec_fini(q);
-	return rc < 0 ? rc : -EINVAL;
 }
 
 void s3_api_not_found(struct s3_resp *r, bool bucket)

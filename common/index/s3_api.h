@@ -2,10 +2,12 @@
  * flat store, with AWS request validation and AWS error shapes. Transport-free: the HTTP
  * layer (s3_http) authenticates, admits and calls in here; tests call it directly.
  *
- * Today the operations run against one local flat store (mn/flat) in this process. The
- * distributed path of DESIGN §7 (the ingress CN fanning a query out to a replica group of W
- * CNs scanning their fragment shares, merging partial top-k lists, writes forwarded to the
- * MNs) is not built yet; s3_api_query_run is where it will plug in.
+ * The operations run against a flat store in this process: dmann-s3 (single-process
+ * gateway) and the memory nodes (mn/mn_flat.c, FL_CALL) use them directly. The distributed
+ * path of DESIGN §7 (cn/s3/cn_s3*.c: the ingress CN fanning a query out to a replica group
+ * of W CNs scanning their fragment shares, merging partial top-k lists, writes forwarded
+ * to the MNs) uses the request validation below: the same QueryVectors parser
+ * (s3_api_qspec_parse) as the local path, with its own index resolver.
  */
 #ifndef DM_S3_API_H
 #define DM_S3_API_H
@@ -55,7 +57,7 @@ int s3_api_query_prepare(struct s3_api *a, const char *body, size_t len, struct 
 void s3_api_query_run(struct s3_api *a, struct s3_query **qs, size_t n, struct s3_resp *rs);
 void s3_query_free(struct s3_query *q);
 
-/* ---- for engines outside this process (cn/cn_s3.c: the distributed path) ---- */
+/* ---- for engines outside this process (cn/s3/cn_s3*.c: the distributed path) ---- */
 
 /* A QueryVectors request validated against an index's description. */
 struct s3_qspec {
@@ -64,14 +66,28 @@ struct s3_qspec {
 	struct s3_filter *filter;       /* NULL: no filter */
 	bool ret_meta, ret_dist;
 };
-/* The index a QueryVectors body names (bucket + indexName or indexArn, validated). 0, or
- * -EINVAL with the ValidationException in r. */
-int s3_api_qspec_target(const char *body, size_t len, char *bucket, char *index,
-			struct s3_resp *r);
-/* Validate the rest of the request (topK, flags, vector, filter) against the index's dim,
- * metric and stored configuration. 0 or -errno with the error in r. */
-int s3_api_qspec_bind(const char *body, size_t len, uint32_t dim, enum dm_metric metric,
-		      const void *conf, uint32_t conf_len, struct s3_qspec *q, struct s3_resp *r);
+/* What the QueryVectors parser needs to know of the index a request names. */
+struct s3_qindex {
+	uint32_t dim;
+	enum dm_metric metric;
+	const void *conf;               /* the index's stored configuration (JSON) */
+	uint32_t conf_len;
+};
+/* Find the index bucket/index (names validated): 0 with out filled (conf must stay valid
+ * until the parser returns), or -errno with the error response in r. */
+typedef int (*s3_qresolve_fn)(void *ctx, const char *bucket, const char *index,
+			      struct s3_qindex *out, struct s3_resp *r);
+/* The one QueryVectors parser (also behind s3_api_query_prepare): the payload limit, the
+ * JSON body, topK, returnMetadata/returnDistance, queryVector present, the index named
+ * (vectorBucketName + indexName or indexArn), then resolve, then the vector against the
+ * index's dimension and metric and the filter against its non-filterable keys, in this
+ * order (the first problem is the one reported). 0, or -errno with the error in r (q is
+ * then empty). */
+int s3_api_qspec_parse(const char *body, size_t len, s3_qresolve_fn resolve, void *ctx,
+		       struct s3_qspec *q, struct s3_resp *r);
+/* A resolver for a known index: ctx is a const struct s3_qindex * (any names). */
+int s3_api_qresolve_fixed(void *ctx, const char *bucket, const char *index,
+			  struct s3_qindex *out, struct s3_resp *r);
 void s3_qspec_fini(struct s3_qspec *q);
 /* The bucket a request names (vectorBucketName, vectorBucketArn or indexArn), without
  * further validation (for routing). 0 or -ENOENT (bucket = ""). */

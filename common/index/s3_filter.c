@@ -5,6 +5,7 @@
  * u8 type | payload:  STR: u32 len + bytes; NUM: f64; BOOL: u8; LIST: u32 count + values
  * (primitives only). */
 #include "s3_filter.h"
+#include "util/dm_buf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -38,32 +39,7 @@ static bool nonfilterable(const char *key, const char *const *nf, size_t nnf)
 
 /* ---------------------------------------------------------------- encoding --------- */
 
-struct ebuf {
-	uint8_t *p;
-	size_t n, cap;
-	bool oom;
-};
-
-static void eput(struct ebuf *b, const void *p, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n > b->cap) {
-		size_t cap = DM_MAX(b->cap * 2, b->n + n + 64);
-		uint8_t *np = realloc(b->p, cap);
-
-		if (!np) {
-			b->oom = true;
-			return;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, p, n);
-	b->n += n;
-}
-
-static void eprim(struct ebuf *b, const json_t *v)
+static void eprim(struct dm_buf *b, const json_t *v)
 {
 	uint8_t t;
 
@@ -71,21 +47,21 @@ static void eprim(struct ebuf *b, const json_t *v)
 		uint32_t l = (uint32_t)json_string_length(v);
 
 		t = T_STR;
-		eput(b, &t, 1);
-		eput(b, &l, 4);
-		eput(b, json_string_value(v), l);
+		dm_buf_put(b, &t, 1);
+		dm_buf_put(b, &l, 4);
+		dm_buf_put(b, json_string_value(v), l);
 	} else if (json_is_number(v)) {
 		double d = json_number_value(v);
 
 		t = T_NUM;
-		eput(b, &t, 1);
-		eput(b, &d, 8);
+		dm_buf_put(b, &t, 1);
+		dm_buf_put(b, &d, 8);
 	} else {
 		uint8_t x = json_is_true(v);
 
 		t = T_BOOL;
-		eput(b, &t, 1);
-		eput(b, &x, 1);
+		dm_buf_put(b, &t, 1);
+		dm_buf_put(b, &x, 1);
 	}
 }
 
@@ -98,7 +74,7 @@ int s3_meta_encode(const json_t *meta, const char *const *nonfilter, size_t nnf,
 		   char **json, size_t *json_len, uint8_t **fmeta, size_t *fmeta_len,
 		   char *err, size_t errlen)
 {
-	struct ebuf b = { 0 };
+	struct dm_buf b = { 0 };
 	json_t *filt = NULL;
 	const char *key;
 	json_t *v;
@@ -161,8 +137,8 @@ int s3_meta_encode(const json_t *meta, const char *const *nonfilter, size_t nnf,
 				seterr(err, errlen, "metadata key too long");
 				goto out;
 			}
-			eput(&b, &k16, 2);
-			eput(&b, key, kl);
+			dm_buf_put(&b, &k16, 2);
+			dm_buf_put(&b, key, kl);
 		}
 		if (json_is_array(v)) {
 			uint8_t t = T_LIST;
@@ -170,8 +146,8 @@ int s3_meta_encode(const json_t *meta, const char *const *nonfilter, size_t nnf,
 			size_t i;
 			json_t *e;
 
-			eput(&b, &t, 1);
-			eput(&b, &cnt, 4);
+			dm_buf_put(&b, &t, 1);
+			dm_buf_put(&b, &cnt, 4);
 			json_array_foreach(v, i, e)
 				eprim(&b, e);
 		} else {
@@ -205,7 +181,7 @@ int s3_meta_encode(const json_t *meta, const char *const *nonfilter, size_t nnf,
 out:
 	free(txt);
 	free(ftxt);
-	free(b.p);
+	dm_buf_free(&b);
 	json_decref(filt);
 	return rc;
 }

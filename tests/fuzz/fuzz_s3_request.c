@@ -1,6 +1,7 @@
 /* fuzz_s3_request.c: libFuzzer target for the S3 gateway's parsers: the filter language
  * (parse + evaluate), metadata validation/encoding (+ decode of what it encoded), request
- * validation of every operation (s3_api_handle over a scratch store), and the SigV4
+ * validation of every operation (s3_api_handle over a scratch store), the distributed
+ * QueryVectors parser against the local one (same answers), and the SigV4
  * canonical request built from a hostile path/query. The first input byte picks the
  * operation; the rest is the JSON body. */
 #include <ftw.h>
@@ -103,6 +104,54 @@ static void fuzz_json(const char *p, size_t n)
 	json_decref(j);
 }
 
+/* The distributed path's QueryVectors parser (s3_api_qspec_parse, a resolver describing
+ * the scratch index as the compute nodes do) must agree with the local path: the same
+ * error, or both accept. Compared only when the request named the scratch index or failed
+ * before naming one (another index may exist with another dimension). */
+struct fz_resolve {
+	struct s3_qindex in;
+	bool called, same;
+};
+
+static int fz_resolver(void *ctx, const char *b, const char *x, struct s3_qindex *out,
+		       struct s3_resp *r)
+{
+	struct fz_resolve *fr = ctx;
+
+	(void)r;
+	fr->called = true;
+	fr->same = !strcmp(b, "fuzz") && !strcmp(x, "idx");
+	*out = fr->in;
+	return 0;
+}
+
+static void fuzz_qspec(const char *p, size_t n, const struct s3_resp *local)
+{
+	struct flat_index *ix = flat_index_get(store, "fuzz", "idx");
+	struct s3_qspec q;
+	struct s3_resp r;
+	int rc;
+
+	if (!ix)
+		return;                  /* deleted by an earlier input */
+	const struct flat_index_info *in = flat_index_info(ix);
+	struct fz_resolve fr = { .in = { .dim = in->dim, .metric = in->metric, .conf = in->conf,
+					 .conf_len = in->conf_len } };
+
+	rc = s3_api_qspec_parse(p, n, fz_resolver, &fr, &q, &r);
+	if (!fr.called || fr.same) {
+		if ((rc == 0) != (local->status == 200))
+			abort();
+		if (rc && (r.status != local->status || strcmp(r.body, local->body)))
+			abort();
+	}
+	if (rc == 0 && (!q.vec || !q.k || q.k > S3_TOPK_MAX))
+		abort();
+	s3_qspec_fini(&q);
+	s3_resp_free(&r);
+	flat_index_put(ix);
+}
+
 static const char *hdr(void *ctx, const char *name)
 {
 	(void)name;
@@ -128,10 +177,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		scratch_store();
 	}
 	fuzz_json((const char *)data + 1, size - 1);
-	s3_api_handle(api, ops[data[0] % (sizeof(ops) / sizeof(ops[0]))],
-		      (const char *)data + 1, size - 1, &r);
+	const char *op = ops[data[0] % (sizeof(ops) / sizeof(ops[0]))];
+
+	s3_api_handle(api, op, (const char *)data + 1, size - 1, &r);
 	if (r.status < 200 || !r.body)
 		abort();
+	if (!strcmp(op, "QueryVectors"))
+		fuzz_qspec((const char *)data + 1, size - 1, &r);
 	s3_resp_free(&r);
 
 	/* SigV4 canonical request from a hostile path?query. */

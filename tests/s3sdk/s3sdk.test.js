@@ -278,12 +278,12 @@ function assertSameAsBruteForce(got, rows, metric, q, k, filter) {
 
 // Bulk loading retries 503 (as the SDKs do by default; these clients make one attempt so
 // that the error tests see every error): a loaded machine can make a node slow to answer.
-async function putAll(c, bucket, index, vectors) {
-  for (let i = 0; i < vectors.length; i += 500) {
+async function putAll(c, bucket, index, vectors, batch = 500) {
+  for (let i = 0; i < vectors.length; i += batch) {
     for (let attempt = 0; ; attempt++) {
       try {
         await send(c, 'PutVectorsCommand', { vectorBucketName: bucket, indexName: index,
-          vectors: vectors.slice(i, i + 500) });
+          vectors: vectors.slice(i, i + batch) });
         break;
       } catch (e) {
         if (e.name !== 'ServiceUnavailableException' || attempt >= 4) throw e;
@@ -729,6 +729,98 @@ test('fan-out: a slow member is hedged, a dead one retried elsewhere', { skip: !
     assert.ok(Number(m[1]) >= 1, 'cn0 sent no sub-request to cn1 (no fan-out)');
     assert.ok(Number(m[2]) >= 1, 'the slow member was not hedged');
     assert.ok(Number(m[3]) >= 1, 'the dead member was not retried elsewhere');
+  });
+
+// Regression: an index at the API's limits (dimension 4096, 40 KB of metadata per vector,
+// a few thousand vectors) answers QueryVectors on the cluster path. Its one fragment holds
+// ~115 MB of rows, past the 64 MiB FL stream cap: the memory node used to drop the
+// connection on the fragment fetch and every query got 503. Fragments are now fetched in
+// bounded pieces ([s3] frag_fetch_kb, at most 32 MiB per answer on the MN).
+test('an index at the limits (dim 4096, 40 KB metadata, 2000 vectors) answers queries',
+  { skip: !CLUSTER }, async () => {
+    const dir = fs.mkdtempSync(path.join(tmp, 'wide-'));
+    const s5 = await startServer(dir);
+    const c5 = client(s5);
+    const DIM = 4096;
+    const N = 2000;
+    await send(c5, 'CreateVectorBucketCommand', { vectorBucketName: 'wide' });
+    await send(c5, 'CreateIndexCommand', { vectorBucketName: 'wide', indexName: 'wide-ix',
+      dataType: 'float32', dimension: DIM, distanceMetric: 'cosine',
+      metadataConfiguration: { nonFilterableMetadataKeys: ['text'] } });
+    const rows = makeVectors(N, DIM, 33, 'w');
+    for (const [i, r] of rows.entries()) {
+      const md = { genre: r.metadata.genre, year: r.metadata.year, text: '' };
+      // The whole metadata at exactly 40 KB of compact JSON.
+      md.text = `${i}:`.padEnd(40 * 1024 - JSON.stringify(md).length, 'x');
+      assert.equal(JSON.stringify(md).length, 40 * 1024);
+      r.metadata = md;
+    }
+    await putAll(c5, 'wide', 'wide-ix', rows, 100);
+    for (const [qi, filter] of [[3, undefined], [1500, { genre: { $eq: 'drama' } }]]) {
+      const q = rows[qi].data.float32;
+      const out = await send(c5, 'QueryVectorsCommand', { vectorBucketName: 'wide',
+        indexName: 'wide-ix', topK: 5, queryVector: { float32: q }, returnDistance: true,
+        returnMetadata: true, ...(filter ? { filter } : {}) });
+      assertSameAsBruteForce(out.vectors, rows, 'cosine', q, 5, filter);
+      if (!filter) assert.equal(out.vectors[0].key, rows[qi].key);
+      for (const v of out.vectors) {
+        assert.deepEqual(v.metadata, rows[Number(v.key.slice(1))].metadata);
+      }
+    }
+    // A delete after the fragment is cached: the tombstones are refreshed, not the rows.
+    await send(c5, 'DeleteVectorsCommand', { vectorBucketName: 'wide', indexName: 'wide-ix',
+      keys: [rows[3].key] });
+    const left = rows.filter((r) => r.key !== rows[3].key);
+    const q3 = rows[3].data.float32;
+    const again = await send(c5, 'QueryVectorsCommand', { vectorBucketName: 'wide',
+      indexName: 'wide-ix', topK: 5, queryVector: { float32: q3 }, returnDistance: true });
+    assertSameAsBruteForce(again.vectors, left, 'cosine', q3, 5);
+    // The gateway's counters in the CN's Prometheus metrics; the cache at its default size.
+    const ini = fs.readFileSync(s5.ini, 'utf8');
+    const mport = ini.match(/\[cn\.0\]\naddress = [^\n]*\nmetrics = 127\.0\.0\.1:(\d+)/)[1];
+    const metrics = async () => {
+      const text = await (await fetch(`http://127.0.0.1:${mport}/metrics`)).text();
+      return (name) => Number(text.match(new RegExp(`^${name}\\{node="0"\\} (\\d+)`, 'm'))?.[1]);
+    };
+    let metric = await metrics();
+    assert.equal(metric('dmann_cn_s3_fragment_cache_capacity_bytes'), 2048 * 1024 * 1024);
+    assert.equal(metric('dmann_cn_s3_plan_fallbacks_total'), 0);
+    assert.ok(metric('dmann_cn_s3_fragment_cache_misses_total') >= 1);
+    // Settings come from the cluster file: cn0 restarted with [s3] cache_mb = 512.
+    const pid0 = pidsOf(s5).get('cn0');
+    process.kill(pid0, 'SIGTERM');
+    await waitDead(pid0);
+    fs.writeFileSync(s5.ini, ini.replace(/^\[s3\]\n/m, '[s3]\ncache_mb = 512\n'));
+    const log = fs.openSync(path.join(s5.cdir, 'cn0.restart.log'), 'a');
+    const p0 = spawn(path.join(BINDIR, 'dmann-cn'), ['--config', s5.ini, '--id', '0'],
+      { env: clusterEnv(s5.extra), stdio: ['ignore', log, log], detached: true });
+    fs.closeSync(log);
+    p0.unref();
+    s5.restarted.push(['cn0', p0]);
+    for (let i = 0; ; i++) {          // until cn0 serves its gateway and its metrics again
+      try {
+        await send(c5, 'GetVectorBucketCommand', { vectorBucketName: 'wide' });
+        metric = await metrics();
+        break;
+      } catch (e) {
+        if (i > 400) throw e;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    assert.equal(metric('dmann_cn_s3_fragment_cache_capacity_bytes'), 512 * 1024 * 1024);
+    const after = await send(c5, 'QueryVectorsCommand', { vectorBucketName: 'wide',
+      indexName: 'wide-ix', topK: 5, queryVector: { float32: q3 }, returnDistance: true });
+    assertSameAsBruteForce(after.vectors, left, 'cosine', q3, 5);
+    // The fragment came in several pieces (16 MiB each by default).
+    await stopServer(s5);
+    const fetches = [0, 1].map((id) => {
+      const m = fs.readFileSync(path.join(s5.cdir, `cn${id}.log`), 'utf8')
+        .match(/(\d+) fragment fetches/);
+      return m ? Number(m[1]) : 0;
+    });
+    console.log(`# wide index: ${N} x dim ${DIM} + 40 KB metadata; fragment pieces fetched ` +
+      `by cn0, cn1: ${fetches.join(', ')}`);
+    assert.ok(fetches[0] + fetches[1] >= 5, 'the fragment was not fetched in pieces');
   });
 
 test('stop the cluster cleanly', { skip: !CLUSTER }, async () => {

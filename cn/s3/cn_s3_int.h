@@ -1,0 +1,179 @@
+/* cn_s3_int.h: private declarations shared by the files of the compute node's S3 gateway
+ * (the distributed path, see cn_s3.h):
+ *   cn_s3.c          start/stop, settings, metrics
+ *   cn_s3_mn.c       memory-node connection pool, FL calls, index state reads
+ *   cn_s3_write.c    operation routing by bucket, replication of writes
+ *   cn_s3_catalog.c  catalog listings merged over the memory nodes
+ *   cn_s3_query.c    the ingress of QueryVectors: plan, fan-out, hedging, retries, merge
+ *   cn_s3_hclient.c  the HTTP client of member sub-requests
+ *   cn_s3_member.c   the member side: fragment fetch into the cache, exact scan
+ *   s3_fcache.c      the fragment cache (hash map + LRU)
+ */
+#ifndef DM_CN_S3_INT_H
+#define DM_CN_S3_INT_H
+
+#include <pthread.h>
+
+#include <jansson.h>
+
+#include "cn_s3.h"
+#include "fl_rpc.h"
+#include "s3_api.h"
+#include "s3_fcache.h"
+#include "s3_http.h"
+#include "s3_sigv4.h"
+#include "util/dm_buf.h"
+
+#define MN_MSG DM_FL_MIN_MSG         /* until FL_INFO tells the MN's receive buffer size */
+#define MY_MSG 65536u                /* our receive buffers */
+#define FL_TIMEOUT_MS 10000
+#define MN_CONNECT_MS 5000           /* generous: a loaded MN may be slow to accept */
+#define MN_DOWN_NS 1000000000ull      /* a failed MN is skipped for reads this long */
+#define CN_DOWN_NS 2000000000ull      /* a failed CN member is avoided this long */
+#define SUB_TIMEOUT_MS 20000
+#define NAME_MAX_ 64
+#define JSON_OUT (JSON_COMPACT | JSON_REAL_PRECISION(9))
+/* A fragment is fetched in pieces of at most this many row bytes (the FL_FRAG max_bytes
+ * field): every answer stays far below the DM_FL_MAX_STREAM message cap. */
+#define FRAG_PIECE_BYTES (16u << 20)
+
+struct mnconn {
+	struct dm_conn *c;
+	struct dm_rpc_chan ch;
+	uint32_t max_msg;                /* the MN's receive buffer (FL_INFO) */
+	struct mnconn *next;
+};
+
+struct mnslot {
+	pthread_mutex_t mu;
+	struct mnconn *idle;
+	uint64_t down_until;             /* atomic, dm_now_ns */
+};
+
+struct cn_s3 {
+	const struct dm_cluster_cfg *cfg;
+	const struct dm_node_cfg *node;
+	struct dm_xport *x;
+	struct dm_msgpool *pool;
+	struct mnslot mn[DM_MAX_NODES];
+	uint64_t cn_down[DM_MAX_NODES];  /* atomic */
+	struct s3_http *http;
+	struct s3_backend be;
+	struct s3_cred cred;             /* the cluster's [s3] key: users' requests */
+	struct s3_cred icred;            /* internal key (from the cluster secret): sub-requests */
+	char ikey[32], isecret[72];
+	struct s3_sigv4_cfg iauth;
+	uint32_t redundancy;
+	uint32_t search_threads;
+	/* settings ([s3] of the cluster file, environment overrides: cn_s3.c) */
+	uint32_t force_w, force_r;
+	uint64_t max_scan_bytes;
+	uint32_t hedge_ms;
+	uint32_t frag_piece_bytes;
+	uint32_t test_delay_ms;          /* test hook: delay scans served for other CNs */
+	struct s3_fcache *cache;
+	/* R from the query rate: per index an exponentially decaying arrival rate, and what
+	 * one group serves, from the measured member scan time. */
+	pthread_mutex_t rmu;
+	struct ixrate {
+		uint64_t id, last_ns;
+		double qps;
+	} rate[64];
+	double scan_ns;                  /* EWMA of a member scan (this CN) */
+	/* counters (atomics) */
+	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
+};
+
+/* ---- cn_s3_mn.c ---- */
+
+/* A fragment's version in an index state: rows written, of those tombstoned. */
+struct fstat {
+	uint32_t rows, dead;
+};
+
+/* An index as one MN describes it (FL_STATE). */
+struct ixstate {
+	uint32_t mn;
+	uint64_t epoch;
+	int64_t created;
+	uint32_t dim, metric, frag_rows, nfrag;
+	char *conf;
+	uint32_t conf_len;
+	struct fstat *fr;
+};
+
+void mnconn_free(struct mnconn *mc);
+bool mn_is_down(struct cn_s3 *s, uint32_t mn);
+/* One FL call to memory node mn with the request in req (freed here, also on error;
+ * -ENOMEM if it overflowed): the peer status, or -EHOSTDOWN when it cannot be reached. */
+int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
+	    uint8_t **resp, size_t *rlen);
+/* The MNs holding a bucket, best first: their number, or -errno. */
+int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out);
+/* An S3 operation on one MN (FL_CALL): 0 with r filled from its answer, or -errno. */
+int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t len,
+	  struct s3_resp *r);
+/* 503: memory node mn is unreachable. */
+void unavailable(struct s3_resp *r, const char *what, uint32_t mn);
+int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
+		  struct ixstate *st);
+void ixstate_fini(struct ixstate *st);
+
+/* ---- cn_s3_write.c / cn_s3_catalog.c ---- */
+
+/* Every operation but QueryVectors (s3_backend.handle). */
+void be_handle(void *ctx, const char *op, const char *body, size_t len, struct s3_resp *r);
+/* ListVectorBuckets merged over every MN. */
+void list_buckets(struct cn_s3 *s, const char *body, size_t len, struct s3_resp *r);
+
+/* ---- cn_s3_member.c ---- */
+
+/* One hit of a member's partial top-k. */
+struct mhit {
+	float dist;
+	uint64_t gid;                    /* frag * frag_rows + row: the single-store order */
+	char *key;
+	char *meta;                      /* JSON text or NULL */
+};
+
+int mhit_cmp(const void *a, const void *b);
+/* A ScanShare sub-request (s3_backend.internal; also run locally by the ingress). */
+void be_internal(void *ctx, const char *op, const char *body, size_t len,
+		 struct s3_resp *r);
+/* The same for requests from other CNs (test delay hook). */
+void be_internal_http(void *ctx, const char *op, const char *body, size_t len,
+		      struct s3_resp *r);
+/* A 200 response with o's JSON (o is consumed). */
+void json_resp(struct s3_resp *r, json_t *o);
+
+/* ---- cn_s3_hclient.c ---- */
+
+/* One sub-request in flight: a signed POST /_dmann/ScanShare on a non-blocking socket. */
+struct hcall {
+	int fd;
+	uint32_t cn;                     /* target CN */
+	uint32_t share;                  /* which share it serves */
+	bool hedge;
+	struct dm_buf out;               /* request bytes */
+	size_t sent;
+	struct dm_buf in;                /* response bytes */
+	bool done, failed;
+	int status;
+	const char *body;                /* into in */
+	size_t blen;
+};
+
+/* Start a sub-request to CN cn (connect, sign, queue the bytes). false on failure. */
+bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body);
+/* Progress on poll events ev; sets done (and failed) when it ends. */
+void hcall_io(struct hcall *h, short ev);
+void hcall_fini(struct hcall *h);
+
+/* ---- cn_s3_query.c ---- */
+
+/* QueryVectors of one admitted request (s3_backend.query, on a search thread). */
+void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r);
+/* Note a member scan's duration (the R estimate). */
+void scan_time_note(struct cn_s3 *s, uint64_t ns);
+
+#endif
