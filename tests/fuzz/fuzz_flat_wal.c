@@ -21,7 +21,7 @@ static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char dir[64], wal[96];
-	struct flat_buf b = { 0 };
+	struct dm_buf b = { 0 };
 	struct flat_opts o = { .frag_rows = 2, .no_sync = true };
 	struct flat_store *s;
 	size_t off = 0;
@@ -38,14 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (size - off >= 3) {
 		uint8_t type = data[off] % 8;
 		uint16_t len;
-		uint8_t z[FLAT_REC_HDR] = { 0 };
-
 		memcpy(&len, data + off + 1, 2);
 		off += 3;
 		len = (uint16_t)(len > size - off ? size - off : len);
-		flat_buf_reset(&b);
-		flat_buf_put(&b, z, sizeof(z));
-		flat_buf_put(&b, data + off, len);
+		flat_rec_begin(&b);
+		dm_buf_put(&b, data + off, len);
 		off += len;
 		/* a record type 0 stands for "leave the rest as a torn tail" */
 		if (!type) {
@@ -53,12 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			break;
 		}
-		flat_buf_frame(&b, ++lsn, type);
+		flat_rec_frame(&b, ++lsn, type, 0);
 		if (write(fd, b.p, b.n) != (ssize_t)b.n)
 			abort();
 	}
 	close(fd);
-	flat_buf_free(&b);
+	dm_buf_free(&b);
 	s = flat_open(dir, &o);
 	if (s)
 		flat_close(s);           /* also writes (and on the next open would read) a snapshot */
