@@ -285,7 +285,7 @@ static int open_store(struct mn *m)
 		char fdir[1100];
 
 		snprintf(fdir, sizeof(fdir), "%s/flat", dir);
-		m->flat = mn_flat_open(fdir, m->node->id);
+		m->flat = mn_flat_open(fdir, m->node->id, &m->cfg->mn_set);
 		if (!m->flat)
 			return -errno;
 	}
