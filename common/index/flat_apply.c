@@ -175,48 +175,83 @@ int flat_apply_record(struct flat_store *s, uint32_t type, const uint8_t *p, uin
 
 void flat_drain(struct flat_index *ix)
 {
-	while (ix->applied_seq != ix->log_seq)
+	while (ix->qhead)
 		pthread_cond_wait(&ix->apply_cv, &ix->wmu);
 }
 
-/* Log the record in b for ix, reserving rows (wmu held by the caller, released inside on
- * success): *seq is the write's place in the index's log order. */
-static int log_locked(struct flat_index *ix, struct dm_buf *b, uint32_t type, uint64_t rows,
-		      uint64_t *lsn, uint64_t *seq)
+/* Log the record in b for ix and queue pw (wmu held by the caller), reserving rows. */
+static int log_locked(struct flat_index *ix, struct dm_buf *b, uint32_t type,
+		      struct flat_pending *pw)
 {
 	int rc;
 
 	if (ix->deleted)
 		return -ENOENT;
-	rc = flat_reserve(ix, rows);
+	rc = flat_reserve(ix, pw->nrows);
 	if (rc)
 		return rc;
-	rc = flat_wal_write(ix->s, b, type, lsn);
+	rc = flat_wal_write(ix->s, b, type, &pw->lsn);
 	if (rc) {
-		flat_unreserve(ix, rows);
+		flat_unreserve(ix, pw->nrows);
 		return rc;
 	}
-	*seq = ++ix->log_seq;
+	pw->next = NULL;
+	if (ix->qtail)
+		ix->qtail->next = pw;
+	else
+		ix->qhead = pw;
+	ix->qtail = pw;
 	return 0;
 }
 
-/* Wait for durability of lsn, then for this write's turn (wmu taken); returns with wmu and
- * the outcome of the sync. */
-static int wait_turn(struct flat_index *ix, uint64_t lsn, uint64_t seq)
+static void apply_one(struct flat_index *ix, struct flat_pending *pw)
 {
-	int rc = flat_wal_wait(ix->s, lsn);
+	for (size_t i = 0; i < pw->nrows; i++)
+		flat_place(ix, &pw->rows[i]);
+	for (size_t i = 0; i < pw->nkeys; i++) {
+		uint64_t id = flat_km_get(ix, pw->keys[i]);
 
-	pthread_mutex_lock(&ix->wmu);
-	while (ix->applied_seq + 1 != seq)
-		pthread_cond_wait(&ix->apply_cv, &ix->wmu);
-	return rc;
+		if (id != UINT64_MAX)
+			flat_row_kill(ix, id);
+	}
 }
 
-static void turn_done(struct flat_index *ix)
+static void pop_head(struct flat_index *ix)
 {
-	ix->applied_seq++;
-	pthread_cond_broadcast(&ix->apply_cv);
+	ix->qhead->done = true;
+	ix->qhead = ix->qhead->next;
+	if (!ix->qhead)
+		ix->qtail = NULL;
+}
+
+/* Wait for pw's record to be durable, then apply the queue up to pw (unless a writer back
+ * earlier did); on a failed sync drop pw once it is first in the queue (the writes before
+ * it were durable and are applied by their writers; the store refuses later writes). */
+static int commit(struct flat_index *ix, struct flat_pending *pw)
+{
+	int rc = flat_wal_wait(ix->s, pw->lsn);
+
+	pthread_mutex_lock(&ix->wmu);
+	if (!rc && !pw->done) {
+		struct flat_pending *q;
+
+		pthread_rwlock_wrlock(&ix->rw);
+		do {
+			q = ix->qhead;
+			apply_one(ix, q);
+			pop_head(ix);
+		} while (q != pw);
+		pthread_rwlock_unlock(&ix->rw);
+		pthread_cond_broadcast(&ix->apply_cv);
+	} else if (rc) {
+		while (ix->qhead != pw)
+			pthread_cond_wait(&ix->apply_cv, &ix->wmu);
+		flat_unreserve(ix, pw->nrows);
+		pop_head(ix);
+		pthread_cond_broadcast(&ix->apply_cv);
+	}
 	pthread_mutex_unlock(&ix->wmu);
+	return rc;
 }
 
 static bool key_ok(const char *k)
@@ -230,7 +265,7 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 {
 	struct dm_buf b = { 0 };
 	struct flat_prow *p;
-	uint64_t lsn, seq;
+	struct flat_pending pw = { .nrows = n };
 	size_t np = 0;
 	int rc;
 
@@ -253,21 +288,12 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 	}
 	flat_rec_begin(&b);
 	flat_enc_put(&b, ix, rows, n);
+	pw.rows = p;
 	pthread_mutex_lock(&ix->wmu);
-	rc = log_locked(ix, &b, FLAT_REC_PUT, n, &lsn, &seq);
+	rc = log_locked(ix, &b, FLAT_REC_PUT, &pw);
 	pthread_mutex_unlock(&ix->wmu);
-	if (rc)
-		goto out_free;
-	rc = wait_turn(ix, lsn, seq);
-	if (!rc) {
-		pthread_rwlock_wrlock(&ix->rw);
-		for (size_t i = 0; i < n; i++)
-			flat_place(ix, &p[i]);
-		pthread_rwlock_unlock(&ix->rw);
-	} else {
-		flat_unreserve(ix, n);
-	}
-	turn_done(ix);
+	if (!rc)
+		rc = commit(ix, &pw);
 out_free:
 	prows_free(p, np);
 	dm_buf_free(&b);
@@ -279,7 +305,7 @@ out_free:
 int flat_delete(struct flat_index *ix, const char *const *keys, size_t n)
 {
 	struct dm_buf b = { 0 };
-	uint64_t lsn, seq;
+	struct flat_pending pw = { .keys = keys, .nkeys = n };
 	int rc;
 
 	if (!n)
@@ -296,23 +322,10 @@ int flat_delete(struct flat_index *ix, const char *const *keys, size_t n)
 	for (size_t i = 0; i < n; i++)
 		dm_buf_str(&b, keys[i]);
 	pthread_mutex_lock(&ix->wmu);
-	rc = log_locked(ix, &b, FLAT_REC_DEL, 0, &lsn, &seq);
+	rc = log_locked(ix, &b, FLAT_REC_DEL, &pw);
 	pthread_mutex_unlock(&ix->wmu);
-	if (rc)
-		goto out_free;
-	rc = wait_turn(ix, lsn, seq);
-	if (!rc) {
-		pthread_rwlock_wrlock(&ix->rw);
-		for (size_t i = 0; i < n; i++) {
-			uint64_t id = flat_km_get(ix, keys[i]);
-
-			if (id != UINT64_MAX)
-				flat_row_kill(ix, id);
-		}
-		pthread_rwlock_unlock(&ix->rw);
-	}
-	turn_done(ix);
-out_free:
+	if (!rc)
+		rc = commit(ix, &pw);
 	dm_buf_free(&b);
 	if (!rc)
 		flat_maybe_checkpoint(ix->s);

@@ -14,10 +14,11 @@
  *
  * Write path of a PUT (flat_apply.c): everything that can fail (validation, the memory of
  * the new rows, fragments and key-map room) happens before the record is logged; then the
- * record is written to the WAL (under wmu, so WAL order == apply order per index), wmu is
- * released while the writer waits for a sync that covers its record (group commit: one
- * fdatasync for all writers waiting together), and the writers apply in their log order
- * with operations that cannot fail. A write becomes visible only once it is durable.
+ * record is written to the WAL and queued on its index (under wmu, so WAL order == apply
+ * order per index), wmu is released while the writer waits for a sync that covers its
+ * record (group commit: one fdatasync for all writers waiting together), and the first
+ * writer back applies the queue up to its own write, with operations that cannot fail. A
+ * write becomes visible only once it is durable.
  */
 #ifndef DM_FLAT_INT_H
 #define DM_FLAT_INT_H
@@ -56,16 +57,16 @@ struct flat_index {
 	int refs;
 	bool deleted;                  /* under wmu */
 	pthread_mutex_t wmu;           /* serialises logging: WAL order == apply order */
-	pthread_cond_t apply_cv;       /* a logged write was applied (or dropped) */
+	pthread_cond_t apply_cv;       /* the queue of logged writes got shorter */
 	pthread_rwlock_t rw;           /* readers vs applying writers */
 	uint32_t frag_rows;
 	struct flat_frag **frags;
 	size_t nfrags, capfrags;
 	uint64_t next_id, live;
 	struct keymap map;
-	/* Logged, not yet applied writes (under wmu): their rows are reserved (key-map room,
-	 * spare fragments) so that applying them cannot fail. */
-	uint64_t log_seq, applied_seq; /* writes logged / applied, in log order */
+	/* Logged, not yet applied writes (under wmu), in log order; their rows are reserved
+	 * (key-map room, spare fragments) so that applying them cannot fail. */
+	struct flat_pending *qhead, *qtail;
 	uint64_t pending_rows;
 	struct flat_frag *spare;       /* preallocated empty fragments */
 	size_t nspare;
@@ -91,6 +92,19 @@ struct flat_store {
 	bool syncing;                  /* a leader is in fdatasync */
 	int wal_err;                   /* sticky: a failed write/sync; the store refuses writes */
 	uint64_t n_records, n_syncs;   /* statistics */
+};
+
+/* A write logged and not yet applied: lives in its writer's stack frame until done. Once a
+ * writer's record is durable, so are the records before it, and it applies every queued
+ * write up to its own (theirs included: their writers then find them done). */
+struct flat_pending {
+	struct flat_pending *next;
+	uint64_t lsn;
+	struct flat_prow *rows;        /* PUT */
+	size_t nrows;
+	const char *const *keys;       /* DEL */
+	size_t nkeys;
+	bool done;
 };
 
 /* ---- flat_frag.c ---- */
@@ -141,7 +155,7 @@ void flat_enc_put(struct dm_buf *b, const struct flat_index *ix, const struct fl
 		  size_t n);
 /* Replay one record (recovery, single-threaded): -EBADMSG if it does not fit the state. */
 int flat_apply_record(struct flat_store *s, uint32_t type, const uint8_t *p, uint32_t n);
-/* Wait until every write logged for ix so far is applied (wmu held; waits on apply_cv). */
+/* Wait until every write logged for ix so far is applied or dropped (wmu held). */
 void flat_drain(struct flat_index *ix);
 
 /* ---- flat_wal.c ---- */
