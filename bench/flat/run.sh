@@ -16,7 +16,7 @@ bench=$build/bench/wal_bench
 work=$(mktemp -d "$build/wal-bench-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 out=$work/table.md
-fs=$(stat -f -c %T "$work")
+fs=$(df --output=fstype "$work" | tail -1)
 dev=$(df --output=source "$work" | tail -1)
 {
 	echo "### Flat store WAL: group commit (bench/flat/run.sh)"
