@@ -411,15 +411,20 @@ static off_t file_size(const char *path)
 	return st.st_size;
 }
 
+/* Bucket "b", index "i" (dim, L2) in s, and a handle to it. */
+static struct flat_index *make_index(struct flat_store *s, uint32_t dim)
+{
+	cr_assert_eq(flat_bucket_create(s, "b", 0), 0);
+	cr_assert_eq(flat_index_create(s, "b", "i", dim, DM_METRIC_L2, NULL, 0, 0), 0);
+	return flat_index_get(s, "b", "i");
+}
+
 /* bucket + index + 4 PUT records of 20 rows, then a crash. Returns the WAL path. */
 static void four_puts(char *wal, size_t cap)
 {
 	struct flat_store *s = open_store(0);
-	struct flat_index *ix;
+	struct flat_index *ix = make_index(s, 8);
 
-	flat_bucket_create(s, "b", 0);
-	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
-	ix = flat_index_get(s, "b", "i");
 	for (unsigned i = 0; i < 4; i++)
 		put_range(ix, i * 20, i * 20 + 20, 1);
 	flat_index_put(ix);
@@ -511,14 +516,11 @@ static size_t append_put(struct flat_index *ix, const char *wal, unsigned k, uin
 Test(flat, wal_unsynced_window_vs_corruption)
 {
 	struct flat_store *s = open_store(0);
-	struct flat_index *ix;
+	struct flat_index *ix = make_index(s, 8);
 	char wal[128];
 	struct flat_wal_stats ws;
 	size_t bad;
 
-	flat_bucket_create(s, "b", 0);
-	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
-	ix = flat_index_get(s, "b", "i");
 	put_range(ix, 0, 10, 1);
 	flat_wal_stats(s, &ws);
 	snprintf(wal, sizeof(wal), "%s/wal", tdir);
@@ -553,12 +555,9 @@ Test(flat, wal_unsynced_window_vs_corruption)
 Test(flat, failed_put_is_not_logged)
 {
 	struct flat_store *s = open_store(16);
-	struct flat_index *ix;
+	struct flat_index *ix = make_index(s, 8);
 	int failures = 0;
 
-	flat_bucket_create(s, "b", 0);
-	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
-	ix = flat_index_get(s, "b", "i");
 	put_range(ix, 0, 16, 1);                /* a full fragment: the next put needs one */
 	for (int at = 1; at <= 64; at++) {
 		uint64_t before = flat_wal_bytes(s);
@@ -642,9 +641,7 @@ static void group_commit_run(bool off)
 	uint64_t live;
 
 	cr_assert_not_null(s);
-	flat_bucket_create(s, "b", 0);
-	flat_index_create(s, "b", "i", 16, DM_METRIC_L2, NULL, 0, 0);
-	ix = flat_index_get(s, "b", "i");
+	ix = make_index(s, 16);
 	for (unsigned i = 0; i < GC_WRITERS; i++) {
 		a[i] = (struct gc_arg){ .ix = ix, .id = i };
 		cr_assert_eq(pthread_create(&t[i], NULL, gc_writer, &a[i]), 0);

@@ -254,6 +254,22 @@ static int commit(struct flat_index *ix, struct flat_pending *pw)
 	return rc;
 }
 
+/* Log the record in b, wait for its durability and apply: the rest of a PUT or DEL. */
+static int log_and_commit(struct flat_index *ix, struct dm_buf *b, uint32_t type,
+			  struct flat_pending *pw)
+{
+	int rc;
+
+	pthread_mutex_lock(&ix->wmu);
+	rc = log_locked(ix, b, type, pw);
+	pthread_mutex_unlock(&ix->wmu);
+	if (!rc)
+		rc = commit(ix, pw);
+	if (!rc)
+		flat_maybe_checkpoint(ix->s);
+	return rc;
+}
+
 static bool key_ok(const char *k)
 {
 	size_t l = k ? strnlen(k, FLAT_KEY_MAX + 1) : 0;
@@ -289,16 +305,10 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 	flat_rec_begin(&b);
 	flat_enc_put(&b, ix, rows, n);
 	pw.rows = p;
-	pthread_mutex_lock(&ix->wmu);
-	rc = log_locked(ix, &b, FLAT_REC_PUT, &pw);
-	pthread_mutex_unlock(&ix->wmu);
-	if (!rc)
-		rc = commit(ix, &pw);
+	rc = log_and_commit(ix, &b, FLAT_REC_PUT, &pw);
 out_free:
 	prows_free(p, np);
 	dm_buf_free(&b);
-	if (!rc)
-		flat_maybe_checkpoint(ix->s);
 	return rc;
 }
 
@@ -308,26 +318,18 @@ int flat_delete(struct flat_index *ix, const char *const *keys, size_t n)
 	struct flat_pending pw = { .keys = keys, .nkeys = n };
 	int rc;
 
-	if (!n)
-		return 0;
-	if (n > UINT32_MAX)
-		return -EINVAL;
 	for (size_t i = 0; i < n; i++)
 		if (!key_ok(keys[i]))
 			return -EINVAL;
+	if (!n || n > UINT32_MAX)
+		return n ? -EINVAL : 0;
 	flat_rec_begin(&b);
 	dm_buf_str(&b, ix->info.bucket);
 	dm_buf_str(&b, ix->info.name);
 	dm_buf_u32(&b, (uint32_t)n);
 	for (size_t i = 0; i < n; i++)
 		dm_buf_str(&b, keys[i]);
-	pthread_mutex_lock(&ix->wmu);
-	rc = log_locked(ix, &b, FLAT_REC_DEL, &pw);
-	pthread_mutex_unlock(&ix->wmu);
-	if (!rc)
-		rc = commit(ix, &pw);
+	rc = log_and_commit(ix, &b, FLAT_REC_DEL, &pw);
 	dm_buf_free(&b);
-	if (!rc)
-		flat_maybe_checkpoint(ix->s);
 	return rc;
 }
