@@ -1,7 +1,10 @@
 /* fuzz_flat_wal.c: libFuzzer target for the flat store's recovery: the input is cut into
- * records (u8 type | u16 length | payload), framed with valid lengths and CRCs so that the
- * payload decoders are reached, written as a WAL (with a possibly torn tail), and the store
- * is opened (replay) and closed again. */
+ * records (u8 control | u16 length | payload), framed with valid lengths and CRCs so that
+ * the payload decoders are reached, written as a WAL, and the store is opened (replay) and
+ * closed again. Control byte: bits 0-2 the record type (0: leave the rest as a torn tail),
+ * bits 3-4 the record's inflight count, bit 7 damage the record after framing (a CRC
+ * failure in the middle of the log: replay must either cut it as a torn tail or refuse the
+ * open, depending on the records after it). */
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -36,8 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0)
 		abort();
 	while (size - off >= 3) {
-		uint8_t type = data[off] % 8;
+		uint8_t type = data[off] & 7, inflight = (data[off] >> 3) & 3;
+		bool damage = data[off] & 0x80;
 		uint16_t len;
+
 		memcpy(&len, data + off + 1, 2);
 		off += 3;
 		len = (uint16_t)(len > size - off ? size - off : len);
@@ -50,7 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			break;
 		}
-		flat_rec_frame(&b, ++lsn, type, 0);
+		flat_rec_frame(&b, ++lsn, type, inflight);
+		if (damage)
+			b.p[b.n - 1 - (len ? data[off - 1] % len : 0)] ^= 0x20;
 		if (write(fd, b.p, b.n) != (ssize_t)b.n)
 			abort();
 	}
