@@ -19,6 +19,7 @@
 
 #include "flat.h"
 #include "flat_int.h"      /* the fault hook, record framing (tests of recovery) */
+#include "util/dm_hash.h"
 
 static char tdir[64];
 
@@ -53,12 +54,11 @@ static struct flat_store *open_store(uint32_t frag_rows)
 /* Deterministic vector of key number i (dim d). */
 static void vec_of(unsigned i, unsigned gen, float *v, uint32_t d)
 {
-	uint64_t x = (uint64_t)i * 2654435761u + gen * 40503u + 1;
+	struct dm_rng rng;
 
-	for (uint32_t j = 0; j < d; j++) {
-		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-		v[j] = (float)((x >> 11) % 20001) / 10000.0f - 1.0f;
-	}
+	dm_rng_seed(&rng, (uint64_t)i << 32 | gen);
+	for (uint32_t j = 0; j < d; j++)
+		v[j] = (float)(dm_rng_double(&rng) * 2.0 - 1.0);
 }
 
 static void put_range(struct flat_index *ix, unsigned from, unsigned to, unsigned gen)
