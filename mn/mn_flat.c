@@ -95,6 +95,30 @@ void mn_flat_close(struct mn_flat *f)
 	free(f);
 }
 
+void mn_flat_metrics(struct mn_flat *f, FILE *out)
+{
+	struct flat_wal_stats ws;
+
+	flat_wal_stats(f->st, &ws);
+	fprintf(out, "# HELP dmann_mn_flat_wal_records_total WAL records appended since start.\n"
+		     "# TYPE dmann_mn_flat_wal_records_total counter\n"
+		     "dmann_mn_flat_wal_records_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_wal_syncs_total fdatasync calls on the WAL since start "
+		     "(below records: group commit at work).\n"
+		     "# TYPE dmann_mn_flat_wal_syncs_total counter\n"
+		     "dmann_mn_flat_wal_syncs_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_wal_bytes Bytes in the WAL (a checkpoint empties it).\n"
+		     "# TYPE dmann_mn_flat_wal_bytes gauge\n"
+		     "dmann_mn_flat_wal_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_wal_failed 1 once a WAL write or sync failed (the store "
+		     "refuses writes until restarted).\n"
+		     "# TYPE dmann_mn_flat_wal_failed gauge\n"
+		     "dmann_mn_flat_wal_failed{node=\"%u\"} %d\n",
+		f->node_id, (unsigned long long)ws.records, f->node_id,
+		(unsigned long long)ws.syncs, f->node_id, (unsigned long long)ws.bytes, f->node_id,
+		ws.error ? 1 : 0);
+}
+
 /* FL_CALL: run one S3 operation. */
 static int do_call(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 {

@@ -7,6 +7,8 @@
 #ifndef DM_MN_FLAT_H
 #define DM_MN_FLAT_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "rpc.h"
 
@@ -18,6 +20,9 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 			     const struct dm_mn_settings *set);
 /* Snapshot and free. */
 void mn_flat_close(struct mn_flat *f);
+
+/* Prometheus text of the store's WAL counters (records, fdatasyncs, bytes, sticky error). */
+void mn_flat_metrics(struct mn_flat *f, FILE *out);
 
 /* Serve one FL request whose first message (buf, len, wr_id; header h, any FL op) came in
  * on ch: receives the rest of the stream, runs it and sends the response stream. Takes the

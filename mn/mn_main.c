@@ -253,6 +253,10 @@ static void mn_metrics(void *arg, FILE *out)
 		m->node->id, m->st->region.len, m->node->id, (unsigned long long)m->st->used,
 		m->node->id, objs, m->node->id, (unsigned long long)bytes, m->node->id,
 		m->st->region.huge ? 1 : 0);
+#if DM_HAVE_HTTP
+	if (m->flat)
+		mn_flat_metrics(m->flat, out);
+#endif
 }
 
 static int open_store(struct mn *m)
