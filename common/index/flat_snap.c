@@ -180,7 +180,8 @@ static int snap_write(struct flat_store *s, int fd, uint64_t lsn)
 	return w.rc;
 }
 
-int flat_checkpoint(struct flat_store *s)
+/* Snapshot + WAL truncate, ckmu held. */
+static int checkpoint_locked(struct flat_store *s)
 {
 	char *tmp = path_join(s->dir, "snapshot.tmp"), *fin = path_join(s->dir, "snapshot");
 	int fd, rc;
@@ -190,7 +191,6 @@ int flat_checkpoint(struct flat_store *s)
 		rc = -ENOMEM;
 		goto out_free_paths;
 	}
-	pthread_mutex_lock(&s->ckmu);
 	pthread_rwlock_wrlock(&s->cat);
 	/* Hold every index's writers out, once the writes they logged are applied: then the
 	 * state in memory is exactly the log up to s->lsn. */
@@ -236,7 +236,6 @@ out_unlock:
 	for (size_t i = 0; i < s->nix; i++)
 		pthread_mutex_unlock(&s->ix[i]->wmu);
 	pthread_rwlock_unlock(&s->cat);
-	pthread_mutex_unlock(&s->ckmu);
 	if (rc)
 		dm_err("flat: checkpoint of %s failed: %s", s->dir, strerror(-rc));
 out_free_paths:
@@ -245,16 +244,26 @@ out_free_paths:
 	return rc;
 }
 
+int flat_checkpoint(struct flat_store *s)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->ckmu);
+	rc = checkpoint_locked(s);
+	pthread_mutex_unlock(&s->ckmu);
+	return rc;
+}
+
 void flat_maybe_checkpoint(struct flat_store *s)
 {
-	uint64_t n;
-
-	if (!s->o.checkpoint_bytes)
+	if (!s->o.checkpoint_bytes || flat_wal_bytes(s) <= s->o.checkpoint_bytes)
 		return;
-	n = flat_wal_bytes(s);
-	if (n > s->o.checkpoint_bytes && pthread_mutex_trylock(&s->ckmu) == 0) {
+	/* One writer checkpoints; the others go on (and the WAL size is checked again under
+	 * ckmu, so writers that saw the same large WAL do not checkpoint one after another). */
+	if (pthread_mutex_trylock(&s->ckmu) == 0) {
+		if (flat_wal_bytes(s) > s->o.checkpoint_bytes)
+			checkpoint_locked(s);
 		pthread_mutex_unlock(&s->ckmu);
-		flat_checkpoint(s);
 	}
 }
 
