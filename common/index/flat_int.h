@@ -181,5 +181,8 @@ void flat_maybe_checkpoint(struct flat_store *s);
 /* Test hook: when > 0, counts down on every allocation of the write path's prepare step
  * and makes the one that reaches 0 fail with -ENOMEM (tests of "fails before logging"). */
 extern int flat_fault_alloc;
+/* Test hook: when > 0, counts down on every fdatasync of the WAL by a writer and makes the
+ * one that reaches 0 fail with -EIO (tests of a failed sync). */
+extern int flat_fault_sync;
 
 #endif

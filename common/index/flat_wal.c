@@ -9,6 +9,17 @@
 #include <string.h>
 #include <unistd.h>
 
+int flat_fault_sync;
+
+/* fdatasync of the WAL (or the test hook's failure). */
+static int wal_sync(struct flat_store *s)
+{
+	if (__atomic_load_n(&flat_fault_sync, __ATOMIC_RELAXED) > 0 &&
+	    __atomic_sub_fetch(&flat_fault_sync, 1, __ATOMIC_RELAXED) == 0)
+		return -EIO;
+	return fdatasync(s->walfd) ? -errno : 0;
+}
+
 static uint32_t crc_table[256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
@@ -124,8 +135,8 @@ int flat_wal_write(struct flat_store *s, struct dm_buf *b, uint32_t type, uint64
 	} else if (s->o.no_group_commit) {
 		/* One fdatasync per record, under walmu (the behaviour before group commit). */
 		s->n_syncs++;
-		if (fdatasync(s->walfd)) {
-			rc = -errno;
+		rc = wal_sync(s);
+		if (rc) {
 			s->wal_err = rc;
 			dm_err("flat: WAL %s: fdatasync failed: %s; refusing writes", s->wal_path,
 			       strerror(-rc));
@@ -162,7 +173,7 @@ int flat_wal_wait(struct flat_store *s, uint64_t lsn)
 
 		s->syncing = true;
 		pthread_mutex_unlock(&s->walmu);
-		rc = fdatasync(s->walfd) ? -errno : 0;
+		rc = wal_sync(s);
 		pthread_mutex_lock(&s->walmu);
 		s->syncing = false;
 		s->n_syncs++;
