@@ -205,6 +205,37 @@ int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *ms
 	return -ENOENT;
 }
 
+/* ---- [mn]: settings of every memory node (flat store) ---- */
+
+static void mn_settings_default(struct dm_mn_settings *m)
+{
+	*m = (struct dm_mn_settings){ .flat_frag_rows = 4096, .wal_group_commit = true };
+}
+
+static int mn_settings_key(struct parse_ctx *pc, const char *key, const char *v)
+{
+	struct dm_mn_settings *m = &pc->cfg->mn_set;
+	uint64_t u;
+
+	if (!strcmp(key, "flat_frag_rows")) {
+		if (!parse_u64(v, 1u << 20, &u) || u < 16)
+			return fail(pc, "flat_frag_rows '%s' must be an integer in 16..1048576%s", v, "");
+		m->flat_frag_rows = (uint32_t)u;
+	} else if (!strcmp(key, "wal_group_commit")) {
+		if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
+			m->wal_group_commit = true;
+		else if (!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
+			m->wal_group_commit = false;
+		else
+			return fail(pc, "wal_group_commit '%s' must be yes or no%s", v, "");
+	} else {
+		return fail(pc, "unknown key '%s' in section [%s]", key, "mn");
+	}
+	return 1;
+}
+
+/* ---- end of [mn] ---- */
+
 static int handler(void *user, const char *section, const char *key, const char *v)
 {
 	struct parse_ctx *pc = user;
@@ -299,9 +330,11 @@ static int handler(void *user, const char *section, const char *key, const char 
 		}
 		return 1;
 	}
+	if (!strcmp(section, "mn"))
+		return mn_settings_key(pc, key, v);
 	n = node_for_section(pc, section);
 	if (!n)
-		return fail(pc, "unknown section [%s] (expected cluster, s3, router, mn.N or cn.N with N < 256)%s",
+		return fail(pc, "unknown section [%s] (expected cluster, s3, router, mn, mn.N or cn.N with N < 256)%s",
 			    section, "");
 	return node_key(pc, n, key, v);
 }
@@ -422,6 +455,7 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
 		.recluster_secs = 60, .recluster_csp = 0.5 };
 	dm_s3_cfg_defaults(&cfg->s3);
+	mn_settings_default(&cfg->mn_set);
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, &pc);

@@ -52,6 +52,17 @@
  *                               ; penalty stays above this, 0..1 ...
  *   recluster_secs = 60         ; ... for this many seconds, 0..86400 (0: never)
  *
+ *   [mn]                        ; settings of every memory node's S3 flat store
+ *                               ; (mn/mn_flat.c); all optional
+ *   flat_frag_rows = 4096       ; rows per fragment, 16..1048576: applies to every index
+ *                               ; when the store opens (row numbering is per open anyway);
+ *                               ; DMANN_FLAT_FRAG_ROWS in the MN's environment overrides
+ *                               ; it (tests use small fragments)
+ *   wal_group_commit = yes      ; yes: writes that arrive together share one fdatasync;
+ *                               ; no: one fdatasync per write, serialised (the behaviour
+ *                               ; before group commit, kept for comparisons). Either way
+ *                               ; a write is acknowledged only once it is durable.
+ *
  * Every unknown section or key, and every bad value, is an error naming the file and line.
  */
 #ifndef DM_CONFIG_H
@@ -106,6 +117,11 @@ struct dm_cluster_cfg {
 		double recluster_csp;
 		bool spill_cache;
 	} router;
+	/* [mn] (settings of all memory nodes; parsed by mn_settings_key in config.c) */
+	struct dm_mn_settings {
+		uint32_t flat_frag_rows;     /* default 4096 */
+		bool wal_group_commit;       /* default true */
+	} mn_set;
 	uint32_t n_mn, n_cn;
 	struct dm_node_cfg mn[DM_MAX_NODES];
 	struct dm_node_cfg cn[DM_MAX_NODES];

@@ -22,34 +22,49 @@ struct mn_flat {
 	uint32_t node_id;
 };
 
-struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id)
+/* Rows per fragment from DMANN_FLAT_FRAG_ROWS, the documented test override of [mn]
+ * flat_frag_rows (tests use small fragments to exercise the fan-out on small indexes). */
+static uint32_t frag_rows_override(uint32_t node_id, uint32_t rows)
+{
+	const char *fr = getenv("DMANN_FLAT_FRAG_ROWS");
+	char *end;
+	unsigned long v;
+
+	if (!fr || !*fr)
+		return rows;
+	errno = 0;
+	v = strtoul(fr, &end, 10);
+	if (errno || *end || v < 16 || v > (1u << 20)) {
+		dm_warn("mn%u: ignoring DMANN_FLAT_FRAG_ROWS=%s (16..1048576)", node_id, fr);
+		return rows;
+	}
+	dm_info("mn%u: DMANN_FLAT_FRAG_ROWS=%lu overrides flat_frag_rows = %u", node_id, v, rows);
+	return (uint32_t)v;
+}
+
+struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
+			     const struct dm_mn_settings *set)
 {
 	struct mn_flat *f = calloc(1, sizeof(*f));
+	struct flat_opts o = { .checkpoint_bytes = 256ull << 20, .frag_rows = 4096 };
 
 	if (!f) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	f->node_id = node_id;
-	/* Rows per fragment: the engine's default unless DMANN_FLAT_FRAG_ROWS says otherwise
-	 * (tests use small fragments to exercise the fan-out on small indexes). */
-	const char *fr = getenv("DMANN_FLAT_FRAG_ROWS");
-	struct flat_opts o = { .checkpoint_bytes = 256ull << 20 };
-
-	if (fr && *fr) {
-		char *end;
-		unsigned long v = strtoul(fr, &end, 10);
-
-		if (*end || v < 16 || v > (1u << 20))
-			dm_warn("mn%u: ignoring DMANN_FLAT_FRAG_ROWS=%s (16..1048576)", node_id, fr);
-		else
-			o.frag_rows = (uint32_t)v;
+	if (set) {
+		o.frag_rows = set->flat_frag_rows;
+		o.no_group_commit = !set->wal_group_commit;
 	}
+	o.frag_rows = frag_rows_override(node_id, o.frag_rows);
 	f->st = flat_open(dir, &o);
 	if (!f->st) {
 		int e = errno;
 
-		dm_err("mn%u: cannot open the flat store in %s: %s", node_id, dir, strerror(e));
+		dm_err("mn%u: cannot open the flat store in %s: %s%s", node_id, dir, strerror(e),
+		       e == EBADMSG ? " (damaged WAL or snapshot, see above); not starting rather "
+				      "than serving a store that lost acknowledged writes" : "");
 		free(f);
 		errno = e;
 		return NULL;
@@ -65,8 +80,9 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id)
 	 * epoch tells compute-node caches which numbering they hold. */
 	if (getrandom(&f->epoch, sizeof(f->epoch), 0) != sizeof(f->epoch))
 		f->epoch = dm_now_ns();
-	dm_info("mn%u: flat store %s open (epoch %016llx)", node_id, dir,
-		(unsigned long long)f->epoch);
+	dm_info("mn%u: flat store %s open (epoch %016llx, %u rows per fragment, group commit %s)",
+		node_id, dir, (unsigned long long)f->epoch, o.frag_rows,
+		o.no_group_commit ? "off" : "on");
 	return f;
 }
 
@@ -77,6 +93,30 @@ void mn_flat_close(struct mn_flat *f)
 	s3_api_free(f->api);
 	flat_close(f->st);
 	free(f);
+}
+
+void mn_flat_metrics(struct mn_flat *f, FILE *out)
+{
+	struct flat_wal_stats ws;
+
+	flat_wal_stats(f->st, &ws);
+	fprintf(out, "# HELP dmann_mn_flat_wal_records_total WAL records appended since start.\n"
+		     "# TYPE dmann_mn_flat_wal_records_total counter\n"
+		     "dmann_mn_flat_wal_records_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_wal_syncs_total fdatasync calls on the WAL since start "
+		     "(below records: group commit at work).\n"
+		     "# TYPE dmann_mn_flat_wal_syncs_total counter\n"
+		     "dmann_mn_flat_wal_syncs_total{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_wal_bytes Bytes in the WAL (a checkpoint empties it).\n"
+		     "# TYPE dmann_mn_flat_wal_bytes gauge\n"
+		     "dmann_mn_flat_wal_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_wal_failed 1 once a WAL write or sync failed (the store "
+		     "refuses writes until restarted).\n"
+		     "# TYPE dmann_mn_flat_wal_failed gauge\n"
+		     "dmann_mn_flat_wal_failed{node=\"%u\"} %d\n",
+		f->node_id, (unsigned long long)ws.records, f->node_id,
+		(unsigned long long)ws.syncs, f->node_id, (unsigned long long)ws.bytes, f->node_id,
+		ws.error ? 1 : 0);
 }
 
 /* FL_CALL: run one S3 operation. */

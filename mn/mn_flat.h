@@ -1,19 +1,28 @@
 /* mn_flat.h: the S3 Vectors side of a memory node: the flat store (catalog + flat-index
  * data, WAL + snapshot) in <data_dir>/flat, served over the FL RPC (wire.h): S3 operations
  * forwarded by compute nodes (durable before the answer), index state and fragment reads
- * for the compute nodes that scan. */
+ * for the compute nodes that scan. dmann-mn serves each connection on its own thread and a
+ * compute node keeps a pool of connections per MN (one per concurrent call), so writes
+ * from several CNs and clients reach the store concurrently and share WAL syncs. */
 #ifndef DM_MN_FLAT_H
 #define DM_MN_FLAT_H
+
+#include <stdio.h>
 
 #include "config.h"
 #include "rpc.h"
 
 struct mn_flat;
 
-/* Open (and recover) the store in dir. NULL + errno; a message is logged. */
-struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id);
+/* Open (and recover) the store in dir with the [mn] settings (NULL: defaults). NULL +
+ * errno; a message is logged (EBADMSG: a damaged WAL or snapshot; the MN must not start). */
+struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
+			     const struct dm_mn_settings *set);
 /* Snapshot and free. */
 void mn_flat_close(struct mn_flat *f);
+
+/* Prometheus text of the store's WAL counters (records, fdatasyncs, bytes, sticky error). */
+void mn_flat_metrics(struct mn_flat *f, FILE *out);
 
 /* Serve one FL request whose first message (buf, len, wr_id; header h, any FL op) came in
  * on ch: receives the rest of the stream, runs it and sends the response stream. Takes the

@@ -253,6 +253,10 @@ static void mn_metrics(void *arg, FILE *out)
 		m->node->id, m->st->region.len, m->node->id, (unsigned long long)m->st->used,
 		m->node->id, objs, m->node->id, (unsigned long long)bytes, m->node->id,
 		m->st->region.huge ? 1 : 0);
+#if DM_HAVE_HTTP
+	if (m->flat)
+		mn_flat_metrics(m->flat, out);
+#endif
 }
 
 static int open_store(struct mn *m)
@@ -285,7 +289,7 @@ static int open_store(struct mn *m)
 		char fdir[1100];
 
 		snprintf(fdir, sizeof(fdir), "%s/flat", dir);
-		m->flat = mn_flat_open(fdir, m->node->id);
+		m->flat = mn_flat_open(fdir, m->node->id, &m->cfg->mn_set);
 		if (!m->flat)
 			return -errno;
 	}

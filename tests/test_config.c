@@ -96,6 +96,28 @@ Test(config, errors)
 	expect_error("[cluster\nname = x\n", "c.ini:1");
 }
 
+/* [mn] settings of the memory nodes' flat stores: defaults, values, range errors. */
+Test(config, mn_flat_settings)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[256] = "";
+
+	cr_assert_eq(dm_config_parse(good, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c->mn_set.flat_frag_rows, 4096);
+	cr_assert(c->mn_set.wal_group_commit);
+	cr_assert_eq(dm_config_parse(HDR "[mn]\nflat_frag_rows = 64\nwal_group_commit = no\n"
+				     "[mn.0]\naddress = h:1\n", "c.ini", dir, c, err, sizeof(err)),
+		     0, "%s", err);
+	cr_assert_eq(c->mn_set.flat_frag_rows, 64);
+	cr_assert(!c->mn_set.wal_group_commit);
+	free(c);
+	expect_error(HDR "[mn]\nflat_frag_rows = 15\n", "c.ini:5: flat_frag_rows '15' must be");
+	expect_error(HDR "[mn]\nflat_frag_rows = 1048577\n", "c.ini:5: flat_frag_rows");
+	expect_error(HDR "[mn]\nflat_frag_rows = 4k\n", "c.ini:5: flat_frag_rows");
+	expect_error(HDR "[mn]\nwal_group_commit = maybe\n", "c.ini:5: wal_group_commit 'maybe'");
+	expect_error(HDR "[mn]\nregion_mb = 4\n", "c.ini:5: unknown key 'region_mb' in section [mn]");
+}
+
 Test(config, short_secret)
 {
 	char p[128];

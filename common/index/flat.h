@@ -4,10 +4,14 @@
  * (key, float32 vector, metadata) in fragments of a fixed number of rows. The last fragment
  * is the mutable tail; a full one is sealed and its columns never change again. Deletes are
  * tombstones (a per-index table beside the fragments); an overwrite by key is a tombstone +
- * an append. Every change is appended to a write-ahead log and fsync'ed before the call
- * returns, so a returned write survives a crash. Opening a store loads the last snapshot
- * (a compacted image of the catalog and the live rows) and replays the WAL after it; a torn
- * record at the WAL tail (crash mid-write) is dropped and the log truncated there.
+ * an append. Every change is appended to a write-ahead log and fdatasync'ed before the call
+ * returns, so a returned write survives a crash; writers that arrive together share one
+ * fdatasync (group commit). A write is validated and its memory allocated before it is
+ * logged, and it becomes visible to readers once it is durable. Opening a store loads the
+ * last snapshot (a compacted image of the catalog and the live rows) and replays the WAL
+ * after it; a torn tail (records written after the last sync, cut by a crash) is dropped
+ * and the log truncated there, while a damaged record that later records show had been
+ * durable makes the open fail (EBADMSG) rather than lose acknowledged writes.
  *
  * Row ids: u64, dense, in append order within one open of the store (they are compacted by
  * a snapshot, so they are not stable across restarts). A scan returns (distance, row id)
@@ -18,8 +22,10 @@
  * stored and handed back as given. Filters come in as a callback.
  *
  * Locking: every function is thread-safe. Readers of an index run concurrently; writers to
- * one index are serialised (WAL order == apply order) and block readers only while they
- * apply in memory, not during the fsync.
+ * one index log in order (WAL order == apply order) and block readers only while they
+ * apply in memory, not during the fdatasync. A failed fdatasync makes the store refuse
+ * every later write (-EIO or the error seen) until it is reopened: what reached the disk
+ * is unknown then, and the writes in flight may or may not be there after a restart.
  */
 #ifndef DM_FLAT_H
 #define DM_FLAT_H
@@ -40,6 +46,17 @@ struct flat_opts {
 	uint64_t checkpoint_bytes;      /* snapshot when the WAL grows past this (default 256 MiB;
 					   0 = only at close / flat_checkpoint) */
 	bool no_sync;                   /* skip fsync (tests of non-durability paths only) */
+	bool no_group_commit;           /* one fdatasync per write, under the WAL lock (the
+					   behaviour before group commit; for comparisons) */
+};
+
+/* WAL counters since open. */
+struct flat_wal_stats {
+	uint64_t bytes;                 /* in the WAL file now */
+	uint64_t records;               /* records appended */
+	uint64_t syncs;                 /* fdatasync calls on the WAL */
+	uint64_t lsn, durable_lsn;      /* last written, last known durable */
+	int error;                      /* sticky write/sync error (0 = none) */
 };
 
 struct flat_bucket_info {
@@ -93,6 +110,7 @@ void flat_abandon(struct flat_store *s);
 int flat_checkpoint(struct flat_store *s);
 /* Bytes currently in the WAL. */
 uint64_t flat_wal_bytes(struct flat_store *s);
+void flat_wal_stats(struct flat_store *s, struct flat_wal_stats *out);
 
 /* Catalog. Names are validated by the caller (the gateway applies AWS naming rules); the
  * engine only bounds their length. -EEXIST, -ENOENT, -ENOTEMPTY (bucket with indexes). */
@@ -123,7 +141,8 @@ const struct flat_index_info *flat_index_info(const struct flat_index *ix);
 void flat_index_stats(struct flat_index *ix, uint64_t *live, uint64_t *rows, uint64_t *frags);
 
 /* Insert or overwrite rows; durable when it returns 0. A key repeated in one call: the last
- * one wins. -EINVAL for a bad key or length. */
+ * one wins. -EINVAL for a bad key or length, -E2BIG for a call whose record passes 64 MiB,
+ * -ENOMEM; nothing is logged or applied then. */
 int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n);
 /* Delete keys (missing keys are ignored); durable when it returns. Returns 0. */
 int flat_delete(struct flat_index *ix, const char *const *keys, size_t n);

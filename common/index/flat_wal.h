@@ -1,16 +1,24 @@
-/* flat_wal.h: record framing of the flat store's write-ahead log and snapshot, and a
- * bounds-checked reader/writer of record payloads. Internal to mn/flat.
+/* flat_wal.h: record framing of the flat store's write-ahead log and snapshot files.
+ * Payloads are built in a struct dm_buf and read with a struct dm_rbuf (util/dm_buf.h).
+ * Internal to common/index (flat*.c) and the WAL fuzz target.
  *
- * A record on disk: u32 payload length | u32 crc32c(lsn, type, payload) | u64 lsn |
- * u32 type | payload. Little-endian (x86-64 only, like the rest of dmann).
+ * A record on disk: u32 payload length | u32 crc32c(lsn, type word, payload) | u64 lsn |
+ * u32 type word | payload, little-endian. The type word is the record type in its low 8
+ * bits and, in the upper 24, `inflight`: how many records before this one were not yet
+ * known durable when it was written (0 = every earlier record had been fdatasync'ed; the
+ * only value written before group commit, so older logs read the same). Records lsn <=
+ * lsn - 1 - inflight were durable when this one was written: recovery uses that to tell a
+ * torn tail from corruption of records that had been acknowledged (flat_wal.c).
  */
 #ifndef DM_FLAT_WAL_H
 #define DM_FLAT_WAL_H
 
 #include "dm.h"
+#include "util/dm_buf.h"
 
 #define FLAT_REC_HDR 20u
-#define FLAT_REC_MAX (64u << 20)   /* largest payload accepted when reading */
+#define FLAT_REC_MAX (64u << 20)   /* largest payload accepted (written or read) */
+#define FLAT_INFLIGHT_MAX 0xffffffu
 
 enum flat_rec_type {
 	FLAT_REC_BUCKET_CREATE = 1,
@@ -24,43 +32,26 @@ enum flat_rec_type {
 
 uint32_t flat_crc32c(uint32_t crc, const void *p, size_t n);
 
-/* Growable payload buffer. */
-struct flat_buf {
-	uint8_t *p;
-	size_t n, cap;
-	bool oom;
+/* Start a record in b: forget its contents and reserve the header. */
+void flat_rec_begin(struct dm_buf *b);
+/* Write the header of the record in b (payload b->p[FLAT_REC_HDR..]). */
+void flat_rec_frame(struct dm_buf *b, uint64_t lsn, uint32_t type, uint32_t inflight);
+
+/* A parsed record; payload points into the parsed bytes. */
+struct flat_rec {
+	uint64_t lsn;
+	uint32_t type, inflight;
+	const uint8_t *payload;
+	uint32_t len;
 };
 
-void flat_buf_reset(struct flat_buf *b);
-void flat_buf_free(struct flat_buf *b);
-void flat_buf_put(struct flat_buf *b, const void *p, size_t n);
-void flat_buf_u32(struct flat_buf *b, uint32_t v);
-void flat_buf_u64(struct flat_buf *b, uint64_t v);
-void flat_buf_str(struct flat_buf *b, const char *s);
-void flat_buf_blob(struct flat_buf *b, const void *p, uint32_t n);
-/* Prepend-ready frame: writes the header for payload b->p[FLAT_REC_HDR..] (callers reserve
- * FLAT_REC_HDR bytes at the front first). */
-void flat_buf_frame(struct flat_buf *b, uint64_t lsn, uint32_t type);
+/* Parse the record at p[0..n): 1 and *r if a whole valid record is there, 0 if the bytes
+ * end before the record does or its CRC fails, -EBADMSG if the header is impossible
+ * (length over FLAT_REC_MAX). */
+int flat_rec_parse(const uint8_t *p, size_t n, struct flat_rec *r);
 
-/* Payload reader; any read past the end sets bad and returns zeros / NULL. */
-struct flat_rd {
-	const uint8_t *p;
-	size_t n, off;
-	bool bad;
-};
-
-uint32_t flat_rd_u32(struct flat_rd *r);
-uint64_t flat_rd_u64(struct flat_rd *r);
-/* A length-prefixed string of at most max bytes copied NUL-terminated into out[max + 1]. */
-void flat_rd_str(struct flat_rd *r, char *out, size_t max);
-/* A length-prefixed blob; returns a pointer into the payload. */
-const void *flat_rd_blob(struct flat_rd *r, uint32_t *len);
-const void *flat_rd_raw(struct flat_rd *r, size_t n);
-
-/* Parse the record at p[0..n): 1 and the fields if a whole valid record is there, 0 if the
- * bytes end before the record does or its CRC fails (a torn tail), -EBADMSG if the header
- * is impossible (length over FLAT_REC_MAX). */
-int flat_rec_parse(const uint8_t *p, size_t n, uint64_t *lsn, uint32_t *type,
-		   const uint8_t **payload, uint32_t *plen);
+/* A length-prefixed name of 1..FLAT_NAME_MAX bytes (or key of 1..FLAT_KEY_MAX) copied
+ * NUL-terminated into out[max + 1]; false (r->bad set) otherwise. */
+bool flat_rd_name(struct dm_rbuf *r, char *out, size_t max);
 
 #endif

@@ -1,7 +1,10 @@
 /* fuzz_flat_wal.c: libFuzzer target for the flat store's recovery: the input is cut into
- * records (u8 type | u16 length | payload), framed with valid lengths and CRCs so that the
- * payload decoders are reached, written as a WAL (with a possibly torn tail), and the store
- * is opened (replay) and closed again. */
+ * records (u8 control | u16 length | payload), framed with valid lengths and CRCs so that
+ * the payload decoders are reached, written as a WAL, and the store is opened (replay) and
+ * closed again. Control byte: bits 0-2 the record type (0: leave the rest as a torn tail),
+ * bits 3-4 the record's inflight count, bit 7 damage the record after framing (a CRC
+ * failure in the middle of the log: replay must either cut it as a torn tail or refuse the
+ * open, depending on the records after it). */
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -21,7 +24,7 @@ static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char dir[64], wal[96];
-	struct flat_buf b = { 0 };
+	struct dm_buf b = { 0 };
 	struct flat_opts o = { .frag_rows = 2, .no_sync = true };
 	struct flat_store *s;
 	size_t off = 0;
@@ -36,16 +39,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0)
 		abort();
 	while (size - off >= 3) {
-		uint8_t type = data[off] % 8;
+		uint8_t type = data[off] & 7, inflight = (data[off] >> 3) & 3;
+		bool damage = data[off] & 0x80;
 		uint16_t len;
-		uint8_t z[FLAT_REC_HDR] = { 0 };
 
 		memcpy(&len, data + off + 1, 2);
 		off += 3;
 		len = (uint16_t)(len > size - off ? size - off : len);
-		flat_buf_reset(&b);
-		flat_buf_put(&b, z, sizeof(z));
-		flat_buf_put(&b, data + off, len);
+		flat_rec_begin(&b);
+		dm_buf_put(&b, data + off, len);
 		off += len;
 		/* a record type 0 stands for "leave the rest as a torn tail" */
 		if (!type) {
@@ -53,12 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			break;
 		}
-		flat_buf_frame(&b, ++lsn, type);
+		flat_rec_frame(&b, ++lsn, type, inflight);
+		if (damage)
+			b.p[b.n - 1 - (len ? data[off - 1] % len : 0)] ^= 0x20;
 		if (write(fd, b.p, b.n) != (ssize_t)b.n)
 			abort();
 	}
 	close(fd);
-	flat_buf_free(&b);
+	dm_buf_free(&b);
 	s = flat_open(dir, &o);
 	if (s)
 		flat_close(s);           /* also writes (and on the next open would read) a snapshot */

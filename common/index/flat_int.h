@@ -1,0 +1,188 @@
+/* flat_int.h: private declarations shared by the flat store's files (not for users of
+ * flat.h): the store, index and fragment structures, and the functions one part of the
+ * store calls in another.
+ *
+ *   flat_catalog.c  buckets and indexes (catalog API, index lifetime)
+ *   flat_frag.c     rows, fragments, tombstones, key map; the read API on rows/fragments
+ *   flat_apply.c    the write path (PUT/DEL: prepare, log, wait for durability, apply) and
+ *                   replay of one record
+ *   flat_wal.c      record framing, WAL append with group commit, WAL replay
+ *   flat_snap.c     snapshots, checkpoints, open/recovery/close
+ *   flat_scan.c     exact scans with partial top-k
+ *
+ * Lock order: ckmu -> cat -> index wmu -> index rw -> walmu.
+ *
+ * Write path of a PUT (flat_apply.c): everything that can fail (validation, the memory of
+ * the new rows, fragments and key-map room) happens before the record is logged; then the
+ * record is written to the WAL and queued on its index (under wmu, so WAL order == apply
+ * order per index), wmu is released while the writer waits for a sync that covers its
+ * record (group commit: one fdatasync for all writers waiting together), and the first
+ * writer back applies the queue up to its own write, with operations that cannot fail. A
+ * write becomes visible only once it is durable.
+ */
+#ifndef DM_FLAT_INT_H
+#define DM_FLAT_INT_H
+
+#include "flat.h"
+#include "util/dm_buf.h"
+#include "flat_wal.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+/* One fragment: columns of up to cap rows. Sealed (n == cap) fragments never change; the
+ * tombstone flags (dead) are the index's tombstone table, kept beside the columns. */
+struct flat_frag {
+	uint32_t n, cap;
+	float *vec;            /* cap x dim, 64-byte aligned */
+	float *norm2;          /* squared norms (sgemm, cosine) */
+	uint64_t *khash;       /* flat_key_hash of each key */
+	char **key;
+	uint8_t **meta;        /* meta bytes then fmeta bytes, one allocation per row */
+	uint32_t *meta_len, *fmeta_len;
+	uint8_t *dead;
+	struct flat_frag *next_spare;   /* in flat_index.spare until it is used */
+};
+
+/* Open-addressing key -> row id map (linear probing, backward-shift deletion). */
+struct keymap {
+	struct km_slot { uint64_t hash, id; } *slot;   /* id UINT64_MAX = empty */
+	size_t cap, n;
+};
+
+struct flat_index {
+	struct flat_store *s;
+	struct flat_index_info info;
+	void *conf;
+	int refs;
+	bool deleted;                  /* under wmu */
+	pthread_mutex_t wmu;           /* serialises logging: WAL order == apply order */
+	pthread_cond_t apply_cv;       /* the queue of logged writes got shorter */
+	pthread_rwlock_t rw;           /* readers vs applying writers */
+	uint32_t frag_rows;
+	struct flat_frag **frags;
+	size_t nfrags, capfrags;
+	uint64_t next_id, live;
+	struct keymap map;
+	/* Logged, not yet applied writes (under wmu), in log order; their rows are reserved
+	 * (key-map room, spare fragments) so that applying them cannot fail. */
+	struct flat_pending *qhead, *qtail;
+	uint64_t pending_rows;
+	struct flat_frag *spare;       /* preallocated empty fragments */
+	size_t nspare;
+};
+
+struct flat_store {
+	char *dir;
+	char *wal_path;
+	int lockfd, walfd;
+	struct flat_opts o;
+	pthread_rwlock_t cat;          /* catalog */
+	pthread_mutex_t ckmu;          /* one checkpoint at a time */
+	struct flat_bucket_info *buckets;
+	size_t nb, capb;
+	struct flat_index **ix;
+	size_t nix, capix;
+	/* WAL state, under walmu. */
+	pthread_mutex_t walmu;
+	pthread_cond_t walcv;          /* durable_lsn moved, or a sync failed */
+	uint64_t lsn;                  /* last record written */
+	uint64_t durable_lsn;          /* every record <= this is on disk (fdatasync'ed) */
+	uint64_t wal_bytes;            /* bytes written */
+	bool syncing;                  /* a leader is in fdatasync */
+	int wal_err;                   /* sticky: a failed write/sync; the store refuses writes */
+	uint64_t n_records, n_syncs;   /* statistics */
+};
+
+/* A write logged and not yet applied: lives in its writer's stack frame until done. Once a
+ * writer's record is durable, so are the records before it, and it applies every queued
+ * write up to its own (theirs included: their writers then find them done). */
+struct flat_pending {
+	struct flat_pending *next;
+	uint64_t lsn;
+	struct flat_prow *rows;        /* PUT */
+	size_t nrows;
+	const char *const *keys;       /* DEL */
+	size_t nkeys;
+	bool done;
+};
+
+/* ---- flat_frag.c ---- */
+struct flat_frag *flat_frag_new(uint32_t cap, uint32_t dim);
+void flat_frag_free(struct flat_frag *f);
+void flat_fill_row(const struct flat_index *ix, uint64_t id, struct flat_row *row);
+bool flat_row_dead(const struct flat_index *ix, uint64_t id);
+uint64_t flat_km_get(const struct flat_index *ix, const char *key);
+void flat_row_kill(struct flat_index *ix, uint64_t id);
+
+/* A row ready to be applied: its memory is allocated (prepare), so placing it cannot fail. */
+struct flat_prow {
+	char *key;                     /* owned until placed */
+	uint8_t *meta;                 /* meta then fmeta, owned until placed */
+	uint32_t meta_len, fmeta_len;
+	uint64_t khash;
+	const void *vec;               /* dim floats, any alignment (copied when placed) */
+};
+/* Allocate the copies of one row (-ENOMEM); flat_prow_free releases an unplaced one. */
+int flat_prow_init(struct flat_prow *p, const char *key, const void *vec, const void *meta,
+		   uint32_t mlen, const void *fmeta, uint32_t flen);
+void flat_prow_free(struct flat_prow *p);
+/* Reserve room for n more rows beyond those already pending (wmu held; takes rw for the
+ * moment it grows the key map or the fragment table): -ENOMEM, nothing reserved then. */
+int flat_reserve(struct flat_index *ix, uint64_t n);
+/* Give back a reservation of n rows that will not be applied (wmu held). */
+void flat_unreserve(struct flat_index *ix, uint64_t n);
+/* Place a prepared row (wmu and rw held, room reserved): tombstones the key's old row. */
+void flat_place(struct flat_index *ix, struct flat_prow *p);
+
+/* ---- flat_catalog.c ---- */
+struct flat_index *flat_index_new(struct flat_store *s, const char *bucket, const char *name,
+				  uint32_t dim, enum dm_metric metric, const void *conf,
+				  uint32_t conf_len, int64_t created);
+void flat_index_free(struct flat_index *ix);
+ssize_t flat_bucket_find(struct flat_store *s, const char *name);
+ssize_t flat_index_find(struct flat_store *s, const char *bucket, const char *name);
+/* Room for one more bucket / index in the catalog arrays (-ENOMEM). */
+int flat_cat_reserve(struct flat_store *s);
+/* Add (room reserved by flat_cat_reserve) and remove catalog entries. */
+void flat_cat_add_bucket(struct flat_store *s, const char *name, int64_t created);
+void flat_cat_add_index(struct flat_store *s, struct flat_index *ix);
+void flat_cat_drop_index(struct flat_store *s, size_t i);
+
+/* ---- flat_apply.c ---- */
+/* Encode a PUT of rows for ix into b (after flat_rec_begin). */
+void flat_enc_put(struct dm_buf *b, const struct flat_index *ix, const struct flat_row_in *rows,
+		  size_t n);
+/* Replay one record (recovery, single-threaded): -EBADMSG if it does not fit the state. */
+int flat_apply_record(struct flat_store *s, uint32_t type, const uint8_t *p, uint32_t n);
+/* Wait until every write logged for ix so far is applied or dropped (wmu held). */
+void flat_drain(struct flat_index *ix);
+
+/* ---- flat_wal.c ---- */
+/* Frame b (header reserved by flat_rec_begin) as the next record and write it to the WAL;
+ * *lsn receives its lsn. Not durable yet unless group commit is off. -E2BIG, -ENOMEM, or
+ * the sticky error of an earlier failed write or sync. */
+int flat_wal_write(struct flat_store *s, struct dm_buf *b, uint32_t type, uint64_t *lsn);
+/* Wait until record lsn is durable: one of the waiting writers runs fdatasync for all of
+ * them (leader), the others wait for its result. 0 or the sync error (sticky). */
+int flat_wal_wait(struct flat_store *s, uint64_t lsn);
+/* Write + wait (catalog operations). */
+int flat_wal_append(struct flat_store *s, struct dm_buf *b, uint32_t type);
+/* Replay the WAL at s->wal_path after a snapshot at snap_lsn (see flat_wal.c for how a torn
+ * tail is told from corruption). */
+int flat_wal_replay(struct flat_store *s, uint64_t snap_lsn);
+
+/* ---- flat_snap.c ---- */
+int flat_write_all(int fd, const void *p, size_t n, off_t off);
+int flat_read_file(const char *path, uint8_t **out, size_t *len);
+/* Checkpoint if the WAL has grown past the threshold (called with no locks held). */
+void flat_maybe_checkpoint(struct flat_store *s);
+
+/* Test hook: when > 0, counts down on every allocation of the write path's prepare step
+ * and makes the one that reaches 0 fail with -ENOMEM (tests of "fails before logging"). */
+extern int flat_fault_alloc;
+/* Test hook: when > 0, counts down on every fdatasync of the WAL by a writer and makes the
+ * one that reaches 0 fail with -EIO (tests of a failed sync). */
+extern int flat_fault_sync;
+
+#endif
