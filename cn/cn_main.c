@@ -86,8 +86,13 @@ static void cn_metrics(void *arg, FILE *out)
 		     "dmann_cn_generation_switches_total{node=\"%u\"} %lu\n"
 		     "# HELP dmann_cn_retired_views Older index views queries still finish on.\n"
 		     "# TYPE dmann_cn_retired_views gauge\n"
-		     "dmann_cn_retired_views{node=\"%u\"} %d\n",
-		id, (unsigned long long)gen, id, atomic_load(&cn->gen_switches), id, retired);
+		     "dmann_cn_retired_views{node=\"%u\"} %d\n"
+		     "# HELP dmann_cn_read_queue_full_total READ posts a full send queue refused "
+		     "(posted again later).\n"
+		     "# TYPE dmann_cn_read_queue_full_total counter\n"
+		     "dmann_cn_read_queue_full_total{node=\"%u\"} %lu\n",
+		id, (unsigned long long)gen, id, atomic_load(&cn->gen_switches), id, retired, id,
+		atomic_load(&cn->sq_full));
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"
 		     "dmann_cn_queries_total{node=\"%u\"} %lu\n"

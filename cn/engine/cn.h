@@ -38,6 +38,7 @@ struct cn {
 	_Atomic uint64_t report_ns[DM_MAX_NODES];
 	uint64_t fence_ns;
 	atomic_ulong gen_switches;        /* generation switches served */
+	atomic_ulong sq_full;             /* READ posts refused with -EAGAIN (and retried) */
 
 	struct router *rt;                /* oracle, routing, forwarding (router.c) */
 	atomic_uint qlen;                 /* local queue: queries admitted, not answered */

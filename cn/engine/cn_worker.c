@@ -82,6 +82,7 @@ struct worker {
 	struct dm_rdma_wr *wrs;      /* READ work requests of one batch, grouped by node */
 	struct dm_conn *mc[DM_MAX_NODES];
 	uint32_t inflight[DM_MAX_NODES];
+	bool sq_full[DM_MAX_NODES];  /* a post to mc[m] got -EAGAIN: wait for its completions */
 	uint32_t nmn;
 	unsigned gen;
 	struct hnsw_src src;
@@ -225,6 +226,7 @@ static void close_mns(struct worker *w)
 		dm_conn_close(w->mc[i]);
 		w->mc[i] = NULL;
 		w->inflight[i] = 0;
+		w->sq_full[i] = false;
 		w->hello[i] = false;
 		/* Answers would come back on this connection: fail those queries instead. */
 		for (int j = 0; j < FWD_TRACK; j++)
@@ -352,7 +354,7 @@ static void issue(struct worker *w, struct qslot *q)
 
 			p[n - 1].wr_id |= WR_LAST | ((uint64_t)n << 32);
 			p[n - 1].flags = DM_WR_SIGNALED;
-			rc = dm_conn_read_batch(w->mc[m], p, (int)n);
+			rc = w->sq_full[m] ? -EAGAIN : dm_conn_read_batch(w->mc[m], p, (int)n);
 			if (rc)
 				break;
 			mark_reads(w, q, p, n, 1);
@@ -361,8 +363,14 @@ static void issue(struct worker *w, struct qslot *q)
 			q->reads += n;
 			q->bytes += (uint64_t)n * d->rec_size;
 		}
-		if (rc == -EAGAIN)
-			again = true;   /* the send queue is full: the rest stays 3, posted later */
+		if (rc == -EAGAIN) {
+			/* The send queue is full: the rest stays 3, posted once the connection's
+			 * completions were polled (no retry before: that would only spin). */
+			if (!w->sq_full[m])
+				atomic_fetch_add_explicit(&w->cn->sq_full, 1, memory_order_relaxed);
+			w->sq_full[m] = true;
+			again = true;
+		}
 		else if (rc)
 			fail(q, rc == -ENOTCONN ? -EHOSTDOWN : rc);
 	}
@@ -1038,6 +1046,8 @@ void *cn_worker(void *arg)
 			if (!w->mc[m])
 				continue;
 			n = dm_conn_poll(w->mc[m], wc, 32);
+			if (n != 0)
+				w->sq_full[m] = false;   /* room again (or an error to see) */
 			for (int i = 0; i < n; i++) {
 				progress = true;
 				if (wc[i].wr_id & WR_READ_TAG)
@@ -1056,10 +1066,14 @@ void *cn_worker(void *arg)
 			struct qslot *q = &w->slot[i];
 
 			if (q->state == S_ISSUE) {
+				uint32_t was = q->pending;
+
 				issue(w, q);
 				if (q->state == S_WAIT && q->pending == 0)
 					advance(w, q);
-				progress = true;
+				/* Only waiting for send-queue room is no progress. */
+				if (q->state != S_ISSUE || q->pending != was || !q->repost)
+					progress = true;
 			}
 			if (q->state == S_DONE && send_result(w, q) == 0)
 				progress = true;
