@@ -93,6 +93,23 @@ int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
 	return 0;
 }
 
+void dgen_abandon(struct mn_set *s, uint64_t gen)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, gen), .aux = ~0ull };
+		struct dm_wire_ctl_gen_state st;
+		uint8_t buf[sizeof(o)];
+		uint32_t blen;
+
+		if (!s->link[i].up ||
+		    gen_call(&s->link[i], DM_OP_CTL_GEN_REPORT, DM_GEN_NO_CN, 0, &st) ||
+		    ((st.flags & DM_GEN_F_CURRENT) && st.current == gen))
+			continue;
+		dm_wire_ctl_obj_encode(buf, &o);
+		dm_rpc_call(&s->link[i].ch, DM_OP_CTL_DROP, buf, sizeof(buf), buf, sizeof(buf), &blen);
+	}
+}
+
 int dgen_wait_released(struct mn_set *s, uint32_t timeout_ms, struct dgen_view *v)
 {
 	uint64_t t0 = dm_now_ns();

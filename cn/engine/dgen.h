@@ -44,6 +44,11 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 /* PUBLISH gen on every memory node (all must be up). 0 or -errno with a message. */
 int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen);
 
+/* After a failed load of gen: drop its metadata on every node where it is not current
+ * (a restarted memory node takes its newest metadata for the current generation). Best
+ * effort. */
+void dgen_abandon(struct mn_set *s, uint64_t gen);
+
 /* Poll until no memory node holds a retired generation, for at most timeout_ms. 0 when
  * none does (v: the last state), -ETIMEDOUT, or -errno. */
 int dgen_wait_released(struct mn_set *s, uint32_t timeout_ms, struct dgen_view *v);

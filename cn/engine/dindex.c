@@ -373,6 +373,8 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 	free(meta);
 	if (!rc)
 		rc = dgen_publish(s, gen, err, errlen);
+	if (rc)
+		dgen_abandon(s, gen);
 	if (!rc && gen_out)
 		*gen_out = gen;
 	return rc;
