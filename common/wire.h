@@ -18,11 +18,15 @@
  *   status  0 in requests; 0 or -errno in responses
  *   req_id  chosen by the requester, echoed in the response
  *
- * Op numbers are grouped in ranges so that later layers get their own block:
+ * Op numbers are grouped in ranges so that each layer has its own block (every range
+ * below is in use; the rest of each block is free for that layer):
  *   0x0001-0x00ff  handshake (every backend, before anything else)
  *   0x0100-0x01ff  tcp transport: one-sided ops as request/response, two-sided SEND
- *   0x1000-0x1fff  control RPC between CN and MN (catalog, appends, snapshots) -- reserved
- *   0x2000-0x2fff  messages forwarded between compute nodes -- reserved
+ *   0x1000-0x1fff  control RPC between CN/CLI and MN: objects (0x1000-0x100b), snapshots,
+ *                  index generations (0x100c-0x100f); 0x1100-0x11ff the S3 flat-index RPC
+ *                  (catalog, writes, fragments)
+ *   0x2000-0x2fff  messages forwarded between compute nodes through memory nodes, router
+ *                  state exchange and router settings
  *   0x3000-0x30ff  native query protocol: clients (dmann bench) <-> compute nodes
  *
  * Handshake (client C connects to server S; secret K is the cluster secret):
@@ -82,10 +86,10 @@ enum dm_wire_op {
 	DM_OP_FAA_RESP   = 0x0107,
 	DM_OP_SEND       = 0x0108,
 	DM_OP_SEND_ACK   = 0x0109,
-	/* 0x1000-0x1fff: control RPC (reserved) */
+	/* 0x1000-0x1fff: control RPC (enum dm_wire_ctl_op, enum dm_wire_fl_op) */
 	DM_OP_CTL_FIRST  = 0x1000,
 	DM_OP_CTL_LAST   = 0x1fff,
-	/* 0x2000-0x2fff: CN-to-CN forwarded messages (reserved) */
+	/* 0x2000-0x2fff: CN-to-CN forwarded messages (enum dm_wire_fwd_op) */
 	DM_OP_FWD_FIRST  = 0x2000,
 	DM_OP_FWD_LAST   = 0x2fff,
 };
