@@ -1,8 +1,10 @@
 /* cn_main.c: dmann-cn, the compute node. Connects to the memory nodes, reads the index
  * metadata and block table from them (when an index is loaded), and serves clients on its
  * address: each client connection gets a worker thread that keeps many queries in flight.
- * A memory node failure fails the affected queries with a clear error; the main thread
- * reconnects and re-reads the block table until the node is back. SIGTERM: clean exit. */
+ * Every [cn] refresh_ms the main thread reports to the memory nodes and moves to a newly
+ * loaded index generation (cn_gen.c). A memory node failure fails the affected queries
+ * with a clear error; the main thread reconnects and re-reads the block table until the
+ * node is back. SIGTERM: clean exit. */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>

@@ -3,7 +3,9 @@
  * On the memory nodes: every block of records is an object (DM_OBJ_HNSW_BLOCK, block
  * number) on the R nodes the placement function picks for it, and a metadata object
  * (DM_OBJ_HNSW_META) on every memory node holds the parameters, the entry point and the
- * upper-level lists, which compute nodes load whole at start.
+ * upper-level lists, which compute nodes load whole at start. Every load is a new
+ * generation of the index with its own keys (dm_gen_block_key, dm_gen_meta_key of wire.h;
+ * the protocol is in dgen.h).
  *
  * Metadata object: header (struct dindex_meta_hdr, little-endian, crc32 of the rest of the
  * header in hdr_crc) | upper area (up_words u32: per node of level >= 1: id, level, then
