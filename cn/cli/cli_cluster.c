@@ -859,6 +859,7 @@ int dm_cmd_status(int argc, char **argv)
 			struct dm_conn *conn = NULL;
 			struct dm_rpc_chan ch;
 			struct dm_wire_fwd_rstats rst = { .csp_ppm = DM_FWD_CSP_NONE };
+			struct dm_wire_ctl_gen_state gst = { 0 };
 			uint8_t body[128];
 			uint32_t blen = 0;
 			int rc = dm_xport_connect(x, n->address, 2000, &conn);
@@ -877,6 +878,18 @@ int dm_cmd_status(int argc, char **argv)
 							sizeof(rb), &rl) ||
 					    dm_wire_fwd_rstats_decode(rb, rl, &rst))
 						memset(&rst, 0, sizeof(rst)), rst.csp_ppm = DM_FWD_CSP_NONE;
+				}
+				/* The memory node's index generations (read only). */
+				if (!rc && !r) {
+					struct dm_wire_ctl_gen g = { .cn = DM_GEN_NO_CN };
+					uint8_t req[sizeof(g)], gb[sizeof(gst)];
+					uint32_t gl = 0;
+
+					dm_wire_ctl_gen_encode(req, &g);
+					if (dm_rpc_call(&ch, DM_OP_CTL_GEN_REPORT, req, sizeof(req), gb,
+							sizeof(gb), &gl) ||
+					    dm_wire_ctl_gen_state_decode(gb, gl, &gst))
+						memset(&gst, 0, sizeof(gst));
 				}
 				dm_rpc_chan_fini(&ch);
 			}
@@ -900,17 +913,30 @@ int dm_cmd_status(int argc, char **argv)
 				struct dm_wire_ctl_info in;
 
 				dm_wire_ctl_info_decode(body, blen, &in);
+				char gcur[24] = "null", gret[24] = "null";
+
+				if (gst.flags & DM_GEN_F_CURRENT)
+					snprintf(gcur, sizeof(gcur), "%llu", (unsigned long long)gst.current);
+				if (gst.flags & DM_GEN_F_RETIRED)
+					snprintf(gret, sizeof(gret), "%llu", (unsigned long long)gst.retired);
 				if (json)
 					printf(", \"region_bytes\": %llu, \"used_bytes\": %llu, "
-					       "\"objects\": %u, \"hugepages\": %s, \"numa_node\": %d}",
+					       "\"objects\": %u, \"hugepages\": %s, \"numa_node\": %d, "
+					       "\"generation\": %s, \"retired_generation\": %s, "
+					       "\"retired_waiting_cns\": %u}",
 					       (unsigned long long)in.region_len,
 					       (unsigned long long)in.used, in.objects,
-					       in.huge ? "true" : "false", in.numa_node);
+					       in.huge ? "true" : "false", in.numa_node, gcur, gret,
+					       gst.waiting);
 				else
 					printf("  mn%u %-21s up  region %.0f MiB (%s, NUMA %d), %.1f MiB "
-					       "used, %u objects\n", i, n->address,
+					       "used, %u objects, generation %s%s%s%s\n", i, n->address,
 					       in.region_len / 1048576.0, in.huge ? "hugepages" : "4k pages",
-					       in.numa_node, in.used / 1048576.0, in.objects);
+					       in.numa_node, in.used / 1048576.0, in.objects,
+					       gst.flags & DM_GEN_F_CURRENT ? gcur : "none",
+					       gst.flags & DM_GEN_F_RETIRED ? " (" : "",
+					       gst.flags & DM_GEN_F_RETIRED ? gret : "",
+					       gst.flags & DM_GEN_F_RETIRED ? " still held)" : "");
 			} else {
 				struct dm_wire_q_stats s;
 				char csp[32] = "null";
