@@ -166,8 +166,8 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 		}
 		c->lease_ms = (uint32_t)u;
 	} else {
-		if (!parse_u64(v, 65536, &u) || u < 64) {
-			snprintf(msg, msglen, "send_queue '%s' must be 64..65536", v);
+		if (!parse_u64(v, 65536, &u) || u < 128) {
+			snprintf(msg, msglen, "send_queue '%s' must be 128..65536", v);
 			return -EINVAL;
 		}
 		c->send_queue = (uint32_t)u;

@@ -40,7 +40,8 @@
  *                               ; stops reading from a memory node it could not report to
  *                               ; for half of it (so it never reads freed memory)
  *   send_queue = 256            ; transport work requests (READs + SENDs) in flight per
- *                               ; connection of a CN, 64..65536 (verbs QP depth)
+ *                               ; connection of a CN, 128..65536 (verbs QP depth; the router
+ *                               ; samples with batches of 128 READs)
  *
  *   [s3]                        ; S3 Vectors gateway (see docs/operations.md for the
  *   access_key = AKIDEXAMPLE    ; full list of [s3] keys)

@@ -7,7 +7,7 @@
  *     B; with the cache off and with [cn] cache = 10% (stale cache entries would mix
  *     generations);
  *   - a compute node whose transport send queue is smaller than the READs it wants in
- *     flight ([cn] send_queue = 64) retries the refused posts (-EAGAIN) instead of failing
+ *     flight ([cn] send_queue = 128) retries the refused posts (-EAGAIN) instead of failing
  *     queries. */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -261,7 +261,7 @@ Test(reload, different_index_under_a_query_stream_cached)
 	reload_under_queries("--cn-set refresh_ms=200 --cn-set cache=10%");
 }
 
-/* 64 work requests per connection, while a worker keeps up to 200 READs in flight per
+/* 128 work requests per connection, while a worker keeps up to 200 READs in flight per
  * memory node: posts are refused with -EAGAIN and must be retried, not fail queries. */
 Test(reload, full_send_queue_is_back_pressure)
 {
@@ -270,7 +270,7 @@ Test(reload, full_send_queue_is_back_pressure)
 	struct dm_vecs got;
 	unsigned diff = 0;
 
-	cluster_up("--cn-set send_queue=64");
+	cluster_up("--cn-set send_queue=128");
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw", dmann, dir, dir), 0);
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/a/query.fbin --gt "
 			"%s/a/gt.ibin --k %d --ef %d --cache-ratio 0 --conns 4 --depth 32 --nq %u "
@@ -279,11 +279,14 @@ Test(reload, full_send_queue_is_back_pressure)
 	got = read_ids("ids.ibin");
 	for (uint64_t p = 0; p < got.n; p++)
 		diff += !row_eq((const int32_t *)got.data + p * K, want + (p % nq) * K);
-	fprintf(stderr, "send_queue 64: READ posts refused and retried: %.0f\n",
+	fprintf(stderr, "send_queue 128: READ posts refused and retried: %.0f\n",
 		cn_metric("dmann_cn_read_queue_full_total"));
 	cr_assert_eq(diff, 0, "%u answers differ from the local search", diff);
 	cr_assert_gt(cn_metric("dmann_cn_read_queue_full_total"), 0,
 		     "the send queue never filled: the test does not test back-pressure");
+	/* The router still samples the index with batches that fit the queue. */
+	cr_assert_eq(sh("grep -q 'cannot build the oracle' %s/lc/cn*.log", dir), 1,
+		     "the router's oracle failed with this send queue");
 	dm_vecs_free(&got);
 	free(want);
 }
