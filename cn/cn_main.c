@@ -1,8 +1,11 @@
 /* cn_main.c: dmann-cn, the compute node. Connects to the memory nodes, reads the index
  * metadata and block table from them (when an index is loaded), and serves clients on its
  * address: each client connection gets a worker thread that keeps many queries in flight.
- * A memory node failure fails the affected queries with a clear error; the main thread
- * reconnects and re-reads the block table until the node is back. SIGTERM: clean exit. */
+ * Every [cn] refresh_ms the main thread reports to the memory nodes and moves to a newly
+ * loaded index generation (cn_gen.c). A memory node failure fails the affected queries
+ * with a clear error; the main thread reconnects and re-reads the block table until the
+ * node is back. SIGTERM: clean exit. */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,61 +43,22 @@ static void usage(FILE *f)
 		"  --help         this text\n");
 }
 
-int cn_refresh(struct cn *cn, bool force)
+/* The cluster's transport with the compute node's send queue ([cn] send_queue). */
+static struct dm_xport *cn_xport(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *n)
 {
-	struct dindex *d = NULL;
-	struct mn_set *s;
-	char err[512];
-	int rc;
+	struct dm_xport_params p = {
+		.backend = cfg->transport[0] ? cfg->transport : NULL,
+		.cluster = cfg->name, .secret = cfg->secret, .secret_len = cfg->secret_len,
+		.device = n->device[0] ? n->device : NULL,
+		.max_send_wr = n->cnc.send_queue,
+		.max_recv_wr = 4096,   /* several message pools share the receive queue */
+	};
+	struct dm_xport *x = dm_xport_open(&p);
 
-	pthread_mutex_lock(&cn->ctl_lock);
-	if (force || !cn->mns) {
-		s = mn_set_open(cn->cfg, cn->x, cn->pool, false, 2000);
-		if (!s) {
-			rc = -errno;
-			goto out_unlock;
-		}
-		pthread_rwlock_wrlock(&cn->lock);
-		mn_set_close(cn->mns);
-		cn->mns = s;
-		atomic_fetch_add(&cn->gen, 1);
-		pthread_rwlock_unlock(&cn->lock);
-	}
-	rc = dindex_open(cn->mns, &d, err, sizeof(err));
-	if (rc && rc != -ENOENT && rc != -EBADMSG && !force) {
-		/* A control connection broke (a memory node restarted): reconnect and retry. */
-		pthread_mutex_unlock(&cn->ctl_lock);
-		return cn_refresh(cn, true);
-	}
-	if (rc) {
-		if (rc != -ENOENT) {
-			dm_warn("cn%u: %s", cn->node->id, err);
-			atomic_store(&cn->need_refresh, true);
-		} else if (cn->idx) {
-			dm_info("cn%u: index gone from the memory nodes", cn->node->id);
-		}
-		goto out_unlock;
-	}
-	pthread_rwlock_wrlock(&cn->lock);
-	if (force || !cn->idx || cn->idx->meta_crc != d->meta_crc ||
-	    memcmp(cn->idx->block_addr, d->block_addr, d->nblocks * sizeof(uint64_t))) {
-		bool changed = !cn->idx || cn->idx->meta_crc != d->meta_crc;
-
-		dindex_free(cn->idx);
-		cn->idx = d;
-		d = NULL;
-		if (changed && cn->cache)
-			dm_cache_clear(cn->cache);
-		atomic_fetch_add(&cn->gen, 1);
-		dm_info("cn%u: index of %u records (dim %u, M %u, %u blocks) ready", cn->node->id,
-			cn->idx->n, cn->idx->p.dim, cn->idx->p.M, cn->idx->nblocks);
-	}
-	pthread_rwlock_unlock(&cn->lock);
-	atomic_store(&cn->need_refresh, false);
-out_unlock:
-	pthread_mutex_unlock(&cn->ctl_lock);
-	dindex_free(d);
-	return rc;
+	if (!x)
+		dm_err("cannot open the %s transport: %s", p.backend ? p.backend : "default",
+		       strerror(errno));
+	return x;
 }
 
 /* Prometheus text for GET /metrics. */
@@ -102,15 +66,35 @@ static void cn_metrics(void *arg, FILE *out)
 {
 	struct cn *cn = arg;
 	struct dm_cache_stats cs = { 0 };
-	uint64_t index_bytes = 0;
+	uint64_t index_bytes = 0, gen = 0;
 	unsigned id = cn->node->id;
+	int retired = 0;
 
 	pthread_rwlock_rdlock(&cn->lock);
 	if (cn->cache)
 		dm_cache_stats(cn->cache, &cs);
-	if (cn->idx)
+	if (cn->idx) {
 		index_bytes = cn->idx->index_bytes;
+		gen = cn->idx->gen;
+	}
+	for (int i = 0; i < CN_MAX_RETIRED; i++)
+		retired += cn->retired[i] != NULL;
 	pthread_rwlock_unlock(&cn->lock);
+	fprintf(out, "# HELP dmann_cn_index_generation Index generation new queries use.\n"
+		     "# TYPE dmann_cn_index_generation gauge\n"
+		     "dmann_cn_index_generation{node=\"%u\"} %llu\n"
+		     "# HELP dmann_cn_generation_switches_total Switches to a newer index generation.\n"
+		     "# TYPE dmann_cn_generation_switches_total counter\n"
+		     "dmann_cn_generation_switches_total{node=\"%u\"} %lu\n"
+		     "# HELP dmann_cn_retired_views Older index views queries still finish on.\n"
+		     "# TYPE dmann_cn_retired_views gauge\n"
+		     "dmann_cn_retired_views{node=\"%u\"} %d\n"
+		     "# HELP dmann_cn_read_queue_full_total READ posts a full send queue refused "
+		     "(posted again later).\n"
+		     "# TYPE dmann_cn_read_queue_full_total counter\n"
+		     "dmann_cn_read_queue_full_total{node=\"%u\"} %lu\n",
+		id, (unsigned long long)gen, id, atomic_load(&cn->gen_switches), id, retired, id,
+		atomic_load(&cn->sq_full));
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"
 		     "dmann_cn_queries_total{node=\"%u\"} %lu\n"
@@ -198,7 +182,8 @@ int main(int argc, char **argv)
 	struct dm_listener *lis = NULL;
 	struct dm_metrics *metrics = NULL;
 	char err[1024];
-	uint64_t last_refresh = 0;
+	uint64_t last_refresh = 0, refresh_ns = 1000000000ull;
+	int accept_ms = 200;
 	long id = -1;
 	int c, rc, status = 1;
 
@@ -231,7 +216,9 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	cn.x = dm_cluster_xport(cn.cfg, NULL);
+	cn.fence_ns = (uint64_t)cn.node->cnc.lease_ms * 500000ull;   /* half the lease */
+	cn.pin_level = INT_MAX;
+	cn.x = cn_xport(cn.cfg, cn.node);
 	if (!cn.x)
 		goto out_free_cfg;
 	cn.pool = dm_msgpool_new(cn.x, 1024, 16384);
@@ -276,6 +263,8 @@ int main(int argc, char **argv)
 	}
 	dm_info("cn%u: serving on %s (%s transport)", cn.node->id, cn.node->address,
 		dm_xport_name(cn.x));
+	refresh_ns = (uint64_t)cn.node->cnc.refresh_ms * 1000000ull;
+	accept_ms = (int)DM_MIN(200u, cn.node->cnc.refresh_ms);
 	if (cn.node->metrics[0]) {
 		metrics = dm_metrics_start(cn.node->metrics, cn_metrics, &cn);
 		if (!metrics)
@@ -289,12 +278,16 @@ int main(int argc, char **argv)
 		pthread_t t;
 		uint64_t now = dm_now_ns();
 
-		/* Reconnect / re-read the block table after a memory-node failure. */
+		/* Reconnect / re-read the block table after a memory-node failure; otherwise
+		 * report to the memory nodes and pick up a new index generation. */
 		if ((atomic_load(&cn.need_refresh) || !cn.mns) && now - last_refresh > 500000000ull) {
 			last_refresh = now;
 			cn_refresh(&cn, true);
+		} else if (now - last_refresh >= refresh_ns) {
+			last_refresh = now;
+			cn_refresh(&cn, false);
 		}
-		rc = dm_listener_accept(lis, 200, &conn);
+		rc = dm_listener_accept(lis, accept_ms, &conn);
 		if (rc) {
 			if (rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EINTR)
 				dm_debug("cn%u: accept: %s", cn.node->id, strerror(-rc));
@@ -336,6 +329,8 @@ out_free_pool:
 		router_free(cn.rt);   /* workers use it until they are gone */
 		mn_set_close(cn.mns);
 		dindex_free(cn.idx);
+		for (int i = 0; i < CN_MAX_RETIRED; i++)
+			dindex_free(cn.retired[i]);
 		dm_cache_free(cn.cache);
 		dm_msgpool_free(cn.pool);
 	}

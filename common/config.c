@@ -2,6 +2,7 @@
 #include "config.h"
 #include "wire.h"
 
+#include <ctype.h>
 #include <ini.h>
 #include <limits.h>
 #include <math.h>
@@ -18,6 +19,7 @@ struct parse_ctx {
 	char msg[256];               /* first error, without location */
 	char secret_file[512];
 	char s3_secret_file[512];
+	char cnmsg[256];
 };
 
 static int fail(struct parse_ctx *pc, const char *fmt, const char *a, const char *b)
@@ -62,11 +64,132 @@ static bool valid_addr(const char *v)
 	return parse_u64(colon + 1, 65535, &port);
 }
 
+/* ---- compute-node settings ([cn], [cn.N]) ----------------------------------------------- */
+
+int dm_config_parse_cache(const char *v, bool *is_ratio, double *ratio, uint64_t *bytes)
+{
+	static const struct { const char *name; uint64_t mul; } units[] = {
+		{ "B", 1 }, { "KiB", 1ull << 10 }, { "MiB", 1ull << 20 }, { "GiB", 1ull << 30 },
+		{ "TiB", 1ull << 40 }, { "KB", 1000ull }, { "MB", 1000000ull },
+		{ "GB", 1000000000ull }, { "TB", 1000000000000ull },
+	};
+	char *end;
+	double d;
+
+	if (!strcmp(v, "0")) {
+		*is_ratio = false;
+		*ratio = 0;
+		*bytes = 0;
+		return 0;
+	}
+	if (!*v || *v == '-' || *v == '+' || isspace((unsigned char)*v))
+		return -EINVAL;
+	errno = 0;
+	d = strtod(v, &end);
+	if (errno || end == v || !isfinite(d) || d < 0)
+		return -EINVAL;
+	while (*end == ' ')
+		end++;
+	if (!strcmp(end, "%")) {
+		if (d > 100)
+			return -EINVAL;
+		*is_ratio = true;
+		*ratio = d / 100;
+		*bytes = 0;
+		return 0;
+	}
+	for (size_t i = 0; i < DM_ARRAY_SIZE(units); i++)
+		if (!strcmp(end, units[i].name)) {
+			double b = d * (double)units[i].mul;
+
+			if (b > (double)(1ull << 50) || (b < 1 && d != 0) || b != floor(b))
+				return -EINVAL;
+			*is_ratio = false;
+			*ratio = 0;
+			*bytes = (uint64_t)b;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+uint64_t dm_config_cache_bytes(const struct dm_cn_cfg *c, uint64_t index_bytes)
+{
+	if (c->cache_is_ratio)
+		return (uint64_t)(c->cache_ratio * (double)index_bytes);
+	return c->cache_bytes;
+}
+
+int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const char *v,
+		     uint32_t *set, char *msg, size_t msglen)
+{
+	uint64_t u;
+
+	if (!strcmp(key, "cache")) {
+		if (dm_config_parse_cache(v, &c->cache_is_ratio, &c->cache_ratio, &c->cache_bytes)) {
+			snprintf(msg, msglen, "cache '%s' must be 0, a share of the index like 10%% "
+				 "(0..100%%), or bytes with a unit like 512MiB (B, KiB, MiB, GiB, TiB, "
+				 "KB, MB, GB, TB; at most 1 PiB)", v);
+			return -EINVAL;
+		}
+		*set |= DM_CN_SET_CACHE;
+		return 1;
+	}
+	if (!strcmp(key, "cache_admit")) {
+		char *end;
+		double d;
+
+		errno = 0;
+		d = strtod(v, &end);
+		if (errno || end == v || *end || !(d >= 0 && d <= 1)) {
+			snprintf(msg, msglen, "cache_admit '%s' must be a number in 0..1", v);
+			return -EINVAL;
+		}
+		c->cache_admit = d;
+		*set |= DM_CN_SET_ADMIT;
+		return 1;
+	}
+	if (strcmp(key, "refresh_ms") && strcmp(key, "lease_ms") && strcmp(key, "send_queue"))
+		return 0;
+	if (per_node) {
+		snprintf(msg, msglen, "%s applies to every compute node: set it in [cn]", key);
+		return -EINVAL;
+	}
+	if (!strcmp(key, "refresh_ms")) {
+		if (!parse_u64(v, 60000, &u) || u < 50) {
+			snprintf(msg, msglen, "refresh_ms '%s' must be 50..60000", v);
+			return -EINVAL;
+		}
+		c->refresh_ms = (uint32_t)u;
+	} else if (!strcmp(key, "lease_ms")) {
+		if (!parse_u64(v, 3600000, &u) || u < 1000) {
+			snprintf(msg, msglen, "lease_ms '%s' must be 1000..3600000", v);
+			return -EINVAL;
+		}
+		c->lease_ms = (uint32_t)u;
+	} else {
+		if (!parse_u64(v, 65536, &u) || u < 128) {
+			snprintf(msg, msglen, "send_queue '%s' must be 128..65536", v);
+			return -EINVAL;
+		}
+		c->send_queue = (uint32_t)u;
+	}
+	return 1;
+}
+
 static int node_key(struct parse_ctx *pc, struct dm_node_cfg *n, const char *key,
 		    const char *v)
 {
 	uint64_t u;
 
+	if (n->role == DM_ROLE_CN) {
+		int rc = dm_config_cn_key(&n->cnc, true, key, v, &n->cnc_set, pc->cnmsg,
+					  sizeof(pc->cnmsg));
+
+		if (rc < 0)
+			return fail(pc, "%s%s", pc->cnmsg, "");
+		if (rc > 0)
+			return 1;
+	}
 	if (!strcmp(key, "address")) {
 		if (!copy_str(n->address, sizeof(n->address), v) || !valid_addr(v))
 			return fail(pc, "address '%s' is not host:port%s", v, "");
@@ -312,6 +435,17 @@ static int handler(void *user, const char *section, const char *key, const char 
 		}
 		return 1;
 	}
+	if (!strcmp(section, "cn")) {
+		uint32_t set = 0;
+		int rc = dm_config_cn_key(&cfg->cn_all, false, key, v, &set, pc->cnmsg,
+					  sizeof(pc->cnmsg));
+
+		if (rc < 0)
+			return fail(pc, "%s%s", pc->cnmsg, "");
+		if (rc == 0)
+			return fail(pc, "unknown key '%s' in section [%s]", key, section);
+		return 1;
+	}
 	if (!strcmp(section, "s3")) {
 		int rc = dm_s3_cfg_key(&cfg->s3, key, v, pc->msg, sizeof(pc->msg));
 
@@ -334,7 +468,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		return mn_settings_key(pc, key, v);
 	n = node_for_section(pc, section);
 	if (!n)
-		return fail(pc, "unknown section [%s] (expected cluster, s3, router, mn, mn.N or cn.N with N < 256)%s",
+		return fail(pc, "unknown section [%s] (expected cluster, cn, s3, router, mn, mn.N or cn.N with N < 256)%s",
 			    section, "");
 	return node_key(pc, n, key, v);
 }
@@ -428,6 +562,19 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 			}
 			if (!r && !arr[i].data_dir[0])
 				snprintf(arr[i].data_dir, sizeof(arr[i].data_dir), "mn%u", i);
+			if (r) {
+				/* [cn] settings, with what this node's section set itself. */
+				struct dm_cn_cfg own = arr[i].cnc;
+
+				arr[i].cnc = cfg->cn_all;
+				if (arr[i].cnc_set & DM_CN_SET_CACHE) {
+					arr[i].cnc.cache_is_ratio = own.cache_is_ratio;
+					arr[i].cnc.cache_ratio = own.cache_ratio;
+					arr[i].cnc.cache_bytes = own.cache_bytes;
+				}
+				if (arr[i].cnc_set & DM_CN_SET_ADMIT)
+					arr[i].cnc.cache_admit = own.cache_admit;
+			}
 			if (!arr[i].address[0]) {
 				snprintf(err, errlen, "%s: [%s.%u] has no address", name,
 					 r ? "cn" : "mn", i);
@@ -456,6 +603,8 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 		.recluster_secs = 60, .recluster_csp = 0.5 };
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);
+	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,
+		.lease_ms = 20000, .send_queue = 256 };
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, &pc);

@@ -21,6 +21,27 @@
  *   [cn.0]                      ; compute node 0
  *   address = 127.0.0.1:7100    ; native client port (queries, forwarded traffic)
  *   http = 127.0.0.1:8100       ; S3 Vectors gateway
+ *   zone, device, metrics       ; as for memory nodes
+ *   cache = 512MiB              ; overrides [cn] cache / cache_admit for this node
+ *
+ *   [cn]                        ; every compute node (a [cn.N] may override cache and
+ *                               ; cache_admit for its node); all optional
+ *   cache = 10%                 ; record cache per CN: a share of the index's record
+ *                               ; bytes (0..100%), or bytes with a unit (B, KiB, MiB, GiB,
+ *                               ; TiB, KB, MB, GB, TB; 1..2^50 bytes); 0 = off (default 0).
+ *                               ; dmann bench --cache-ratio overrides it for a run
+ *   cache_admit = 0.1           ; probability that a record read once the cache is full
+ *                               ; replaces a cached one, 0..1 (default 0.1)
+ *   refresh_ms = 1000           ; period of the CN's index-generation poll, 50..60000
+ *                               ; (a new `dmann load` is served within about this long)
+ *   lease_ms = 20000            ; generation lease, 1000..3600000: a memory node frees an
+ *                               ; old index generation once every CN acknowledged the new
+ *                               ; one, or once a CN has not reported for this long; a CN
+ *                               ; stops reading from a memory node it could not report to
+ *                               ; for half of it (so it never reads freed memory)
+ *   send_queue = 256            ; transport work requests (READs + SENDs) in flight per
+ *                               ; connection of a CN, 128..65536 (verbs QP depth; the router
+ *                               ; samples with batches of 128 READs)
  *
  *   [s3]                        ; S3 Vectors gateway of the compute nodes (cn/s3)
  *   access_key = AKIDEXAMPLE
@@ -51,6 +72,8 @@
  *   recluster_csp = 0.5         ; re-cluster (next oracle epoch) when the cache split
  *                               ; penalty stays above this, 0..1 ...
  *   recluster_secs = 60         ; ... for this many seconds, 0..86400 (0: never)
+ *   spill_cache = no            ; yes | no: queries spilled off their top-ranked CN fill
+ *                               ; the cache of the CN that runs them (bench --spill-cache)
  *
  *   [mn]                        ; settings of every memory node's S3 flat store
  *                               ; (mn/mn_flat.c); all optional
@@ -76,6 +99,29 @@
 
 enum dm_role { DM_ROLE_MN = 0, DM_ROLE_CN = 1 };
 
+/* Compute-node settings ([cn], per node overridable by [cn.N] where noted). */
+struct dm_cn_cfg {
+	bool cache_is_ratio;         /* cache = P%: cache_ratio of the index's record bytes */
+	double cache_ratio;          /* 0..1 */
+	uint64_t cache_bytes;        /* cache = N<unit>; 0 (with !cache_is_ratio): off */
+	double cache_admit;          /* 0..1 */
+	uint32_t refresh_ms;         /* [cn] only */
+	uint32_t lease_ms;           /* [cn] only; memory nodes read it too */
+	uint32_t send_queue;         /* [cn] only */
+};
+#define DM_CN_SET_CACHE 1u
+#define DM_CN_SET_ADMIT 2u
+
+/* Parse one [cn] / [cn.N] key into c (per_node: only the overridable keys). Returns 1 when
+ * key is a compute-node setting it took, 0 when key is not one (the caller goes on), or
+ * -EINVAL with a message in msg for a bad value. *set gets the DM_CN_SET_* bit it set. */
+int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const char *v,
+		     uint32_t *set, char *msg, size_t msglen);
+/* Parse a cache size: "0", "P%" or "N<unit>". 0 or -EINVAL. */
+int dm_config_parse_cache(const char *v, bool *is_ratio, double *ratio, uint64_t *bytes);
+/* The cache bytes a CN with settings c uses for an index of index_bytes record bytes. */
+uint64_t dm_config_cache_bytes(const struct dm_cn_cfg *c, uint64_t index_bytes);
+
 struct dm_node_cfg {
 	enum dm_role role;
 	uint32_t id;                 /* index within its role */
@@ -89,6 +135,8 @@ struct dm_node_cfg {
 	uint64_t region_bytes;       /* MN only */
 	enum dm_huge_mode hugepages;
 	int numa_node;
+	struct dm_cn_cfg cnc;        /* CN only: [cn] merged with this node's overrides */
+	uint32_t cnc_set;            /* DM_CN_SET_*: keys this [cn.N] set itself */
 	bool defined;
 };
 
@@ -122,6 +170,7 @@ struct dm_cluster_cfg {
 		uint32_t flat_frag_rows;     /* default 4096 */
 		bool wal_group_commit;       /* default true */
 	} mn_set;
+	struct dm_cn_cfg cn_all;     /* [cn]: every compute node's settings */
 	uint32_t n_mn, n_cn;
 	struct dm_node_cfg mn[DM_MAX_NODES];
 	struct dm_node_cfg cn[DM_MAX_NODES];

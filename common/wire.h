@@ -18,11 +18,15 @@
  *   status  0 in requests; 0 or -errno in responses
  *   req_id  chosen by the requester, echoed in the response
  *
- * Op numbers are grouped in ranges so that later layers get their own block:
+ * Op numbers are grouped in ranges so that each layer has its own block (every range
+ * below is in use; the rest of each block is free for that layer):
  *   0x0001-0x00ff  handshake (every backend, before anything else)
  *   0x0100-0x01ff  tcp transport: one-sided ops as request/response, two-sided SEND
- *   0x1000-0x1fff  control RPC between CN and MN (catalog, appends, snapshots) -- reserved
- *   0x2000-0x2fff  messages forwarded between compute nodes -- reserved
+ *   0x1000-0x1fff  control RPC between CN/CLI and MN: objects (0x1000-0x100b), snapshots,
+ *                  index generations (0x100c-0x100f); 0x1100-0x11ff the S3 flat-index RPC
+ *                  (catalog, writes, fragments)
+ *   0x2000-0x2fff  messages forwarded between compute nodes through memory nodes, router
+ *                  state exchange and router settings
  *   0x3000-0x30ff  native query protocol: clients (dmann bench) <-> compute nodes
  *
  * Handshake (client C connects to server S; secret K is the cluster secret):
@@ -82,10 +86,10 @@ enum dm_wire_op {
 	DM_OP_FAA_RESP   = 0x0107,
 	DM_OP_SEND       = 0x0108,
 	DM_OP_SEND_ACK   = 0x0109,
-	/* 0x1000-0x1fff: control RPC (reserved) */
+	/* 0x1000-0x1fff: control RPC (enum dm_wire_ctl_op, enum dm_wire_fl_op) */
 	DM_OP_CTL_FIRST  = 0x1000,
 	DM_OP_CTL_LAST   = 0x1fff,
-	/* 0x2000-0x2fff: CN-to-CN forwarded messages (reserved) */
+	/* 0x2000-0x2fff: CN-to-CN forwarded messages (enum dm_wire_fwd_op) */
 	DM_OP_FWD_FIRST  = 0x2000,
 	DM_OP_FWD_LAST   = 0x2fff,
 };
@@ -220,7 +224,20 @@ int dm_wire_cluster_check(const char name[DM_HS_CLUSTER_LEN]);
  *   CTL_LOOKUP    obj{key}                   -> obj{key, len, addr, aux=crc32} (-ENOENT)
  *   CTL_DROP      obj{key, aux=mask}         -> obj{len=objects dropped}
  *   CTL_SNAPSHOT  {}                         -> {}
+ *   CTL_GEN_PUBLISH  gen{index, gen, cn=NONE} -> gen_state   (loader: make gen current)
+ *   CTL_GEN_REPORT   gen{index, gen, cn}      -> gen_state   (CN: the oldest generation it
+ *                                              still uses; cn = NONE only reads the state)
  * Error responses have no body.
+ *
+ * Index generations (docs/architecture.md, "Index generations"): every HNSW index has a
+ * generation number, bumped by every `dmann load`. A generation's objects have their own
+ * keys (dm_gen_meta_key, dm_gen_block_key), so the objects of generation g stay intact
+ * while g+1 is written. PUBLISH makes g+1 current on a memory node (its metadata must be
+ * committed there; -EBUSY while an older retired generation is still held, -ESTALE if
+ * gen is not above the current one) and retires g; the memory node frees g's objects once
+ * every compute node of the cluster file REPORTed a generation >= g+1, or has not
+ * reported for lease_ms ([cn] lease_ms; a CN stops reading from a memory node it could
+ * not report to for lease_ms / 2). A CN reports every refresh_ms.
  */
 enum dm_wire_ctl_op {
 	DM_OP_CTL_INFO     = 0x1000,
@@ -229,8 +246,53 @@ enum dm_wire_ctl_op {
 	DM_OP_CTL_LOOKUP   = 0x1006,
 	DM_OP_CTL_DROP     = 0x1008,
 	DM_OP_CTL_SNAPSHOT = 0x100a,
+	DM_OP_CTL_GEN_PUBLISH = 0x100c,
+	DM_OP_CTL_GEN_REPORT  = 0x100e,
 	/* responses: request op + 1 */
 };
+
+#define DM_GEN_NO_CN 0xffffffffu     /* gen.cn of PUBLISH and of a read-only REPORT */
+#define DM_GEN_MAX_INDEX 0x7fffffu   /* index numbers of generation keys (23 bits) */
+
+struct dm_wire_ctl_gen {       /* CTL_GEN_PUBLISH, CTL_GEN_REPORT request */
+	uint64_t gen;              /* PUBLISH: the new generation (> 0); REPORT: the oldest
+				    * generation the CN still serves (0: none) */
+	uint32_t index;            /* <= DM_GEN_MAX_INDEX (0: the HNSW index of dmann load) */
+	uint32_t cn;               /* CN id < 256, or DM_GEN_NO_CN */
+};
+_Static_assert(sizeof(struct dm_wire_ctl_gen) == 16, "ctl_gen layout");
+
+struct dm_wire_ctl_gen_state { /* response of both */
+	uint64_t current;          /* the current generation (see flags) */
+	uint64_t retired;          /* the generation whose objects are still held (see flags) */
+	uint32_t waiting;          /* CNs that hold the retired generation back */
+	uint32_t lease_ms;         /* the memory node's lease */
+	uint32_t flags;            /* DM_GEN_F_* */
+	uint32_t reserved;         /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_ctl_gen_state) == 32, "ctl_gen_state layout");
+#define DM_GEN_F_CURRENT 1u    /* an index is there: current is valid */
+#define DM_GEN_F_RETIRED 2u    /* retired is valid (and < current) */
+
+/* Object keys of generation gen of HNSW index `index`, in cluster.h's dm_obj_key layout
+ * (kind << 56 | index << 32 | number): the metadata's number is the generation's low 32
+ * bits; blocks carry the generation's parity in bit 23 of the index field (at most two
+ * generations of an index exist at a time: current and retired). Generation 0 is an index
+ * loaded before generations existed (its keys are the old ones). */
+#define DM_GEN_KIND_META  1u           /* = DM_OBJ_HNSW_META */
+#define DM_GEN_KIND_BLOCK 2u           /* = DM_OBJ_HNSW_BLOCK */
+#define DM_GEN_SLOT_BIT   (1ull << 55) /* bit 23 of the index field */
+#define DM_GEN_BLOCK_MASK 0xffffffff00000000ull   /* every block of one generation */
+static inline uint64_t dm_gen_meta_key(uint32_t index, uint64_t gen)
+{
+	return ((uint64_t)DM_GEN_KIND_META << 56) | ((uint64_t)(index & DM_GEN_MAX_INDEX) << 32) |
+	       (uint32_t)gen;
+}
+static inline uint64_t dm_gen_block_key(uint32_t index, uint64_t gen, uint32_t block)
+{
+	return ((uint64_t)DM_GEN_KIND_BLOCK << 56) | ((uint64_t)(index & DM_GEN_MAX_INDEX) << 32) |
+	       ((gen & 1) ? DM_GEN_SLOT_BIT : 0) | block;
+}
 
 struct dm_wire_ctl_info {      /* CTL_INFO response */
 	uint64_t region_addr;      /* address to use in READ/WRITE with rkey */
@@ -263,6 +325,14 @@ void dm_wire_ctl_info_encode(uint8_t *buf, const struct dm_wire_ctl_info *m);
 int dm_wire_ctl_info_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_info *m);
 void dm_wire_ctl_obj_encode(uint8_t *buf, const struct dm_wire_ctl_obj *m);
 int dm_wire_ctl_obj_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_obj *m);
+/* gen decode: index <= DM_GEN_MAX_INDEX, cn < DM_MAX_NODES_WIRE or DM_GEN_NO_CN. state
+ * decode: known flags, RETIRED only with CURRENT and retired < current, waiting 0 without
+ * RETIRED, reserved 0. */
+void dm_wire_ctl_gen_encode(uint8_t *buf, const struct dm_wire_ctl_gen *m);
+int dm_wire_ctl_gen_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_gen *m);
+void dm_wire_ctl_gen_state_encode(uint8_t *buf, const struct dm_wire_ctl_gen_state *m);
+int dm_wire_ctl_gen_state_decode(const uint8_t *buf, size_t len,
+				 struct dm_wire_ctl_gen_state *m);
 
 /* ---- native query protocol: client <-> compute node (0x3000-0x30ff) --------------------
  *

@@ -7,7 +7,7 @@ int dm_wire_ctl_body_len(uint16_t op, int32_t status)
 {
 	bool resp = op & 1;
 
-	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_SNAPSHOT + 1)
+	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_GEN_REPORT + 1)
 		return -EPROTO;
 	if (resp && status)
 		return 0;
@@ -22,6 +22,10 @@ int dm_wire_ctl_body_len(uint16_t op, int32_t status)
 		return resp ? 0 : (int)sizeof(struct dm_wire_ctl_obj);
 	case DM_OP_CTL_SNAPSHOT:
 		return 0;
+	case DM_OP_CTL_GEN_PUBLISH:
+	case DM_OP_CTL_GEN_REPORT:
+		return resp ? (int)sizeof(struct dm_wire_ctl_gen_state) :
+			      (int)sizeof(struct dm_wire_ctl_gen);
 	default:
 		return -EPROTO;
 	}
@@ -89,5 +93,54 @@ int dm_wire_ctl_obj_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_obj 
 	m->len = dm_get_le64(b + 8);
 	m->addr = dm_get_le64(b + 16);
 	m->aux = dm_get_le64(b + 24);
+	return 0;
+}
+
+void dm_wire_ctl_gen_encode(uint8_t *b, const struct dm_wire_ctl_gen *m)
+{
+	dm_put_le64(b + 0, m->gen);
+	dm_put_le32(b + 8, m->index);
+	dm_put_le32(b + 12, m->cn);
+}
+
+int dm_wire_ctl_gen_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_gen *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->gen = dm_get_le64(b + 0);
+	m->index = dm_get_le32(b + 8);
+	m->cn = dm_get_le32(b + 12);
+	if (m->index > DM_GEN_MAX_INDEX || (m->cn >= DM_MAX_NODES_WIRE && m->cn != DM_GEN_NO_CN))
+		return -EBADMSG;
+	return 0;
+}
+
+void dm_wire_ctl_gen_state_encode(uint8_t *b, const struct dm_wire_ctl_gen_state *m)
+{
+	dm_put_le64(b + 0, m->current);
+	dm_put_le64(b + 8, m->retired);
+	dm_put_le32(b + 16, m->waiting);
+	dm_put_le32(b + 20, m->lease_ms);
+	dm_put_le32(b + 24, m->flags);
+	dm_put_le32(b + 28, 0);
+}
+
+int dm_wire_ctl_gen_state_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_gen_state *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->current = dm_get_le64(b + 0);
+	m->retired = dm_get_le64(b + 8);
+	m->waiting = dm_get_le32(b + 16);
+	m->lease_ms = dm_get_le32(b + 20);
+	m->flags = dm_get_le32(b + 24);
+	m->reserved = dm_get_le32(b + 28);
+	if (m->reserved || (m->flags & ~(DM_GEN_F_CURRENT | DM_GEN_F_RETIRED)))
+		return -EBADMSG;
+	if ((m->flags & DM_GEN_F_RETIRED) &&
+	    (!(m->flags & DM_GEN_F_CURRENT) || m->retired >= m->current))
+		return -EBADMSG;
+	if (!(m->flags & DM_GEN_F_RETIRED) && (m->waiting || m->retired))
+		return -EBADMSG;
 	return 0;
 }

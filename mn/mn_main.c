@@ -73,6 +73,42 @@ static void fill_info(struct mn *m, struct dm_wire_ctl_info *info)
 	info->numa_node = m->st->region.numa_node;
 }
 
+/* CTL_GEN_PUBLISH / CTL_GEN_REPORT: the generation table of mn_store. */
+static int handle_gen(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body,
+		      uint8_t *out, uint32_t *olen)
+{
+	struct dm_wire_ctl_gen g;
+	struct dm_wire_ctl_gen_state ws;
+	struct mn_gen_state gs;
+	int rc;
+
+	rc = dm_wire_ctl_gen_decode(body, sizeof(g), &g);
+	if (rc)
+		return rc;
+	if (h->op == DM_OP_CTL_GEN_PUBLISH) {
+		if (g.cn != DM_GEN_NO_CN)
+			return -EINVAL;
+		rc = mn_store_gen_publish(m->st, g.index, g.gen, &gs);
+		if (rc == 0)
+			dm_info("mn%u: index %u generation %llu published", m->node->id, g.index,
+				(unsigned long long)g.gen);
+	} else {
+		if (g.cn != DM_GEN_NO_CN && g.cn >= m->cfg->n_cn)
+			return -EINVAL;   /* not a compute node of this cluster file */
+		rc = mn_store_gen_report(m->st, g.index, g.cn, g.gen, &gs);
+	}
+	if (rc)
+		return rc;
+	ws = (struct dm_wire_ctl_gen_state){
+		.current = gs.current, .retired = gs.retired, .waiting = gs.waiting,
+		.lease_ms = (uint32_t)(m->st->lease_ns / 1000000ull),
+		.flags = (gs.has_current ? DM_GEN_F_CURRENT : 0) |
+			 (gs.has_retired ? DM_GEN_F_RETIRED : 0) };
+	dm_wire_ctl_gen_state_encode(out, &ws);
+	*olen = sizeof(ws);
+	return 0;
+}
+
 /* Serve one control request; writes the response body into out. Returns its status. */
 static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body,
 		  uint8_t *out, uint32_t *olen)
@@ -84,6 +120,8 @@ static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body
 	int rc;
 
 	*olen = 0;
+	if (h->op == DM_OP_CTL_GEN_PUBLISH || h->op == DM_OP_CTL_GEN_REPORT)
+		return handle_gen(m, h, body, out, olen);
 	if (h->op != DM_OP_CTL_INFO && h->op != DM_OP_CTL_SNAPSHOT)
 		dm_wire_ctl_obj_decode(body, sizeof(o), &o);
 	switch (h->op) {
@@ -345,6 +383,8 @@ int main(int argc, char **argv)
 
 	if (open_store(&m))
 		goto out_free_store;
+	/* Every compute node of the cluster file acknowledges each new index generation. */
+	mn_store_gen_setup(m.st, m.cfg->n_cn, m.cfg->cn_all.lease_ms);
 	m.x = dm_cluster_xport(m.cfg, m.node->device);
 	if (!m.x)
 		goto out_free_store;
@@ -385,6 +425,7 @@ int main(int argc, char **argv)
 		struct conn_arg *a;
 		pthread_t t;
 
+		mn_store_gen_tick(m.st);   /* the lease of compute nodes gone silent */
 		rc = dm_listener_accept(lis, 200, &conn);
 		if (rc) {
 			/* Timeouts are how we notice `stopping`; failed handshakes were already

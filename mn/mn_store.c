@@ -150,11 +150,10 @@ int mn_store_lookup(struct mn_store *st, uint64_t key, struct mn_obj *out)
 	return rc;
 }
 
-int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask)
+static int drop_locked(struct mn_store *st, uint64_t key_value, uint64_t mask)
 {
 	int n = 0;
 
-	pthread_mutex_lock(&st->lock);
 	for (uint32_t i = 0; i < st->nobj; i++) {
 		struct mn_obj *o = &st->objs[i];
 
@@ -170,8 +169,168 @@ int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask)
 		st->used = st->objs[st->nobj - 1].off;
 		st->nobj--;
 	}
+	return n;
+}
+
+int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask)
+{
+	int n;
+
+	pthread_mutex_lock(&st->lock);
+	n = drop_locked(st, key_value, mask);
 	pthread_mutex_unlock(&st->lock);
 	return n;
+}
+
+/* ---- index generations ------------------------------------------------------------------ */
+
+static struct mn_gen *gen_find(struct mn_store *st, uint32_t index, bool create)
+{
+	struct mn_gen *free_g = NULL;
+
+	for (uint32_t i = 0; i < MN_MAX_GEN_INDEXES; i++) {
+		if (st->gens[i].used && st->gens[i].index == index)
+			return &st->gens[i];
+		if (!st->gens[i].used && !free_g)
+			free_g = &st->gens[i];
+	}
+	if (!create || !free_g)
+		return NULL;
+	memset(free_g, 0, sizeof(*free_g));
+	free_g->used = true;
+	free_g->index = index;
+	for (uint32_t c = 0; c < DM_MAX_NODES_WIRE; c++)
+		free_g->seen_ns[c] = st->gen_t0;
+	return free_g;
+}
+
+/* Drop the retired generation once no compute node holds it; fill out. st->lock held. */
+static void gen_collect(struct mn_store *st, struct mn_gen *g, struct mn_gen_state *out)
+{
+	uint64_t now = dm_now_ns();
+	uint32_t waiting = 0, freed = 0;
+
+	if (g && g->has_retired) {
+		for (uint32_t c = 0; c < st->n_cn; c++)
+			if (g->reported[c] <= g->retired && now - g->seen_ns[c] <= st->lease_ns)
+				waiting++;
+		if (!waiting) {
+			freed = (uint32_t)drop_locked(st, dm_gen_meta_key(g->index, g->retired),
+						      ~0ull);
+			freed += (uint32_t)drop_locked(st, dm_gen_block_key(g->index, g->retired, 0),
+						       DM_GEN_BLOCK_MASK);
+			dm_info("mn: index %u generation %llu released (%u objects freed)", g->index,
+				(unsigned long long)g->retired, freed);
+			g->has_retired = false;
+			g->retired = 0;
+		}
+	}
+	if (out)
+		*out = (struct mn_gen_state){
+			.has_current = g && g->has_current, .current = g ? g->current : 0,
+			.has_retired = g && g->has_retired, .retired = g ? g->retired : 0,
+			.waiting = waiting, .freed = freed };
+}
+
+void mn_store_gen_setup(struct mn_store *st, uint32_t n_cn, uint32_t lease_ms)
+{
+	pthread_mutex_lock(&st->lock);
+	st->n_cn = DM_MIN(n_cn, DM_MAX_NODES_WIRE);
+	st->lease_ns = (uint64_t)lease_ms * 1000000ull;
+	st->gen_t0 = dm_now_ns();
+	for (uint32_t i = 0; i < MN_MAX_GEN_INDEXES; i++)
+		for (uint32_t c = 0; c < DM_MAX_NODES_WIRE; c++)
+			st->gens[i].seen_ns[c] = st->gen_t0;
+	pthread_mutex_unlock(&st->lock);
+}
+
+int mn_store_gen_publish(struct mn_store *st, uint32_t index, uint64_t gen,
+			 struct mn_gen_state *out)
+{
+	struct mn_gen *g;
+	struct mn_obj *o;
+	int rc = 0;
+
+	pthread_mutex_lock(&st->lock);
+	o = find(st, dm_gen_meta_key(index, gen));
+	g = gen_find(st, index, true);
+	if (!o || o->state != MN_OBJ_COMMITTED) {
+		rc = -ENOENT;
+	} else if (!g) {
+		rc = -ENOSPC;
+	} else if (g->has_current && gen <= g->current) {
+		rc = gen == g->current ? 0 : -ESTALE;   /* publishing twice is harmless */
+	} else {
+		gen_collect(st, g, NULL);
+		if (g->has_retired) {
+			rc = -EBUSY;
+		} else {
+			g->has_retired = g->has_current;
+			g->retired = g->current;
+			g->has_current = true;
+			g->current = gen;
+		}
+	}
+	gen_collect(st, g, out);
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+int mn_store_gen_report(struct mn_store *st, uint32_t index, uint32_t cn, uint64_t gen,
+			struct mn_gen_state *out)
+{
+	struct mn_gen *g;
+
+	if (cn != DM_GEN_NO_CN && cn >= DM_MAX_NODES_WIRE)
+		return -EINVAL;
+	pthread_mutex_lock(&st->lock);
+	g = gen_find(st, index, cn != DM_GEN_NO_CN);
+	if (g && cn != DM_GEN_NO_CN) {
+		g->reported[cn] = gen;
+		g->seen_ns[cn] = dm_now_ns();
+	}
+	gen_collect(st, g, out);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+void mn_store_gen_tick(struct mn_store *st)
+{
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t i = 0; i < MN_MAX_GEN_INDEXES; i++)
+		if (st->gens[i].used)
+			gen_collect(st, &st->gens[i], NULL);
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* After a restore: each index's current generation is its newest metadata object, the one
+ * before it (if any) the retired one. st->lock held. */
+static void gen_rebuild(struct mn_store *st)
+{
+	for (uint32_t i = 0; i < st->nobj; i++) {
+		struct mn_obj *o = &st->objs[i];
+		uint32_t index = (uint32_t)(o->key >> 32) & DM_GEN_MAX_INDEX;
+		uint64_t gen = (uint32_t)o->key;
+		struct mn_gen *g;
+
+		if (o->state != MN_OBJ_COMMITTED || (o->key >> 56) != DM_GEN_KIND_META ||
+		    (o->key & DM_GEN_SLOT_BIT))
+			continue;
+		g = gen_find(st, index, true);
+		if (!g)
+			continue;
+		if (!g->has_current || gen > g->current) {
+			if (g->has_current && (!g->has_retired || g->current > g->retired)) {
+				g->has_retired = true;
+				g->retired = g->current;
+			}
+			g->has_current = true;
+			g->current = gen;
+		} else if (gen < g->current && (!g->has_retired || gen > g->retired)) {
+			g->has_retired = true;
+			g->retired = gen;
+		}
+	}
 }
 
 void mn_store_stats(struct mn_store *st, uint32_t *objects, uint64_t *bytes)
@@ -340,6 +499,7 @@ int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t er
 					       MN_OBJ_COMMITTED };
 	st->nobj = count;
 	st->used = DM_ALIGN_UP(end, MN_OBJ_ALIGN);
+	gen_rebuild(st);
 	pthread_mutex_unlock(&st->lock);
 	rc = 0;
 out_free:

@@ -13,6 +13,7 @@
 
 #include "dm.h"
 #include "mem.h"
+#include "wire.h"
 
 #define MN_MAX_OBJS 65536u
 #define MN_OBJ_ALIGN 64u
@@ -27,12 +28,40 @@ struct mn_obj {
 	uint32_t state;     /* enum mn_obj_state */
 };
 
+/* Index generations (wire.h CTL_GEN_*, docs/architecture.md "Index generations"): per
+ * HNSW index, the current generation, the retired one whose objects are still held, and
+ * what every compute node of the cluster file last reported (the oldest generation it may
+ * still read; 0 before its first report) and when. The retired generation's objects are
+ * dropped as soon as no compute node holds it: every CN reported a newer generation, or
+ * has not reported for lease_ns. The table is rebuilt from the metadata keys at restore
+ * (reports start empty: a restarted memory node waits for the CNs' next reports). */
+#define MN_MAX_GEN_INDEXES 16u
+
+struct mn_gen {
+	bool used, has_current, has_retired;
+	uint32_t index;
+	uint64_t current, retired;
+	uint64_t reported[DM_MAX_NODES_WIRE];
+	uint64_t seen_ns[DM_MAX_NODES_WIRE];
+};
+
+struct mn_gen_state {
+	bool has_current, has_retired;
+	uint64_t current, retired;
+	uint32_t waiting;          /* CNs holding the retired generation */
+	uint32_t freed;            /* objects dropped by this call */
+};
+
 struct mn_store {
 	struct dm_region region;
 	pthread_mutex_t lock;
 	uint64_t used;      /* bump pointer */
 	uint32_t nobj;      /* entries in objs (free ones included, reused as holes) */
 	struct mn_obj *objs;
+	uint32_t n_cn;      /* compute nodes that must acknowledge a generation */
+	uint64_t lease_ns;
+	uint64_t gen_t0;    /* when the table was set up (counts as every CN's last report) */
+	struct mn_gen gens[MN_MAX_GEN_INDEXES];
 };
 
 /* Constructor: allocates the region (hugepages / NUMA as asked). NULL with errno. */
@@ -52,6 +81,18 @@ int mn_store_lookup(struct mn_store *st, uint64_t key, struct mn_obj *out);
 int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask);
 /* Committed objects and bytes. */
 void mn_store_stats(struct mn_store *st, uint32_t *objects, uint64_t *bytes);
+
+/* Generations. setup: the compute nodes that must acknowledge (ids 0..n_cn-1) and the
+ * lease; call once after restore. publish: make gen current for index (its metadata object
+ * committed here: else -ENOENT; -ESTALE unless gen > current; -EBUSY while a retired
+ * generation is still held). report: cn (or DM_GEN_NO_CN: read only) still reads
+ * generations >= gen. tick: apply the lease (call now and then). Each fills *out. */
+void mn_store_gen_setup(struct mn_store *st, uint32_t n_cn, uint32_t lease_ms);
+int mn_store_gen_publish(struct mn_store *st, uint32_t index, uint64_t gen,
+			 struct mn_gen_state *out);
+int mn_store_gen_report(struct mn_store *st, uint32_t index, uint32_t cn, uint64_t gen,
+			struct mn_gen_state *out);
+void mn_store_gen_tick(struct mn_store *st);
 
 /* Save committed objects to path (path.tmp, fsync, rename). 0 or -errno. */
 int mn_store_snapshot(struct mn_store *st, const char *path);

@@ -18,37 +18,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "hnsw/hnsw.h"
-#include "vecfile.h"
+#include "cluster_util.h"
 
 #define K 10
 #define EF 48
 
 static char dir[128], dmann[300], dmann_mn[300];
-
-/* Time bounds are scaled by DMANN_TEST_TIME_SCALE (the soft-RoCE VM runs under emulation). */
-static uint64_t bound_s(unsigned s)
-{
-	const char *e = getenv("DMANN_TEST_TIME_SCALE");
-	unsigned f = e ? (unsigned)atoi(e) : 1;
-
-	return (uint64_t)s * (f ? f : 1) * 1000000000ull;
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "+ %s\n", cmd);
-	st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static void setup(void)
 {
@@ -86,34 +61,11 @@ static void teardown(void)
 /* Ids of the local search for every query of the data set. */
 static int32_t *local_ids(uint32_t *nq)
 {
-	struct dm_vecs qv;
-	char err[512], p[256];
-	struct hnsw_index *idx;
-	struct hnsw_searcher *s;
-	struct hnsw_src src;
-	int32_t *ids;
+	char idx[256], q[256];
 
-	snprintf(p, sizeof(p), "%s/idx.hnsw", dir);
-	idx = hnsw_load(p, err, sizeof(err));
-	cr_assert_not_null(idx, "%s", err);
-	snprintf(p, sizeof(p), "%s/data/query.fbin", dir);
-	cr_assert_eq(dm_vecs_read(p, DM_VF_FBIN, &qv, err, sizeof(err)), 0, "%s", err);
-	hnsw_src_local(idx, &src);
-	s = hnsw_searcher_new(idx->n, idx->p.dim);
-	ids = calloc(qv.n * K, sizeof(*ids));
-	for (uint64_t i = 0; i < qv.n; i++) {
-		struct dm_hit h[K];
-		int n = hnsw_search(&src, s, (const float *)qv.data + i * qv.dim, K, EF, h);
-
-		cr_assert_eq(n, K);
-		for (int j = 0; j < K; j++)
-			ids[i * K + j] = (int32_t)h[j].id;
-	}
-	*nq = (uint32_t)qv.n;
-	hnsw_searcher_free(s);
-	hnsw_free(idx);
-	dm_vecs_free(&qv);
-	return ids;
+	snprintf(idx, sizeof(idx), "%s/idx.hnsw", dir);
+	snprintf(q, sizeof(q), "%s/data/query.fbin", dir);
+	return local_search_ids(idx, q, K, EF, nq);
 }
 
 static void bench_and_compare(const char *ratio, const int32_t *want, uint32_t nq)

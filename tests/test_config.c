@@ -216,3 +216,93 @@ Test(config, s3_section)
 	cr_assert_eq(dm_s3_cfg_key(&s3, "access_key", "x", msg, sizeof(msg)), -ENOENT);
 	free(c);
 }
+/* [cn]: cache sizes (units, ratios, off), admission, the generation poll and lease, the
+ * send queue; [cn.N] overrides the per-node keys, before or after [cn]. */
+Test(config, compute_node_settings)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[512] = "";
+
+	cr_assert_eq(dm_config_parse(HDR "[mn.0]\naddress = h:1\n[cn.0]\naddress = h:2\n", "c.ini",
+				     dir, c, err, sizeof(err)), 0, "%s", err);
+	/* Defaults: no cache, admission 0.1, 1 s poll, 20 s lease, 256 work requests. */
+	cr_assert(!c->cn[0].cnc.cache_is_ratio);
+	cr_assert_eq(c->cn[0].cnc.cache_bytes, 0);
+	cr_assert_float_eq(c->cn[0].cnc.cache_admit, 0.1, 1e-12);
+	cr_assert_eq(c->cn[0].cnc.refresh_ms, 1000);
+	cr_assert_eq(c->cn[0].cnc.lease_ms, 20000);
+	cr_assert_eq(c->cn[0].cnc.send_queue, 256);
+	cr_assert_eq(dm_config_cache_bytes(&c->cn[0].cnc, 1000000), 0);
+
+	cr_assert_eq(dm_config_parse(HDR "[mn.0]\naddress = h:1\n"
+				     "[cn.1]\naddress = h:3\ncache = 512MiB\ncache_admit = 1\n"
+				     "[cn]\ncache = 10%\ncache_admit = 0.25\nrefresh_ms = 50\n"
+				     "lease_ms = 1000\nsend_queue = 128\n"
+				     "[cn.0]\naddress = h:2\n[cn.2]\naddress = h:4\ncache = 0\n",
+				     "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert(c->cn[0].cnc.cache_is_ratio);
+	cr_assert_float_eq(c->cn[0].cnc.cache_ratio, 0.10, 1e-12);
+	cr_assert_eq(dm_config_cache_bytes(&c->cn[0].cnc, 1000000), 100000);
+	cr_assert_float_eq(c->cn[0].cnc.cache_admit, 0.25, 1e-12);
+	cr_assert_eq(c->cn[0].cnc.refresh_ms, 50);
+	cr_assert_eq(c->cn[0].cnc.lease_ms, 1000);
+	cr_assert_eq(c->cn[0].cnc.send_queue, 128);
+	/* cn.1 set its own cache and admission before [cn]; the rest comes from [cn]. */
+	cr_assert(!c->cn[1].cnc.cache_is_ratio);
+	cr_assert_eq(dm_config_cache_bytes(&c->cn[1].cnc, 1000000), 512ull << 20);
+	cr_assert_float_eq(c->cn[1].cnc.cache_admit, 1.0, 1e-12);
+	cr_assert_eq(c->cn[1].cnc.lease_ms, 1000);
+	cr_assert_eq(dm_config_cache_bytes(&c->cn[2].cnc, 1000000), 0);
+	cr_assert_float_eq(c->cn[2].cnc.cache_admit, 0.25, 1e-12);
+	free(c);
+}
+
+Test(config, cache_units)
+{
+	static const struct { const char *v; bool ratio; double r; uint64_t b; } ok[] = {
+		{ "0", false, 0, 0 },          { "100%", true, 1, 0 },      { "0.5%", true, 0.005, 0 },
+		{ "0%", true, 0, 0 },          { "1B", false, 0, 1 },       { "4KiB", false, 0, 4096 },
+		{ "1.5MiB", false, 0, 1572864 }, { "2 GiB", false, 0, 2ull << 30 },
+		{ "1TiB", false, 0, 1ull << 40 }, { "3KB", false, 0, 3000 }, { "7MB", false, 0, 7000000 },
+		{ "1GB", false, 0, 1000000000 }, { "1TB", false, 0, 1000000000000ull },
+	};
+	static const char *const bad[] = {
+		"", "-1%", "101%", "10", "0.5", "1.5B", "5PiB", "2000TiB", "10 %x", "MiB", "1 mib",
+		"nan%", "inf%", "1e400KiB", " 1KiB", "+1KiB",
+	};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		bool ratio = !ok[i].ratio;
+		double r = -1;
+		uint64_t b = 99;
+
+		cr_assert_eq(dm_config_parse_cache(ok[i].v, &ratio, &r, &b), 0, "%s refused", ok[i].v);
+		cr_assert_eq(ratio, ok[i].ratio, "%s", ok[i].v);
+		cr_assert_float_eq(r, ok[i].r, 1e-12, "%s", ok[i].v);
+		cr_assert_eq(b, ok[i].b, "%s: %llu", ok[i].v, (unsigned long long)b);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		bool ratio;
+		double r;
+		uint64_t b;
+
+		cr_assert_eq(dm_config_parse_cache(bad[i], &ratio, &r, &b), -EINVAL, "'%s' accepted",
+			     bad[i]);
+	}
+}
+
+Test(config, compute_node_errors)
+{
+	expect_error(HDR "[cn]\ncache = 10\n", "c.ini:5: cache '10' must be");
+	expect_error(HDR "[cn]\ncache = 150%\n", "c.ini:5: cache '150%'");
+	expect_error(HDR "[cn]\ncache_admit = 1.5\n", "c.ini:5: cache_admit '1.5' must be");
+	expect_error(HDR "[cn]\ncache_admit = x\n", "c.ini:5: cache_admit");
+	expect_error(HDR "[cn]\nrefresh_ms = 10\n", "c.ini:5: refresh_ms '10' must be 50..60000");
+	expect_error(HDR "[cn]\nlease_ms = 999\n", "c.ini:5: lease_ms");
+	expect_error(HDR "[cn]\nsend_queue = 100\n", "c.ini:5: send_queue '100' must be 128..65536");
+	expect_error(HDR "[cn]\naddress = h:1\n", "c.ini:5: unknown key 'address' in section [cn]");
+	expect_error(HDR "[cn.0]\naddress = h:1\nlease_ms = 5000\n",
+		     "c.ini:6: lease_ms applies to every compute node: set it in [cn]");
+	expect_error(HDR "[cn.0]\naddress = h:1\ncache = lots\n", "c.ini:6: cache 'lots'");
+	expect_error(HDR "[mn.0]\naddress = h:1\ncache = 1MiB\n", "c.ini:6: unknown key 'cache'");
+}

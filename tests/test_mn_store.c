@@ -130,3 +130,137 @@ Test(mn_store, snapshot_round_trip_and_corruption)
 	unlink(path);
 	mn_store_free(st);
 }
+
+/* Put a committed object of len bytes under key. */
+static void put(struct mn_store *st, uint64_t key, size_t len)
+{
+	uint64_t off;
+
+	cr_assert_eq(mn_store_alloc(st, key, len, &off), 0);
+	fill(st, off, len, (unsigned)key);
+	cr_assert_eq(mn_store_commit(st, key, len, crc_of(st, off, len)), 0);
+}
+
+/* One generation: metadata + two blocks. */
+static void put_gen(struct mn_store *st, uint64_t gen)
+{
+	put(st, dm_gen_meta_key(0, gen), 200);
+	put(st, dm_gen_block_key(0, gen, 0), 4096);
+	put(st, dm_gen_block_key(0, gen, 1), 4096);
+}
+
+static bool has(struct mn_store *st, uint64_t key)
+{
+	struct mn_obj o;
+
+	return mn_store_lookup(st, key, &o) == 0;
+}
+
+/* Index generations: publish retires the previous one, which stays until every compute
+ * node reported a newer one or went silent for the lease; a snapshot keeps them apart. */
+Test(mn_store, generations)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	struct mn_gen_state gs;
+	char path[] = "/tmp/dmann-gen-XXXXXX", err[256];
+	int fd = mkstemp(path);
+
+	cr_assert_not_null(st);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	mn_store_gen_setup(st, 2, 1000);
+	cr_assert_eq(mn_store_gen_report(st, 0, DM_GEN_NO_CN, 0, &gs), 0);
+	cr_assert(!gs.has_current && !gs.has_retired);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 1, &gs), -ENOENT, "no metadata yet");
+	put_gen(st, 1);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 1, &gs), 0);
+	cr_assert(gs.has_current && gs.current == 1 && !gs.has_retired);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 1, &gs), 0, "publishing twice is harmless");
+	/* Both CNs use 1; generation 2 is written beside it and published. */
+	cr_assert_eq(mn_store_gen_report(st, 0, 0, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_report(st, 0, 1, 1, &gs), 0);
+	put_gen(st, 2);
+	cr_assert_neq(dm_gen_block_key(0, 1, 0), dm_gen_block_key(0, 2, 0));
+	cr_assert_eq(mn_store_gen_publish(st, 0, 2, &gs), 0);
+	cr_assert(gs.current == 2 && gs.has_retired && gs.retired == 1 && gs.waiting == 2);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 1, &gs), -ESTALE);
+	put(st, dm_gen_meta_key(0, 3), 200);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 3, &gs), -EBUSY, "1 is still held");
+	cr_assert_eq(mn_store_drop(st, dm_gen_meta_key(0, 3), ~0ull), 1);   /* as the loader does */
+	cr_assert(has(st, dm_gen_block_key(0, 1, 1)));
+	/* CN 0 moves on; CN 1 still reads 1: nothing is freed. */
+	cr_assert_eq(mn_store_gen_report(st, 0, 0, 2, &gs), 0);
+	cr_assert(gs.has_retired && gs.waiting == 1 && gs.freed == 0);
+	cr_assert(has(st, dm_gen_meta_key(0, 1)) && has(st, dm_gen_block_key(0, 1, 0)));
+	/* A snapshot now: the restored store knows 2 is current and 1 retired. */
+	cr_assert_eq(mn_store_snapshot(st, path), 0);
+	cr_assert_eq(mn_store_gen_report(st, 0, 1, 2, &gs), 0);
+	cr_assert(!gs.has_retired && gs.freed == 3, "freed %u", gs.freed);
+	cr_assert(!has(st, dm_gen_meta_key(0, 1)) && !has(st, dm_gen_block_key(0, 1, 0)) &&
+		  !has(st, dm_gen_block_key(0, 1, 1)));
+	cr_assert(has(st, dm_gen_meta_key(0, 2)) && has(st, dm_gen_block_key(0, 2, 1)));
+	mn_store_free(st);
+
+	st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st, path, err, sizeof(err)), 0, "%s", err);
+	mn_store_gen_setup(st, 2, 1000);
+	cr_assert_eq(mn_store_gen_report(st, 0, DM_GEN_NO_CN, 0, &gs), 0);
+	cr_assert(gs.has_current && gs.current == 2 && gs.has_retired && gs.retired == 1 &&
+		  gs.waiting == 2, "reports start empty after a restart");
+	/* CN 0 reports; CN 1 stays silent: after the lease, 1 is released anyway. */
+	cr_assert_eq(mn_store_gen_report(st, 0, 0, 2, &gs), 0);
+	cr_assert(gs.has_retired && gs.waiting == 1);
+	usleep(1100000);
+	mn_store_gen_tick(st);
+	cr_assert_eq(mn_store_gen_report(st, 0, DM_GEN_NO_CN, 0, &gs), 0);
+	cr_assert(!gs.has_retired);
+	cr_assert(!has(st, dm_gen_block_key(0, 1, 0)) && has(st, dm_gen_block_key(0, 2, 0)));
+	/* Generation 0 is an index loaded before generations: its old keys. */
+	cr_assert_eq(dm_gen_meta_key(0, 0), (1ull << 56));
+	cr_assert_eq(dm_gen_block_key(0, 0, 5), (2ull << 56) | 5);
+	cr_assert_eq(mn_store_gen_report(st, 0, 300, 0, &gs), -EINVAL);
+	mn_store_free(st);
+	unlink(path);
+}
+
+/* The generation messages: round trip, and the decoders refuse what cannot be. */
+Test(mn_store, generation_messages)
+{
+	struct dm_wire_ctl_gen g = { .gen = 0x123456789ull, .index = 7, .cn = 3 }, g2;
+	struct dm_wire_ctl_gen_state st = { .current = 9, .retired = 8, .waiting = 2,
+					    .lease_ms = 20000,
+					    .flags = DM_GEN_F_CURRENT | DM_GEN_F_RETIRED }, st2;
+	uint8_t b[32];
+
+	dm_wire_ctl_gen_encode(b, &g);
+	cr_assert_eq(dm_wire_ctl_gen_decode(b, sizeof(g), &g2), 0);
+	cr_assert(g2.gen == g.gen && g2.index == 7 && g2.cn == 3);
+	cr_assert_eq(dm_wire_ctl_gen_decode(b, sizeof(g) - 1, &g2), -EBADMSG);
+	g.cn = 256;
+	dm_wire_ctl_gen_encode(b, &g);
+	cr_assert_eq(dm_wire_ctl_gen_decode(b, sizeof(g), &g2), -EBADMSG);
+	g.cn = DM_GEN_NO_CN;
+	g.index = DM_GEN_MAX_INDEX + 1;
+	dm_wire_ctl_gen_encode(b, &g);
+	cr_assert_eq(dm_wire_ctl_gen_decode(b, sizeof(g), &g2), -EBADMSG);
+
+	dm_wire_ctl_gen_state_encode(b, &st);
+	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), 0);
+	cr_assert(st2.current == 9 && st2.retired == 8 && st2.waiting == 2 &&
+		  st2.lease_ms == 20000 && st2.flags == st.flags);
+	st.retired = 9;   /* retired must be older than current */
+	dm_wire_ctl_gen_state_encode(b, &st);
+	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), -EBADMSG);
+	st = (struct dm_wire_ctl_gen_state){ .waiting = 1 };   /* waiting without retired */
+	dm_wire_ctl_gen_state_encode(b, &st);
+	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), -EBADMSG);
+	st = (struct dm_wire_ctl_gen_state){ .flags = 4 };
+	dm_wire_ctl_gen_state_encode(b, &st);
+	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), -EBADMSG);
+	st = (struct dm_wire_ctl_gen_state){ .flags = DM_GEN_F_RETIRED };   /* without current */
+	dm_wire_ctl_gen_state_encode(b, &st);
+	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), -EBADMSG);
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_REPORT, 0), (int)sizeof(g));
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_PUBLISH + 1, 0), (int)sizeof(st));
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_REPORT + 1, -EBUSY), 0);
+}

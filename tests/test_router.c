@@ -16,26 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "vecfile.h"
+#include "cluster_util.h"
 
 static char dir[128], dmann[300];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "+ %s\n", cmd);
-	st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* Run cmd and return its stdout (malloc'd), NULL on failure. */
 static char *capture(const char *cmd)
 {
 	FILE *f = popen(cmd, "r");

@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "dgen.h"
 #include "dindex.h"
 #include "hnsw/hnsw.h"
 #include "rpc.h"
@@ -38,10 +39,14 @@ static struct dm_cluster_cfg *load_cfg(const char *cmd, const char *path)
 
 static void load_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann load --config C --index INDEX [--no-snapshot]\n\n"
-		   "Place the index image INDEX on the memory nodes of cluster C: every block on\n"
-		   "the memory nodes the placement function picks for it, the metadata on all of\n"
-		   "them; then ask every memory node to snapshot, so a restart keeps the index.\n");
+	fprintf(f, "usage: dmann load --config C --index INDEX [--no-snapshot] [--no-wait]\n\n"
+		   "Place the index image INDEX on the memory nodes of cluster C as the index's next\n"
+		   "generation: every block on the memory nodes the placement function picks for\n"
+		   "it, the metadata on all of them; then publish it, ask every memory node to\n"
+		   "snapshot (so a restart keeps the index) and wait until every compute node moved\n"
+		   "to it and the previous generation is freed (--no-wait: do not wait; the memory\n"
+		   "nodes free it on their own). Compute nodes keep answering queries throughout:\n"
+		   "each query runs on one generation.\n");
 }
 
 static void load_progress(void *arg, uint64_t done)
@@ -53,8 +58,8 @@ int dm_cmd_load(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, 0, 'c' }, { "index", required_argument, 0, 'i' },
-		{ "no-snapshot", no_argument, 0, 'n' }, { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "no-snapshot", no_argument, 0, 'n' }, { "no-wait", no_argument, 0, 'w' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *index = NULL;
 	struct dm_cluster_cfg *cfg;
@@ -62,9 +67,10 @@ int dm_cmd_load(int argc, char **argv)
 	struct dm_progress *prog;
 	struct dm_xport *x;
 	struct mn_set *s;
-	bool snap = true;
+	bool snap = true, wait = true;
 	char err[1024];
-	uint64_t t0;
+	uint64_t t0, gen = 0;
+	struct dgen_view v;
 	int c, rc, status = 1;
 
 	optind = 1;
@@ -73,6 +79,7 @@ int dm_cmd_load(int argc, char **argv)
 		case 'c': config = optarg; break;
 		case 'i': index = optarg; break;
 		case 'n': snap = false; break;
+		case 'w': wait = false; break;
 		case 'h': load_usage(stdout); return 0;
 		default: dm_cli_bad_option("load", c, argv, optind); return 2;
 		}
@@ -100,7 +107,7 @@ int dm_cmd_load(int argc, char **argv)
 	}
 	t0 = dm_now_ns();
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
-	rc = dindex_load(s, idx, load_progress, prog, err, sizeof(err));
+	rc = dindex_load(s, idx, &gen, load_progress, prog, err, sizeof(err));
 	dm_progress_end(prog);
 	if (rc) {
 		fprintf(stderr, "dmann load: %s\n", err);
@@ -108,10 +115,26 @@ int dm_cmd_load(int argc, char **argv)
 	}
 	if (snap && (rc = mn_set_snapshot(s)))
 		fprintf(stderr, "dmann load: warning: snapshot failed: %s\n", strerror(-rc));
-	printf("dmann load: %u records (%.1f MiB) in %u blocks on %u memory nodes, redundancy %u, "
-	       "%.2f s\n", idx->n, (double)idx->n * idx->rec_size / 1048576.0, idx->nblocks,
-	       cfg->n_mn, cfg->redundancy, (double)(dm_now_ns() - t0) / 1e9);
+	printf("dmann load: generation %llu: %u records (%.1f MiB) in %u blocks on %u memory nodes, "
+	       "redundancy %u, %.2f s\n", (unsigned long long)gen, idx->n,
+	       (double)idx->n * idx->rec_size / 1048576.0, idx->nblocks, cfg->n_mn,
+	       cfg->redundancy, (double)(dm_now_ns() - t0) / 1e9);
 	status = 0;
+	if (wait) {
+		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up
+		 * after the lease. */
+		t0 = dm_now_ns();
+		rc = dgen_wait_released(s, cfg->cn_all.lease_ms + 5000, &v);
+		if (rc)
+			fprintf(stderr, "dmann load: warning: generation %llu is still held by %u "
+				"compute nodes (%s); the memory nodes free it once they move on or their "
+				"lease (%u ms) runs out\n", (unsigned long long)v.retired, v.waiting,
+				strerror(-rc), v.lease_ms);
+		else
+			printf("dmann load: every compute node moved to generation %llu; the previous "
+			       "one was freed after %.2f s\n", (unsigned long long)gen,
+			       (double)(dm_now_ns() - t0) / 1e9);
+	}
 out_s:
 	mn_set_close(s);
 out_x:
@@ -136,6 +159,9 @@ static void bench_usage(FILE *f)
 		   "the remote READs, bytes and round trips per query.\n\n"
 		   "  --cache-ratio R  cache size per compute node as a fraction of the index\n"
 		   "                   (0..1, or a percentage like 5%%); the caches are cleared first\n"
+		   "                   and keep that size until the next bench. keep: send no cache\n"
+		   "                   setting (nor index refresh): the compute nodes keep theirs\n"
+		   "                   (the cluster file's [cn] cache, or the last bench's)\n"
 		   "  --routing S      none: each query runs on the compute node it is sent to\n"
 		   "                   (round robin); bestfit: the oracle's top-ranked node;\n"
 		   "                   balanced: fixed equal limits per batch; adaptive: limits\n"
@@ -299,6 +325,8 @@ static void *bench_thread(void *arg)
 						 strerror(-h.status));
 				pthread_mutex_unlock(&b->lock);
 				b->recall[pos] = NAN;
+				for (uint32_t i = 0; b->out_ids && i < b->k; i++)
+					b->out_ids[pos * b->k + i] = -1;   /* failed */
 			} else {
 				uint32_t q = b->stream[pos], hit = 0;
 
@@ -458,7 +486,7 @@ int dm_cmd_bench(int argc, char **argv)
 	uint32_t spill = DM_FWD_SPILL_KEEP;
 	double ratio = -1, zipf = 0, admit = 0.1;
 	int routing = DM_ROUTE_NONE;
-	bool json = false;
+	bool json = false, keep = false;
 	struct dm_cluster_cfg *cfg;
 	struct dm_vecs qv = { 0 }, gv = { 0 };
 	struct bench b = { .lock = PTHREAD_MUTEX_INITIALIZER, .only_cn = -1 };
@@ -499,7 +527,10 @@ int dm_cmd_bench(int argc, char **argv)
 		case 'r': {
 			size_t l = strlen(optarg);
 
-			if (l && optarg[l - 1] == '%') {
+			if (!strcmp(optarg, "keep")) {
+				keep = true;
+				ratio = 0;
+			} else if (l && optarg[l - 1] == '%') {
 				char tmp[32];
 
 				snprintf(tmp, sizeof(tmp), "%.*s", (int)(l - 1), optarg);
@@ -605,12 +636,15 @@ int dm_cmd_bench(int argc, char **argv)
 		struct dm_wire_q_config qc;
 		uint8_t body[sizeof(qc)];
 
-		rc = dm_rpc_call(&b.conns[i].ch, DM_OP_Q_CONFIG, (uint8_t[16]){ 0 }, 16, NULL, 0, NULL);
+		rc = keep ? 0 : dm_rpc_call(&b.conns[i].ch, DM_OP_Q_CONFIG, (uint8_t[16]){ 0 }, 16,
+					    NULL, 0, NULL);
 		if (!rc)
 			rc = get_stats(&b.conns[i], &st0[i]);
 		if (!rc && !st0[i].index_bytes)
 			rc = -ENOENT;
-		if (!rc) {
+		if (!rc && keep) {
+			ratio += (double)st0[i].capacity_bytes / (double)st0[i].index_bytes / cfg->n_cn;
+		} else if (!rc) {
 			qc = (struct dm_wire_q_config){
 				.cache_bytes = (uint64_t)(ratio * (double)st0[i].index_bytes),
 				.admit_ppm = (uint32_t)(admit * 1e6), .flags = DM_Q_CONFIG_CLEAR };
@@ -825,6 +859,7 @@ int dm_cmd_status(int argc, char **argv)
 			struct dm_conn *conn = NULL;
 			struct dm_rpc_chan ch;
 			struct dm_wire_fwd_rstats rst = { .csp_ppm = DM_FWD_CSP_NONE };
+			struct dm_wire_ctl_gen_state gst = { 0 };
 			uint8_t body[128];
 			uint32_t blen = 0;
 			int rc = dm_xport_connect(x, n->address, 2000, &conn);
@@ -843,6 +878,18 @@ int dm_cmd_status(int argc, char **argv)
 							sizeof(rb), &rl) ||
 					    dm_wire_fwd_rstats_decode(rb, rl, &rst))
 						memset(&rst, 0, sizeof(rst)), rst.csp_ppm = DM_FWD_CSP_NONE;
+				}
+				/* The memory node's index generations (read only). */
+				if (!rc && !r) {
+					struct dm_wire_ctl_gen g = { .cn = DM_GEN_NO_CN };
+					uint8_t req[sizeof(g)], gb[sizeof(gst)];
+					uint32_t gl = 0;
+
+					dm_wire_ctl_gen_encode(req, &g);
+					if (dm_rpc_call(&ch, DM_OP_CTL_GEN_REPORT, req, sizeof(req), gb,
+							sizeof(gb), &gl) ||
+					    dm_wire_ctl_gen_state_decode(gb, gl, &gst))
+						memset(&gst, 0, sizeof(gst));
 				}
 				dm_rpc_chan_fini(&ch);
 			}
@@ -866,17 +913,30 @@ int dm_cmd_status(int argc, char **argv)
 				struct dm_wire_ctl_info in;
 
 				dm_wire_ctl_info_decode(body, blen, &in);
+				char gcur[24] = "null", gret[24] = "null";
+
+				if (gst.flags & DM_GEN_F_CURRENT)
+					snprintf(gcur, sizeof(gcur), "%llu", (unsigned long long)gst.current);
+				if (gst.flags & DM_GEN_F_RETIRED)
+					snprintf(gret, sizeof(gret), "%llu", (unsigned long long)gst.retired);
 				if (json)
 					printf(", \"region_bytes\": %llu, \"used_bytes\": %llu, "
-					       "\"objects\": %u, \"hugepages\": %s, \"numa_node\": %d}",
+					       "\"objects\": %u, \"hugepages\": %s, \"numa_node\": %d, "
+					       "\"generation\": %s, \"retired_generation\": %s, "
+					       "\"retired_waiting_cns\": %u}",
 					       (unsigned long long)in.region_len,
 					       (unsigned long long)in.used, in.objects,
-					       in.huge ? "true" : "false", in.numa_node);
+					       in.huge ? "true" : "false", in.numa_node, gcur, gret,
+					       gst.waiting);
 				else
 					printf("  mn%u %-21s up  region %.0f MiB (%s, NUMA %d), %.1f MiB "
-					       "used, %u objects\n", i, n->address,
+					       "used, %u objects, generation %s%s%s%s\n", i, n->address,
 					       in.region_len / 1048576.0, in.huge ? "hugepages" : "4k pages",
-					       in.numa_node, in.used / 1048576.0, in.objects);
+					       in.numa_node, in.used / 1048576.0, in.objects,
+					       gst.flags & DM_GEN_F_CURRENT ? gcur : "none",
+					       gst.flags & DM_GEN_F_RETIRED ? " (" : "",
+					       gst.flags & DM_GEN_F_RETIRED ? gret : "",
+					       gst.flags & DM_GEN_F_RETIRED ? " still held)" : "");
 			} else {
 				struct dm_wire_q_stats s;
 				char csp[32] = "null";

@@ -36,7 +36,7 @@ static void local_usage(FILE *f)
 	fprintf(f,
 		"usage: dmann local up --mn N --cn M --dir DIR [--netns --rate RATE] [--region-mb MB]\n"
 		"                       [--base-port P] [--transport tcp|verbs] [--host IP]\n"
-		"                       [--router KEY=VALUE ...]\n"
+		"                       [--router KEY=VALUE ...] [--cn-set KEY=VALUE ...]\n"
 		"       dmann local down --dir DIR\n\n"
 		"Start (or stop) a local dmann cluster: N memory nodes and M compute nodes as\n"
 		"background processes. `up` writes DIR/cluster.ini (nodes, the compute nodes' HTTP\n"
@@ -53,7 +53,8 @@ static void local_usage(FILE *f)
 		"  --host IP       address of every node on loopback mode (default 127.0.0.1; with\n"
 		"                  verbs use the IP of the RDMA netdev, e.g. rxe0's eth0)\n"
 		"  --router K=V    a [router] setting of the cluster file (repeatable), e.g.\n"
-		"                  --router strategy=adaptive --router recluster_secs=5\n");
+		"                  --router strategy=adaptive --router recluster_secs=5\n"
+		"  --cn-set K=V    a [cn] setting (repeatable), e.g. --cn-set cache=10%%\n");
 }
 
 /* Run a shell-free command line (argv) and wait; 0 if it exited 0. */
@@ -342,12 +343,13 @@ static int cmd_up(int argc, char **argv)
 		{ "rate", required_argument, NULL, 'r' }, { "region-mb", required_argument, NULL, 'R' },
 		{ "base-port", required_argument, NULL, 'p' },
 		{ "transport", required_argument, NULL, 't' }, { "host", required_argument, NULL, 'H' },
-		{ "router", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' },
+		{ "router", required_argument, NULL, 'o' }, { "cn-set", required_argument, NULL, 'C' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0;
-	const char *rset[16];
-	int nrset = 0;
+	const char *rset[16], *cset[16];
+	int nrset = 0, ncset = 0;
 	const char *dir = NULL, *rate = "1gbit", *transport = "tcp", *host = "127.0.0.1";
 	bool netns = false;
 	struct node_spec nodes[32];
@@ -385,17 +387,20 @@ static int cmd_up(int argc, char **argv)
 			host = optarg;
 			break;
 		}
-		case 'o': {
+		case 'o':
+		case 'C': {
 			const char *eq = strchr(optarg, '=');
+			const char **set = c == 'o' ? rset : cset;
+			int *nset = c == 'o' ? &nrset : &ncset;
 
 			/* The key and value are checked by the config parser below. */
 			if (!eq || eq == optarg || strpbrk(optarg, "\n\r[];#") ||
-			    nrset == (int)DM_ARRAY_SIZE(rset)) {
-				fprintf(stderr, "dmann local up: --router '%s': want KEY=VALUE (at most %zu)\n",
-					optarg, DM_ARRAY_SIZE(rset));
+			    *nset == (int)DM_ARRAY_SIZE(rset)) {
+				fprintf(stderr, "dmann local up: --%s '%s': want KEY=VALUE (at most %zu)\n",
+					c == 'o' ? "router" : "cn-set", optarg, DM_ARRAY_SIZE(rset));
 				return 2;
 			}
-			rset[nrset++] = optarg;
+			set[(*nset)++] = optarg;
 			break;
 		}
 		case 'h': local_usage(stdout); return 0;
@@ -471,6 +476,13 @@ static int cmd_up(int argc, char **argv)
 		const char *eq = strchr(rset[i], '=');
 
 		fprintf(f, "%.*s = %s\n", (int)(eq - rset[i]), rset[i], eq + 1);
+	}
+	if (ncset)
+		fprintf(f, "\n[cn]\n");
+	for (int i = 0; i < ncset; i++) {
+		const char *eq = strchr(cset[i], '=');
+
+		fprintf(f, "%.*s = %s\n", (int)(eq - cset[i]), cset[i], eq + 1);
 	}
 	if (netns)
 		fprintf(f, "; netns mode: one namespace per node (" NS_PREFIX "-%s-N), links at %s\n", tag, rate);

@@ -10,6 +10,8 @@
 #include "dindex.h"
 #include "router.h"
 
+#define CN_MAX_RETIRED 4            /* old index views kept while queries finish on them */
+
 struct cn {
 	struct dm_cluster_cfg *cfg;
 	const struct dm_node_cfg *node;
@@ -20,13 +22,23 @@ struct cn {
 	pthread_rwlock_t lock;
 	pthread_mutex_t ctl_lock;         /* the control connections (mns) */
 	struct mn_set *mns;
-	struct dindex *idx;
-	struct dm_cache *cache;
+	struct dindex *idx;               /* the view new queries use (idx->gen: generation) */
+	struct dindex *retired[CN_MAX_RETIRED];   /* older views workers still finish on */
+	struct dm_cache *cache;           /* holds records of idx only */
 	uint64_t cache_bytes;
+	uint32_t cache_rec_size;
 	double admit_prob;
+	bool cache_override;              /* Q_CONFIG (dmann bench) set the cache, not the file */
 	int pin_level;                    /* records of nodes of level >= this are pinned */
-	atomic_uint gen;                  /* bumped whenever idx or the MN set changes */
+	atomic_uint gen;                  /* bumped when the MN set changes (workers fail their
+					   * queries and reconnect) */
 	atomic_bool need_refresh;         /* a worker saw a memory node fail */
+	/* Generations (cn_gen.c): when each memory node last took our report (send time); a
+	 * worker reads from node m only while that is less than fence_ns old. */
+	_Atomic uint64_t report_ns[DM_MAX_NODES];
+	uint64_t fence_ns;
+	atomic_ulong gen_switches;        /* generation switches served */
+	atomic_ulong sq_full;             /* READ posts refused with -EAGAIN (and retried) */
 
 	struct router *rt;                /* oracle, routing, forwarding (router.c) */
 	atomic_uint qlen;                 /* local queue: queries admitted, not answered */
@@ -35,9 +47,24 @@ struct cn {
 	atomic_bool stopping;
 };
 
-/* Re-read the index from the memory nodes if it changed or force is set (reconnecting to
- * the memory nodes first). Takes the write lock. 0, -ENOENT (no index), or -errno. */
+/* Index generations, the compute node's part (cn_gen.c, protocol in dgen.h): report to
+ * every memory node, and switch to a newer generation if one is published (or re-read the
+ * view if force is set, reconnecting to the memory nodes first): new queries use the new
+ * view at once, queries on the old one finish on it (its objects stay until we report the
+ * new generation, which happens once no worker uses the old view). Called every refresh_ms
+ * and by Q_CONFIG. Takes ctl_lock and, to switch, the write lock. 0, -ENOENT (no index),
+ * or -errno. */
 int cn_refresh(struct cn *cn, bool force);
+/* Whether workers must not read from memory node m now (the lease, see dgen.h). */
+static inline bool cn_fenced(struct cn *cn, uint32_t m, uint64_t now)
+{
+	uint64_t r = atomic_load_explicit(&cn->report_ns[m], memory_order_relaxed);
+
+	return now > r && now - r > cn->fence_ns;   /* r may be newer than the caller's now */
+}
+/* Size the cache for the current view from the cluster file's [cn] cache (unless Q_CONFIG
+ * overrode it) and clear it; the write lock held. 0 or -ENOMEM. */
+int cn_cache_apply(struct cn *cn);
 
 /* Thread body serving one client connection (arg: struct cn_worker_arg). */
 struct cn_worker_arg {

@@ -24,8 +24,10 @@
 			16u * DM_Q_MAX_K)
 #define MAX_REREADS 3
 #define SQ_LIMIT 200            /* READ work requests in flight per memory node */
+#define PIECE 32                /* READs per read_batch call (fits any send queue) */
 
-/* wr_id layout for READs: tag | last-of-group | slot | memory node */
+/* wr_id layout for READs: tag | last-of-piece | READs in the piece << 32 | slot << 16 |
+ * memory node */
 #define WR_READ_TAG (1ull << 62)
 #define WR_LAST     (1ull << 61)
 #define WR_SEND_TAG (1ull << 60)
@@ -48,11 +50,12 @@ struct qslot {
 	struct hnsw_query *q;
 	uint64_t qid, t0;
 	uint32_t k;
-	uint32_t pending;            /* groups of READs outstanding */
+	uint32_t pending;            /* pieces of READs outstanding */
 	int err;
 	uint8_t *stage;              /* one record per batch entry */
-	uint8_t *remote;             /* per batch entry: read remotely this time */
-	uint16_t grp_n[DM_MAX_NODES];
+	uint8_t *remote;             /* per batch entry: 1 read remotely this time, 2 from the
+				      * cache, 3 a READ still to post (send queue was full) */
+	bool repost;                 /* READs wait for room in a send queue */
 	uint32_t reads, round_trips, cache_hits, rereads, rereads_left;
 	uint64_t bytes;
 	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
@@ -79,11 +82,13 @@ struct worker {
 	struct dm_rdma_wr *wrs;      /* READ work requests of one batch, grouped by node */
 	struct dm_conn *mc[DM_MAX_NODES];
 	uint32_t inflight[DM_MAX_NODES];
+	bool sq_full[DM_MAX_NODES];  /* a post to mc[m] got -EAGAIN: wait for its completions */
 	uint32_t nmn;
 	unsigned gen;
 	struct hnsw_src src;
 	struct qslot *cur;           /* the slot being stepped (for src.get) */
-	const struct dindex *idx;
+	struct dindex *idx;          /* the view this worker's queries run on */
+	bool draining;               /* cn->idx moved on: finish our queries, then rebind */
 	bool client_gone;
 	struct ctl_req {
 		uint64_t wr_id;
@@ -221,6 +226,7 @@ static void close_mns(struct worker *w)
 		dm_conn_close(w->mc[i]);
 		w->mc[i] = NULL;
 		w->inflight[i] = 0;
+		w->sq_full[i] = false;
 		w->hello[i] = false;
 		/* Answers would come back on this connection: fail those queries instead. */
 		for (int j = 0; j < FWD_TRACK; j++)
@@ -256,33 +262,53 @@ static void fail(struct qslot *q, int err)
 		q->err = err;
 }
 
+/* Set remote[] of the batch entries whose READs are wr[0..n) to v. */
+static void mark_reads(struct worker *w, struct qslot *q, const struct dm_rdma_wr *wr, uint32_t n,
+		       uint8_t v)
+{
+	for (uint32_t i = 0; i < n; i++)
+		q->remote[((uint8_t *)wr[i].local - q->stage) / w->idx->rec_size] = v;
+}
+
 /* Post READs for the records of the slot's batch that the cache does not hold; one
- * read_batch (one doorbell) per memory node. Leaves the slot in S_ISSUE if a send queue is
- * full, S_WAIT with pending groups, or steps on at once when everything was cached. */
+ * doorbell per memory node and PIECE READs. Leaves the slot in S_ISSUE if a send queue is
+ * full (the READs not posted are posted again once the worker has polled completions:
+ * back-pressure, never a failed query), S_WAIT with pending pieces, or steps on at once
+ * when everything was cached. The cache holds records of the current view only: a query
+ * finishing on an older one (a generation switch) neither reads nor fills it. */
 static void issue(struct worker *w, struct qslot *q)
 {
 	const struct dindex *d = w->idx;
 	struct dm_rdma_wr *wr = w->wrs;
 	uint32_t nb = q->q->nbatch, cnt[DM_MAX_NODES] = { 0 }, first[DM_MAX_NODES], pos = 0;
-	struct dm_cache *cache = w->cn->cache;
+	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
+	uint8_t want = q->repost ? 3 : 1;   /* the entries to post this time */
+	uint64_t now = dm_now_ns();
+	bool again = false;
 
-	/* Cache first; count the misses per memory node. */
-	for (uint32_t j = 0; j < nb; j++) {
-		uint32_t id = q->q->batch[j];
-		uint8_t *dst = q->stage + (size_t)j * d->rec_size;
+	if (!q->repost) {
+		/* Cache first; count the misses per memory node. */
+		for (uint32_t j = 0; j < nb; j++) {
+			uint32_t id = q->q->batch[j];
+			uint8_t *dst = q->stage + (size_t)j * d->rec_size;
 
-		if (!q->remote[j] && cache && dm_cache_get(cache, id, dst)) {
-			q->cache_hits++;
-			q->remote[j] = 2;     /* served from the cache: nothing to validate */
-			continue;
+			if (!q->remote[j] && cache && dm_cache_get(cache, id, dst)) {
+				q->cache_hits++;
+				q->remote[j] = 2;     /* served from the cache: nothing to validate */
+				continue;
+			}
+			q->remote[j] = 1;
+			cnt[d->block_mn[id >> d->p.block_shift]]++;
 		}
-		q->remote[j] = 1;
-		cnt[d->block_mn[id >> d->p.block_shift]]++;
+	} else {
+		for (uint32_t j = 0; j < nb; j++)
+			if (q->remote[j] == 3)
+				cnt[d->block_mn[q->q->batch[j] >> d->p.block_shift]]++;
 	}
-	/* A batch is posted whole or not at all: check the send queues first. */
+	/* Keep at most SQ_LIMIT READs in flight per memory node (a batch alone may pass it). */
 	for (uint32_t m = 0; m < w->nmn; m++) {
-		if (cnt[m] && w->inflight[m] + cnt[m] > SQ_LIMIT) {
-			for (uint32_t j = 0; j < nb; j++)
+		if (cnt[m] && w->inflight[m] && w->inflight[m] + cnt[m] > SQ_LIMIT) {
+			for (uint32_t j = 0; j < nb && !q->repost; j++)
 				if (q->remote[j] == 1)
 					q->remote[j] = 0;
 			return;
@@ -295,8 +321,9 @@ static void issue(struct worker *w, struct qslot *q)
 		uint32_t mn, rkey;
 		uint64_t addr;
 
-		if (q->remote[j] != 1)
+		if (q->remote[j] != want)
 			continue;
+		q->remote[j] = 3;                /* 1 once posted */
 		dindex_locate(d, w->cn->mns, q->q->batch[j], &mn, &addr, &rkey);
 		wr[first[mn] + cnt[mn]++] = (struct dm_rdma_wr){
 			.wr_id = WR_READ_TAG | ((uint64_t)(q - w->slot) << 16) | mn,
@@ -306,7 +333,7 @@ static void issue(struct worker *w, struct qslot *q)
 	q->pending = 0;
 	for (uint32_t m = 0; m < w->nmn; m++) {
 		struct dm_rdma_wr *g = wr + first[m];
-		int rc;
+		int rc = 0;
 
 		if (!cnt[m])
 			continue;
@@ -314,33 +341,59 @@ static void issue(struct worker *w, struct qslot *q)
 			fail(q, -EHOSTDOWN);
 			continue;
 		}
-		g[cnt[m] - 1].wr_id |= WR_LAST;
-		g[cnt[m] - 1].flags = DM_WR_SIGNALED;
-		rc = dm_conn_read_batch(w->mc[m], g, (int)cnt[m]);
-		if (rc) {
-			fail(q, rc == -ENOTCONN ? -EHOSTDOWN : rc);
+		if (cn_fenced(w->cn, m, now)) {
+			/* No report reached this memory node for half the lease: it may free the
+			 * generation we read (dgen.h). */
+			fail(q, -ESTALE);
+			atomic_store(&w->cn->need_refresh, true);
 			continue;
 		}
-		w->inflight[m] += cnt[m];
-		q->grp_n[m] = (uint16_t)cnt[m];
-		q->pending++;
-		q->reads += cnt[m];
-		q->bytes += (uint64_t)cnt[m] * d->rec_size;
+		for (uint32_t o = 0; o < cnt[m]; o += PIECE) {
+			uint32_t n = DM_MIN(PIECE, cnt[m] - o);
+			struct dm_rdma_wr *p = g + o;
+
+			p[n - 1].wr_id |= WR_LAST | ((uint64_t)n << 32);
+			p[n - 1].flags = DM_WR_SIGNALED;
+			rc = w->sq_full[m] ? -EAGAIN : dm_conn_read_batch(w->mc[m], p, (int)n);
+			if (rc)
+				break;
+			mark_reads(w, q, p, n, 1);
+			w->inflight[m] += n;
+			q->pending++;
+			q->reads += n;
+			q->bytes += (uint64_t)n * d->rec_size;
+		}
+		if (rc == -EAGAIN) {
+			/* The send queue is full: the rest stays 3, posted once the connection's
+			 * completions were polled (no retry before: that would only spin). */
+			if (!w->sq_full[m])
+				atomic_fetch_add_explicit(&w->cn->sq_full, 1, memory_order_relaxed);
+			w->sq_full[m] = true;
+			again = true;
+		}
+		else if (rc)
+			fail(q, rc == -ENOTCONN ? -EHOSTDOWN : rc);
 	}
+	q->repost = again && !q->err;
 	if (q->pending)
 		q->round_trips++;
-	q->state = S_WAIT;
+	q->state = q->repost && !q->pending ? S_ISSUE : S_WAIT;
 }
 
 /* All READs of the batch are in: validate, cache, and run the query to its next fetch. */
 static void advance(struct worker *w, struct qslot *q)
 {
 	const struct dindex *d = w->idx;
+	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
 	bool again = false;
 	int rc;
 
 	if (q->err) {
 		q->state = S_DONE;
+		return;
+	}
+	if (q->repost) {
+		q->state = S_ISSUE;   /* READs of this batch still wait for a send queue */
 		return;
 	}
 	for (uint32_t j = 0; j < q->q->nbatch; j++) {
@@ -356,12 +409,12 @@ static void advance(struct worker *w, struct qslot *q)
 			continue;
 		}
 		q->remote[j] = 0;
-		if (w->cn->cache) {
+		if (cache) {
 			bool pin = r->level >= w->cn->pin_level;
 
 			/* A spilled query still uses the cache but leaves the top levels alone. */
 			if (pin || !q->spilled)
-				dm_cache_put(w->cn->cache, q->q->batch[j], r, pin);
+				dm_cache_put(cache, q->q->batch[j], r, pin);
 		}
 	}
 	if (again) {
@@ -447,10 +500,16 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 static int bind_index(struct worker *w)
 {
 	struct cn *cn = w->cn;
-	const struct dindex *d = cn->idx;
+	struct dindex *d = cn->idx;
 
+	/* The view counts its workers: cn_refresh frees an old one when none is left. */
+	if (w->idx)
+		atomic_fetch_sub(&w->idx->users, 1);
+	if (d)
+		atomic_fetch_add(&d->users, 1);
 	w->idx = d;
 	w->gen = atomic_load(&cn->gen);
+	w->draining = false;
 	if (!d)
 		return 0;
 	if (w->stage_mr) {
@@ -641,7 +700,7 @@ static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
 	}
 	if (!(wc->wr_id & WR_LAST))
 		return;
-	w->inflight[mn] -= q->grp_n[mn];
+	w->inflight[mn] -= (uint32_t)(wc->wr_id >> 32) & 0xffff;
 	if (q->state == S_WAIT && --q->pending == 0)
 		advance(w, q);
 }
@@ -715,6 +774,8 @@ static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t *f
 	struct dm_wire_fwd f = { 0 };
 	bool spilled = fl & BL_SPILLED;
 
+	if (w->draining)
+		return false;   /* a new generation: start nothing on the old view */
 	if (!off && !(fl & BL_LOCAL) && !w->serve && router_active(cn->rt)) {
 		if (router_paused(cn->rt))
 			return false;   /* routing pauses: the query waits in the intake */
@@ -880,7 +941,8 @@ static void reply_router(struct worker *w, const uint8_t *buf, uint32_t len, uin
 	send_ctl(w, DM_OP_FWD_ROUTER + 1, req_id, rc, rc ? NULL : body, rc ? 0 : sizeof(body));
 }
 
-/* Q_CONFIG: pick up a newly loaded index and resize / clear the shared cache. */
+/* Q_CONFIG: pick up a newly loaded index and resize / clear the shared cache (the size
+ * then stays what dmann bench asked for, instead of the cluster file's [cn] cache). */
 static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uint64_t req_id)
 {
 	struct cn *cn = w->cn;
@@ -894,22 +956,15 @@ static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uin
 
 		pthread_rwlock_wrlock(&cn->lock);
 		if (c.cache_bytes != cn->cache_bytes || (c.flags & DM_Q_CONFIG_CLEAR) ||
-		    admit != cn->admit_prob || !cn->cache) {
-			uint32_t rs = cn->idx ? cn->idx->rec_size : 64;
-			struct dm_cache *nc = dm_cache_new(c.cache_bytes, rs, admit,
-							   cn->node->id + 1);
-
-			if (nc) {
-				dm_cache_free(cn->cache);
-				cn->cache = nc;
-				cn->cache_bytes = c.cache_bytes;
-				cn->admit_prob = admit;
-			} else {
+		    admit != cn->admit_prob || !cn->cache || !cn->cache_override) {
+			cn->cache_override = true;
+			cn->cache_bytes = c.cache_bytes;
+			cn->admit_prob = admit;
+			dm_cache_free(cn->cache);
+			cn->cache = NULL;
+			if (cn_cache_apply(cn))
 				rc = -ENOMEM;
-			}
 		}
-		if (cn->idx && cn->cache)
-			cn->pin_level = dindex_pin_level(cn->idx, cn->cache_bytes / cn->idx->rec_size);
 		pthread_rwlock_unlock(&cn->lock);
 	}
 	send_ctl(w, DM_OP_Q_CONFIG + 1, req_id, rc == -ENOENT ? 0 : rc, NULL, 0);
@@ -947,8 +1002,20 @@ void *cn_worker(void *arg)
 		int n;
 
 		pthread_rwlock_rdlock(&cn->lock);
-		if (atomic_load(&cn->gen) != w->gen)
+		if (atomic_load(&cn->gen) != w->gen) {
 			rebind(w);
+		} else if (w->idx != cn->idx) {
+			/* A new index generation: queries in flight finish on the old view (its
+			 * objects stay until every worker left it); new ones wait, then run on
+			 * the new view. */
+			bool busy_slots = false;
+
+			for (int i = 0; i < DEPTH; i++)
+				busy_slots |= w->slot[i].state != S_FREE;
+			w->draining = busy_slots;
+			if (!busy_slots && bind_index(w))
+				dm_err("cn%u: out of memory binding the index", cn->node->id);
+		}
 		/* Client: queries in, send credits back. Block briefly only when idle. */
 		n = idle ? dm_conn_wait(w->client, wc, 32, 50) : dm_conn_poll(w->client, wc, 32);
 		if (n < 0)
@@ -979,6 +1046,8 @@ void *cn_worker(void *arg)
 			if (!w->mc[m])
 				continue;
 			n = dm_conn_poll(w->mc[m], wc, 32);
+			if (n != 0)
+				w->sq_full[m] = false;   /* room again (or an error to see) */
 			for (int i = 0; i < n; i++) {
 				progress = true;
 				if (wc[i].wr_id & WR_READ_TAG)
@@ -997,10 +1066,14 @@ void *cn_worker(void *arg)
 			struct qslot *q = &w->slot[i];
 
 			if (q->state == S_ISSUE) {
+				uint32_t was = q->pending;
+
 				issue(w, q);
 				if (q->state == S_WAIT && q->pending == 0)
 					advance(w, q);
-				progress = true;
+				/* Only waiting for send-queue room is no progress. */
+				if (q->state != S_ISSUE || q->pending != was || !q->repost)
+					progress = true;
 			}
 			if (q->state == S_DONE && send_result(w, q) == 0)
 				progress = true;
@@ -1053,6 +1126,8 @@ void *cn_worker(void *arg)
 	}
 	if (w->stage_mr)
 		dm_xport_dereg(cn->x, w->stage_mr);
+	if (w->idx)
+		atomic_fetch_sub(&w->idx->users, 1);
 	free(w->stage_mem);
 	free(w->wrs);
 	dm_xport_dereg(cn->x, w->smr);

@@ -7,7 +7,11 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "dgen.h"
 #include "placement.h"
+
+_Static_assert(DM_GEN_KIND_META == DM_OBJ_HNSW_META && DM_GEN_KIND_BLOCK == DM_OBJ_HNSW_BLOCK,
+	       "generation keys use the object kinds of cluster.h");
 
 #define CHUNK (1u << 20)          /* one WRITE / READ work request */
 #define CHUNKS_PER_BATCH 16
@@ -250,7 +254,7 @@ static uint32_t *upper_words(const struct hnsw_index *idx, uint64_t *words)
 	return a;
 }
 
-int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
+int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
 {
 	uint32_t r = s->cfg->redundancy ? s->cfg->redundancy : 1;
@@ -261,25 +265,56 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
 	uint8_t *meta;
 	int rc = 0;
 
+	struct dgen_view v;
+	uint64_t gen;
+
 	for (uint32_t i = 0; i < s->n; i++)
 		if (!s->link[i].up) {
 			snprintf(err, errlen, "memory node %u is down: loading needs all of them", i);
 			return -EHOSTUNREACH;
 		}
-	/* Drop the previous index (and leftovers of an interrupted load) everywhere first. */
+	/* Index generations (dgen.h): the previous load's old generation must be released
+	 * first (its compute nodes acknowledge within refresh_ms; a silent one is given up
+	 * after the lease), so that at most two generations exist. */
+	rc = dgen_wait_released(s, 0, &v);
+	if (rc == -ETIMEDOUT) {
+		dm_info("load: waiting for the compute nodes to release generation %llu",
+			(unsigned long long)v.retired);
+		rc = dgen_wait_released(s, v.lease_ms + 5000, &v);
+	}
+	if (rc) {
+		snprintf(err, errlen, "generation %llu of the previous load is still held by %u "
+			 "compute nodes: %s", (unsigned long long)v.retired, v.waiting, strerror(-rc));
+		return rc == -ETIMEDOUT ? -EBUSY : rc;
+	}
+	if (v.has_current && !v.agree) {
+		/* An interrupted load published on some nodes only: finish that publication
+		 * (its objects were all written before the first publish). A node that cannot
+		 * (it lost its objects) gets the new generation below like the others. */
+		rc = dgen_publish(s, v.current, err, errlen);
+		if (rc)
+			dm_warn("load: memory nodes disagree on the current generation (%llu..%llu) "
+				"and %s; loading generation %llu everywhere",
+				(unsigned long long)v.min_current, (unsigned long long)v.current, err,
+				(unsigned long long)v.current + 1);
+		else
+			return dindex_load(s, idx, gen_out, progress, parg, err, errlen);
+	}
+	gen = v.has_current ? v.current + 1 : 1;
+	/* Leftovers of an interrupted load of this generation (never published). The current
+	 * generation has the other parity, so its blocks are not touched. */
 	for (uint32_t i = 0; i < s->n; i++) {
-		struct dm_wire_ctl_obj o = { .key = dm_obj_key(DM_OBJ_HNSW_META, 0, 0),
-					     .aux = 0xff00000000000000ull };
+		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, gen), .aux = ~0ull };
 
 		rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
 		if (!rc) {
-			o = (struct dm_wire_ctl_obj){ .key = dm_obj_key(DM_OBJ_HNSW_BLOCK, 0, 0),
-						      .aux = 0xff00000000000000ull };
+			o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, 0),
+						      .aux = DM_GEN_BLOCK_MASK };
 			rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
 		}
 		if (rc) {
-			snprintf(err, errlen, "memory node %u: dropping the old index: %s", i,
-				 strerror(-rc));
+			snprintf(err, errlen, "memory node %u: dropping leftovers of generation %llu: %s",
+				 i, (unsigned long long)gen, strerror(-rc));
 			return rc;
 		}
 	}
@@ -290,7 +325,7 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
 		int nr = block_replicas(s, b, r, reps);
 
 		for (int j = 0; j < nr; j++) {
-			rc = put_object(s, &s->link[reps[j]], dm_obj_key(DM_OBJ_HNSW_BLOCK, 0, b),
+			rc = put_object(s, &s->link[reps[j]], dm_gen_block_key(0, gen, b),
 					idx->blocks[b], nrec * idx->rec_size, progress, parg, &done);
 			if (rc) {
 				snprintf(err, errlen, "block %u on memory node %u: %s%s", b, reps[j],
@@ -327,14 +362,21 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
 	h->up_crc = crc(up, up_words * 4);
 	h->hdr_crc = crc(h, offsetof(struct dindex_meta_hdr, hdr_crc));
 	free(up);
-	/* Metadata last: a compute node that sees it sees a complete index. */
+	/* Metadata last, then the publication: a compute node that sees generation gen sees
+	 * a complete index; the previous generation stays intact until it is released. */
 	for (uint32_t i = 0; i < s->n && !rc; i++) {
-		rc = put_object(s, &s->link[i], dm_obj_key(DM_OBJ_HNSW_META, 0, 0), meta, mlen,
-				NULL, NULL, &done);
+		rc = put_object(s, &s->link[i], dm_gen_meta_key(0, gen), meta, mlen, NULL, NULL,
+				&done);
 		if (rc)
 			snprintf(err, errlen, "metadata on memory node %u: %s", i, strerror(-rc));
 	}
 	free(meta);
+	if (!rc)
+		rc = dgen_publish(s, gen, err, errlen);
+	if (rc)
+		dgen_abandon(s, gen);
+	if (!rc && gen_out)
+		*gen_out = gen;
 	return rc;
 }
 
@@ -450,7 +492,7 @@ int dindex_pin_level(const struct dindex *d, uint64_t slots)
 	return l;
 }
 
-int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen)
+int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, size_t errlen)
 {
 	struct dm_wire_ctl_obj o = { 0 };
 	struct dindex *d = NULL;
@@ -465,7 +507,7 @@ int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen)
 	for (uint32_t i = 0; i < s->n && rc; i++) {
 		if (!s->link[i].up)
 			continue;
-		o = (struct dm_wire_ctl_obj){ .key = dm_obj_key(DM_OBJ_HNSW_META, 0, 0) };
+		o = (struct dm_wire_ctl_obj){ .key = dm_gen_meta_key(0, gen) };
 		rc = obj_call(&s->link[i], DM_OP_CTL_LOOKUP, &o);
 		if (!rc)
 			l = &s->link[i];
@@ -504,6 +546,7 @@ int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen)
 	if (rc)
 		goto out;
 	d->meta_crc = (uint32_t)o.aux;
+	d->gen = gen;
 	r = ((struct dindex_meta_hdr *)meta)->redundancy;
 	for (uint32_t b = 0; b < d->nblocks; b++) {
 		uint32_t reps[16];
@@ -517,7 +560,7 @@ int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen)
 
 			if (!bl->up)
 				continue;
-			o = (struct dm_wire_ctl_obj){ .key = dm_obj_key(DM_OBJ_HNSW_BLOCK, 0, b) };
+			o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, b) };
 			rc = obj_call(bl, DM_OP_CTL_LOOKUP, &o);
 			if (!rc && (o.len != want || o.addr < bl->info.region_addr ||
 				    o.addr - bl->info.region_addr + o.len > bl->info.region_len))

@@ -3,7 +3,9 @@
  * On the memory nodes: every block of records is an object (DM_OBJ_HNSW_BLOCK, block
  * number) on the R nodes the placement function picks for it, and a metadata object
  * (DM_OBJ_HNSW_META) on every memory node holds the parameters, the entry point and the
- * upper-level lists, which compute nodes load whole at start.
+ * upper-level lists, which compute nodes load whole at start. Every load is a new
+ * generation of the index with its own keys (dm_gen_block_key, dm_gen_meta_key of wire.h;
+ * the protocol is in dgen.h).
  *
  * Metadata object: header (struct dindex_meta_hdr, little-endian, crc32 of the rest of the
  * header in hdr_crc) | upper area (up_words u32: per node of level >= 1: id, level, then
@@ -14,6 +16,8 @@
  * (memory node, remote address). */
 #ifndef DM_CN_DINDEX_H
 #define DM_CN_DINDEX_H
+
+#include <stdatomic.h>
 
 #include "cluster.h"
 #include "hnsw/hnsw.h"
@@ -61,12 +65,14 @@ void mn_set_close(struct mn_set *s);
 /* Ask every reachable memory node to snapshot its region. 0 or the first error. */
 int mn_set_snapshot(struct mn_set *s);
 
-/* Place an index image on the memory nodes (drops the previous index first): blocks on
- * their R replicas, metadata everywhere, each object written with one-sided WRITEs and
- * committed with its checksum. progress (may be NULL) gets bytes written. 0 or -errno
- * with a message in err. */
-int dindex_load(struct mn_set *s, const struct hnsw_index *idx, void (*progress)(void *, uint64_t),
-		void *parg, char *err, size_t errlen);
+/* Place an index image on the memory nodes as the next generation of the index (dgen.h):
+ * blocks on their R replicas, metadata everywhere, each object written with one-sided
+ * WRITEs and committed with its checksum, then published; the previous generation stays
+ * until every compute node released it (waits first for an older one to be released:
+ * -EBUSY after the lease). *gen_out (may be NULL) gets the new generation. progress (may
+ * be NULL) gets bytes written. 0 or -errno with a message in err. */
+int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_out,
+		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen);
 
 /* A compute node's view of the placed index. */
 struct dindex {
@@ -76,15 +82,17 @@ struct dindex {
 	uint32_t *up_store;
 	uint32_t **upl;            /* per node: upper lists or NULL */
 	uint32_t meta_crc;         /* identifies this load of the index */
+	uint64_t gen;              /* its generation (dgen.h) */
+	atomic_uint users;         /* compute node: workers bound to this view */
 	uint8_t *block_mn;         /* per block: memory node index */
 	uint64_t *block_addr;      /* per block: remote address of record 0 */
 	uint64_t index_bytes;      /* n * rec_size */
 	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1; [0] unused) */
 };
 
-/* Read the metadata and the block table from the memory nodes: -ENOENT when no index is
- * loaded, -EBADMSG for corrupt metadata (message in err), or another -errno. */
-int dindex_open(struct mn_set *s, struct dindex **out, char *err, size_t errlen);
+/* Read generation gen's metadata and block table from the memory nodes: -ENOENT when it
+ * is not there, -EBADMSG for corrupt metadata (message in err), or another -errno. */
+int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, size_t errlen);
 void dindex_free(struct dindex *d);
 /* The lowest level L >= 1 whose nodes (level >= L) fit in a quarter of a cache of slots
  * records: the compute node pins those records (max_level + 1: pin none). Pinning every

@@ -27,6 +27,8 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 		struct dm_wire_atomic_resp at;
 		struct dm_wire_ctl_info info;
 		struct dm_wire_ctl_obj obj;
+		struct dm_wire_ctl_gen gen;
+		struct dm_wire_ctl_gen_state gst;
 	} m;
 	uint8_t out[256];
 
@@ -68,6 +70,22 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 		break;
 	case DM_OP_CTL_INFO + 1:
 		(void)dm_wire_ctl_info_decode(body, len, &m.info);
+		break;
+	case DM_OP_CTL_GEN_PUBLISH:
+	case DM_OP_CTL_GEN_REPORT:
+		if (!dm_wire_ctl_gen_decode(body, len, &m.gen)) {
+			dm_wire_ctl_gen_encode(out, &m.gen);
+			if (memcmp(out, body, sizeof(m.gen)))
+				__builtin_trap();
+		}
+		break;
+	case DM_OP_CTL_GEN_PUBLISH + 1:
+	case DM_OP_CTL_GEN_REPORT + 1:
+		if (!dm_wire_ctl_gen_state_decode(body, len, &m.gst)) {
+			dm_wire_ctl_gen_state_encode(out, &m.gst);
+			if (memcmp(out, body, sizeof(m.gst)))
+				__builtin_trap();
+		}
 		break;
 	default:
 		if (h->op >= DM_OP_CTL_FIRST && h->op <= DM_OP_CTL_LAST)

@@ -1,0 +1,128 @@
+/* dgen.c: index generations, the loader's and the compute nodes' calls (dgen.h). */
+#include "dgen.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int gen_call(struct mn_link *l, uint16_t op, uint32_t cn, uint64_t gen,
+		    struct dm_wire_ctl_gen_state *st)
+{
+	struct dm_wire_ctl_gen g = { .gen = gen, .index = 0, .cn = cn };
+	uint8_t req[sizeof(g)], resp[sizeof(*st)];
+	uint32_t blen = 0;
+	int rc;
+
+	dm_wire_ctl_gen_encode(req, &g);
+	rc = dm_rpc_call(&l->ch, op, req, sizeof(req), resp, sizeof(resp), &blen);
+	if (rc)
+		return rc;
+	return blen == sizeof(resp) ? dm_wire_ctl_gen_state_decode(resp, blen, st) : -EBADMSG;
+}
+
+static void merge(struct dgen_view *v, const struct dm_wire_ctl_gen_state *st)
+{
+	bool cur = st->flags & DM_GEN_F_CURRENT;
+
+	if (v->answered == 0) {
+		v->agree = true;
+	} else if (cur != v->has_current || (cur && st->current != v->current) ||
+		   (cur && st->current != v->min_current)) {
+		v->agree = false;
+	}
+	if (cur) {
+		if (!v->has_current || st->current > v->current)
+			v->current = st->current;
+		if (!v->has_current || st->current < v->min_current)
+			v->min_current = st->current;
+		v->has_current = true;
+	}
+	if (st->flags & DM_GEN_F_RETIRED) {
+		if (!v->has_retired || st->retired > v->retired)
+			v->retired = st->retired;
+		v->has_retired = true;
+	}
+	v->waiting = DM_MAX(v->waiting, st->waiting);
+	v->lease_ms = DM_MAX(v->lease_ms, st->lease_ms);
+	v->answered++;
+}
+
+int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v,
+		uint64_t *sent_ns)
+{
+	int rc = 0;
+
+	memset(v, 0, sizeof(*v));
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct dm_wire_ctl_gen_state st;
+		uint64_t t = dm_now_ns();
+		int r;
+
+		if (!s->link[i].up) {
+			rc = -EHOSTDOWN;
+			continue;
+		}
+		r = gen_call(&s->link[i], DM_OP_CTL_GEN_REPORT, cn, gen, &st);
+		if (r) {
+			dm_debug("generation report to memory node %u: %s", i, strerror(-r));
+			rc = -EHOSTDOWN;
+			continue;
+		}
+		merge(v, &st);
+		if (sent_ns)
+			sent_ns[i] = t;
+	}
+	return rc;
+}
+
+int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct dm_wire_ctl_gen_state st;
+		int rc = s->link[i].up ? gen_call(&s->link[i], DM_OP_CTL_GEN_PUBLISH, DM_GEN_NO_CN,
+						  gen, &st) : -EHOSTDOWN;
+
+		if (rc) {
+			snprintf(err, errlen, "publishing generation %llu on memory node %u: %s%s",
+				 (unsigned long long)gen, i, strerror(-rc),
+				 rc == -EBUSY ? " (an older generation is still held by a compute node)" :
+				 "");
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void dgen_abandon(struct mn_set *s, uint64_t gen)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, gen), .aux = ~0ull };
+		struct dm_wire_ctl_gen_state st;
+		uint8_t buf[sizeof(o)];
+		uint32_t blen;
+
+		if (!s->link[i].up ||
+		    gen_call(&s->link[i], DM_OP_CTL_GEN_REPORT, DM_GEN_NO_CN, 0, &st) ||
+		    ((st.flags & DM_GEN_F_CURRENT) && st.current == gen))
+			continue;
+		dm_wire_ctl_obj_encode(buf, &o);
+		dm_rpc_call(&s->link[i].ch, DM_OP_CTL_DROP, buf, sizeof(buf), buf, sizeof(buf), &blen);
+	}
+}
+
+int dgen_wait_released(struct mn_set *s, uint32_t timeout_ms, struct dgen_view *v)
+{
+	uint64_t t0 = dm_now_ns();
+
+	for (;;) {
+		int rc = dgen_report(s, DM_GEN_NO_CN, 0, v, NULL);
+
+		if (rc && !v->answered)
+			return rc;
+		if (!v->has_retired && !rc)
+			return 0;
+		if (dm_now_ns() - t0 >= (uint64_t)timeout_ms * 1000000ull)
+			return -ETIMEDOUT;
+		usleep(100000);
+	}
+}
