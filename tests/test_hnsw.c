@@ -170,7 +170,7 @@ Test(hnsw, recall_cos)
 	struct hnsw_index *idx = build(&p, x, n, 1);
 	/* stored vectors are normalised */
 	for (uint32_t i = 0; i < n; i += 97) {
-		const float *v = hnsw_rec_vec(hnsw_rec(idx, i), p.M);
+		const float *v = hnsw_rec_vec(hnsw_rec(idx, i), idx->vec_off);
 		cr_assert(fabsf(dm_norm(v, dim) - 1.0f) < 1e-4f, "record %u not normalised", i);
 	}
 	double r = recall_at(idx, q, nq, gt, k, 128, x);
@@ -468,7 +468,7 @@ Test(hnsw, image_corruption_refused)
 	cr_assert(data_off % 4096 == 0 && data_off < len);
 	struct { size_t off; const char *want; } flips[] = {
 		{ 0, "magic" }, { 16, "header checksum" }, { 44, "header checksum" },
-		{ 130, "block table checksum" }, { 128 + 16 * 10 + 8, "upper area checksum" },
+		{ 162, "block table checksum" }, { 160 + 16 * 10 + 8, "upper area checksum" },
 		{ data_off - 1, "padding" }, { data_off + 3, "block 0 checksum" },
 		{ len - 5, "block 9 checksum" },
 	};
@@ -485,6 +485,13 @@ Test(hnsw, image_corruption_refused)
 		spit(p, img, cuts[i]);
 		refused(p, cuts[i] < 128 ? "truncated" : "truncated");
 	}
+	/* an image of the old record layout (format 1) names the rebuild command */
+	uint32_t fmt = 1, keepfmt;
+	memcpy(&keepfmt, img + 8, 4);
+	memcpy(img + 8, &fmt, 4);
+	spit(p, img, len);
+	refused(p, "dmann build");
+	memcpy(img + 8, &keepfmt, 4);
 	unsigned char *longer = malloc(len + 3);
 	memcpy(longer, img, len);
 	memset(longer + len, 0, 3);

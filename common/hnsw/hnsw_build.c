@@ -30,15 +30,10 @@ static int seal_range(struct hnsw_index *idx, uint32_t from, uint32_t to)
 {
 	uint32_t M = idx->p.M;
 	const float **vs = NULL;
-	float *scratch = NULL;
 	if (idx->quant) {
 		vs = malloc(2 * M * sizeof(*vs));
-		scratch = malloc(hnsw_quant_scratch_floats(idx->quant) * sizeof(float));
-		if (!vs || !scratch) {
-			free(vs);
-			free(scratch);
+		if (!vs)
 			return -ENOMEM;
-		}
 	}
 	for (uint32_t id = from; id < to; id++) {
 		struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
@@ -47,14 +42,13 @@ static int seal_range(struct hnsw_index *idx, uint32_t from, uint32_t to)
 			for (uint32_t j = 0; j < r->n0; j++)
 				vs[j] = hnsw_rec_vec(hnsw_rec(idx, nb[j]), idx->vec_off);
 			hnsw_quant_encode_list(idx->quant, M, hnsw_rec_vec(r, idx->vec_off), vs, r->n0,
-					       (uint8_t *)hnsw_rec_codes(r, M), scratch);
+					       (uint8_t *)hnsw_rec_codes(r, M));
 		}
 		r->seq = 0;
 		r->holder = 0;
 		r->crc = hnsw_rec_crc(r, idx->rec_size);
 	}
 	free(vs);
-	free(scratch);
 	return 0;
 }
 

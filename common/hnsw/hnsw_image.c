@@ -561,10 +561,6 @@ int hnsw_validate(const struct hnsw_index *idx, char *err, size_t errlen)
 				 id, r->seq, r->level, r->flags, r->n0);
 			return -EINVAL;
 		}
-		if (hnsw_rec_crc(r, idx->rec_size) != r->crc) {
-			snprintf(err, errlen, "record %u: CRC32C mismatch (corrupted record)", id);
-			return -EINVAL;
-		}
 		const uint32_t *nb = hnsw_rec_nbrs(r);
 		for (uint32_t j = 0; j < r->n0; j++) {
 			if (nb[j] >= n) {
@@ -590,6 +586,10 @@ int hnsw_validate(const struct hnsw_index *idx, char *err, size_t errlen)
 					return -EINVAL;
 				}
 			}
+		}
+		if (hnsw_rec_crc(r, idx->rec_size) != r->crc) {
+			snprintf(err, errlen, "record %u: CRC32C mismatch (corrupted record)", id);
+			return -EINVAL;
 		}
 	}
 	return 0;
