@@ -225,7 +225,7 @@ Test(cluster, same_ids_as_local_search)
 Test(cluster, survives_a_memory_node_failure)
 {
 	uint32_t nq;
-	int32_t *want = local_ids(&nq);
+	int32_t *want = local_ids(&nq, 1);
 	const char *nodes = getenv("DMANN_CLUSTER_NODES");
 	const char *victim = nodes && nodes[0] == '1' ? "mn0" : "mn1";
 	pid_t bench, mn;
@@ -292,6 +292,6 @@ Test(cluster, survives_a_memory_node_failure)
 			     "compute nodes do not serve after the memory node is back");
 		sleep(1);
 	}
-	bench_and_compare("10%", want, nq);
+	bench_and_compare("10%", want, nq, 1);
 	free(want);
 }
