@@ -139,6 +139,8 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 
 	if (need <= c)
 		return 0;
+	if (!c)
+		c = 16;
 	while (c < need)
 		c *= 2;
 	np = realloc(*p, (size_t)c * elem);
