@@ -330,7 +330,6 @@ Test(rabitq, simd_equals_scalar)
 			qr[i] = f.u[i] + gauss();
 		float ref[64], refl[64], e[64], l[64];
 		for (size_t m = 0; m < 3; m++) {
-			cr_assert_eq(rbq_prep(f.q, ctx, qr, f.u, ms[m]), 0);
 			for (size_t k = 0; k < 3; k++) {
 				int rc = rbq_set_isa(isas[k]);
 				if (rc == -ENOTSUP) {
@@ -338,6 +337,8 @@ Test(rabitq, simd_equals_scalar)
 					continue;
 				}
 				cr_assert_eq(rc, 0);
+				/* the tables are built by the ISA's code too */
+				cr_assert_eq(rbq_prep(f.q, ctx, qr, f.u, ms[m]), 0);
 				for (uint32_t n = 1; n <= 64; n += 21) {
 					float *oe = k == 0 ? ref : e, *ol = k == 0 ? refl : l;
 					rbq_list_estimate(f.q, ctx, f.list, 64, n, 3.0f, oe, ol);
