@@ -26,6 +26,10 @@
  */
 #include "rabitq_int.h"
 
+/* No fused multiply-adds behind our back (clang contracts by default; gcc does not under
+ * -std=c11): the results are defined by the operations as written. */
+#pragma STDC FP_CONTRACT OFF
+
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
