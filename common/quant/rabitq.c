@@ -28,7 +28,9 @@
 
 /* No fused multiply-adds behind our back (clang contracts by default; gcc does not under
  * -std=c11): the results are defined by the operations as written. */
+#ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
+#endif
 
 #include <immintrin.h>
 #include <math.h>
