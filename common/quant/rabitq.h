@@ -60,7 +60,7 @@
  * every ISA gives bit-identical estimates.
  *
  * Cost (bench/quant_bench, AVX-512 machine, D = 832 for dim 784): rbq_rotate ~3 us per
- * query; per expansion rbq_prep ~0.5 us + rbq_list_estimate of 32 neighbours ~0.2 us,
+ * query; per expansion rbq_prep ~0.45 us + rbq_list_estimate of 32 neighbours ~0.08 us,
  * against ~1 us for 32 exact l2 distances over vectors the search would first have to READ.
  *
  * Thread safety: a struct rbq is immutable after rbq_train/rbq_load and may be shared by any

@@ -97,18 +97,21 @@ static void acc_scalar(const uint8_t *codes, const uint8_t *lut, uint32_t G, uin
 
 #define AVX2_TARGET __attribute__((target("avx2")))
 
-/* Add the u16 lanes of the four accumulators (even/odd bytes of low/high nibble results;
- * lanes 8k..8k+7 of 128-bit lane k) into tot. */
-static void flush16(const uint16_t *a0, const uint16_t *a1, const uint16_t *a2,
-		    const uint16_t *a3, unsigned nw, uint32_t *tot)
+/* Add 16 slots' sums into tot[0..15]: e and o hold, per 128-bit lane, the u16 sums of the
+ * even and odd slots 0, 2, ..., 14 and 1, 3, ..., 15 over the groups of that lane. */
+static AVX2_TARGET void flush16(__m256i e, __m256i o, uint32_t *tot)
 {
-	for (unsigned w = 0; w < nw; w++) {
-		unsigned s = 2 * (w % 8);
-		tot[s] += a0[w];
-		tot[s + 1] += a1[w];
-		tot[16 + s] += a2[w];
-		tot[16 + s + 1] += a3[w];
-	}
+	__m256i e32 = _mm256_add_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(e)),
+				       _mm256_cvtepu16_epi32(_mm256_extracti128_si256(e, 1)));
+	__m256i o32 = _mm256_add_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(o)),
+				       _mm256_cvtepu16_epi32(_mm256_extracti128_si256(o, 1)));
+	__m256i lo = _mm256_unpacklo_epi32(e32, o32), hi = _mm256_unpackhi_epi32(e32, o32);
+	__m256i s0 = _mm256_permute2x128_si256(lo, hi, 0x20);   /* slots 0..7 */
+	__m256i s1 = _mm256_permute2x128_si256(lo, hi, 0x31);   /* slots 8..15 */
+	_mm256_storeu_si256((__m256i *)tot,
+			    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)tot), s0));
+	_mm256_storeu_si256((__m256i *)(tot + 8),
+			    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(tot + 8)), s1));
 }
 
 static AVX2_TARGET void acc_avx2(const uint8_t *codes, const uint8_t *lut, uint32_t G,
@@ -131,12 +134,8 @@ static AVX2_TARGET void acc_avx2(const uint8_t *codes, const uint8_t *lut, uint3
 			a2 = _mm256_add_epi16(a2, _mm256_and_si256(rh, m8));
 			a3 = _mm256_add_epi16(a3, _mm256_srli_epi16(rh, 8));
 		}
-		uint16_t w[4][16];
-		_mm256_storeu_si256((__m256i *)w[0], a0);
-		_mm256_storeu_si256((__m256i *)w[1], a1);
-		_mm256_storeu_si256((__m256i *)w[2], a2);
-		_mm256_storeu_si256((__m256i *)w[3], a3);
-		flush16(w[0], w[1], w[2], w[3], 16, tot);
+		flush16(a0, a1, tot);
+		flush16(a2, a3, tot + 16);
 	}
 }
 
@@ -187,12 +186,13 @@ static AVX512_TARGET void acc_avx512(const uint8_t *codes, const uint8_t *lut, u
 			a2 = _mm512_add_epi16(a2, _mm512_and_si512(rh, m8));
 			a3 = _mm512_add_epi16(a3, _mm512_srli_epi16(rh, 8));
 		}
-		uint16_t w[4][32];
-		_mm512_storeu_si512((void *)w[0], a0);
-		_mm512_storeu_si512((void *)w[1], a1);
-		_mm512_storeu_si512((void *)w[2], a2);
-		_mm512_storeu_si512((void *)w[3], a3);
-		flush16(w[0], w[1], w[2], w[3], 32, tot);
+		/* fold the four 128-bit lanes to two (u16: each lane holds <= 64 x 255) */
+		flush16(_mm256_add_epi16(_mm512_castsi512_si256(a0), _mm512_extracti64x4_epi64(a0, 1)),
+			_mm256_add_epi16(_mm512_castsi512_si256(a1), _mm512_extracti64x4_epi64(a1, 1)),
+			tot);
+		flush16(_mm256_add_epi16(_mm512_castsi512_si256(a2), _mm512_extracti64x4_epi64(a2, 1)),
+			_mm256_add_epi16(_mm512_castsi512_si256(a3), _mm512_extracti64x4_epi64(a3, 1)),
+			tot + 16);
 	}
 }
 
@@ -400,7 +400,9 @@ int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 static void epilogue(const struct rbq_qctx *c, const uint8_t *norms, const uint8_t *ipobs,
 		     const uint32_t *tot, uint32_t cnt, float dist_qu, float *est, float *lower)
 {
-	float e[RBQ_BLOCK], b[RBQ_BLOCK], nrs[RBQ_BLOCK] = { 0 }, obs[RBQ_BLOCK] = { 0 };
+	float e[RBQ_BLOCK], b[RBQ_BLOCK], nrs[RBQ_BLOCK], obs[RBQ_BLOCK];
+	const float *pn = (const float *)(const void *)norms, *po = (const float *)(const void *)ipobs;
+	float *pe = est, *pb = lower;
 	const __m128 delta = _mm_set1_ps(c->delta), bias = _mm_set1_ps(c->bias);
 	const __m128 sumq = _mm_set1_ps(c->sum_q), isd = _mm_set1_ps(c->inv_sqrt_D);
 	const __m128 crbq = _mm_set1_ps(c->c_rbq), clut = _mm_set1_ps(c->c_lut);
@@ -411,10 +413,19 @@ static void epilogue(const struct rbq_qctx *c, const uint8_t *norms, const uint8
 				       c->m == DM_METRIC_COS ? 0.5f : 0.0f);
 	const __m128 fip = _mm_set1_ps(c->m == DM_METRIC_L2 ? 2.0f : 1.0f);
 
-	memcpy(nrs, norms, sizeof(float) * cnt);   /* the list ends after ipobs[cap - 1] */
-	memcpy(obs, ipobs, sizeof(float) * cnt);
+	if (cnt % 4 || !lower) {
+		/* a partial last vector: work on copies (the list ends after ipobs[cap - 1]) */
+		memset(nrs, 0, sizeof(nrs));
+		memset(obs, 0, sizeof(obs));
+		memcpy(nrs, norms, sizeof(float) * cnt);
+		memcpy(obs, ipobs, sizeof(float) * cnt);
+		pn = nrs;
+		po = obs;
+		pe = e;
+		pb = b;
+	}
 	for (uint32_t j = 0; j < cnt; j += 4) {
-		__m128 nr = _mm_loadu_ps(nrs + j), ob = _mm_loadu_ps(obs + j);
+		__m128 nr = _mm_loadu_ps(pn + j), ob = _mm_loadu_ps(po + j);
 		/* <x_b, q'>, then <q', r> = |r| / ob * (2 <x_b, q'> - sum q') / sqrt(D) */
 		__m128 xq = _mm_add_ps(_mm_mul_ps(delta, _mm_cvtepi32_ps(_mm_loadu_si128(
 						(const __m128i *)(tot + j)))), bias);
@@ -430,12 +441,14 @@ static void epilogue(const struct rbq_qctx *c, const uint8_t *norms, const uint8
 		__m128 z = _mm_cmpeq_ps(nr, zero);
 		ev = _mm_blendv_ps(ev, dqu, z);
 		bv = _mm_blendv_ps(bv, zero, z);
-		_mm_storeu_ps(e + j, ev);
-		_mm_storeu_ps(b + j, _mm_sub_ps(ev, bv));
+		_mm_storeu_ps(pe + j, ev);
+		_mm_storeu_ps(pb + j, _mm_sub_ps(ev, bv));
 	}
-	memcpy(est, e, sizeof(float) * cnt);
-	if (lower)
-		memcpy(lower, b, sizeof(float) * cnt);
+	if (pe == e) {
+		memcpy(est, e, sizeof(float) * cnt);
+		if (lower)
+			memcpy(lower, b, sizeof(float) * cnt);
+	}
 }
 
 void rbq_list_estimate(const struct rbq *q, const struct rbq_qctx *ctx, const uint8_t *list,
