@@ -499,6 +499,13 @@ Test(rabitq, exact_cases)
 		if (s != 5)
 			cr_assert_float_eq(est[s], ex, 1e-3 * ex);
 	}
+	/* ip: the context does not depend on u (u_rot may be NULL) */
+	float e2[32];
+	cr_assert_eq(rbq_prep(f.q, ctx, f.v, f.u, DM_METRIC_IP), 0);
+	rbq_list_estimate(f.q, ctx, f.list, 32, 32, -1.0f, est, low);
+	cr_assert_eq(rbq_prep(f.q, ctx, f.v, NULL, DM_METRIC_IP), 0);
+	rbq_list_estimate(f.q, ctx, f.list, 32, 32, -1.0f, e2, NULL);
+	cr_assert_eq(memcmp(est, e2, sizeof(e2)), 0);
 	rbq_qctx_free(ctx);
 	fixture_fini(&f);
 }

@@ -139,7 +139,8 @@ int rbq_qctx_set_eps0(struct rbq_qctx *ctx, float eps0);
 
 /* Prepare the expansion of node u for query q (both rotated, D floats): q' = q - u
  * (l2, cos) or q (ip), its norm and its quantised FastScan LUT. 0, or -EINVAL (ctx of another
- * quantizer, unknown metric, non-finite input). */
+ * quantizer, unknown metric, non-finite input). For ip, q' = q does not depend on u: one
+ * rbq_prep per query then serves every expansion (u_rot is not read and may be NULL). */
 int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 	     const float *u_rot, enum dm_metric m);
 
