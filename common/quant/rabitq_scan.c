@@ -10,7 +10,7 @@
  *     <x_b, q'> ~= delta * sum_g u8_g[nibble_g] + sum_g min_g.
  * The kernels sum the u8 entries exactly (u16 lanes, flushed to u32 every 256 groups so no
  * lane can overflow), hence every ISA gives the same integers and the same estimates (the
- * float epilogue is one scalar function). The rounding of the tables adds an error of
+ * rest is shared SSE code, SSE being the x86-64-v2 baseline). The rounding of the tables adds an error of
  * standard deviation delta * sqrt(G / 12) to that sum (G = D/4 groups), which the reported
  * bound includes next to RaBitQ's.
  *
