@@ -318,6 +318,15 @@ int rbq_qctx_set_eps0(struct rbq_qctx *ctx, float eps0)
 	return 0;
 }
 
+/* Pass 1 of rbq_prep: x = q - u (or q), |x|^2, sum x, mn[g] (the table minima) and the
+ * largest table range (positives - negatives), defined for every ISA as: n2 and sum in 16
+ * lanes (lane l: elements 16 t + l, t ascending) combined as below; mn[g] = ((n0 + n1) +
+ * n2) + n3 over the negative components of group g (positives alike); bias = the sum of mn
+ * in 4 lanes (g mod 4) combined as hsum4. */
+struct pass1 {
+	float n2, sum, rmax, bias;
+};
+
 /* Horizontal sum of 4 lanes, (v0 + v1) + (v2 + v3). */
 static float hsum4(__m128 v)
 {
@@ -325,24 +334,36 @@ static float hsum4(__m128 v)
 	return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehl_ps(p, p)));
 }
 
-/* Pass 1 of rbq_prep in SSE (the baseline, so one code and one result for every ISA), four
- * groups at a time: x = q - u (or q), and in a fixed order |x|^2, sum x, the minimum of
- * each table (mn[g] = ((n0 + n1) + n2) + n3 over the negative components) and the
- * largest table range (positives - negatives). */
-static void prep_pass1(const float *q, const float *u, bool resid, uint32_t G, float *x,
-		       float *mn, float *n2, float *sum, float *rmax)
+/* 16 lanes as four 4-lane vectors: ((v0 + v1) + (v2 + v3)), then hsum4. */
+static float hsum16(__m128 v0, __m128 v1, __m128 v2, __m128 v3)
+{
+	return hsum4(_mm_add_ps(_mm_add_ps(v0, v1), _mm_add_ps(v2, v3)));
+}
+
+static float hmax4(__m128 v)
+{
+	v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+	return _mm_cvtss_f32(_mm_max_ss(v, _mm_movehdup_ps(v)));
+}
+
+typedef struct pass1 (*pass1_fn)(const float *q, const float *u, bool resid, uint32_t G,
+				  float *x, float *mn);
+
+/* SSE (the baseline), four groups at a time. */
+static struct pass1 pass1_sse(const float *q, const float *u, bool resid, uint32_t G, float *x,
+			      float *mn)
 {
 	const __m128 z = _mm_setzero_ps();
-	__m128 vn2 = z, vsum = z, vmax = z;
+	__m128 vn2[4] = { z, z, z, z }, vsum[4] = { z, z, z, z }, vmax = z, vbias = z;
 	for (uint32_t g = 0; g < G; g += 4) {
 		__m128 c[4];
 		for (unsigned k = 0; k < 4; k++) {
-			c[k] = _mm_loadu_ps(q + 16u * (g / 4) + 4u * k);
+			c[k] = _mm_loadu_ps(q + 4u * g + 4u * k);
 			if (resid)
-				c[k] = _mm_sub_ps(c[k], _mm_loadu_ps(u + 16u * (g / 4) + 4u * k));
-			_mm_storeu_ps(x + 16u * (g / 4) + 4u * k, c[k]);
-			vn2 = _mm_add_ps(vn2, _mm_mul_ps(c[k], c[k]));
-			vsum = _mm_add_ps(vsum, c[k]);
+				c[k] = _mm_sub_ps(c[k], _mm_loadu_ps(u + 4u * g + 4u * k));
+			_mm_storeu_ps(x + 4u * g + 4u * k, c[k]);
+			vn2[k] = _mm_add_ps(vn2[k], _mm_mul_ps(c[k], c[k]));
+			vsum[k] = _mm_add_ps(vsum[k], c[k]);
 		}
 		_MM_TRANSPOSE4_PS(c[0], c[1], c[2], c[3]);   /* c[k] = component k of 4 groups */
 		__m128 n = _mm_min_ps(c[0], z), p = _mm_max_ps(c[0], z);
@@ -352,41 +373,69 @@ static void prep_pass1(const float *q, const float *u, bool resid, uint32_t G, f
 		}
 		_mm_storeu_ps(mn + g, n);
 		vmax = _mm_max_ps(vmax, _mm_sub_ps(p, n));
+		vbias = _mm_add_ps(vbias, n);
 	}
-	vmax = _mm_max_ps(vmax, _mm_movehl_ps(vmax, vmax));
-	*rmax = _mm_cvtss_f32(_mm_max_ss(vmax, _mm_movehdup_ps(vmax)));
-	*n2 = hsum4(vn2);
-	*sum = hsum4(vsum);
+	return (struct pass1){ hsum16(vn2[0], vn2[1], vn2[2], vn2[3]),
+			       hsum16(vsum[0], vsum[1], vsum[2], vsum[3]), hmax4(vmax),
+			       hsum4(vbias) };
 }
 
-/* Sum of the G (multiple of 4) table minima, 4 lanes then hsum4. */
-static float sum_mn(const float *mn, uint32_t G)
+/* AVX-512F: four groups per register (group m in 128-bit lane m). */
+static AVX512_TARGET struct pass1 pass1_avx512(const float *q, const float *u, bool resid,
+					       uint32_t G, float *x, float *mn)
 {
-	__m128 s = _mm_setzero_ps();
-	for (uint32_t g = 0; g < G; g += 4)
-		s = _mm_add_ps(s, _mm_loadu_ps(mn + g));
-	return hsum4(s);
+	const __m512 z = _mm512_setzero_ps();
+	const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+	__m512 vn2 = z, vsum = z;
+	__m128 vmax = _mm_setzero_ps(), vbias = _mm_setzero_ps();
+	for (uint32_t g = 0; g < G; g += 4) {
+		__m512 c = _mm512_loadu_ps(q + 4u * g);
+		if (resid)
+			c = _mm512_sub_ps(c, _mm512_loadu_ps(u + 4u * g));
+		_mm512_storeu_ps(x + 4u * g, c);
+		vn2 = _mm512_add_ps(vn2, _mm512_mul_ps(c, c));
+		vsum = _mm512_add_ps(vsum, c);
+		__m512 n = _mm512_min_ps(c, z), p = _mm512_max_ps(c, z);
+		/* lane 0 of each 128-bit lane: ((e0 + e1) + e2) + e3 */
+		__m512 sn = _mm512_add_ps(n, _mm512_permute_ps(n, 0x55));
+		sn = _mm512_add_ps(sn, _mm512_permute_ps(n, 0xaa));
+		sn = _mm512_add_ps(sn, _mm512_permute_ps(n, 0xff));
+		__m512 sp = _mm512_add_ps(p, _mm512_permute_ps(p, 0x55));
+		sp = _mm512_add_ps(sp, _mm512_permute_ps(p, 0xaa));
+		sp = _mm512_add_ps(sp, _mm512_permute_ps(p, 0xff));
+		__m128 n4 = _mm512_castps512_ps128(_mm512_permutexvar_ps(first, sn));
+		__m128 p4 = _mm512_castps512_ps128(_mm512_permutexvar_ps(first, sp));
+		_mm_storeu_ps(mn + g, n4);
+		vmax = _mm_max_ps(vmax, _mm_sub_ps(p4, n4));
+		vbias = _mm_add_ps(vbias, n4);
+	}
+	return (struct pass1){
+		hsum16(_mm512_castps512_ps128(vn2), _mm512_extractf32x4_ps(vn2, 1),
+		       _mm512_extractf32x4_ps(vn2, 2), _mm512_extractf32x4_ps(vn2, 3)),
+		hsum16(_mm512_castps512_ps128(vsum), _mm512_extractf32x4_ps(vsum, 1),
+		       _mm512_extractf32x4_ps(vsum, 2), _mm512_extractf32x4_ps(vsum, 3)),
+		hmax4(vmax), hsum4(vbias) };
 }
 
 int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 	     const float *u_rot, enum dm_metric m)
 {
 	uint32_t D = ctx->D, G = ctx->G;
-	float n2, sum, rmax;
 
 	if (ctx->q != q || (m != DM_METRIC_L2 && m != DM_METRIC_IP && m != DM_METRIC_COS))
 		return -EINVAL;
-	prep_pass1(q_rot, u_rot, m != DM_METRIC_IP, G, ctx->x, ctx->mn, &n2, &sum, &rmax);
-	if (!isfinite(n2) || !isfinite(sum) || !isfinite(rmax))
+	pass1_fn p1 = cur_isa == 2 ? pass1_avx512 : pass1_sse;   /* 2: "avx512" in isas[] */
+	struct pass1 r = p1(q_rot, u_rot, m != DM_METRIC_IP, G, ctx->x, ctx->mn);
+	if (!isfinite(r.n2) || !isfinite(r.sum) || !isfinite(r.rmax))
 		return -EINVAL;
-	float inv = rmax > 0.0f ? 255.0f / rmax : 0.0f;
+	float inv = r.rmax > 0.0f ? 255.0f / r.rmax : 0.0f;
 	isas[cur_isa].lut(ctx->x, ctx->mn, G, inv, ctx->lut);
 	ctx->m = m;
-	ctx->delta = rmax / 255.0f;
-	ctx->bias = sum_mn(ctx->mn, G);
-	ctx->sum_q = sum;
+	ctx->delta = r.rmax / 255.0f;
+	ctx->bias = r.bias;
+	ctx->sum_q = r.sum;
 	ctx->inv_sqrt_D = (float)(1.0 / sqrt((double)D));
-	ctx->c_rbq = (float)(sqrt((double)n2) / sqrt((double)D - 1.0));
+	ctx->c_rbq = (float)(sqrt((double)r.n2) / sqrt((double)D - 1.0));
 	ctx->c_lut = (float)(2.0 * ctx->delta * sqrt(G / 12.0) / sqrt((double)D));
 	return 0;
 }
