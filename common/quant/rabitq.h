@@ -17,7 +17,8 @@
  *     v - u), and a list that drops or reorders neighbours moves codes without recomputing.
  *
  * Model. D = dim rounded up to a multiple of 64; vectors are zero-padded to D and rotated
- * by the quantizer's orthogonal P (which keeps L2 distances and inner products). The graph
+ * by the quantizer's orthogonal P (which keeps L2 distances and inner products; a seeded
+ * structured rotation, sign flips + Walsh-Hadamard + Kac steps, see rabitq.c). The graph
  * stores vectors PRE-ROTATED (D floats, rbq_rotate); a query is rotated once. For the cosine
  * metric the caller normalises vectors (and the query) before rotating them.
  *
@@ -32,6 +33,7 @@
  * mixture data (test_rabitq, dims 128/384/784, l2/ip/cos) the exact value lies in
  * [est - bound, est + bound] for 94-96% of estimates at eps0 = 1.9, 99.1-99.5% at 2.6 and
  * 99.8-99.9% at 3.0; above the lower end alone (what pruning relies on) for ~97% at 1.9.
+ * Fashion-MNIST (u a base row, v its 32 nearest rows, l2): 95.8%, 99.5%, 99.9%; 97.9%.
  * Choose eps0 per context (rbq_qctx_set_eps0) for the pruning risk wanted. The reported
  * bound also carries a term for the rounding of the u8 tables (below), eps0 times its
  * standard deviation; it is small next to RaBitQ's.
@@ -120,7 +122,8 @@ size_t rbq_list_bytes(const struct rbq *q, uint32_t cap);
 void rbq_list_clear(const struct rbq *q, uint8_t *list, uint32_t cap);
 /* Write the code and factors of slot (< cap) from u_rot and v_rot (D floats each, rotated);
  * touches only that slot's nibbles and floats (safe for online inserts into a live list,
- * given the caller's record lock). A v equal to u gets |r| = 0 and estimates exactly. */
+ * given the caller's record lock: slots j and j+16 share bytes, so one writer per list).
+ * A v equal to u gets |r| = 0 and estimates exactly. */
 void rbq_list_set(const struct rbq *q, uint8_t *list, uint32_t cap, uint32_t slot,
 		  const float *u_rot, const float *v_rot);
 /* Copy slot src to slot dst of the same list (codes depend only on u and v, so pruning or
