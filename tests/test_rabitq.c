@@ -5,7 +5,8 @@
  *   - serialisation round trip; the loader refuses every truncation, every bit flip and
  *     every bad header field (with a valid checksum);
  *   - lists: setting or moving one slot leaves every other byte alone;
- *   - every ISA's estimates are bit-identical to the scalar ones;
+ *   - every ISA's estimates are bit-identical to the scalar ones, and a pair's estimate does
+ *     not depend on its slot or on the list's capacity;
  *   - estimator on Gaussian-mixture data (dims 128, 384, 784; triples q, u, v with v a
  *     neighbour-like point of u's cluster): mean error ~0 (unbiased), small mean relative
  *     error, and the coverage of [est - bound, est + bound] at eps0 = 1.9 (printed), for
@@ -330,7 +331,6 @@ Test(rabitq, simd_equals_scalar)
 			qr[i] = f.u[i] + gauss();
 		float ref[64], refl[64], e[64], l[64];
 		for (size_t m = 0; m < 3; m++) {
-			cr_assert_eq(rbq_prep(f.q, ctx, qr, f.u, ms[m]), 0);
 			for (size_t k = 0; k < 3; k++) {
 				int rc = rbq_set_isa(isas[k]);
 				if (rc == -ENOTSUP) {
@@ -338,6 +338,8 @@ Test(rabitq, simd_equals_scalar)
 					continue;
 				}
 				cr_assert_eq(rc, 0);
+				/* the tables are built by the ISA's code too */
+				cr_assert_eq(rbq_prep(f.q, ctx, qr, f.u, ms[m]), 0);
 				for (uint32_t n = 1; n <= 64; n += 21) {
 					float *oe = k == 0 ? ref : e, *ol = k == 0 ? refl : l;
 					rbq_list_estimate(f.q, ctx, f.list, 64, n, 3.0f, oe, ol);
@@ -497,6 +499,43 @@ Test(rabitq, exact_cases)
 		if (s != 5)
 			cr_assert_float_eq(est[s], ex, 1e-3 * ex);
 	}
+	/* ip: the context does not depend on u (u_rot may be NULL) */
+	float e2[32];
+	cr_assert_eq(rbq_prep(f.q, ctx, f.v, f.u, DM_METRIC_IP), 0);
+	rbq_list_estimate(f.q, ctx, f.list, 32, 32, -1.0f, est, low);
+	cr_assert_eq(rbq_prep(f.q, ctx, f.v, NULL, DM_METRIC_IP), 0);
+	rbq_list_estimate(f.q, ctx, f.list, 32, 32, -1.0f, e2, NULL);
+	cr_assert_eq(memcmp(est, e2, sizeof(e2)), 0);
+	rbq_qctx_free(ctx);
+	fixture_fini(&f);
+}
+
+/* The estimate of (u, v) does not depend on the list it sits in: slot s of a 33-slot list
+ * (two blocks, a partial last vector) equals a 1-slot list holding the same pair. */
+Test(rabitq, estimate_independent_of_slot)
+{
+	struct fixture f;
+	fixture_init(&f, 200, 33, 21);
+	struct rbq_qctx *ctx = rbq_qctx_new(f.q);
+	size_t lb1 = rbq_list_bytes(f.q, 1);
+	uint8_t *one = malloc(lb1);
+	rbq_list_clear(f.q, one, 1);
+	float *qr = calloc(f.D, sizeof(float)), est[33], low[33], e1, l1;
+	for (uint32_t i = 0; i < f.D; i++)
+		qr[i] = f.u[i] + gauss();
+	static const enum dm_metric ms[] = { DM_METRIC_L2, DM_METRIC_IP, DM_METRIC_COS };
+	for (size_t m = 0; m < 3; m++) {
+		cr_assert_eq(rbq_prep(f.q, ctx, qr, f.u, ms[m]), 0);
+		rbq_list_estimate(f.q, ctx, f.list, 33, 33, 1.5f, est, low);
+		for (uint32_t s = 0; s < 33; s++) {
+			rbq_list_set(f.q, one, 1, 0, f.u, f.v + (size_t)s * f.D);
+			rbq_list_estimate(f.q, ctx, one, 1, 1, 1.5f, &e1, &l1);
+			cr_assert(e1 == est[s] && l1 == low[s], "slot %u: %g/%g vs %g/%g", s, e1, l1,
+				  est[s], low[s]);
+		}
+	}
+	free(one);
+	free(qr);
 	rbq_qctx_free(ctx);
 	fixture_fini(&f);
 }
