@@ -12,6 +12,11 @@
 
 #include <stdlib.h>
 
+/* Records of the next expansions prefetched whole (local search with codes). */
+#ifndef HNSW_L0_PF
+#define HNSW_L0_PF 2u
+#endif
+
 struct hnsw_searcher {
 	struct hnsw_visited vis;
 	struct hnsw_heap cand;      /* min-heap */
@@ -295,12 +300,19 @@ static int search_level0_codes(struct hnsw_src *src, struct hnsw_searcher *s, co
 			if (rc < 0)
 				return rc;
 		}
-		if (src->blocks && l->first < l->np) {
-			/* the next expansion's record: header, list, codes and vector start */
-			const char *nr = (const char *)hnsw_get(src, l->pool[l->first].id);
-			for (uint32_t o = 0; o < 4 * 64u; o += 64)
-				__builtin_prefetch(nr + o);
-			__builtin_prefetch(nr + src->vec_off);
+		if (src->blocks) {
+			/* the next expansions' records, whole (ids, codes, vector): the search is
+			 * bound by memory once the estimator is cheap */
+			hnsw_l0_pool_skip(l);
+			uint32_t pf = 0;
+			for (uint32_t i = l->first; i < l->np && pf < HNSW_L0_PF; i++) {
+				if (l->pool[i].st & L0_EXPANDED)
+					continue;
+				const char *nr = (const char *)hnsw_get(src, l->pool[i].id);
+				for (uint32_t o = 0; o < src->rec_size; o += 64)
+					__builtin_prefetch(nr + o);
+				pf++;
+			}
 		}
 	}
 	src->hops += l->hops;
