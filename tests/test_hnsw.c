@@ -273,6 +273,31 @@ Test(hnsw, codes_error_bound, .timeout = 120)
 	free(x);
 }
 
+/* A single-threaded build with codes has exactly the graph of the one without (the graph is
+ * built over the original vectors, the rotation comes after). */
+Test(hnsw, codes_same_graph, .timeout = 60)
+{
+	const uint32_t n = 2000, dim = 50;
+	float *x = mixture(n, dim, 8, 8, 0.2f, 0.0f, 9);
+	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 60);
+	struct hnsw_index *a = build(&p, x, n, 1);
+	p.codes = HNSW_CODES_RABITQ;
+	struct hnsw_index *b = build(&p, x, n, 1);
+	cr_assert_eq(a->entry, b->entry);
+	cr_assert_eq(a->max_level, b->max_level);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hnsw_rec_hdr *ra = hnsw_rec(a, i), *rb = hnsw_rec(b, i);
+		cr_assert_eq(ra->n0, rb->n0, "node %u", i);
+		cr_assert(!memcmp(hnsw_rec_nbrs(ra), hnsw_rec_nbrs(rb), ra->n0 * 4), "node %u", i);
+		for (uint32_t l = 1; l <= ra->level; l++)
+			cr_assert(!memcmp(hnsw_up_list(a, i, l), hnsw_up_list(b, i, l),
+					  (1 + p.M) * 4), "node %u level %u", i, l);
+	}
+	hnsw_free(a);
+	hnsw_free(b);
+	free(x);
+}
+
 /* Stored vectors are rotated (and normalised for cos); unrotating gives the originals, and
  * every record has seq 0 and a matching CRC32C. */
 Test(hnsw, codes_records)

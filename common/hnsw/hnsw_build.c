@@ -1,10 +1,11 @@
 /* hnsw_build.c: the offline, multi-threaded HNSW builder. Trains the quantizer on the first
- * rows (with codes), lays out all records (level, vector — rotated with codes —, empty
- * lists), then inserts the nodes in id order with nthreads pthreads pulling ids from a
- * shared counter (Algorithm 1 per node, hnsw_insert.c, exact distances), and finally fills
- * every node's code list and seals every record's CRC, again with nthreads threads. With
- * one thread the insertion order, and so the graph, depend only on the parameters and the
- * data. */
+ * rows (with codes), lays out all records (level, original vector, empty lists), then
+ * inserts the nodes in id order with nthreads pthreads pulling ids from a shared counter
+ * (Algorithm 1 per node, hnsw_insert.c, exact distances over the original vectors), and
+ * finally, again with nthreads threads, rotates every stored vector in place (with codes),
+ * fills every node's code list and seals every record's CRC. With one thread the insertion
+ * order, and so the graph, depend only on the parameters and the data: an index with codes
+ * has exactly the graph of the one without. */
 #include "hnsw_int.h"
 
 #include <math.h>
@@ -50,6 +51,38 @@ static int seal_range(struct hnsw_index *idx, uint32_t from, uint32_t to)
 	}
 	free(vs);
 	return 0;
+}
+
+/* Rotate the stored vectors of records [from, to) in place (dim floats -> vdim). */
+static int rotate_range(struct hnsw_index *idx, uint32_t from, uint32_t to)
+{
+	float *tmp = malloc((size_t)idx->vdim * sizeof(float));
+	if (!tmp)
+		return -ENOMEM;
+	for (uint32_t id = from; id < to; id++) {
+		float *v = (float *)hnsw_rec_vec(hnsw_rec(idx, id), idx->vec_off);
+		hnsw_quant_rotate(idx->quant, v, tmp);
+		memcpy(v, tmp, (size_t)idx->vdim * sizeof(float));
+	}
+	free(tmp);
+	return 0;
+}
+
+static void *rotate_worker_main(void *arg)
+{
+	struct build_worker *w = arg;
+	struct build_ctx *c = w->ctx;
+	struct hnsw_index *idx = c->idx;
+	for (;;) {
+		uint32_t from = atomic_fetch_add(&c->next, 256);
+		if (from >= idx->n)
+			break;
+		if (rotate_range(idx, from, DM_MIN(idx->n, from + 256)) < 0) {
+			atomic_store(&c->failed, ENOMEM);
+			break;
+		}
+	}
+	return NULL;
 }
 
 /* Sealing worker: chunks of 256 ids from the shared counter. */
@@ -160,18 +193,13 @@ static struct hnsw_quant *train_quant(const struct hnsw_params *p, const float *
 	return q;
 }
 
-/* Lay out records: header, vector (normalised for cos, rotated with codes), level draws,
- * upper-list storage. */
+/* Lay out records: header, vector (normalised for cos; rotated only after the graph is
+ * built), level draws, upper-list storage. */
 static int layout_records(struct hnsw_index *idx, const float *data, char *err, size_t errlen)
 {
 	const struct hnsw_params *p = &idx->p;
 	uint32_t n = idx->n, M = p->M;
 	size_t words = 0;
-	float *tmp = malloc((size_t)p->dim * sizeof(float));
-	if (!tmp) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
 	for (uint32_t id = 0; id < n; id++) {
 		uint32_t lv = hnsw_draw_level(p->seed, id, M);
 		struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
@@ -182,15 +210,10 @@ static int layout_records(struct hnsw_index *idx, const float *data, char *err, 
 		r->n0 = 0;
 		words += (size_t)lv * hnsw_up_list_words(M);
 		float *v = (float *)hnsw_rec_vec(r, idx->vec_off);
-		int rc = take_row(p, data, id, idx->quant ? tmp : v, err, errlen);
-		if (rc < 0) {
-			free(tmp);
+		int rc = take_row(p, data, id, v, err, errlen);
+		if (rc < 0)
 			return rc;
-		}
-		if (idx->quant)
-			hnsw_quant_rotate(idx->quant, tmp, v);
 	}
-	free(tmp);
 	idx->up_words = words;
 	idx->up_store = calloc(words ? words : 1, sizeof(uint32_t));
 	if (!idx->up_store) {
@@ -252,8 +275,16 @@ struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, ui
 	struct build_ctx ctx = { .idx = idx, .progress = progress, .parg = parg };
 	atomic_init(&ctx.next, 0);
 	atomic_init(&ctx.failed, 0);
-	/* Worker 0 runs on the calling thread and reports progress. */
+	/* Worker 0 runs on the calling thread and reports progress. The graph is built over
+	 * the original vectors (kernel length dim, as without codes), then rotated. */
+	uint32_t vdim = idx->vdim;
+	idx->vdim = p->dim;
 	rc = run_workers(&ctx, nthreads, build_worker_main);
+	idx->vdim = vdim;
+	if (rc == 0 && idx->quant) {
+		atomic_store(&ctx.next, 0);
+		rc = run_workers(&ctx, nthreads, rotate_worker_main);
+	}
 	if (rc == 0) {
 		atomic_store(&ctx.next, 0);
 		rc = run_workers(&ctx, nthreads, seal_worker_main);
