@@ -148,6 +148,9 @@ struct hnsw_src {
 	const struct hnsw_quant *quant;   /* neighbour codes, or NULL: exact scoring */
 	uint8_t *const *blocks;
 	uint32_t *const *upl;         /* upper lists, always local */
+	const float *const *uvec;     /* optional: local stored vectors of the nodes of level >= 1
+					 (NULL entries for the others); with it the resumable
+					 query descends the upper levels without fetching */
 	uint32_t entry;
 	int max_level;
 	int (*fetch)(struct hnsw_src *s, const uint32_t *ids, size_t nids);

@@ -5,7 +5,8 @@
 
 #include <stdlib.h>
 
-enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0, ST_L0_SCORE, ST_C0, ST_C0_EXPAND, ST_DONE };
+enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0_ENTRY, ST_L0, ST_L0_SCORE, ST_C0, ST_C0_EXPAND,
+       ST_DONE };
 
 #define VIS_EMPTY UINT32_MAX
 
@@ -323,6 +324,36 @@ static int start_level0(struct hnsw_query *q, const struct hnsw_src *src)
 	return 0;
 }
 
+/* The whole greedy descent of the upper levels from the local upper vectors (src->uvec):
+ * the same steps, scores and counters as ST_ENTRY/ST_UPPER, without a fetch. */
+static int upper_local(struct hnsw_query *q, const struct hnsw_src *src)
+{
+	while (q->level >= 1) {
+		const uint32_t *w = src->upl[q->cur] + (size_t)(q->level - 1) * hnsw_up_list_words(q->M);
+		uint32_t n = DM_MIN(w[0], q->M);
+		bool changed = false;
+
+		q->hops++;
+		for (uint32_t j = 0; j < n; j++) {
+			const float *v = w[1 + j] < q->n ? src->uvec[w[1 + j]] : NULL;
+			float d;
+
+			if (!v)
+				return -EIO;
+			d = q->kern(qvec(q), v, q->vdim);
+			q->dist_evals++;
+			if (d < q->curd) {
+				q->curd = d;
+				q->cur = w[1 + j];
+				changed = true;
+			}
+		}
+		if (!changed)
+			q->level--;
+	}
+	return 0;
+}
+
 int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 {
 	const struct hnsw_rec_hdr *r;
@@ -331,8 +362,45 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 	for (;;) {
 		switch (q->state) {
 		case ST_START:
+			if (src->uvec && q->level >= 1 && src->uvec[q->batch[0]]) {
+				/* Upper levels from the local upper vectors: no READ until level 0. */
+				uint64_t h0 = q->hops;
+				int rc;
+
+				q->cur = q->batch[0];
+				q->curd = q->kern(qvec(q), src->uvec[q->cur], q->vdim);
+				rc = upper_local(q, src);
+				src->hops += q->hops - h0;
+				if (rc)
+					return rc;
+				if (q->quant) {
+					rc = start_level0(q, src);
+					if (rc)
+						return rc;
+					break;
+				}
+				/* without codes level 0 starts from cur's neighbour list */
+				q->batch[0] = q->cur;
+				q->nbatch = 1;
+				return need(q, ST_L0_ENTRY);
+			}
 			/* First of all the entry point's record (batch set up by start). */
 			return need(q, ST_ENTRY);
+		case ST_L0_ENTRY: {
+			int rc;
+
+			r = hnsw_get(src, q->batch[0]);
+			if (!r)
+				return -EIO;
+			off = keep_nbrs(q, r);
+			if (off < 0)
+				return (int)off;
+			q->cur_off = (uint32_t)off;
+			rc = start_level0(q, src);
+			if (rc)
+				return rc;
+			break;
+		}
 		case ST_ENTRY:
 			/* The entry point's record arrived: score it, start the descent. */
 			r = hnsw_get(src, q->batch[0]);
