@@ -490,6 +490,7 @@ static int bind_index(struct worker *w)
 	w->src.n = d->n;
 	w->src.metric = d->p.metric;
 	w->src.upl = d->upl;
+	w->src.uvec = d->uvec;
 	w->src.entry = d->entry;
 	w->src.max_level = d->max_level;
 	w->src.get = stage_get;

@@ -302,7 +302,12 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
 	}
 	up = upper_words(idx, &up_words);
 	size_t qlen = idx->quant ? hnsw_quant_blob_size(idx->quant) : 0;
-	mlen = sizeof(*h) + up_words * 4 + qlen;
+	uint32_t uvn = 0;
+
+	for (uint32_t id = 0; id < idx->n; id++)
+		uvn += hnsw_rec(idx, id)->level > 0;
+	size_t uvlen = (size_t)uvn * idx->vdim * sizeof(float);
+	mlen = sizeof(*h) + up_words * 4 + qlen + uvlen;
 	meta = calloc(1, mlen);
 	if (!up || !meta) {
 		free(up);
@@ -334,6 +339,21 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx,
 		hnsw_quant_blob(idx->quant, meta + sizeof(*h) + up_words * 4);
 	h->q_crc = crc(meta + sizeof(*h) + up_words * 4, qlen);
 	h->up_crc = crc(up, up_words * 4);
+	{
+		float *uv = (float *)(meta + sizeof(*h) + up_words * 4 + qlen);
+
+		for (uint32_t id = 0, j = 0; id < idx->n; id++) {
+			const struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
+
+			if (!r->level)
+				continue;
+			memcpy(uv + (size_t)j * idx->vdim, hnsw_rec_vec(r, idx->vec_off),
+			       (size_t)idx->vdim * sizeof(float));
+			j++;
+		}
+		h->uv_nodes = uvn;
+		h->uv_crc = crc(uv, uvlen);
+	}
 	h->hdr_crc = crc(h, offsetof(struct dindex_meta_hdr, hdr_crc));
 	free(up);
 	/* Metadata last: a compute node that sees it sees a complete index. */
@@ -358,6 +378,8 @@ void dindex_free(struct dindex *d)
 	free(d->block_mn);
 	free(d->block_addr);
 	hnsw_quant_free(d->quant);
+	free(d->uv_store);
+	free(d->uvec);
 	free(d);
 }
 
@@ -414,8 +436,8 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	    h.rec_size != hnsw_rec_size(h.M, h.vdim, h.code_bytes) || h.n == 0 ||
 	    h.nblocks != ((uint64_t)h.n + (1ull << h.block_shift) - 1) >> h.block_shift ||
 	    h.entry >= h.n || h.max_level < 0 || h.max_level > (int)HNSW_MAX_LEVEL ||
-	    h.up_words > (len - sizeof(h)) / 4 ||
-	    len != sizeof(h) + h.up_words * 4 + h.q_len ||
+	    h.up_words > (len - sizeof(h)) / 4 || h.uv_nodes > h.n ||
+	    len != sizeof(h) + h.up_words * 4 + h.q_len + (uint64_t)h.uv_nodes * h.vdim * 4 ||
 	    crc(meta + sizeof(h), h.up_words * 4) != h.up_crc ||
 	    crc(meta + sizeof(h) + h.up_words * 4, h.q_len) != h.q_crc) {
 		snprintf(err, errlen, "index metadata: inconsistent geometry or checksum");
@@ -430,6 +452,22 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 			snprintf(err, errlen, "index metadata: quantizer dimension mismatch");
 			return -EBADMSG;
 		}
+	}
+	{
+		const uint8_t *uv = meta + sizeof(h) + h.up_words * 4 + h.q_len;
+		size_t uvlen = (size_t)h.uv_nodes * h.vdim * 4;
+
+		if (crc(uv, uvlen) != h.uv_crc) {
+			snprintf(err, errlen, "index metadata: upper-level vectors checksum");
+			return -EBADMSG;
+		}
+		d->uv_store = malloc(uvlen ? uvlen : 4);
+		d->uvec = calloc(h.n, sizeof(*d->uvec));
+		if (!d->uv_store || !d->uvec) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(d->uv_store, uv, uvlen);
 	}
 	d->code_bytes = h.code_bytes;
 	d->vdim = h.vdim;
@@ -476,6 +514,20 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	}
 	if (h.max_level > 0 && !d->upl[h.entry])
 		goto bad_up;
+	/* upper-level vectors: one per node of the upper area, in its (id) order */
+	{
+		uint32_t j = 0;
+
+		for (uint32_t id = 0; id < h.n; id++) {
+			if (!d->upl[id])
+				continue;
+			if (j >= h.uv_nodes)
+				goto bad_up;
+			d->uvec[id] = d->uv_store + (size_t)j++ * h.vdim;
+		}
+		if (j != h.uv_nodes)
+			goto bad_up;
+	}
 	/* Every node an upper list names must itself have upper lists down to that level. */
 	for (uint32_t id = 0; id < h.n; id++) {
 		if (!d->upl[id])

@@ -8,8 +8,11 @@
  * Metadata object: header (struct dindex_meta_hdr, little-endian, crc32 of the rest of the
  * header in hdr_crc) | upper area (up_words u32: per node of level >= 1: id, level, then
  * level lists of 1 + M words), its crc32 in up_crc | the quantizer blob of the neighbour
- * codes (q_len bytes, crc32 in q_crc; none without codes). The header carries the record
- * layout version and the code kind: a compute node refuses any other layout.
+ * codes (q_len bytes, crc32 in q_crc; none without codes) | the stored vectors (vdim f32,
+ * rotated with codes) of the uv_nodes nodes of level >= 1, in the upper area's order (crc32
+ * in uv_crc): compute nodes keep them, so that the descent through the upper levels needs no
+ * READ (about 1/M of the vectors). The header carries the record layout version and the code
+ * kind: a compute node refuses any other layout.
  *
  * This module also holds the connections a process keeps to every memory node (a control
  * channel each) and the block table a compute node uses to turn a node id into
@@ -38,10 +41,12 @@ struct dindex_meta_hdr {
 	uint32_t code_bytes, vdim;
 	uint32_t q_crc;
 	uint64_t q_len;            /* quantizer blob after the upper area */
+	uint32_t uv_nodes;         /* upper-level vectors after the blob */
+	uint32_t uv_crc;
 	uint32_t reserved;
 	uint32_t hdr_crc;          /* crc32 of the bytes before it */
 };
-_Static_assert(sizeof(struct dindex_meta_hdr) == 104, "meta header layout");
+_Static_assert(sizeof(struct dindex_meta_hdr) == 112, "meta header layout");
 
 /* One process's connections to the memory nodes. */
 struct mn_link {
@@ -83,6 +88,8 @@ struct dindex {
 	uint32_t n, rec_size, nblocks, entry;
 	uint32_t code_bytes, vec_off, vdim;  /* record geometry (hnsw_layout.h) */
 	struct hnsw_quant *quant;  /* neighbour codes, or NULL */
+	float *uv_store;           /* stored vectors of the level >= 1 nodes */
+	const float **uvec;        /* per node: its vector in uv_store, or NULL (level 0) */
 	int max_level;
 	uint32_t *up_store;
 	uint32_t **upl;            /* per node: upper lists or NULL */
