@@ -5,8 +5,9 @@
 # compute nodes, each node in its own network namespace joined by veth links rate-limited
 # with tc (default 1gbit), tcp transport. For each layout and cache setting (0%, 10% of that
 # layout's index, and 10% of the no-codes index in bytes for both: equal bytes) it runs a
-# warm-up pass and a measured pass of the same query stream with `dmann bench --json`, and
-# for codes also beams b = 1, 2, 4 (candidates expanded per round trip) at cache 0%. Writes
+# warm-up pass and a measured pass of the same query stream with `dmann bench --json` (and
+# at 10% once more with admission probability 1.0 instead of the default 0.1), and for codes
+# also beams b = 1, 2, 4 (candidates expanded per round trip) at cache 0% and 10%. Writes
 # the tables between <!-- BEGIN cluster-codes --> markers of docs/benchmarks.md, with every
 # ratio taken between runs of the same invocation.
 #
@@ -57,6 +58,7 @@ for c in none rabitq; do
 	run $c "cache 0%" --cache-ratio 0
 	run $c "cache 10%" --cache-ratio 10%
 	run $c "equal bytes" --cache-mib "$EQ_MIB"
+	run $c "cache 10% admit 1.0" --cache-ratio 10% --admit 1.0
 	if [ $c = rabitq ]; then
 		run $c "b=2 cache 0%" --cache-ratio 0 --beam 2
 		run $c "b=4 cache 0%" --cache-ratio 0 --beam 4
