@@ -205,32 +205,6 @@ Test(hnsw, recall_ip)
 	free(x);
 }
 
-/* The bounded kernel of the greedy steps: bit-identical when not abandoned, and a partial
- * score above the bound when abandoned. */
-Test(hnsw, bounded_kernel)
-{
-	float a[1000], b[1000];
-	rs = 77;
-	for (int i = 0; i < 1000; i++) {
-		a[i] = gauss();
-		b[i] = gauss();
-	}
-	for (int m = 0; m < 3; m++) {
-		enum dm_metric me = m == 0 ? DM_METRIC_L2 : m == 1 ? DM_METRIC_IP : DM_METRIC_COS;
-		hnsw_kernel_fn k = hnsw_kernel_for(me);
-		hnsw_bkernel_fn bk = hnsw_bkernel_for(me);
-		for (size_t d = 1; d <= 1000; d += (d < 70 ? 1 : 37)) {
-			float full = k(a, b, d);
-			cr_assert_eq(bk(a, b, d, INFINITY), full, "dim %zu", d);
-			cr_assert_eq(bk(a, b, d, full), full, "dim %zu at its own bound", d);
-			if (me != DM_METRIC_L2)
-				continue;   /* a partial dot product bounds nothing: never abandoned */
-			float part = bk(a, b, d, full * 0.1f);
-			cr_assert(part > full * 0.1f && part <= full, "dim %zu: %g of %g", d, part, full);
-		}
-	}
-}
-
 /* ---- neighbour codes (RaBitQ) ------------------------------------------------------------ */
 
 /* recall@10 >= 0.95 at the stated ef with codes; hits carry exact distances (checked). */

@@ -100,10 +100,6 @@ uint32_t hnsw_draw_level(uint64_t seed, uint32_t id, uint32_t M);
 
 /* Best raw kernel for the metric on this CPU (AVX+FMA when available). */
 hnsw_kernel_fn hnsw_kernel_for(enum dm_metric m);
-/* The same kernel with a bound (greedy steps): for l2 it may stop early and return a partial
- * score > bound; a score it returns <= bound is bit-identical to hnsw_kernel_for's. */
-typedef float (*hnsw_bkernel_fn)(const float *a, const float *b, size_t dim, float bound);
-hnsw_bkernel_fn hnsw_bkernel_for(enum dm_metric m);
 /* Convert a raw kernel score into the metric's distance (adds 1 for cosine). */
 static inline float hnsw_score_to_dist(enum dm_metric m, float s)
 {

@@ -248,7 +248,6 @@ int hnsw_query_start_b(struct hnsw_query *q, const struct hnsw_src *src, const f
 	if (q->metric != src->metric || !q->kern) {
 		q->metric = src->metric;
 		q->kern = hnsw_kernel_for(src->metric);
-		q->bkern = hnsw_bkernel_for(src->metric);
 	}
 	memcpy(q->q, vec, (size_t)q->dim * sizeof(float));
 	if (src->metric == DM_METRIC_COS && dm_normalize(q->q, q->dim) < 0)
@@ -341,7 +340,7 @@ static int upper_local(struct hnsw_query *q, const struct hnsw_src *src)
 
 			if (!v)
 				return -EIO;
-			d = q->bkern(qvec(q), v, q->vdim, q->curd);
+			d = q->kern(qvec(q), v, q->vdim);
 			q->dist_evals++;
 			if (d < q->curd) {
 				q->curd = d;
@@ -434,7 +433,7 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 				r = hnsw_get(src, q->batch[j]);
 				if (!r)
 					return -EIO;
-				d = q->bkern(qvec(q), hnsw_rec_vec(r, q->vec_off), q->vdim, q->curd);
+				d = q->kern(qvec(q), hnsw_rec_vec(r, q->vec_off), q->vdim);
 				q->dist_evals++;
 				if (d < q->curd) {
 					q->curd = d;

@@ -37,7 +37,6 @@ struct hnsw_query {
 	uint32_t dim, M, n, k, ef;
 	enum dm_metric metric;
 	hnsw_kernel_fn kern;
-	hnsw_bkernel_fn bkern;    /* greedy steps on the upper levels */
 	float *q;                 /* the query (normalised for cos) */
 	/* state */
 	int state, level;

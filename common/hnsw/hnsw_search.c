@@ -28,7 +28,6 @@ struct hnsw_searcher {
 	uint32_t qdim, qrot_cap;
 	enum dm_metric kmetric;
 	hnsw_kernel_fn kern;
-	hnsw_bkernel_fn bkern;      /* greedy steps on the upper levels */
 	struct hnsw_l0 l0;          /* level-0 search with codes */
 };
 
@@ -109,7 +108,6 @@ struct hnsw_searcher *hnsw_searcher_new(uint32_t nodes, uint32_t dim)
 		goto err_free;
 	s->kmetric = DM_METRIC_L2;
 	s->kern = hnsw_kernel_for(DM_METRIC_L2);
-	s->bkern = hnsw_bkernel_for(DM_METRIC_L2);
 	return s;
 
 err_free:
@@ -190,7 +188,7 @@ static int greedy_upper(struct hnsw_src *src, struct hnsw_searcher *s, const flo
 			const struct hnsw_rec_hdr *r = hnsw_get(src, w[1 + j]);
 			if (dm_unlikely(!r))
 				return -EIO;
-			float d = s->bkern(q, hnsw_rec_vec(r, src->vec_off), dim, *curd);
+			float d = s->kern(q, hnsw_rec_vec(r, src->vec_off), dim);
 			src->dist_evals++;
 			if (d < *curd) {
 				*curd = d;
@@ -342,7 +340,6 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 	if (s->kmetric != src->metric) {
 		s->kmetric = src->metric;
 		s->kern = hnsw_kernel_for(src->metric);
-		s->bkern = hnsw_bkernel_for(src->metric);
 	}
 	if (hnsw_visited_reserve(&s->vis, src->n) < 0 || hnsw_heap_reserve(&s->res, (uint32_t)ef + 1) < 0)
 		return -ENOMEM;

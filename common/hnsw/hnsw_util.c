@@ -212,121 +212,16 @@ static float negdot_generic(const float *a, const float *b, size_t d)
 	return -dm_dot(a, b, d);
 }
 
-/* Bounded l2 (greedy steps on the upper levels only need "closer than the current node?"):
- * the same operations in the same order as l2_avx512 / l2_avx / dm_l2sq, so a distance that
- * is not abandoned is bit-identical to theirs; every 128 dimensions the partial sum is
- * compared with bound and returned if larger (the full distance can only be larger). */
-#define BOUND_STEP 128u
-
-__attribute__((target("avx512f"))) static float l2b_avx512(const float *a, const float *b, size_t d,
-							   float bound)
-{
-	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-	size_t i = 0, full = d & ~(size_t)31;
-	while (i < full) {
-		size_t stop = DM_MIN(full, i + BOUND_STEP);
-		for (; i < stop; i += 32) {
-			__m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i));
-			__m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16));
-			s0 = _mm512_fmadd_ps(d0, d0, s0);
-			s1 = _mm512_fmadd_ps(d1, d1, s1);
-		}
-		if (i < d) {
-			float part = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-			if (part > bound)
-				return part;
-		}
-	}
-	for (; i < d; i += 16) {
-		__mmask16 m = d - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d - i)) - 1);
-		__m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
-		s0 = _mm512_fmadd_ps(t, t, s0);
-	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-}
-
-__attribute__((target("avx,fma"))) static float l2b_avx(const float *a, const float *b, size_t d,
-							float bound)
-{
-	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-	size_t i = 0, full = d & ~(size_t)15;
-	while (i < full) {
-		size_t stop = DM_MIN(full, i + BOUND_STEP);
-		for (; i < stop; i += 16) {
-			__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
-			__m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
-			s0 = _mm256_fmadd_ps(d0, d0, s0);
-			s1 = _mm256_fmadd_ps(d1, d1, s1);
-		}
-		if (i < d) {
-			float part = hsum256(_mm256_add_ps(s0, s1));
-			if (part > bound)
-				return part;
-		}
-	}
-	if (i + 8 <= d) {
-		__m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
-		s0 = _mm256_fmadd_ps(d0, d0, s0);
-		i += 8;
-	}
-	float s = hsum256(_mm256_add_ps(s0, s1));
-	for (; i < d; i++) {
-		float t = a[i] - b[i];
-		s += t * t;
-	}
-	return s;
-}
-
-static float l2b_generic(const float *a, const float *b, size_t d, float bound)
-{
-	(void)bound;
-	return dm_l2sq(a, b, d);
-}
-
-static float negdot_b512(const float *a, const float *b, size_t d, float bound)
-{
-	(void)bound;
-	return negdot_avx512(a, b, d);
-}
-
-static float negdot_bavx(const float *a, const float *b, size_t d, float bound)
-{
-	(void)bound;
-	return negdot_avx(a, b, d);
-}
-
-static float negdot_bgeneric(const float *a, const float *b, size_t d, float bound)
-{
-	(void)bound;
-	return -dm_dot(a, b, d);
-}
-
-/* DMANN_ISA=scalar|avx2 caps the choice as for the kernels of distance.h (tests) */
-static int isa_level(void)
-{
-	const char *force = getenv("DMANN_ISA");
-	int cap = !force ? 2 : !strcmp(force, "scalar") ? 0 : !strcmp(force, "avx2") ? 1 : 2;
-	if (cap >= 2 && __builtin_cpu_supports("avx512f"))
-		return 2;
-	if (cap >= 1 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma"))
-		return 1;
-	return 0;
-}
-
 hnsw_kernel_fn hnsw_kernel_for(enum dm_metric m)
 {
-	int isa = isa_level();
+	/* DMANN_ISA=scalar|avx2 caps the choice as for the kernels of distance.h (tests) */
+	const char *force = getenv("DMANN_ISA");
+	int cap = !force ? 2 : !strcmp(force, "scalar") ? 0 : !strcmp(force, "avx2") ? 1 : 2;
+	bool avx512 = cap >= 2 && __builtin_cpu_supports("avx512f");
+	bool avx = cap >= 1 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
 	if (m == DM_METRIC_L2)
-		return isa == 2 ? l2_avx512 : isa == 1 ? l2_avx : dm_l2sq;
-	return isa == 2 ? negdot_avx512 : isa == 1 ? negdot_avx : negdot_generic;
-}
-
-hnsw_bkernel_fn hnsw_bkernel_for(enum dm_metric m)
-{
-	int isa = isa_level();
-	if (m == DM_METRIC_L2)
-		return isa == 2 ? l2b_avx512 : isa == 1 ? l2b_avx : l2b_generic;
-	return isa == 2 ? negdot_b512 : isa == 1 ? negdot_bavx : negdot_bgeneric;
+		return avx512 ? l2_avx512 : avx ? l2_avx : dm_l2sq;
+	return avx512 ? negdot_avx512 : avx ? negdot_avx : negdot_generic;
 }
 
 /* ---- CRC32C ------------------------------------------------------------------------------ */
