@@ -362,9 +362,12 @@ struct dm_wire_q_search {      /* Q_SEARCH request, followed by dim little-endia
 	uint32_t k;
 	uint32_t ef;
 	uint32_t dim;
-	uint32_t flags;            /* 0 */
+	uint32_t flags;            /* bits 0-6: beam b (0 = 1; level-0 candidates expanded per
+				      round trip with neighbour codes), other bits 0 */
 };
 _Static_assert(sizeof(struct dm_wire_q_search) == 24, "q_search layout");
+#define DM_Q_BEAM_MASK 0x7fu
+#define DM_Q_MAX_BEAM  16u
 
 struct dm_wire_q_result {      /* Q_SEARCH response, followed by n hits */
 	uint64_t qid;

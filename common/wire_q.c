@@ -59,7 +59,8 @@ int dm_wire_q_search_decode(const uint8_t *b, size_t len, struct dm_wire_q_searc
 	m->dim = dm_get_le32(b + 16);
 	m->flags = dm_get_le32(b + 20);
 	if (m->k == 0 || m->k > DM_Q_MAX_K || m->ef > DM_Q_MAX_EF || m->dim == 0 ||
-	    m->dim > DM_Q_MAX_DIM || m->flags)
+	    m->dim > DM_Q_MAX_DIM || (m->flags & ~DM_Q_BEAM_MASK) ||
+	    (m->flags & DM_Q_BEAM_MASK) > DM_Q_MAX_BEAM)
 		return -EBADMSG;
 	return 0;
 }

@@ -39,8 +39,12 @@ static __attribute__((unused)) uint64_t bound_s(unsigned s)
 
 /* The ids (k per query) of the local search of index image `index` with ef for every
  * query of `queries`; *nq gets the query count. */
-static __attribute__((unused)) int32_t *local_search_ids(const char *index, const char *queries,
-							  int k, int ef, uint32_t *nq)
+/* Ids of the local search (beam b, 1 = the plain search) of every query of a file; the index
+ * must have neighbour codes when need_codes is set. */
+static __attribute__((unused)) int32_t *local_search_ids_b(const char *index,
+							    const char *queries, int k, int ef,
+							    uint32_t beam, bool need_codes,
+							    uint32_t *nq)
 {
 	struct dm_vecs qv;
 	char err[512];
@@ -52,14 +56,16 @@ static __attribute__((unused)) int32_t *local_search_ids(const char *index, cons
 
 	idx = hnsw_load(index, err, sizeof(err));
 	cr_assert_not_null(idx, "%s", err);
+	if (need_codes)
+		cr_assert_not_null(idx->quant, "the index was built without neighbour codes");
 	cr_assert_eq(dm_vecs_read(queries, DM_VF_FBIN, &qv, err, sizeof(err)), 0, "%s", err);
 	hnsw_src_local(idx, &src);
 	s = hnsw_searcher_new(idx->n, idx->p.dim);
 	ids = calloc(qv.n * (size_t)k, sizeof(*ids));
 	cr_assert(h && s && ids);
 	for (uint64_t i = 0; i < qv.n; i++) {
-		int n = hnsw_search(&src, s, (const float *)qv.data + i * qv.dim, (size_t)k,
-				    (size_t)ef, h);
+		int n = hnsw_search_b(&src, s, (const float *)qv.data + i * qv.dim, (size_t)k,
+				      (size_t)ef, beam, h);
 
 		cr_assert_eq(n, k);
 		for (int j = 0; j < k; j++)
@@ -71,6 +77,12 @@ static __attribute__((unused)) int32_t *local_search_ids(const char *index, cons
 	hnsw_free(idx);
 	dm_vecs_free(&qv);
 	return ids;
+}
+
+static __attribute__((unused)) int32_t *local_search_ids(const char *index, const char *queries,
+							  int k, int ef, uint32_t *nq)
+{
+	return local_search_ids_b(index, queries, k, ef, 1, false, nq);
 }
 
 #endif

@@ -2,8 +2,9 @@
  * local search of the same index. The same binary runs inside the soft-RoCE VM with
  * DMANN_CLUSTER_TRANSPORT=verbs, DMANN_TEST_HOST=<rxe0's address> and
  * DMANN_CLUSTER_NODES="1 1" (one memory node, one compute node):
- *   - the cluster returns exactly the ids of the local search (same index, same ef), with
- *     the cache off and at 10%;
+ *   - the cluster returns exactly the ids of the local search (same index with RaBitQ
+ *     neighbour codes, the build default; same ef), with the cache off and at 10%, and with
+ *     a beam of 2 candidates per round trip;
  *   - a memory node killed during a query stream makes the affected queries fail with a
  *     clear error within a bounded time, nothing hangs, and once the node is back (it
  *     reloads its snapshot) the compute nodes serve again with the same answers. */
@@ -59,32 +60,34 @@ static void teardown(void)
 }
 
 /* Ids of the local search for every query of the data set. */
-static int32_t *local_ids(uint32_t *nq)
+static int32_t *local_ids(uint32_t *nq, uint32_t beam)
 {
 	char idx[256], q[256];
 
 	snprintf(idx, sizeof(idx), "%s/idx.hnsw", dir);
 	snprintf(q, sizeof(q), "%s/data/query.fbin", dir);
-	return local_search_ids(idx, q, K, EF, nq);
+	return local_search_ids_b(idx, q, K, EF, beam, true, nq);
 }
 
-static void bench_and_compare(const char *ratio, const int32_t *want, uint32_t nq)
+static void bench_and_compare(const char *ratio, const int32_t *want, uint32_t nq,
+			      uint32_t beam)
 {
 	struct dm_vecs got;
 	char p[256], err[512];
 	unsigned diff = 0;
 
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin "
-			"--gt %s/data/gt.ibin --k %d --ef %d --cache-ratio %s --out %s/ids.ibin",
-			dmann, dir, dir, dir, K, EF, ratio, dir), 0, "bench failed (cache %s)", ratio);
+			"--gt %s/data/gt.ibin --k %d --ef %d --cache-ratio %s --beam %u "
+			"--out %s/ids.ibin", dmann, dir, dir, dir, K, EF, ratio, beam, dir), 0,
+		     "bench failed (cache %s)", ratio);
 	snprintf(p, sizeof(p), "%s/ids.ibin", dir);
 	cr_assert_eq(dm_vecs_read(p, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(got.n, nq);
 	cr_assert_eq(got.dim, K);
 	for (uint64_t i = 0; i < (uint64_t)nq * K; i++)
 		diff += ((int32_t *)got.data)[i] != want[i];
-	cr_assert_eq(diff, 0, "cache %s: %u of %u ids differ from the local search", ratio, diff,
-		     nq * K);
+	cr_assert_eq(diff, 0, "cache %s beam %u: %u of %u ids differ from the local search", ratio,
+		     beam, diff, nq * K);
 	dm_vecs_free(&got);
 }
 
@@ -159,18 +162,21 @@ static void check_metrics(void)
 Test(cluster, same_ids_as_local_search)
 {
 	uint32_t nq;
-	int32_t *want = local_ids(&nq);
+	int32_t *want = local_ids(&nq, 1);
 
-	bench_and_compare("0", want, nq);
-	bench_and_compare("10%", want, nq);
+	bench_and_compare("0", want, nq, 1);
+	bench_and_compare("10%", want, nq, 1);
 	check_metrics();
+	free(want);
+	want = local_ids(&nq, 2);
+	bench_and_compare("10%", want, nq, 2);
 	free(want);
 }
 
 Test(cluster, survives_a_memory_node_failure)
 {
 	uint32_t nq;
-	int32_t *want = local_ids(&nq);
+	int32_t *want = local_ids(&nq, 1);
 	const char *nodes = getenv("DMANN_CLUSTER_NODES");
 	const char *victim = nodes && nodes[0] == '1' ? "mn0" : "mn1";
 	pid_t bench, mn;
@@ -237,6 +243,6 @@ Test(cluster, survives_a_memory_node_failure)
 			     "compute nodes do not serve after the memory node is back");
 		sleep(1);
 	}
-	bench_and_compare("10%", want, nq);
+	bench_and_compare("10%", want, nq, 1);
 	free(want);
 }

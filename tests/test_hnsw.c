@@ -6,6 +6,7 @@
 
 #include "distance.h"
 #include "hnsw/hnsw.h"
+#include "hnsw/hnsw_codes.h"
 #include "topk.h"
 
 #include <math.h>
@@ -170,7 +171,7 @@ Test(hnsw, recall_cos)
 	struct hnsw_index *idx = build(&p, x, n, 1);
 	/* stored vectors are normalised */
 	for (uint32_t i = 0; i < n; i += 97) {
-		const float *v = hnsw_rec_vec(hnsw_rec(idx, i), p.M);
+		const float *v = hnsw_rec_vec(hnsw_rec(idx, i), idx->vec_off);
 		cr_assert(fabsf(dm_norm(v, dim) - 1.0f) < 1e-4f, "record %u not normalised", i);
 	}
 	double r = recall_at(idx, q, nq, gt, k, 128, x);
@@ -201,6 +202,134 @@ Test(hnsw, recall_ip)
 	hnsw_free(idx);
 	free(gt);
 	free(gtl2);
+	free(x);
+}
+
+/* ---- neighbour codes (RaBitQ) ------------------------------------------------------------ */
+
+/* recall@10 >= 0.95 at the stated ef with codes; hits carry exact distances (checked). */
+static void recall_codes(enum dm_metric m, float shift, uint32_t ef, uint64_t seed)
+{
+	const uint32_t n = 5000, nq = 100, dim = 64, k = 10;
+	float *x = mixture(n + nq, dim, 16, 16, 0.2f, shift, seed);
+	const float *q = x + (size_t)n * dim;
+	uint64_t *gt = brute(m, x, n, q, nq, dim, k);
+	struct hnsw_params p = params(dim, m, 16, 100);
+	p.codes = HNSW_CODES_RABITQ;
+	struct hnsw_index *idx = build(&p, x, n, 2);
+	cr_assert(idx->quant && idx->code_bytes > 0 && idx->vdim >= dim);
+	double r = recall_at(idx, q, nq, gt, k, ef, x);
+	cr_log_info("codes %s: recall@10 at ef=%u = %.4f", dm_metric_name(m), ef, r);
+	cr_assert(r >= 0.95, "codes %s recall@10 at ef=%u: %.4f < 0.95", dm_metric_name(m), ef, r);
+	hnsw_free(idx);
+	free(gt);
+	free(x);
+}
+
+Test(hnsw, recall_codes_l2, .timeout = 120) { recall_codes(DM_METRIC_L2, 0.0f, 64, 11); }
+Test(hnsw, recall_codes_cos, .timeout = 120) { recall_codes(DM_METRIC_COS, 0.0f, 64, 12); }
+Test(hnsw, recall_codes_ip, .timeout = 120) { recall_codes(DM_METRIC_IP, 0.5f, 128, 13); }
+
+/* The estimates of a node's code list against exact distances: the error bound holds for
+ * most neighbours, and the estimates rank neighbours much like the exact scores. */
+Test(hnsw, codes_error_bound, .timeout = 120)
+{
+	const uint32_t n = 3000, nq = 20, dim = 96;
+	float *x = mixture(n + nq, dim, 8, 16, 0.3f, 0.0f, 21);
+	struct hnsw_params p = params(dim, DM_METRIC_L2, 16, 100);
+	p.codes = HNSW_CODES_RABITQ;
+	struct hnsw_index *idx = build(&p, x, n, 1);
+	struct hnsw_qest *e = hnsw_qest_new(idx->quant, p.M);
+	float *qr = malloc(idx->vdim * sizeof(float)), est[64], lb[64];
+	cr_assert(e && qr);
+	uint64_t total = 0, covered = 0;
+	double err2 = 0, d2 = 0;
+	for (uint32_t i = 0; i < nq; i++) {
+		hnsw_quant_rotate(idx->quant, x + (size_t)(n + i) * dim, qr);
+		for (uint32_t u = i; u < n; u += 97) {
+			const struct hnsw_rec_hdr *r = hnsw_rec(idx, u);
+			const float *uv = hnsw_rec_vec(r, idx->vec_off);
+			float du = dm_l2sq(qr, uv, idx->vdim);
+			hnsw_qest_list(e, qr, uv, du, hnsw_rec_codes(r, p.M), r->n0, est, lb);
+			for (uint32_t j = 0; j < r->n0; j++) {
+				uint32_t v = hnsw_rec_nbrs(r)[j];
+				float d = dm_l2sq(x + (size_t)(n + i) * dim, x + (size_t)v * dim, dim);
+				total++;
+				covered += lb[j] <= d * (1 + 1e-4f) + 1e-4f;
+				err2 += (double)(est[j] - d) * (est[j] - d);
+				d2 += (double)d * d;
+			}
+		}
+	}
+	double cov = (double)covered / (double)total, rel = sqrt(err2 / d2);
+	cr_log_info("codes: %llu estimates, lower bound holds for %.4f, relative rms error %.4f",
+		    (unsigned long long)total, cov, rel);
+	cr_assert(total > 1000);
+	cr_assert(cov >= 0.95, "lower bound holds for only %.4f of the estimates", cov);
+	cr_assert(rel < 0.25, "relative rms error %.4f", rel);
+	free(qr);
+	hnsw_qest_free(e);
+	hnsw_free(idx);
+	free(x);
+}
+
+/* A single-threaded build with codes has exactly the graph of the one without (the graph is
+ * built over the original vectors, the rotation comes after). */
+Test(hnsw, codes_same_graph, .timeout = 60)
+{
+	const uint32_t n = 2000, dim = 50;
+	float *x = mixture(n, dim, 8, 8, 0.2f, 0.0f, 9);
+	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 60);
+	struct hnsw_index *a = build(&p, x, n, 1);
+	p.codes = HNSW_CODES_RABITQ;
+	struct hnsw_index *b = build(&p, x, n, 1);
+	cr_assert_eq(a->entry, b->entry);
+	cr_assert_eq(a->max_level, b->max_level);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hnsw_rec_hdr *ra = hnsw_rec(a, i), *rb = hnsw_rec(b, i);
+		cr_assert_eq(ra->n0, rb->n0, "node %u", i);
+		cr_assert(!memcmp(hnsw_rec_nbrs(ra), hnsw_rec_nbrs(rb), ra->n0 * 4), "node %u", i);
+		for (uint32_t l = 1; l <= ra->level; l++)
+			cr_assert(!memcmp(hnsw_up_list(a, i, l), hnsw_up_list(b, i, l),
+					  (1 + p.M) * 4), "node %u level %u", i, l);
+	}
+	hnsw_free(a);
+	hnsw_free(b);
+	free(x);
+}
+
+/* Stored vectors are rotated (and normalised for cos); unrotating gives the originals, and
+ * every record has seq 0 and a matching CRC32C. */
+Test(hnsw, codes_records)
+{
+	const uint32_t n = 500, dim = 40;
+	float *x = mixture(n, dim, 4, 8, 0.2f, 0.0f, 5);
+	struct hnsw_params p = params(dim, DM_METRIC_COS, 8, 50);
+	p.codes = HNSW_CODES_RABITQ;
+	struct hnsw_index *idx = build(&p, x, n, 2);
+	float *o = malloc(idx->vdim * sizeof(float)), v[64];
+	for (uint32_t i = 0; i < n; i++) {
+		const struct hnsw_rec_hdr *r = hnsw_rec(idx, i);
+		cr_assert_eq(r->seq, 0);
+		cr_assert(hnsw_rec_stable(r, idx->rec_size), "record %u: CRC", i);
+		if (i % 50)
+			continue;
+		hnsw_quant_unrotate(idx->quant, hnsw_rec_vec(r, idx->vec_off), o);
+		memcpy(v, x + (size_t)i * dim, dim * sizeof(float));
+		dm_normalize(v, dim);
+		for (uint32_t j = 0; j < dim; j++)
+			cr_assert(fabsf(o[j] - v[j]) < 1e-4f, "record %u dim %u: %g vs %g", i, j, o[j], v[j]);
+	}
+	/* a flipped bit anywhere in the body fails the reader's check */
+	struct hnsw_rec_hdr *r = hnsw_rec(idx, 7);
+	((uint8_t *)r)[idx->rec_size - 70] ^= 1;
+	cr_assert(!hnsw_rec_stable(r, idx->rec_size));
+	((uint8_t *)r)[idx->rec_size - 70] ^= 1;
+	r->seq = 1;
+	cr_assert(!hnsw_rec_stable(r, idx->rec_size), "odd seq: a writer holds it");
+	r->seq = 0;
+	free(o);
+	hnsw_free(idx);
 	free(x);
 }
 
@@ -468,7 +597,7 @@ Test(hnsw, image_corruption_refused)
 	cr_assert(data_off % 4096 == 0 && data_off < len);
 	struct { size_t off; const char *want; } flips[] = {
 		{ 0, "magic" }, { 16, "header checksum" }, { 44, "header checksum" },
-		{ 130, "block table checksum" }, { 128 + 16 * 10 + 8, "upper area checksum" },
+		{ 162, "block table checksum" }, { 160 + 16 * 10 + 8, "upper area checksum" },
 		{ data_off - 1, "padding" }, { data_off + 3, "block 0 checksum" },
 		{ len - 5, "block 9 checksum" },
 	};
@@ -485,6 +614,13 @@ Test(hnsw, image_corruption_refused)
 		spit(p, img, cuts[i]);
 		refused(p, cuts[i] < 128 ? "truncated" : "truncated");
 	}
+	/* an image of the old record layout (format 1) names the rebuild command */
+	uint32_t fmt = 1, keepfmt;
+	memcpy(&keepfmt, img + 8, 4);
+	memcpy(img + 8, &fmt, 4);
+	spit(p, img, len);
+	refused(p, "dmann build");
+	memcpy(img + 8, &keepfmt, 4);
 	unsigned char *longer = malloc(len + 3);
 	memcpy(longer, img, len);
 	memset(longer + len, 0, 3);

@@ -1,5 +1,7 @@
 /* test_hnsw_query.c: the resumable K-NN search (the compute node's) returns exactly what
- * the local hnsw_search returns, and never reads a record outside the batch it asked for. */
+ * the local hnsw_search returns, and never reads a record outside the batch it asked for;
+ * without codes and with RaBitQ neighbour codes (beams 1, 2 and 4), where a level-0 batch
+ * is the candidates being expanded. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,10 +58,10 @@ static const struct hnsw_rec_hdr *strict_get(struct hnsw_src *s, uint32_t id)
 	return NULL;
 }
 
-static void check_metric(enum dm_metric m)
+static void check_metric(enum dm_metric m, enum hnsw_codes codes, uint32_t beam, bool upvec)
 {
 	struct hnsw_params p = { .dim = DIM, .metric = m, .M = 12, .ef_construction = 100,
-				 .seed = 42, .block_shift = 10 };
+				 .seed = 42, .block_shift = 10, .codes = codes };
 	float *base = randvecs(N, 1), *qs = randvecs(NQ, 2);
 	char err[256];
 	struct hnsw_index *idx = hnsw_build(&p, base, N, 1, NULL, NULL, err, sizeof(err));
@@ -76,6 +78,13 @@ static void check_metric(enum dm_metric m)
 	ss.s.get = strict_get;
 	ss.idx = idx;
 	ss.recs = malloc(1024 * (size_t)idx->rec_size);
+	/* the compute node's local vectors of the upper-level nodes */
+	const float **uv = calloc(N, sizeof(*uv));
+	for (uint32_t i = 0; i < N; i++)
+		if (hnsw_rec(idx, i)->level)
+			uv[i] = hnsw_rec_vec(hnsw_rec(idx, i), idx->vec_off);
+	if (upvec)
+		ss.s.uvec = uv;
 	se = hnsw_searcher_new(N, DIM);
 	q = hnsw_query_new(DIM);
 	cr_assert(se && q && ss.recs);
@@ -85,11 +94,11 @@ static void check_metric(enum dm_metric m)
 		int na, nb, nc, rc;
 		size_t ef = 16 + (size_t)(i % 5) * 30;
 
-		na = hnsw_search(&local, se, qs + (size_t)i * DIM, 10, ef, a);
+		na = hnsw_search_b(&local, se, qs + (size_t)i * DIM, 10, ef, beam, a);
 		cr_assert_eq(na, 10);
 
 		/* local source: records always readable */
-		cr_assert_eq(hnsw_query_start(q, &local, qs + (size_t)i * DIM, 10, ef), 0);
+		cr_assert_eq(hnsw_query_start_b(q, &local, qs + (size_t)i * DIM, 10, ef, beam), 0);
 		while ((rc = hnsw_query_step(q, &local)) == HNSW_Q_FETCH)
 			;
 		cr_assert_eq(rc, HNSW_Q_DONE);
@@ -97,14 +106,22 @@ static void check_metric(enum dm_metric m)
 
 		/* strict source: only the last batch readable */
 		ss.batches = 0;
-		cr_assert_eq(hnsw_query_start(q, &ss.s, qs + (size_t)i * DIM, 10, ef), 0);
-		while ((rc = hnsw_query_step(q, &ss.s)) == HNSW_Q_FETCH)
+		cr_assert_eq(hnsw_query_start_b(q, &ss.s, qs + (size_t)i * DIM, 10, ef, beam), 0);
+		while ((rc = hnsw_query_step(q, &ss.s)) == HNSW_Q_FETCH) {
+			if (codes && q->level == 0)
+				cr_assert_leq(q->nbatch, beam, "a level-0 batch is the expanded nodes");
 			cr_assert_eq(strict_fetch(&ss.s, q->batch, q->nbatch), 0);
+		}
 		cr_assert_eq(rc, HNSW_Q_DONE, "query %d: %d", i, rc);
 		nc = hnsw_query_results(q, c);
 		cr_assert_eq(ss.batches, q->fetches);
 		/* one round trip per hop, plus the entry point */
 		cr_assert_leq(q->fetches, q->hops + 1);
+		if (codes && upvec) {
+			/* records read = level-0 nodes expanded: no READ in the upper levels */
+			cr_assert_leq(q->fetched, q->hops, "query %d: %llu records read for %llu hops",
+				      i, (unsigned long long)q->fetched, (unsigned long long)q->hops);
+		}
 
 		cr_assert_eq(na, nb);
 		cr_assert_eq(na, nc);
@@ -116,15 +133,24 @@ static void check_metric(enum dm_metric m)
 	}
 	hnsw_query_free(q);
 	hnsw_searcher_free(se);
+	free(uv);
 	free(ss.recs);
 	hnsw_free(idx);
 	free(base);
 	free(qs);
 }
 
-Test(hnsw_query, same_results_as_local_search_l2) { check_metric(DM_METRIC_L2); }
-Test(hnsw_query, same_results_as_local_search_ip) { check_metric(DM_METRIC_IP); }
-Test(hnsw_query, same_results_as_local_search_cos) { check_metric(DM_METRIC_COS); }
+Test(hnsw_query, same_results_as_local_search_l2) { check_metric(DM_METRIC_L2, HNSW_CODES_NONE, 1, false); }
+Test(hnsw_query, same_results_as_local_search_ip) { check_metric(DM_METRIC_IP, HNSW_CODES_NONE, 1, false); }
+Test(hnsw_query, same_results_as_local_search_cos) { check_metric(DM_METRIC_COS, HNSW_CODES_NONE, 1, false); }
+Test(hnsw_query, codes_same_results_l2) { check_metric(DM_METRIC_L2, HNSW_CODES_RABITQ, 1, false); }
+Test(hnsw_query, codes_same_results_ip) { check_metric(DM_METRIC_IP, HNSW_CODES_RABITQ, 1, false); }
+Test(hnsw_query, codes_same_results_cos) { check_metric(DM_METRIC_COS, HNSW_CODES_RABITQ, 1, false); }
+Test(hnsw_query, codes_same_results_beam2) { check_metric(DM_METRIC_L2, HNSW_CODES_RABITQ, 2, true); }
+Test(hnsw_query, codes_same_results_beam4) { check_metric(DM_METRIC_L2, HNSW_CODES_RABITQ, 4, true); }
+Test(hnsw_query, codes_upper_vectors_l2) { check_metric(DM_METRIC_L2, HNSW_CODES_RABITQ, 1, true); }
+Test(hnsw_query, codes_upper_vectors_cos) { check_metric(DM_METRIC_COS, HNSW_CODES_RABITQ, 1, true); }
+Test(hnsw_query, upper_vectors_nocodes) { check_metric(DM_METRIC_L2, HNSW_CODES_NONE, 1, true); }
 
 Test(hnsw_query, bad_arguments)
 {

@@ -20,7 +20,7 @@ EF=${EF:-64}
 DMANN=$ROOT/$BUILD/cn/dmann
 WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}
 DATA=$WORK/fmnist
-IDX=$WORK/fmnist.hnsw
+IDX=$WORK/fmnist.v2.hnsw
 LC=$WORK/cluster-netns
 OUT=$WORK/cluster-results.jsonl
 
@@ -33,7 +33,7 @@ mkdir -p "$WORK"
 "$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true
 rm -rf "$LC"
 trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
-"$DMANN" local up --mn 2 --cn 2 --dir "$LC" --netns --rate "$RATE" --region-mb 160
+"$DMANN" local up --mn 2 --cn 2 --dir "$LC" --netns --rate "$RATE" --region-mb 320
 "$DMANN" load --config "$LC/cluster.ini" --index "$IDX"
 
 : >"$OUT"

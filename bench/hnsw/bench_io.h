@@ -2,6 +2,7 @@
 // the JSON result lines (same fields as `dmann search --json`), so the three libraries are
 // measured the same way: one thread, one query at a time, recall@k against the same gt.
 #pragma once
+#include <cmath>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -105,4 +106,25 @@ static std::vector<size_t> parse_efs(const char *s)
 		p = c + 1;
 	}
 	return v;
+}
+
+/* BENCH_METRIC=cos: the cosine metric as hnswlib/faiss serve it, inner product over
+ * normalised vectors (base and queries normalised here, as dmann does internally). */
+static inline bool bench_cos()
+{
+	const char *m = getenv("BENCH_METRIC");
+	return m && std::string(m) == "cos";
+}
+
+static inline void normalise_rows(Mat &m)
+{
+	for (uint32_t r = 0; r < m.n; r++) {
+		float *v = m.f.data() + (size_t)r * m.d;
+		double s = 0;
+		for (uint32_t j = 0; j < m.d; j++)
+			s += (double)v[j] * v[j];
+		float inv = s > 0 ? (float)(1.0 / sqrt(s)) : 0.0f;
+		for (uint32_t j = 0; j < m.d; j++)
+			v[j] *= inv;
+	}
 }

@@ -2,7 +2,8 @@
 //   faiss_driver build  BASE M EFC THREADS OUT     -> {"lib":"faiss","build_s":...}
 //   faiss_driver search OUT QUERY GT K EF[,EF...]  -> one JSON line per ef
 // Build threads through OpenMP (faiss' own parallel add); search with one OpenMP thread,
-// one query per call. L2 metric (Fashion-MNIST).
+// one query per call. L2 metric, or with BENCH_METRIC=cos inner product over normalised
+// vectors.
 #include "bench_io.h"
 #include <faiss/IndexHNSW.h>
 #include <faiss/index_io.h>
@@ -16,7 +17,9 @@ int main(int argc, char **argv)
 			Mat b = read_bin(argv[2], false);
 			int M = std::stoi(argv[3]), efc = std::stoi(argv[4]), T = std::stoi(argv[5]);
 			omp_set_num_threads(T);
-			faiss::IndexHNSWFlat idx(b.d, M);
+			if (bench_cos())
+				normalise_rows(b);
+			faiss::IndexHNSWFlat idx(b.d, M, bench_cos() ? faiss::METRIC_INNER_PRODUCT : faiss::METRIC_L2);
 			idx.hnsw.efConstruction = efc;
 			double t0 = now_s();
 			idx.add(b.n, b.f.data());
@@ -29,6 +32,8 @@ int main(int argc, char **argv)
 			omp_set_num_threads(1);
 			Mat q = read_bin(argv[3], false), gt = read_bin(argv[4], true);
 			size_t k = std::stoul(argv[5]);
+			if (bench_cos())
+				normalise_rows(q);
 			std::unique_ptr<faiss::Index> base(faiss::read_index(argv[2]));
 			auto *idx = dynamic_cast<faiss::IndexHNSWFlat *>(base.get());
 			if (!idx)

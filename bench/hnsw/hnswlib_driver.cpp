@@ -2,7 +2,8 @@
 //   hnswlib_driver build  BASE M EFC THREADS OUT     -> {"lib":"hnswlib","build_s":...}
 //   hnswlib_driver search OUT QUERY GT K EF[,EF...]  -> one JSON line per ef
 // Parallel build: THREADS std::threads pull ids from an atomic counter and call addPoint,
-// the way hnswlib's own examples (ParallelFor) build. L2 metric (Fashion-MNIST).
+// the way hnswlib's own examples (ParallelFor) build. L2 metric, or with BENCH_METRIC=cos
+// inner product over normalised vectors.
 #include "bench_io.h"
 #include <atomic>
 #include <hnswlib/hnswlib.h>
@@ -14,7 +15,11 @@ int main(int argc, char **argv)
 		if (argc == 7 && std::string(argv[1]) == "build") {
 			Mat b = read_bin(argv[2], false);
 			size_t M = std::stoul(argv[3]), efc = std::stoul(argv[4]), T = std::stoul(argv[5]);
-			hnswlib::L2Space space(b.d);
+			if (bench_cos())
+				normalise_rows(b);
+			hnswlib::L2Space l2(b.d);
+			hnswlib::InnerProductSpace ipsp(b.d);
+			hnswlib::SpaceInterface<float> &space = bench_cos() ? (hnswlib::SpaceInterface<float> &)ipsp : l2;
 			hnswlib::HierarchicalNSW<float> idx(&space, b.n, M, efc, 100);
 			double t0 = now_s();
 			std::atomic<size_t> next(0);
@@ -36,7 +41,11 @@ int main(int argc, char **argv)
 		if (argc == 7 && std::string(argv[1]) == "search") {
 			Mat q = read_bin(argv[3], false), gt = read_bin(argv[4], true);
 			size_t k = std::stoul(argv[5]);
-			hnswlib::L2Space space(q.d);
+			if (bench_cos())
+				normalise_rows(q);
+			hnswlib::L2Space l2(q.d);
+			hnswlib::InnerProductSpace ipsp(q.d);
+			hnswlib::SpaceInterface<float> &space = bench_cos() ? (hnswlib::SpaceInterface<float> &)ipsp : l2;
 			hnswlib::HierarchicalNSW<float> idx(&space, argv[2]);
 			sweep("hnswlib", q, gt, k, parse_efs(argv[6]), [&](size_t ef) { idx.setEf(ef); },
 			      [&](const float *v, size_t kk, int64_t *out) {

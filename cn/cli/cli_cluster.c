@@ -153,7 +153,8 @@ static void bench_usage(FILE *f)
 	fprintf(f, "usage: dmann bench --config C --query F --gt F --k 10 --ef 64 --cache-ratio R\n"
 		   "                   [--routing STRATEGY] [--zipf S] [--nq N] [--conns N] [--depth D]\n"
 		   "                   [--admit P] [--warmup N] [--batch N] [--pause N]\n"
-		   "                   [--spill-cache yes|no] [--only-cn I] [--out F] [--json]\n\n"
+		   "                   [--spill-cache yes|no] [--only-cn I] [--beam B] [--cache-mib M]\n"
+		   "                   [--out F] [--json]\n\n"
 		   "Send a query stream to the compute nodes of cluster C and report recall@k\n"
 		   "against the ground truth, throughput, client-side latency, the cache hit rate and\n"
 		   "the remote READs, bytes and round trips per query.\n\n"
@@ -162,6 +163,10 @@ static void bench_usage(FILE *f)
 		   "                   and keep that size until the next bench. keep: send no cache\n"
 		   "                   setting (nor index refresh): the compute nodes keep theirs\n"
 		   "                   (the cluster file's [cn] cache, or the last bench's)\n"
+		   "  --cache-mib M    cache size per compute node in MiB instead (to compare\n"
+		   "                   record layouts at equal bytes)\n"
+		   "  --beam B         with neighbour codes: level-0 candidates expanded per round\n"
+		   "                   trip (1..%u, default 1)\n"
 		   "  --routing S      none: each query runs on the compute node it is sent to\n"
 		   "                   (round robin); bestfit: the oracle's top-ranked node;\n"
 		   "                   balanced: fixed equal limits per batch; adaptive: limits\n"
@@ -183,7 +188,7 @@ static void bench_usage(FILE *f)
 		   "  --only-cn I      send every query to compute node I (e.g. the single-node\n"
 		   "                   reference of the offline cache split penalty)\n"
 		   "  --out F          write the result ids (ibin, nq x k) in stream order\n"
-		   "  --json           print one JSON object\n");
+		   "  --json           print one JSON object\n", DM_Q_MAX_BEAM);
 }
 
 struct bconn {
@@ -196,7 +201,7 @@ struct bench {
 	struct dm_xport *x;
 	struct dm_msgpool *pool;
 	struct bconn *conns;
-	uint32_t nconns, depth, k, ef, dim;
+	uint32_t nconns, depth, k, ef, dim, beam;
 	int only_cn;                 /* >= 0: the stream goes to this compute node only */
 	const float *queries;
 	const int32_t *gt;
@@ -256,7 +261,8 @@ static void *bench_thread(void *arg)
 			for (slot = 0; fl[slot].used; slot++)
 				;
 			s = (struct dm_wire_q_search){ .qid = ((uint64_t)slot << 48) | pos, .k = b->k,
-						       .ef = b->ef, .dim = b->dim };
+						       .ef = b->ef, .dim = b->dim,
+						       .flags = b->beam > 1 ? b->beam : 0 };
 			dm_wire_q_search_encode(msg, &s);
 			dm_wire_put_f32s(msg + sizeof(s), b->queries + (size_t)b->stream[pos] * b->dim,
 					 b->dim);
@@ -477,12 +483,14 @@ int dm_cmd_bench(int argc, char **argv)
 		{ "json", no_argument, 0, 'j' },         { "help", no_argument, 0, 'h' },
 		{ "batch", required_argument, 0, 'B' },  { "pause", required_argument, 0, 'P' },
 		{ "spill-cache", required_argument, 0, 'S' }, { "only-cn", required_argument, 0, 'O' },
+		{ "beam", required_argument, 0, 'b' },   { "cache-mib", required_argument, 0, 'M' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *qpath = NULL, *gtpath = NULL, *outpath = NULL;
 	unsigned long long k = 10, ef = 64, nq = 0, conns = 2, depth = 8, warmup = 0;
 	unsigned long long rbatch = 0, rpause = 0;   /* 0: keep the compute nodes' setting */
-	unsigned long long only_cn = ~0ull;
+	unsigned long long only_cn = ~0ull, beam = 1;
+	double cache_mib = -1;
 	uint32_t spill = DM_FWD_SPILL_KEEP;
 	double ratio = -1, zipf = 0, admit = 0.1;
 	int routing = DM_ROUTE_NONE;
@@ -512,6 +520,9 @@ int dm_cmd_bench(int argc, char **argv)
 		case 'B': if (dm_cli_parse_u64("bench", "--batch", optarg, 1, 1000000, &rbatch)) return 2; break;
 		case 'P': if (dm_cli_parse_u64("bench", "--pause", optarg, 1, 1000000, &rpause)) return 2; break;
 		case 'O': if (dm_cli_parse_u64("bench", "--only-cn", optarg, 0, DM_MAX_NODES - 1, &only_cn)) return 2; break;
+		case 'b': if (dm_cli_parse_u64("bench", "--beam", optarg, 1, DM_Q_MAX_BEAM, &beam)) return 2; break;
+		case 'M': if (dm_cli_parse_double("bench", "--cache-mib", optarg, 0, 1e7, &cache_mib)) return 2;
+			  ratio = 0; break;
 		case 'S':
 			if (!strcmp(optarg, "yes")) {
 				spill = DM_FWD_SPILL_YES;
@@ -588,6 +599,7 @@ int dm_cmd_bench(int argc, char **argv)
 		nq = qv.n;
 	b.k = (uint32_t)k;
 	b.ef = (uint32_t)ef;
+	b.beam = (uint32_t)beam;
 	b.dim = qv.dim;
 	b.depth = (uint32_t)depth;
 	b.queries = qv.data;
@@ -646,7 +658,8 @@ int dm_cmd_bench(int argc, char **argv)
 			ratio += (double)st0[i].capacity_bytes / (double)st0[i].index_bytes / cfg->n_cn;
 		} else if (!rc) {
 			qc = (struct dm_wire_q_config){
-				.cache_bytes = (uint64_t)(ratio * (double)st0[i].index_bytes),
+				.cache_bytes = cache_mib >= 0 ? (uint64_t)(cache_mib * 1048576.0) :
+					       (uint64_t)(ratio * (double)st0[i].index_bytes),
 				.admit_ppm = (uint32_t)(admit * 1e6), .flags = DM_Q_CONFIG_CLEAR };
 			dm_wire_q_config_encode(body, &qc);
 			rc = dm_rpc_call(&b.conns[i].ch, DM_OP_Q_CONFIG, body, sizeof(body), NULL, 0, NULL);
@@ -749,14 +762,17 @@ int dm_cmd_bench(int argc, char **argv)
 			       "\"hops_per_query\": %.2f, \"cache_ratio\": %.4f, \"k\": %llu, \"ef\": %llu, "
 			       "\"queries\": %llu, \"errors\": %llu, \"compute_nodes\": %u, "
 			       "\"memory_nodes\": %u, \"routing\": \"%s\", \"zipf\": %.2f, "
-			       "\"pauses\": %llu, \"spill_cache\": %s, \"only_cn\": %d}\n",
+			       "\"pauses\": %llu, \"spill_cache\": %s, \"only_cn\": %d, \"beam\": %llu, "
+			       "\"cache_mib\": %.1f, \"index_bytes\": %llu}\n",
 			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
 			       atomic_load(&b.reads) / dq,
 			       atomic_load(&b.bytes) / dq, atomic_load(&b.rtrips) / dq,
 			       atomic_load(&b.hops) / dq, ratio, k, ef, (unsigned long long)ok,
 			       (unsigned long long)errs, cfg->n_cn, cfg->n_mn,
 			       dm_route_name((uint32_t)routing), zipf, (unsigned long long)pauses,
-			       spill_on ? "true" : "false", b.only_cn);
+			       spill_on ? "true" : "false", b.only_cn, beam,
+			       cache_mib >= 0 ? cache_mib : ratio * (double)st0[0].index_bytes / 1048576.0,
+			       (unsigned long long)st0[0].index_bytes);
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
 			       "csp %s  routing %s (%.1f%% forwarded)  "

@@ -90,7 +90,7 @@ int dm_cmd_demo(int argc, char **argv)
 	}
 	fmnist = exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 	snprintf(data, sizeof(data), "%s/%s", dir, fmnist ? "fmnist" : "sift-gen");
-	snprintf(idx, sizeof(idx), "%s/%s.hnsw", dir, fmnist ? "fmnist" : "sift-gen");
+	snprintf(idx, sizeof(idx), "%s/%s.v2.hnsw", dir, fmnist ? "fmnist" : "sift-gen");
 	snprintf(lc, sizeof(lc), "%s/cluster", dir);
 	snprintf(cfg, sizeof(cfg), "%s/cluster.ini", lc);
 	snprintf(base, sizeof(base), "%s/base.fbin", data);
@@ -135,7 +135,7 @@ int dm_cmd_demo(int argc, char **argv)
 	}
 	{
 		char *a[] = { "local", "up", "--mn", "2", "--cn", "2", "--dir", lc, "--region-mb",
-			      fmnist ? "160" : "64", NULL };
+			      fmnist ? "320" : "128", NULL };
 
 		if (call(dm_cmd_local, "dmann local up (2 memory nodes, 2 compute nodes, loopback)",
 			 10, a))

@@ -20,7 +20,7 @@
 static void build_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann build --base F --metric l2|ip|cos --M 16 --efc 200 --threads T --out INDEX\n"
-		   "                   [--seed S] [--block-shift B] [--json]\n\n"
+		   "                   [--codes rabitq|none] [--seed S] [--block-shift B] [--json]\n\n"
 		   "Build an HNSW index (Malkov & Yashunin) over the vectors of F (fbin, fvecs, bvecs,\n"
 		   "u8bin, i8bin) and write its image to INDEX.\n\n"
 		   "  --base F         vector file\n"
@@ -29,7 +29,9 @@ static void build_usage(FILE *f)
 		   "  --efc E          efConstruction (1..100000, default %u)\n"
 		   "  --threads T      build threads (1..1024, default: online CPUs); 1 = deterministic\n"
 		   "  --out INDEX      index image to write\n"
-		   "  --seed S         seed of the level draws (default 42)\n"
+		   "  --codes C        neighbour codes in every record: rabitq (default; RaBitQ 1-bit\n"
+		   "                   codes, a search reads only the nodes it expands) or none\n"
+		   "  --seed S         seed of the level draws and the quantizer (default 42)\n"
 		   "  --block-shift B  2^B records per block (6..20, default %u)\n"
 		   "  --json           print the summary as one JSON object\n",
 		HNSW_MAX_M, HNSW_DEFAULT_M, HNSW_DEFAULT_EFC, HNSW_DEFAULT_BLOCK_SHIFT);
@@ -48,9 +50,11 @@ int dm_cmd_build(int argc, char **argv)
 		{ "threads", required_argument, 0, 't' }, { "out", required_argument, 0, 'o' },
 		{ "seed", required_argument, 0, 's' },   { "block-shift", required_argument, 0, 'B' },
 		{ "json", no_argument, 0, 'j' },         { "help", no_argument, 0, 'h' },
+		{ "codes", required_argument, 0, 'c' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *base = NULL, *out = NULL;
+	enum hnsw_codes codes = HNSW_CODES_RABITQ;
 	unsigned long long M = HNSW_DEFAULT_M, efc = HNSW_DEFAULT_EFC, seed = 42,
 			   bshift = HNSW_DEFAULT_BLOCK_SHIFT;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -95,6 +99,16 @@ int dm_cmd_build(int argc, char **argv)
 			if (dm_cli_parse_u64("build", "--block-shift", optarg, 6, 20, &bshift) < 0)
 				return 2;
 			break;
+		case 'c':
+			if (!strcmp(optarg, "rabitq")) {
+				codes = HNSW_CODES_RABITQ;
+			} else if (!strcmp(optarg, "none")) {
+				codes = HNSW_CODES_NONE;
+			} else {
+				fprintf(stderr, "dmann build: --codes '%s': expected rabitq or none\n", optarg);
+				return 2;
+			}
+			break;
 		case 'j':
 			json = true;
 			break;
@@ -137,7 +151,7 @@ int dm_cmd_build(int argc, char **argv)
 	}
 	struct hnsw_params p = { .dim = v.dim, .metric = metric, .M = (uint32_t)M,
 				 .ef_construction = (uint32_t)efc, .seed = seed,
-				 .block_shift = (uint32_t)bshift };
+				 .block_shift = (uint32_t)bshift, .codes = codes };
 	struct dm_progress *pg = dm_progress_start("build", v.n);
 	uint64_t t0 = dm_now_ns();
 	struct hnsw_index *idx = hnsw_build(&p, v.data, (uint32_t)v.n, (unsigned)threads,
@@ -160,13 +174,15 @@ int dm_cmd_build(int argc, char **argv)
 	double secs = (double)(t1 - t0) / 1e9;
 	if (json)
 		printf("{\"index\":\"%s\",\"n\":%u,\"dim\":%u,\"metric\":\"%s\",\"M\":%u,\"efc\":%u,"
-		       "\"threads\":%llu,\"build_s\":%.3f,\"max_level\":%d,\"bytes\":%lld}\n",
+		       "\"threads\":%llu,\"build_s\":%.3f,\"max_level\":%d,\"bytes\":%lld,"
+		       "\"codes\":\"%s\",\"rec_size\":%u}\n",
 		       out, idx->n, p.dim, dm_metric_name(metric), p.M, p.ef_construction, threads,
-		       secs, idx->max_level, size);
+		       secs, idx->max_level, size, codes ? "rabitq" : "none", idx->rec_size);
 	else
-		printf("built %s: %u x %u %s, M=%u efc=%u, %llu threads, %.3f s, %d levels, %lld bytes\n",
-		       out, idx->n, p.dim, dm_metric_name(metric), p.M, p.ef_construction, threads,
-		       secs, idx->max_level + 1, size);
+		printf("built %s: %u x %u %s, M=%u efc=%u, codes %s, %u-byte records, %llu threads, "
+		       "%.3f s, %d levels, %lld bytes\n",
+		       out, idx->n, p.dim, dm_metric_name(metric), p.M, p.ef_construction,
+		       codes ? "rabitq" : "none", idx->rec_size, threads, secs, idx->max_level + 1, size);
 	hnsw_free(idx);
 	return 0;
 }
@@ -176,7 +192,7 @@ int dm_cmd_build(int argc, char **argv)
 static void search_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann search --index INDEX --query F [--gt F] [--k 10] [--ef 64[,128...]]\n"
-		   "                    [--nq N] [--json]\n\n"
+		   "                    [--nq N] [--beam B] [--json]\n\n"
 		   "Search a local index image with one thread, one query at a time; print recall@k\n"
 		   "(with --gt), QPS and latency percentiles, one line per ef.\n\n"
 		   "  --index INDEX  image written by dmann build\n"
@@ -185,6 +201,7 @@ static void search_usage(FILE *f)
 		   "  --k K          neighbours per query (1..1000, default 10)\n"
 		   "  --ef E[,E...]  search breadth(s) (1..100000, default 64); ef < k is raised to k\n"
 		   "  --nq N         use only the first N queries\n"
+		   "  --beam B       with codes: candidates expanded per step (1..64, default 1)\n"
 		   "  --json         one JSON object per result line\n");
 }
 
@@ -226,10 +243,11 @@ int dm_cmd_search(int argc, char **argv)
 		{ "gt", required_argument, 0, 'g' },    { "k", required_argument, 0, 'k' },
 		{ "ef", required_argument, 0, 'e' },    { "nq", required_argument, 0, 'n' },
 		{ "json", no_argument, 0, 'j' },        { "help", no_argument, 0, 'h' },
+		{ "beam", required_argument, 0, 'b' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *ipath = NULL, *qpath = NULL, *gpath = NULL;
-	unsigned long long k = 10, efs[64] = { 64 }, nqmax = 0;
+	unsigned long long k = 10, efs[64] = { 64 }, nqmax = 0, beam = 1;
 	int nef = 1;
 	bool json = false;
 	int c;
@@ -257,6 +275,10 @@ int dm_cmd_search(int argc, char **argv)
 			break;
 		case 'n':
 			if (dm_cli_parse_u64("search", "--nq", optarg, 1, UINT32_MAX, &nqmax) < 0)
+				return 2;
+			break;
+		case 'b':
+			if (dm_cli_parse_u64("search", "--beam", optarg, 1, 64, &beam) < 0)
 				return 2;
 			break;
 		case 'j':
@@ -325,13 +347,14 @@ int dm_cmd_search(int argc, char **argv)
 	hnsw_src_local(idx, &src);
 	for (int e = 0; e < nef; e++) {
 		uint64_t found = 0;
-		src.hops = src.dist_evals = 0;
+		src.hops = src.dist_evals = src.est_evals = 0;
 		struct timespec c0, c1;
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 		uint64_t t0 = dm_now_ns();
 		for (uint64_t i = 0; i < nq; i++) {
 			uint64_t a = dm_now_ns();
-			int n = hnsw_search(&src, s, (const float *)q.data + i * q.dim, k, efs[e], hits);
+			int n = hnsw_search_b(&src, s, (const float *)q.data + i * q.dim, k, efs[e],
+					      (uint32_t)beam, hits);
 			lat[i] = dm_now_ns() - a;
 			if (n < 0) {
 				fprintf(stderr, "dmann search: query %llu: %s\n", (unsigned long long)i,
@@ -357,19 +380,21 @@ int dm_cmd_search(int argc, char **argv)
 		double p50 = (double)lat[nq / 2] / 1e3, p99 = (double)lat[DM_MIN(nq - 1, nq * 99 / 100)] / 1e3;
 		double qps = (double)nq / secs, recall = (double)found / (double)(nq * k);
 		double hops = (double)src.hops / (double)nq, evals = (double)src.dist_evals / (double)nq;
+		double ests = (double)src.est_evals / (double)nq;
 		if (json) {
 			printf("{\"ef\":%llu,\"k\":%llu,\"nq\":%llu,", efs[e], k, (unsigned long long)nq);
 			if (gpath)
 				printf("\"recall\":%.5f,", recall);
 			printf("\"qps\":%.1f,\"cpu_qps\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-			       "\"hops_per_query\":%.1f,\"dist_per_query\":%.1f}\n", qps, cpu_qps, p50, p99,
-			       hops, evals);
+			       "\"hops_per_query\":%.1f,\"dist_per_query\":%.1f,\"est_per_query\":%.1f,"
+			       "\"beam\":%llu,\"codes\":\"%s\"}\n", qps, cpu_qps, p50, p99,
+			       hops, evals, ests, beam, idx->quant ? "rabitq" : "none");
 		} else {
 			printf("ef=%-5llu k=%llu", efs[e], k);
 			if (gpath)
 				printf(" recall@%llu=%.4f", k, recall);
-			printf(" qps=%.0f cpu_qps=%.0f p50_us=%.1f p99_us=%.1f hops/q=%.1f dists/q=%.1f\n",
-			       qps, cpu_qps, p50, p99, hops, evals);
+			printf(" qps=%.0f cpu_qps=%.0f p50_us=%.1f p99_us=%.1f hops/q=%.1f dists/q=%.1f"
+			       " ests/q=%.1f\n", qps, cpu_qps, p50, p99, hops, evals, ests);
 		}
 		fflush(stdout);
 	}

@@ -479,7 +479,8 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 			q->err = -EINVAL;
 			return;
 		}
-	rc = hnsw_query_start(q->q, &w->src, vec, s.k, s.ef ? s.ef : s.k);
+	rc = hnsw_query_start_b(q->q, &w->src, vec, s.k, s.ef ? s.ef : s.k,
+				DM_MAX(1u, s.flags & DM_Q_BEAM_MASK));
 	if (rc) {
 		q->err = rc;
 		return;
@@ -523,7 +524,7 @@ static int bind_index(struct worker *w)
 		free(w->slot[i].hits);
 		w->slot[i] = (struct qslot){ 0 };
 	}
-	w->stage_recs = 2 * d->p.M + 1;
+	w->stage_recs = DM_MAX(2 * d->p.M + 1, DM_Q_MAX_BEAM);
 	w->stage_size = (size_t)w->stage_recs * d->rec_size;
 	w->stage_mem = aligned_alloc(64, DEPTH * w->stage_size);
 	free(w->wrs);
@@ -541,10 +542,14 @@ static int bind_index(struct worker *w)
 	w->src.dim = d->p.dim;
 	w->src.M = d->p.M;
 	w->src.rec_size = d->rec_size;
+	w->src.vec_off = d->vec_off;
+	w->src.vdim = d->vdim;
+	w->src.quant = d->quant;
 	w->src.block_shift = d->p.block_shift;
 	w->src.n = d->n;
 	w->src.metric = d->p.metric;
 	w->src.upl = d->upl;
+	w->src.uvec = d->uvec;
 	w->src.entry = d->entry;
 	w->src.max_level = d->max_level;
 	w->src.get = stage_get;

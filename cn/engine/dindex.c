@@ -336,7 +336,13 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 		}
 	}
 	up = upper_words(idx, &up_words);
-	mlen = sizeof(*h) + up_words * 4;
+	size_t qlen = idx->quant ? hnsw_quant_blob_size(idx->quant) : 0;
+	uint32_t uvn = 0;
+
+	for (uint32_t id = 0; id < idx->n; id++)
+		uvn += hnsw_rec(idx, id)->level > 0;
+	size_t uvlen = (size_t)uvn * idx->vdim * sizeof(float);
+	mlen = sizeof(*h) + up_words * 4 + qlen + uvlen;
 	meta = calloc(1, mlen);
 	if (!up || !meta) {
 		free(up);
@@ -358,8 +364,31 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 	h->max_level = idx->max_level;
 	h->redundancy = r;
 	h->up_words = up_words;
+	h->layout = HNSW_LAYOUT_VERSION;
+	h->codes = (uint32_t)idx->p.codes;
+	h->code_bytes = idx->code_bytes;
+	h->vdim = idx->vdim;
+	h->q_len = qlen;
 	memcpy(meta + sizeof(*h), up, up_words * 4);
+	if (idx->quant)
+		hnsw_quant_blob(idx->quant, meta + sizeof(*h) + up_words * 4);
+	h->q_crc = crc(meta + sizeof(*h) + up_words * 4, qlen);
 	h->up_crc = crc(up, up_words * 4);
+	{
+		float *uv = (float *)(meta + sizeof(*h) + up_words * 4 + qlen);
+
+		for (uint32_t id = 0, j = 0; id < idx->n; id++) {
+			const struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
+
+			if (!r->level)
+				continue;
+			memcpy(uv + (size_t)j * idx->vdim, hnsw_rec_vec(r, idx->vec_off),
+			       (size_t)idx->vdim * sizeof(float));
+			j++;
+		}
+		h->uv_nodes = uvn;
+		h->uv_crc = crc(uv, uvlen);
+	}
 	h->hdr_crc = crc(h, offsetof(struct dindex_meta_hdr, hdr_crc));
 	free(up);
 	/* Metadata last, then the publication: a compute node that sees generation gen sees
@@ -390,7 +419,24 @@ void dindex_free(struct dindex *d)
 	free(d->upl);
 	free(d->block_mn);
 	free(d->block_addr);
+	hnsw_quant_free(d->quant);
+	free(d->uv_store);
+	free(d->uvec);
 	free(d);
+}
+
+void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out)
+{
+	const float *v = hnsw_rec_vec(r, d->vec_off);
+
+	if (!d->quant) {
+		memcpy(out, v, d->p.dim * sizeof(float));
+		return;
+	}
+	float tmp[d->vdim];
+
+	hnsw_quant_unrotate(d->quant, v, tmp);
+	memcpy(out, tmp, d->p.dim * sizeof(float));
 }
 
 /* Validate the header and upper area and build the upper-list pointers. */
@@ -405,23 +451,69 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 		return -EBADMSG;
 	}
 	memcpy(&h, meta, sizeof(h));
+	if (!memcmp(h.magic, DINDEX_MAGIC, 8) && h.version == 1) {
+		snprintf(err, errlen, "index metadata of record layout v1: rebuild the index "
+			 "(dmann build --codes rabitq|none) and dmann load it again");
+		return -EBADMSG;
+	}
 	if (memcmp(h.magic, DINDEX_MAGIC, 8) || h.version != DINDEX_VERSION ||
 	    crc(&h, offsetof(struct dindex_meta_hdr, hdr_crc)) != h.hdr_crc) {
 		snprintf(err, errlen, "index metadata: bad magic, version or header checksum");
 		return -EBADMSG;
 	}
 	p = (struct hnsw_params){ .dim = h.dim, .metric = (enum dm_metric)h.metric, .M = h.M,
-				  .ef_construction = 1, .block_shift = h.block_shift };
-	if (hnsw_params_check(&p, err, errlen))
-		return -EBADMSG;
-	if (h.rec_size != hnsw_rec_size(h.M, h.dim) || h.n == 0 ||
-	    h.nblocks != ((uint64_t)h.n + (1ull << h.block_shift) - 1) >> h.block_shift ||
-	    h.entry >= h.n || h.max_level < 0 || h.max_level > (int)HNSW_MAX_LEVEL ||
-	    h.up_words != (len - sizeof(h)) / 4 || (len - sizeof(h)) % 4 ||
-	    crc(meta + sizeof(h), h.up_words * 4) != h.up_crc) {
-		snprintf(err, errlen, "index metadata: inconsistent geometry or upper-area checksum");
+				  .ef_construction = 1, .block_shift = h.block_shift,
+				  .codes = (enum hnsw_codes)h.codes };
+	if (h.layout != HNSW_LAYOUT_VERSION) {
+		snprintf(err, errlen, "index metadata: record layout %u, this dmann reads %u",
+			 h.layout, HNSW_LAYOUT_VERSION);
 		return -EBADMSG;
 	}
+	if (hnsw_params_check(&p, err, errlen))
+		return -EBADMSG;
+	bool codes = h.codes == HNSW_CODES_RABITQ;
+	if ((!codes && (h.code_bytes || h.vdim != h.dim || h.q_len)) ||
+	    (codes && (!h.q_len || h.q_len > len || h.vdim < h.dim || h.vdim > h.dim + 4096 ||
+		       h.code_bytes > (64u << 20))) ||
+	    h.rec_size != hnsw_rec_size(h.M, h.vdim, h.code_bytes) || h.n == 0 ||
+	    h.nblocks != ((uint64_t)h.n + (1ull << h.block_shift) - 1) >> h.block_shift ||
+	    h.entry >= h.n || h.max_level < 0 || h.max_level > (int)HNSW_MAX_LEVEL ||
+	    h.up_words > (len - sizeof(h)) / 4 || h.uv_nodes > h.n ||
+	    len != sizeof(h) + h.up_words * 4 + h.q_len + (uint64_t)h.uv_nodes * h.vdim * 4 ||
+	    crc(meta + sizeof(h), h.up_words * 4) != h.up_crc ||
+	    crc(meta + sizeof(h) + h.up_words * 4, h.q_len) != h.q_crc) {
+		snprintf(err, errlen, "index metadata: inconsistent geometry or checksum");
+		return -EBADMSG;
+	}
+	if (codes) {
+		d->quant = hnsw_quant_from_blob(meta + sizeof(h) + h.up_words * 4, h.q_len, h.dim,
+						p.metric, h.M, h.code_bytes, err, errlen);
+		if (!d->quant)
+			return -EBADMSG;
+		if (hnsw_quant_vdim(d->quant) != h.vdim) {
+			snprintf(err, errlen, "index metadata: quantizer dimension mismatch");
+			return -EBADMSG;
+		}
+	}
+	{
+		const uint8_t *uv = meta + sizeof(h) + h.up_words * 4 + h.q_len;
+		size_t uvlen = (size_t)h.uv_nodes * h.vdim * 4;
+
+		if (crc(uv, uvlen) != h.uv_crc) {
+			snprintf(err, errlen, "index metadata: upper-level vectors checksum");
+			return -EBADMSG;
+		}
+		d->uv_store = malloc(uvlen ? uvlen : 4);
+		d->uvec = calloc(h.n, sizeof(*d->uvec));
+		if (!d->uv_store || !d->uvec) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(d->uv_store, uv, uvlen);
+	}
+	d->code_bytes = h.code_bytes;
+	d->vdim = h.vdim;
+	d->vec_off = hnsw_rec_vec_off(h.M, h.code_bytes);
 	d->p = p;
 	d->n = h.n;
 	d->rec_size = h.rec_size;
@@ -464,6 +556,20 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	}
 	if (h.max_level > 0 && !d->upl[h.entry])
 		goto bad_up;
+	/* upper-level vectors: one per node of the upper area, in its (id) order */
+	{
+		uint32_t j = 0;
+
+		for (uint32_t id = 0; id < h.n; id++) {
+			if (!d->upl[id])
+				continue;
+			if (j >= h.uv_nodes)
+				goto bad_up;
+			d->uvec[id] = d->uv_store + (size_t)j++ * h.vdim;
+		}
+		if (j != h.uv_nodes)
+			goto bad_up;
+	}
 	/* Every node an upper list names must itself have upper lists down to that level. */
 	for (uint32_t id = 0; id < h.n; id++) {
 		if (!d->upl[id])

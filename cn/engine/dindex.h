@@ -9,7 +9,12 @@
  *
  * Metadata object: header (struct dindex_meta_hdr, little-endian, crc32 of the rest of the
  * header in hdr_crc) | upper area (up_words u32: per node of level >= 1: id, level, then
- * level lists of 1 + M words), its crc32 in up_crc.
+ * level lists of 1 + M words), its crc32 in up_crc | the quantizer blob of the neighbour
+ * codes (q_len bytes, crc32 in q_crc; none without codes) | the stored vectors (vdim f32,
+ * rotated with codes) of the uv_nodes nodes of level >= 1, in the upper area's order (crc32
+ * in uv_crc): compute nodes keep them, so that the descent through the upper levels needs no
+ * READ (about 1/M of the vectors). The header carries the record layout version and the code
+ * kind: a compute node refuses any other layout.
  *
  * This module also holds the connections a process keeps to every memory node (a control
  * channel each) and the block table a compute node uses to turn a node id into
@@ -21,10 +26,11 @@
 
 #include "cluster.h"
 #include "hnsw/hnsw.h"
+#include "hnsw/hnsw_codes.h"
 #include "rpc.h"
 
 #define DINDEX_MAGIC "DMIDXMT1"
-#define DINDEX_VERSION 1u
+#define DINDEX_VERSION 2u         /* 1: record layout v1, no codes */
 
 struct dindex_meta_hdr {
 	char magic[8];
@@ -34,9 +40,17 @@ struct dindex_meta_hdr {
 	uint32_t redundancy;
 	uint64_t up_words;
 	uint32_t up_crc;
+	uint32_t layout;           /* HNSW_LAYOUT_VERSION */
+	uint32_t codes;            /* enum hnsw_codes */
+	uint32_t code_bytes, vdim;
+	uint32_t q_crc;
+	uint64_t q_len;            /* quantizer blob after the upper area */
+	uint32_t uv_nodes;         /* upper-level vectors after the blob */
+	uint32_t uv_crc;
+	uint32_t reserved;
 	uint32_t hdr_crc;          /* crc32 of the bytes before it */
 };
-_Static_assert(sizeof(struct dindex_meta_hdr) == 72, "meta header layout");
+_Static_assert(sizeof(struct dindex_meta_hdr) == 112, "meta header layout");
 
 /* One process's connections to the memory nodes. */
 struct mn_link {
@@ -78,6 +92,10 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 struct dindex {
 	struct hnsw_params p;
 	uint32_t n, rec_size, nblocks, entry;
+	uint32_t code_bytes, vec_off, vdim;  /* record geometry (hnsw_layout.h) */
+	struct hnsw_quant *quant;  /* neighbour codes, or NULL */
+	float *uv_store;           /* stored vectors of the level >= 1 nodes */
+	const float **uvec;        /* per node: its vector in uv_store, or NULL (level 0) */
 	int max_level;
 	uint32_t *up_store;
 	uint32_t **upl;            /* per node: upper lists or NULL */
@@ -110,11 +128,15 @@ static inline void dindex_locate(const struct dindex *d, const struct mn_set *s,
 	*rkey = s->link[*mn].info.rkey;
 }
 
-/* Check a record read from a memory node: version, level and neighbour count bounds. */
+/* Check a record read from a memory node: stable (even seq), CRC32C of the body, level
+ * and neighbour count bounds. A torn or half-written record fails and is read again. */
 static inline bool dindex_rec_ok(const struct dindex *d, const struct hnsw_rec_hdr *r)
 {
-	return r->version == HNSW_REC_VERSION && r->level <= HNSW_MAX_LEVEL &&
-	       r->n0 <= 2 * d->p.M;
+	return r->level <= HNSW_MAX_LEVEL && r->n0 <= 2 * d->p.M &&
+	       hnsw_rec_stable(r, d->rec_size);
 }
+
+/* The original vector (dim floats) of a record's stored one (rotated with codes). */
+void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out);
 
 #endif

@@ -144,8 +144,7 @@ static int read_vectors(struct router *r, const struct dindex *d, const uint32_t
 				rc = -EIO;
 				goto out_dereg;
 			}
-			memcpy(out + (size_t)(i + j) * d->p.dim, hnsw_rec_vec(h, d->p.M),
-			       d->p.dim * sizeof(float));
+			dindex_rec_vector(d, h, out + (size_t)(i + j) * d->p.dim);
 		}
 	}
 	rc = 0;

@@ -9,11 +9,15 @@
  *                  SELECT-NEIGHBORS-HEURISTIC (Algorithm 4)
  *   hnsw_search.c  K-NN-SEARCH (Algorithm 5) over a record source (struct hnsw_src)
  *   hnsw_util.c    allocation, distance kernels, visited set, heaps
+ *   hnsw_codes.c   neighbour codes: the index's quantizer (common/quant RaBitQ), filling
+ *                  the code lists after a build, the per-expansion estimator
+ *   hnsw_l0.h      the level-0 search with codes shared by hnsw_search and hnsw_query
  *   hnsw_image.c   index image file (save/load, checksums, validation)
  *
  * Distances follow distance.h (smaller is closer; l2 squared, ip negated, cos = 1 - cos).
  * For the cosine metric the stored vectors and the queries are normalised and scored by
- * inner product.
+ * inner product. With codes the stored vectors are pre-rotated by the quantizer's
+ * orthogonal rotation (distances unchanged) and queries are rotated once per search.
  */
 #ifndef DM_HNSW_H
 #define DM_HNSW_H
@@ -36,7 +40,10 @@ struct hnsw_params {
 	uint32_t ef_construction;
 	uint64_t seed;            /* level draws */
 	uint32_t block_shift;     /* log2(records per block), 6..20 */
+	enum hnsw_codes codes;    /* neighbour codes (HNSW_CODES_NONE: no code area) */
 };
+
+struct hnsw_quant;           /* the index's quantizer (hnsw_codes.c) */
 
 /* Distance kernel used by the graph: the raw score (l2sq, or -dot for ip/cos). */
 typedef float (*hnsw_kernel_fn)(const float *a, const float *b, size_t dim);
@@ -45,6 +52,11 @@ struct hnsw_index {
 	struct hnsw_params p;
 	uint32_t n;               /* nodes 0..n-1 present */
 	uint32_t rec_size;
+	uint32_t code_bytes;      /* code area of a record (0 without codes) */
+	uint32_t vec_off;         /* vector offset in a record */
+	uint32_t vdim;            /* floats of a stored vector: dim, or the quantizer's padded
+				     dimension D (rotated vectors) */
+	struct hnsw_quant *quant; /* NULL without codes */
 	uint32_t nblocks;
 	uint8_t **blocks;         /* nblocks bases of (1 << block_shift) records (the last one
 				     only as many as exist) */
@@ -62,8 +74,10 @@ struct hnsw_index {
 /* Check params (dim, M, metric, efc, block_shift); 0 or -EINVAL with a message in err. */
 int hnsw_params_check(const struct hnsw_params *p, char *err, size_t errlen);
 
-/* Allocate an empty index with room for n nodes (records zeroed). NULL + errno. */
-struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n);
+/* Allocate an empty index with room for n nodes (records zeroed). With quant (codes), the
+ * records have its code area and rotated vectors, and the index owns quant on success (on
+ * failure the caller still does). NULL + errno. */
+struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n, struct hnsw_quant *quant);
 void hnsw_free(struct hnsw_index *idx);
 
 /* Record of node id (local index). */
@@ -99,7 +113,10 @@ typedef void (*hnsw_progress_fn)(void *arg, uint64_t done);
 
 /* Build an index over n row-major vectors with nthreads threads. With nthreads == 1 the
  * result depends only on (params, data). For cos, vectors are normalised (a zero vector is
- * an error). NULL + errno on failure, with a message in err. */
+ * an error). With codes: the quantizer is trained on the first rows (seeded by p->seed),
+ * vectors are stored rotated, the graph is built with exact distances, then every node's
+ * code list is filled (nthreads threads). Every record's CRC is set, seq = 0. NULL +
+ * errno on failure, with a message in err. */
 struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, uint32_t n,
 			      unsigned nthreads, hnsw_progress_fn progress, void *parg,
 			      char *err, size_t errlen);
@@ -125,16 +142,23 @@ void hnsw_insert(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t id);
  * keeps only the last batch uses the resumable hnsw_query.h instead. */
 struct hnsw_src {
 	uint32_t dim, M, rec_size, block_shift, n;
+	uint32_t vec_off;             /* vector offset in a record */
+	uint32_t vdim;                /* floats of a stored vector (kernel length) */
 	enum dm_metric metric;
+	const struct hnsw_quant *quant;   /* neighbour codes, or NULL: exact scoring */
 	uint8_t *const *blocks;
 	uint32_t *const *upl;         /* upper lists, always local */
+	const float *const *uvec;     /* optional: local stored vectors of the nodes of level >= 1
+					 (NULL entries for the others); with it the resumable
+					 query descends the upper levels without fetching */
 	uint32_t entry;
 	int max_level;
 	int (*fetch)(struct hnsw_src *s, const uint32_t *ids, size_t nids);
 	const struct hnsw_rec_hdr *(*get)(struct hnsw_src *s, uint32_t id);
 	void *ctx;
-	/* counters (per source) */
-	uint64_t hops, dist_evals;
+	/* counters (per source): hops = expanded nodes, dist_evals = exact distances,
+	 * est_evals = code estimates */
+	uint64_t hops, dist_evals, est_evals;
 };
 
 /* The one accessor the search uses to read a record. */
@@ -160,6 +184,10 @@ void hnsw_searcher_free(struct hnsw_searcher *s);
  * -EINVAL for a zero query under cos). */
 int hnsw_search(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, size_t k,
 		size_t ef, struct dm_hit *out);
+/* The same with beam b >= 1: with codes, each step expands the best b unexpanded
+ * candidates (one fetch of b records; b = 1 is hnsw_search). Without codes b is ignored. */
+int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, size_t k,
+		  size_t ef, uint32_t b, struct dm_hit *out);
 
 /* ---- image (hnsw_image.c) --------------------------------------------------------------- */
 
@@ -169,8 +197,8 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
  * EINVAL/EIO...) with a message naming the file and the problem in err. */
 struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen);
 
-/* Structural check of a whole index (levels, counts, id bounds, upper lists); 0 or
- * -EINVAL with a message. */
+/* Structural check of a whole index (record seq and CRC, levels, counts, id bounds, upper
+ * lists); 0 or -EINVAL with a message. */
 int hnsw_validate(const struct hnsw_index *idx, char *err, size_t errlen);
 
 #endif

@@ -1,12 +1,16 @@
 /* hnsw_image.c: the HNSW index image file. One file holds everything a memory node needs to
  * serve the index and a compute node needs to search it:
  *
- *   header (128 bytes): magic "DMANNHNW", format version, parameters, geometry, entry
- *                       point, offsets, checksums of block table and upper area, and a
- *                       CRC32 of the header itself (last 4 bytes)
+ *   header (160 bytes): magic "DMANNHNW", format version, record layout version, code
+ *                       kind, parameters, geometry, entry point, offsets, checksums of
+ *                       block table, upper area and quantizer, and a CRC32 of the header
+ *                       itself (last 4 bytes)
  *   block table:        per block {u64 file offset, u32 records, u32 CRC32 of its bytes}
  *   upper area:         the upper-level lists (format in hnsw_layout.h)
+ *   quantizer:          the serialised quantizer of the neighbour codes (none without)
  *   blocks:             at a 4096-aligned offset, the records of each block back to back
+ *
+ * Format 1 (record layout v1: no seq, CRC or codes) is refused with the rebuild command.
  *
  * All integers little-endian (the only byte order dmann runs on: x86-64 / aarch64 LE).
  * The loader checks every size, offset and checksum before trusting anything, then
@@ -22,9 +26,10 @@
 #include <zlib.h>
 
 #define IMG_MAGIC   "DMANNHNW"
-#define IMG_FORMAT  1u
-#define IMG_HDR     128u
+#define IMG_FORMAT  2u
+#define IMG_HDR     160u
 #define IMG_ALIGN   4096u
+#define IMG_MAX_QBLOB (64u << 20)
 
 struct img_hdr {
 	char magic[8];
@@ -39,10 +44,15 @@ struct img_hdr {
 	uint64_t up_words;     /* words of the image's upper area (with id/level prefixes) */
 	uint64_t btab_off, up_off, data_off, file_size;
 	uint32_t btab_crc, up_crc;
-	uint8_t reserved[12];
-	uint32_t hdr_crc;      /* CRC32 of the 124 bytes before it */
+	uint32_t layout;       /* HNSW_LAYOUT_VERSION */
+	uint32_t codes;        /* enum hnsw_codes */
+	uint32_t code_bytes, vdim;
+	uint64_t q_off, q_len; /* quantizer blob (q_len 0 without codes) */
+	uint32_t q_crc;
+	uint8_t reserved[8];
+	uint32_t hdr_crc;      /* CRC32 of the 156 bytes before it */
 };
-_Static_assert(sizeof(struct img_hdr) == IMG_HDR, "image header is 128 bytes");
+_Static_assert(sizeof(struct img_hdr) == IMG_HDR, "image header is 160 bytes");
 
 struct img_block {
 	uint64_t off;
@@ -121,11 +131,16 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 		return -ENOMEM;
 	}
 	struct img_block *bt = calloc(idx->nblocks, sizeof(*bt));
-	if (!bt) {
+	size_t qlen = idx->quant ? hnsw_quant_blob_size(idx->quant) : 0;
+	void *qb = malloc(qlen ? qlen : 1);
+	if (!bt || !qb) {
 		snprintf(err, errlen, "%s: out of memory", path);
 		rc = -ENOMEM;
+		free(qb);
 		goto err_free_up;
 	}
+	if (idx->quant)
+		hnsw_quant_blob(idx->quant, qb);
 	struct img_hdr h;
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, IMG_MAGIC, 8);
@@ -143,9 +158,16 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 	h.entry = idx->entry;
 	h.max_level = idx->max_level;
 	h.up_words = up_words;
+	h.layout = HNSW_LAYOUT_VERSION;
+	h.codes = (uint32_t)idx->p.codes;
+	h.code_bytes = idx->code_bytes;
+	h.vdim = idx->vdim;
 	h.btab_off = IMG_HDR;
 	h.up_off = h.btab_off + (uint64_t)idx->nblocks * sizeof(*bt);
-	h.data_off = DM_ALIGN_UP(h.up_off + up_words * 4, IMG_ALIGN);
+	h.q_off = h.up_off + up_words * 4;
+	h.q_len = qlen;
+	h.q_crc = crc(qb, qlen);
+	h.data_off = DM_ALIGN_UP(h.q_off + qlen, IMG_ALIGN);
 	uint64_t off = h.data_off;
 	for (uint32_t b = 0; b < idx->nblocks; b++) {
 		uint32_t nr = block_nrec(idx->n, idx->p.block_shift, b);
@@ -172,10 +194,11 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 		goto err_free_bt;
 	}
 	static const char zeros[IMG_ALIGN];
-	uint64_t pad = h.data_off - (h.up_off + up_words * 4);
+	uint64_t pad = h.data_off - (h.q_off + qlen);
 	if ((rc = write_all(fd, &h, sizeof(h))) < 0 ||
 	    (rc = write_all(fd, bt, (size_t)idx->nblocks * sizeof(*bt))) < 0 ||
-	    (rc = write_all(fd, up, up_words * 4)) < 0 || (rc = write_all(fd, zeros, pad)) < 0)
+	    (rc = write_all(fd, up, up_words * 4)) < 0 || (rc = write_all(fd, qb, qlen)) < 0 ||
+	    (rc = write_all(fd, zeros, pad)) < 0)
 		goto err_write;
 	for (uint32_t b = 0; b < idx->nblocks; b++)
 		if ((rc = write_all(fd, idx->blocks[b], (size_t)bt[b].nrec * idx->rec_size)) < 0)
@@ -194,6 +217,7 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 		snprintf(err, errlen, "%s: rename to %s: %s", tmp, path, strerror(-rc));
 		goto err_unlink;
 	}
+	free(qb);
 	free(bt);
 	free(up);
 	return 0;
@@ -204,6 +228,7 @@ err_write:
 err_unlink:
 	unlink(tmp);
 err_free_bt:
+	free(qb);
 	free(bt);
 err_free_up:
 	free(up);
@@ -236,6 +261,12 @@ static int check_header(const struct img_hdr *h, uint64_t fsize, char *err, size
 		snprintf(err, errlen, "not a dmann HNSW image (bad magic)");
 		return -EINVAL;
 	}
+	if (h->format == 1) {
+		snprintf(err, errlen, "image format 1 (record layout v1, without seq/CRC/neighbour "
+			 "codes) is no longer read; rebuild the index: dmann build --base VECTORS "
+			 "--out INDEX [--codes rabitq|none]");
+		return -EINVAL;
+	}
 	if (h->format != IMG_FORMAT || h->hdr_size != IMG_HDR) {
 		snprintf(err, errlen, "unsupported image format %u (header %u bytes); this dmann reads format %u",
 			 h->format, h->hdr_size, IMG_FORMAT);
@@ -260,8 +291,24 @@ static int check_header(const struct img_hdr *h, uint64_t fsize, char *err, size
 			 h->metric > DM_METRIC_COS ? "unknown metric" : msg);
 		return -EINVAL;
 	}
-	if (h->rec_size != hnsw_rec_size(h->M, h->dim)) {
-		snprintf(err, errlen, "record size %u does not match M=%u dim=%u", h->rec_size, h->M, h->dim);
+	if (h->layout != HNSW_LAYOUT_VERSION) {
+		snprintf(err, errlen, "record layout %u; this dmann reads layout %u (rebuild the "
+			 "index with dmann build)", h->layout, HNSW_LAYOUT_VERSION);
+		return -EINVAL;
+	}
+	bool codes = h->codes == HNSW_CODES_RABITQ;
+	if ((h->codes != HNSW_CODES_NONE && !codes) ||
+	    (!codes && (h->code_bytes || h->vdim != h->dim || h->q_len)) ||
+	    (codes && (!h->code_bytes || h->vdim < h->dim || h->vdim > h->dim + 4096 ||
+		       !h->q_len || h->q_len > IMG_MAX_QBLOB))) {
+		snprintf(err, errlen, "bad code section (kind %u, %u code bytes, vector %u floats, "
+			 "quantizer %llu bytes)", h->codes, h->code_bytes, h->vdim,
+			 (unsigned long long)h->q_len);
+		return -EINVAL;
+	}
+	if (h->code_bytes > (64u << 20) || h->rec_size != hnsw_rec_size(h->M, h->vdim, h->code_bytes)) {
+		snprintf(err, errlen, "record size %u does not match M=%u dim=%u codes %u", h->rec_size,
+			 h->M, h->vdim, h->code_bytes);
 		return -EINVAL;
 	}
 	uint64_t per = 1ull << h->block_shift;
@@ -276,7 +323,8 @@ static int check_header(const struct img_hdr *h, uint64_t fsize, char *err, size
 	uint64_t max_words = (uint64_t)h->n * hnsw_up_entry_words(h->M, HNSW_MAX_LEVEL);
 	uint64_t up_off = IMG_HDR + (uint64_t)h->nblocks * sizeof(struct img_block);
 	if (h->up_words > max_words || h->btab_off != IMG_HDR || h->up_off != up_off ||
-	    h->data_off != DM_ALIGN_UP(up_off + h->up_words * 4, IMG_ALIGN) ||
+	    h->q_off != up_off + h->up_words * 4 ||
+	    h->data_off != DM_ALIGN_UP(h->q_off + h->q_len, IMG_ALIGN) ||
 	    h->file_size != h->data_off + (uint64_t)h->n * h->rec_size) {
 		snprintf(err, errlen, "inconsistent section offsets in header");
 		return -EINVAL;
@@ -331,6 +379,8 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 	struct hnsw_index *idx = NULL;
 	uint32_t *up = NULL;
 	struct img_block *bt = NULL;
+	struct hnsw_quant *quant = NULL;
+	void *qb = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
@@ -380,8 +430,37 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 		snprintf(msg, sizeof(msg), "upper area checksum mismatch (corrupted)");
 		goto err_free;
 	}
+	if (h.codes != HNSW_CODES_NONE) {
+		qb = malloc(h.q_len);
+		if (!qb) {
+			rc = -ENOMEM;
+			snprintf(msg, sizeof(msg), "out of memory");
+			goto err_free;
+		}
+		if ((rc = read_at(fd, qb, h.q_len, h.q_off)) < 0) {
+			snprintf(msg, sizeof(msg), "read: %s", strerror(-rc));
+			goto err_free;
+		}
+		if (crc(qb, h.q_len) != h.q_crc) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "quantizer checksum mismatch (corrupted)");
+			goto err_free;
+		}
+		quant = hnsw_quant_from_blob(qb, h.q_len, h.dim, (enum dm_metric)h.metric, h.M,
+					     h.code_bytes, msg, sizeof(msg));
+		if (!quant) {
+			rc = -EINVAL;
+			goto err_free;
+		}
+		if (hnsw_quant_vdim(quant) != h.vdim) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "quantizer dimension %u != stored vectors' %u",
+				 hnsw_quant_vdim(quant), h.vdim);
+			goto err_free;
+		}
+	}
 	/* the padding before the blocks is covered by no checksum: it must be zeros */
-	uint64_t pad_off = h.up_off + h.up_words * 4, pad = h.data_off - pad_off;
+	uint64_t pad_off = h.q_off + h.q_len, pad = h.data_off - pad_off;
 	unsigned char padbuf[IMG_ALIGN];
 	if ((rc = read_at(fd, padbuf, pad, pad_off)) < 0) {
 		snprintf(msg, sizeof(msg), "read: %s", strerror(-rc));
@@ -408,8 +487,10 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 
 	struct hnsw_params p = { .dim = h.dim, .metric = (enum dm_metric)h.metric, .M = h.M,
 				 .ef_construction = h.efc, .seed = h.seed,
-				 .block_shift = h.block_shift };
-	idx = hnsw_alloc(&p, h.n);
+				 .block_shift = h.block_shift, .codes = (enum hnsw_codes)h.codes };
+	idx = hnsw_alloc(&p, h.n, quant);
+	if (idx)
+		quant = NULL;   /* owned by idx */
 	if (!idx) {
 		rc = -ENOMEM;
 		snprintf(msg, sizeof(msg), "out of memory for %u records", h.n);
@@ -432,10 +513,10 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 	/* Record levels must be checked before upper_parse trusts them. */
 	for (uint32_t id = 0; id < h.n; id++) {
 		const struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
-		if (r->version != HNSW_REC_VERSION || r->level > (uint32_t)h.max_level) {
+		if (r->level > (uint32_t)h.max_level) {
 			rc = -EINVAL;
-			snprintf(msg, sizeof(msg), "record %u: bad version %u or level %u", id,
-				 r->version, r->level);
+			snprintf(msg, sizeof(msg), "record %u: level %u above the top %d", id,
+				 r->level, h.max_level);
 			goto err_free;
 		}
 	}
@@ -443,6 +524,7 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 		goto err_free;
 	if ((rc = hnsw_validate(idx, msg, sizeof(msg))) < 0)
 		goto err_free;
+	free(qb);
 	free(up);
 	free(bt);
 	close(fd);
@@ -450,6 +532,8 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 
 err_free:
 	hnsw_free(idx);
+	hnsw_quant_free(quant);
+	free(qb);
 	free(up);
 	free(bt);
 err_close:
@@ -471,10 +555,10 @@ int hnsw_validate(const struct hnsw_index *idx, char *err, size_t errlen)
 	}
 	for (uint32_t id = 0; id < n; id++) {
 		const struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
-		if (r->version != HNSW_REC_VERSION || r->flags != 0 || r->n0 > 2 * M ||
+		if ((r->seq & 1u) || r->flags != 0 || r->n0 > 2 * M ||
 		    r->level > (uint32_t)idx->max_level) {
-			snprintf(err, errlen, "record %u: bad header (version %u level %u flags %u n0 %u)",
-				 id, r->version, r->level, r->flags, r->n0);
+			snprintf(err, errlen, "record %u: bad header (seq %u level %u flags %u n0 %u)",
+				 id, r->seq, r->level, r->flags, r->n0);
 			return -EINVAL;
 		}
 		const uint32_t *nb = hnsw_rec_nbrs(r);
@@ -502,6 +586,10 @@ int hnsw_validate(const struct hnsw_index *idx, char *err, size_t errlen)
 					return -EINVAL;
 				}
 			}
+		}
+		if (hnsw_rec_crc(r, idx->rec_size) != r->crc) {
+			snprintf(err, errlen, "record %u: CRC32C mismatch (corrupted record)", id);
+			return -EINVAL;
 		}
 	}
 	return 0;

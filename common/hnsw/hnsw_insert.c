@@ -64,7 +64,7 @@ void hnsw_scratch_free(struct hnsw_scratch *s)
 
 static inline const float *vec_of(const struct hnsw_index *idx, uint32_t id)
 {
-	return hnsw_rec_vec(hnsw_rec(idx, id), idx->p.M);
+	return hnsw_rec_vec(hnsw_rec(idx, id), idx->vec_off);
 }
 
 /* Neighbour list of id at level l: its count word and its id array. */
@@ -96,7 +96,7 @@ static uint32_t copy_list(struct hnsw_index *idx, uint32_t id, uint32_t l, uint3
 static void greedy(struct hnsw_index *idx, struct hnsw_scratch *s, const float *q, uint32_t l,
 		   uint32_t *cur, float *curd)
 {
-	size_t dim = idx->p.dim;
+	size_t dim = idx->vdim;
 	bool changed = true;
 	while (changed) {
 		changed = false;
@@ -116,7 +116,7 @@ static void greedy(struct hnsw_index *idx, struct hnsw_scratch *s, const float *
 static uint32_t search_layer(struct hnsw_index *idx, struct hnsw_scratch *s, const float *q,
 			     uint32_t ep, float epd, uint32_t ef, uint32_t l)
 {
-	size_t dim = idx->p.dim;
+	size_t dim = idx->vdim;
 	struct hnsw_heap *cand = &s->cand, *res = &s->res;
 	hnsw_visited_next(&s->vis);
 	uint16_t *tag = s->vis.tag, epoch = s->vis.epoch;
@@ -171,7 +171,7 @@ static uint32_t select_heuristic(const struct hnsw_index *idx, const struct hnsw
 		memcpy(out, c, (size_t)nc * sizeof(*c));
 		return nc;
 	}
-	size_t dim = idx->p.dim;
+	size_t dim = idx->vdim;
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < nc && n < M; i++) {
 		const float *v = vec_of(idx, c[i].id);
@@ -220,7 +220,7 @@ static void link_back(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t e
 	const float *ve = vec_of(idx, e);
 	for (uint32_t j = 0; j < n; j++) {
 		s->tmp[j].id = ids[j];
-		s->tmp[j].d = idx->kern(ve, vec_of(idx, ids[j]), idx->p.dim);
+		s->tmp[j].d = idx->kern(ve, vec_of(idx, ids[j]), idx->vdim);
 	}
 	s->tmp[n].id = q;
 	s->tmp[n].d = dq;
@@ -244,9 +244,9 @@ out_unlock:
  * can never descend into a node with an empty list, nor have a back-link overwritten. */
 void hnsw_insert(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t id)
 {
-	uint32_t M = idx->p.M, dim = idx->p.dim;
+	uint32_t M = idx->p.M, dim = idx->vdim;
 	struct hnsw_rec_hdr *rec = hnsw_rec(idx, id);
-	const float *q = hnsw_rec_vec(rec, M);
+	const float *q = hnsw_rec_vec(rec, idx->vec_off);
 	int level = rec->level;
 
 	pthread_mutex_lock(&idx->glock);

@@ -1,9 +1,10 @@
 /* hnsw_int.h: internals shared by the hnsw_*.c files: candidate heaps, the visited set with
- * epoch tags, node spinlocks. Not part of the public interface. */
+ * epoch tags, node spinlocks, the quantizer interface (hnsw_codes.h). Not part of the public interface. */
 #ifndef DM_HNSW_INT_H
 #define DM_HNSW_INT_H
 
 #include "hnsw.h"
+#include "hnsw_codes.h"
 
 #include <sched.h>
 #include <stdatomic.h>

@@ -1,11 +1,12 @@
 /* hnsw_query.c: K-NN-SEARCH (Algorithm 5) and SEARCH-LAYER (Algorithm 2) as a resumable
  * state machine; see hnsw_query.h. */
 #include "hnsw_query.h"
-#include "hnsw_int.h"
+#include "hnsw_l0.h"
 
 #include <stdlib.h>
 
-enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0, ST_L0_SCORE, ST_DONE };
+enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0_ENTRY, ST_L0, ST_L0_SCORE, ST_C0, ST_C0_EXPAND,
+       ST_DONE };
 
 #define VIS_EMPTY UINT32_MAX
 
@@ -26,7 +27,12 @@ struct hnsw_query *hnsw_query_new(uint32_t dim)
 	q->batch_cap = 64;
 	q->batch = malloc(q->batch_cap * sizeof(*q->batch));
 	q->dim = dim;
-	if (!q->q || !q->cand || !q->res || !q->vis || !q->arena || !q->batch) {
+	q->l0 = malloc(sizeof(*q->l0));
+	if (q->l0 && hnsw_l0_init(q->l0) < 0) {
+		free(q->l0);
+		q->l0 = NULL;
+	}
+	if (!q->q || !q->cand || !q->res || !q->vis || !q->arena || !q->batch || !q->l0) {
 		hnsw_query_free(q);
 		errno = ENOMEM;
 		return NULL;
@@ -44,6 +50,10 @@ void hnsw_query_free(struct hnsw_query *q)
 	free(q->vis);
 	free(q->arena);
 	free(q->batch);
+	free(q->qrot);
+	if (q->l0)
+		hnsw_l0_fini(q->l0);
+	free(q->l0);
 	free(q);
 }
 
@@ -130,6 +140,8 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 
 	if (need <= c)
 		return 0;
+	if (!c)
+		c = 16;
 	while (c < need)
 		c *= 2;
 	np = realloc(*p, (size_t)c * elem);
@@ -217,8 +229,18 @@ static int64_t keep_nbrs(struct hnsw_query *q, const struct hnsw_rec_hdr *r)
 int hnsw_query_start(struct hnsw_query *q, const struct hnsw_src *src, const float *vec,
 		     size_t k, size_t ef)
 {
-	if (src->dim != q->dim || k == 0 || k > (1u << 24) || ef > (1u << 24))
+	return hnsw_query_start_b(q, src, vec, k, ef, 1);
+}
+
+int hnsw_query_start_b(struct hnsw_query *q, const struct hnsw_src *src, const float *vec,
+		       size_t k, size_t ef, uint32_t b)
+{
+	if (src->dim != q->dim || k == 0 || k > (1u << 24) || ef > (1u << 24) || b < 1 || b > 64)
 		return -EINVAL;
+	q->beam = b;
+	q->quant = src->quant;
+	q->vdim = src->vdim;
+	q->vec_off = src->vec_off;
 	q->M = src->M;
 	q->n = src->n;
 	q->k = (uint32_t)k;
@@ -230,14 +252,19 @@ int hnsw_query_start(struct hnsw_query *q, const struct hnsw_src *src, const flo
 	memcpy(q->q, vec, (size_t)q->dim * sizeof(float));
 	if (src->metric == DM_METRIC_COS && dm_normalize(q->q, q->dim) < 0)
 		return -EINVAL;
-	if (grow((void **)&q->batch, &q->batch_cap, 2 * q->M + 1, sizeof(*q->batch)) ||
+	if (q->quant) {
+		if (grow((void **)&q->qrot, &q->qrot_cap, q->vdim, sizeof(float)))
+			return -ENOMEM;
+		hnsw_quant_rotate(q->quant, q->q, q->qrot);
+	}
+	if (grow((void **)&q->batch, &q->batch_cap, DM_MAX(2 * q->M + 1, b), sizeof(*q->batch)) ||
 	    grow((void **)&q->res, &q->cap_res, q->ef + 1, sizeof(*q->res)))
 		return -ENOMEM;
 	memset(q->vis, 0xff, (size_t)q->vis_cap * sizeof(*q->vis));
 	q->vis_n = 0;
 	q->ncand = q->nres = 0;
 	q->arena_len = 0;
-	q->hops = q->fetches = q->fetched = q->dist_evals = 0;
+	q->hops = q->fetches = q->fetched = q->dist_evals = q->est_evals = 0;
 	if (src->max_level < 0 || src->n == 0) {
 		q->state = ST_DONE;
 		return 0;
@@ -268,14 +295,62 @@ static void upper_batch(struct hnsw_query *q, const struct hnsw_src *src)
 	q->nbatch = n;
 }
 
-/* Enter level 0: the current node seeds both heaps (as in search_level0). */
-static int start_level0(struct hnsw_query *q)
+/* The query vector the kernels see: rotated with codes. */
+static inline const float *qvec(const struct hnsw_query *q)
+{
+	return q->quant ? q->qrot : q->q;
+}
+
+static int visit_hash(void *arg, uint32_t id)
+{
+	return vis_add(arg, id);
+}
+
+/* Enter level 0: the current node seeds both heaps (as in search_level0), or the pool. */
+static int start_level0(struct hnsw_query *q, const struct hnsw_src *src)
 {
 	if (vis_add(q, q->cur) < 0 || grow((void **)&q->cand, &q->cap_cand, 1, sizeof(*q->cand)))
 		return -ENOMEM;
+	if (q->quant) {
+		int rc = hnsw_l0_start(q->l0, src, q->kern, q->qrot, q->k, q->ef, q->cur, q->curd);
+		if (rc)
+			return rc;
+		q->state = ST_C0;
+		return 0;
+	}
 	minheap_push(q->cand, &q->ncand, (struct hnsw_qcand){ q->curd, q->cur, q->cur_off });
 	maxheap_push(q->res, &q->nres, (struct hnsw_qcand){ q->curd, q->cur, q->cur_off });
 	q->state = ST_L0;
+	return 0;
+}
+
+/* The whole greedy descent of the upper levels from the local upper vectors (src->uvec):
+ * the same steps, scores and counters as ST_ENTRY/ST_UPPER, without a fetch. */
+static int upper_local(struct hnsw_query *q, const struct hnsw_src *src)
+{
+	while (q->level >= 1) {
+		const uint32_t *w = src->upl[q->cur] + (size_t)(q->level - 1) * hnsw_up_list_words(q->M);
+		uint32_t n = DM_MIN(w[0], q->M);
+		bool changed = false;
+
+		q->hops++;
+		for (uint32_t j = 0; j < n; j++) {
+			const float *v = w[1 + j] < q->n ? src->uvec[w[1 + j]] : NULL;
+			float d;
+
+			if (!v)
+				return -EIO;
+			d = q->kern(qvec(q), v, q->vdim);
+			q->dist_evals++;
+			if (d < q->curd) {
+				q->curd = d;
+				q->cur = w[1 + j];
+				changed = true;
+			}
+		}
+		if (!changed)
+			q->level--;
+	}
 	return 0;
 }
 
@@ -287,21 +362,58 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 	for (;;) {
 		switch (q->state) {
 		case ST_START:
+			if (src->uvec && q->level >= 1 && src->uvec[q->batch[0]]) {
+				/* Upper levels from the local upper vectors: no READ until level 0. */
+				uint64_t h0 = q->hops;
+				int rc;
+
+				q->cur = q->batch[0];
+				q->curd = q->kern(qvec(q), src->uvec[q->cur], q->vdim);
+				rc = upper_local(q, src);
+				src->hops += q->hops - h0;
+				if (rc)
+					return rc;
+				if (q->quant) {
+					rc = start_level0(q, src);
+					if (rc)
+						return rc;
+					break;
+				}
+				/* without codes level 0 starts from cur's neighbour list */
+				q->batch[0] = q->cur;
+				q->nbatch = 1;
+				return need(q, ST_L0_ENTRY);
+			}
 			/* First of all the entry point's record (batch set up by start). */
 			return need(q, ST_ENTRY);
+		case ST_L0_ENTRY: {
+			int rc;
+
+			r = hnsw_get(src, q->batch[0]);
+			if (!r)
+				return -EIO;
+			off = keep_nbrs(q, r);
+			if (off < 0)
+				return (int)off;
+			q->cur_off = (uint32_t)off;
+			rc = start_level0(q, src);
+			if (rc)
+				return rc;
+			break;
+		}
 		case ST_ENTRY:
 			/* The entry point's record arrived: score it, start the descent. */
 			r = hnsw_get(src, q->batch[0]);
 			if (!r)
 				return -EIO;
 			q->cur = q->batch[0];
-			q->curd = q->kern(q->q, hnsw_rec_vec(r, q->M), q->dim);
+			q->curd = q->kern(qvec(q), hnsw_rec_vec(r, q->vec_off), q->vdim);
 			off = keep_nbrs(q, r);
 			if (off < 0)
 				return (int)off;
 			q->cur_off = (uint32_t)off;
 			if (q->level < 1) {
-				int rc = start_level0(q);
+				int rc = start_level0(q, src);
 
 				if (rc)
 					return rc;
@@ -321,7 +433,7 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 				r = hnsw_get(src, q->batch[j]);
 				if (!r)
 					return -EIO;
-				d = q->kern(q->q, hnsw_rec_vec(r, q->M), q->dim);
+				d = q->kern(qvec(q), hnsw_rec_vec(r, q->vec_off), q->vdim);
 				q->dist_evals++;
 				if (d < q->curd) {
 					q->curd = d;
@@ -334,7 +446,7 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 				}
 			}
 			if (!changed && --q->level < 1) {
-				int rc = start_level0(q);
+				int rc = start_level0(q, src);
 
 				if (rc)
 					return rc;
@@ -392,7 +504,7 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 				r = hnsw_get(src, q->batch[j]);
 				if (!r)
 					return -EIO;
-				d = q->kern(q->q, hnsw_rec_vec(r, q->M), q->dim);
+				d = q->kern(q->q, hnsw_rec_vec(r, q->vec_off), q->vdim);
 				q->dist_evals++;
 				if (q->nres < q->ef || d < q->res[0].d) {
 					off = keep_nbrs(q, r);
@@ -408,6 +520,31 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 			}
 			q->state = ST_L0;
 			break;
+		case ST_C0:
+			/* With codes: hand out the best beam unexpanded candidates. */
+			q->nbatch = hnsw_l0_take(q->l0, q->batch, q->beam);
+			if (!q->nbatch) {
+				q->state = ST_DONE;
+				return HNSW_Q_DONE;
+			}
+			return need(q, ST_C0_EXPAND);
+		case ST_C0_EXPAND:
+			for (uint32_t j = 0; j < q->nbatch; j++) {
+				int rc;
+
+				r = hnsw_get(src, q->batch[j]);
+				if (!r)
+					return -EIO;
+				rc = hnsw_l0_expand(q->l0, q->batch[j], r, visit_hash, q);
+				if (rc < 0)
+					return rc;
+			}
+			q->hops += q->nbatch;
+			src->hops += q->nbatch;
+			q->dist_evals += q->nbatch;
+			q->est_evals = q->l0->est_evals;
+			q->state = ST_C0;
+			break;
 		case ST_DONE:
 			return HNSW_Q_DONE;
 		default:
@@ -422,6 +559,8 @@ int hnsw_query_results(struct hnsw_query *q, struct dm_hit *out)
 
 	if (q->state != ST_DONE)
 		return -EINVAL;
+	if (q->quant)
+		return hnsw_l0_results(q->l0, q->metric, out);
 	while (q->nres > q->k)
 		maxheap_pop(q->res, &q->nres);
 	nk = (int)q->nres;

@@ -10,6 +10,11 @@
  * checks this. Unlike hnsw_search it never rereads a record it has scored: it keeps the
  * level-0 neighbour list of every node that entered the candidate queue, because a remote
  * reader only guarantees the records of the last batch.
+ *
+ * With neighbour codes (src->quant), level 0 is the pool search of hnsw_l0.h: a batch is
+ * the one candidate to expand (or the best `beam` ones: one doorbell for b records), whose
+ * record gives its exact score and the estimates of all its neighbours; so the READs of a
+ * query are its expansions (plus the upper-level descent).
  */
 #ifndef DM_HNSW_QUERY_H
 #define DM_HNSW_QUERY_H
@@ -47,8 +52,13 @@ struct hnsw_query {
 	/* the batch to fetch */
 	uint32_t *batch;
 	uint32_t nbatch, batch_cap;
-	/* counters of the last query */
-	uint64_t hops, fetches, fetched, dist_evals;
+	/* neighbour codes */
+	const struct hnsw_quant *quant;
+	struct hnsw_l0 *l0;       /* level-0 pool search state */
+	float *qrot;              /* rotated query (vdim floats) */
+	uint32_t vdim, vec_off, qrot_cap, beam;
+	/* counters of the last query: hops = expanded nodes (upper levels included) */
+	uint64_t hops, fetches, fetched, dist_evals, est_evals;
 };
 
 /* Allocate reusable query state for an index of dim dimensions (NULL + errno). */
@@ -59,6 +69,9 @@ void hnsw_query_free(struct hnsw_query *q);
  * Counters are reset. Follow with hnsw_query_step. */
 int hnsw_query_start(struct hnsw_query *q, const struct hnsw_src *src, const float *vec,
 		     size_t k, size_t ef);
+/* The same with beam b (1..64): candidates expanded per fetch on level 0 with codes. */
+int hnsw_query_start_b(struct hnsw_query *q, const struct hnsw_src *src, const float *vec,
+		       size_t k, size_t ef, uint32_t b);
 
 /* Run until records are needed (HNSW_Q_FETCH) or the search is over (HNSW_Q_DONE);
  * -EIO when a record of the batch is not readable, -ENOMEM. */

@@ -1,14 +1,21 @@
 /* hnsw_search.c: K-NN-SEARCH (Algorithm 5 of Malkov & Yashunin): greedy descent through the
- * upper levels, then SEARCH-LAYER (Algorithm 2) with ef candidates on level 0.
+ * upper levels, then SEARCH-LAYER on level 0: with neighbour codes the pool search of
+ * hnsw_l0.h (one record read per expanded node), without codes Algorithm 2 with ef
+ * candidates and exact scores of every neighbour.
  *
  * Records are read only through hnsw_get() on a struct hnsw_src, and every expansion is
  * structured as collect -> fetch -> score: the unvisited neighbour ids of the expanded node
  * are collected first, handed to src->fetch as one batch (a remote source posts all their
  * READs with one doorbell; the local source only prefetches), and scored afterwards. The
  * same code therefore serves a local index and the compute node's remote reader. */
-#include "hnsw_int.h"
+#include "hnsw_l0.h"
 
 #include <stdlib.h>
+
+/* Records of the next expansions prefetched whole (local search with codes). */
+#ifndef HNSW_L0_PF
+#define HNSW_L0_PF 2u
+#endif
 
 struct hnsw_searcher {
 	struct hnsw_visited vis;
@@ -17,10 +24,73 @@ struct hnsw_searcher {
 	uint32_t *batch;
 	uint32_t batch_cap;
 	float *qbuf;                /* normalised query (cos) */
-	uint32_t qdim;
+	float *qrot;                /* rotated query (codes) */
+	uint32_t qdim, qrot_cap;
 	enum dm_metric kmetric;
 	hnsw_kernel_fn kern;
+	struct hnsw_l0 l0;          /* level-0 search with codes */
 };
+
+/* ---- level-0 pool search state (hnsw_l0.h) ----------------------------------------------- */
+
+int hnsw_l0_init(struct hnsw_l0 *l)
+{
+	memset(l, 0, sizeof(*l));
+	return hnsw_heap_init(&l->res, 16);
+}
+
+void hnsw_l0_fini(struct hnsw_l0 *l)
+{
+	free(l->pool);
+	free(l->est);
+	free(l->lb);
+	hnsw_heap_fini(&l->res);
+	hnsw_qest_free(l->qe);
+	memset(l, 0, sizeof(*l));
+}
+
+int hnsw_l0_start(struct hnsw_l0 *l, const struct hnsw_src *src, hnsw_kernel_fn kern,
+		  const float *q, uint32_t k, uint32_t ef, uint32_t ep, float epd)
+{
+	if (ef > l->cap || !l->pool) {
+		struct hnsw_pent *p = realloc(l->pool, (size_t)DM_MAX(ef, 16u) * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->pool = p;
+	}
+	if (2 * src->M > l->est_cap) {
+		float *e = realloc(l->est, (size_t)2 * src->M * sizeof(*e));
+		if (e)
+			l->est = e;
+		float *b = realloc(l->lb, (size_t)2 * src->M * sizeof(*b));
+		if (b)
+			l->lb = b;
+		if (!e || !b)
+			return -ENOMEM;
+		l->est_cap = 2 * src->M;
+	}
+	if (!hnsw_qest_fits(l->qe, src->quant, src->M)) {
+		hnsw_qest_free(l->qe);
+		l->qe = hnsw_qest_new(src->quant, src->M);
+		if (!l->qe)
+			return -ENOMEM;
+	}
+	if (hnsw_heap_reserve(&l->res, k + 1) < 0)
+		return -ENOMEM;
+	l->cap = ef;
+	l->np = l->first = 0;
+	l->res.n = 0;
+	l->k = k;
+	l->q = q;
+	l->kern = kern;
+	l->vdim = src->vdim;
+	l->vec_off = src->vec_off;
+	l->M = src->M;
+	l->n = src->n;
+	l->hops = l->dist_evals = l->est_evals = 0;
+	hnsw_l0_pool_insert(l, epd, ep, 0);
+	return 0;
+}
 
 struct hnsw_searcher *hnsw_searcher_new(uint32_t nodes, uint32_t dim)
 {
@@ -34,7 +104,7 @@ struct hnsw_searcher *hnsw_searcher_new(uint32_t nodes, uint32_t dim)
 	s->batch = malloc(s->batch_cap * sizeof(*s->batch));
 	s->qdim = dim ? dim : 1;
 	s->qbuf = malloc((size_t)s->qdim * sizeof(*s->qbuf));
-	if (!s->batch || !s->qbuf)
+	if (!s->batch || !s->qbuf || hnsw_l0_init(&s->l0) < 0)
 		goto err_free;
 	s->kmetric = DM_METRIC_L2;
 	s->kern = hnsw_kernel_for(DM_METRIC_L2);
@@ -55,6 +125,8 @@ void hnsw_searcher_free(struct hnsw_searcher *s)
 	hnsw_heap_fini(&s->res);
 	free(s->batch);
 	free(s->qbuf);
+	free(s->qrot);
+	hnsw_l0_fini(&s->l0);
 	free(s);
 }
 
@@ -64,6 +136,9 @@ void hnsw_src_local(const struct hnsw_index *idx, struct hnsw_src *src)
 	src->dim = idx->p.dim;
 	src->M = idx->p.M;
 	src->rec_size = idx->rec_size;
+	src->vec_off = idx->vec_off;
+	src->vdim = idx->vdim;
+	src->quant = idx->quant;
 	src->block_shift = idx->p.block_shift;
 	src->n = idx->n;
 	src->metric = idx->p.metric;
@@ -76,14 +151,14 @@ void hnsw_src_local(const struct hnsw_index *idx, struct hnsw_src *src)
 /* Prefetch the whole vector of a local record (one of the next to score). */
 static inline void prefetch_vec(struct hnsw_src *src, uint32_t id)
 {
-	hnsw_prefetch_vec(hnsw_rec_vec(hnsw_get(src, id), src->M), src->dim);
+	hnsw_prefetch_vec(hnsw_rec_vec(hnsw_get(src, id), src->vec_off), src->vdim);
 }
 
 /* Make a batch of records readable: prefetch locally, one READ batch remotely. */
 static inline int fetch_batch(struct hnsw_src *src, const uint32_t *ids, uint32_t n)
 {
 	if (dm_likely(src->blocks != NULL)) {
-		uint32_t voff = hnsw_rec_vec_off(src->M);
+		uint32_t voff = src->vec_off;
 		for (uint32_t j = 0; j < n; j++) {
 			const char *r = (const char *)hnsw_get(src, ids[j]);
 			__builtin_prefetch(r + voff);
@@ -97,7 +172,7 @@ static inline int fetch_batch(struct hnsw_src *src, const uint32_t *ids, uint32_
 static int greedy_upper(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 			uint32_t l, uint32_t *cur, float *curd)
 {
-	uint32_t M = src->M, dim = src->dim;
+	uint32_t M = src->M, dim = src->vdim;
 	bool changed = true;
 	while (changed) {
 		changed = false;
@@ -113,7 +188,7 @@ static int greedy_upper(struct hnsw_src *src, struct hnsw_searcher *s, const flo
 			const struct hnsw_rec_hdr *r = hnsw_get(src, w[1 + j]);
 			if (dm_unlikely(!r))
 				return -EIO;
-			float d = s->kern(q, hnsw_rec_vec(r, M), dim);
+			float d = s->kern(q, hnsw_rec_vec(r, src->vec_off), dim);
 			src->dist_evals++;
 			if (d < *curd) {
 				*curd = d;
@@ -130,7 +205,7 @@ static int greedy_upper(struct hnsw_src *src, struct hnsw_searcher *s, const flo
 static int search_level0(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 			 uint32_t ep, float epd, uint32_t ef)
 {
-	uint32_t M = src->M, dim = src->dim, n = src->n;
+	uint32_t M = src->M, dim = src->vdim, n = src->n, voff = src->vec_off;
 	struct hnsw_heap *cand = &s->cand, *res = &s->res;
 	hnsw_visited_next(&s->vis);
 	uint16_t *tag = s->vis.tag, epoch = s->vis.epoch;
@@ -178,7 +253,7 @@ static int search_level0(struct hnsw_src *src, struct hnsw_searcher *s, const fl
 				prefetch_vec(src, batch[j + HNSW_PF_AHEAD]);
 			if (dm_unlikely(!nr))
 				return -EIO;
-			float d = kern(q, hnsw_rec_vec(nr, M), dim);
+			float d = kern(q, hnsw_rec_vec(nr, voff), dim);
 			evals++;
 			if (res->n < ef || d < res->a[0].d) {
 				hnsw_minheap_push(cand, d, batch[j]);
@@ -193,9 +268,68 @@ static int search_level0(struct hnsw_src *src, struct hnsw_searcher *s, const fl
 	return 0;
 }
 
+static int visit_tag(void *arg, uint32_t id)
+{
+	struct hnsw_visited *v = arg;
+	if (v->tag[id] == v->epoch)
+		return 0;
+	v->tag[id] = v->epoch;
+	return 1;
+}
+
+/* Level 0 with codes (hnsw_l0.h): expand the best b pool entries per fetch. */
+static int search_level0_codes(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
+			       uint32_t ep, float epd, uint32_t k, uint32_t ef, uint32_t b)
+{
+	struct hnsw_l0 *l = &s->l0;
+	uint32_t *ids = s->batch, m;
+	hnsw_visited_next(&s->vis);
+	s->vis.tag[ep] = s->vis.epoch;
+	int rc = hnsw_l0_start(l, src, s->kern, q, k, ef, ep, epd);
+	if (rc < 0)
+		return rc;
+	while ((m = hnsw_l0_take(l, ids, b)) != 0) {
+		rc = fetch_batch(src, ids, m);
+		if (rc < 0)
+			return rc;
+		for (uint32_t j = 0; j < m; j++) {
+			const struct hnsw_rec_hdr *r = hnsw_get(src, ids[j]);
+			if (dm_unlikely(!r))
+				return -EIO;
+			rc = hnsw_l0_expand(l, ids[j], r, visit_tag, &s->vis);
+			if (rc < 0)
+				return rc;
+		}
+		if (src->blocks) {
+			/* the next expansions' records, whole (ids, codes, vector): the search is
+			 * bound by memory once the estimator is cheap */
+			hnsw_l0_pool_skip(l);
+			uint32_t pf = 0;
+			for (uint32_t i = l->first; i < l->np && pf < HNSW_L0_PF; i++) {
+				if (l->pool[i].st & L0_EXPANDED)
+					continue;
+				const char *nr = (const char *)hnsw_get(src, l->pool[i].id);
+				for (uint32_t o = 0; o < src->rec_size; o += 64)
+					__builtin_prefetch(nr + o);
+				pf++;
+			}
+		}
+	}
+	src->hops += l->hops;
+	src->dist_evals += l->dist_evals;
+	src->est_evals += l->est_evals;
+	return 0;
+}
+
 /* Algorithm 5: K-NN-SEARCH. */
 int hnsw_search(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, size_t k,
 		size_t ef, struct dm_hit *out)
+{
+	return hnsw_search_b(src, s, q, k, ef, 1, out);
+}
+
+int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, size_t k,
+		  size_t ef, uint32_t b, struct dm_hit *out)
 {
 	if (k == 0 || src->max_level < 0 || src->n == 0)
 		return 0;
@@ -209,18 +343,32 @@ int hnsw_search(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, s
 	}
 	if (hnsw_visited_reserve(&s->vis, src->n) < 0 || hnsw_heap_reserve(&s->res, (uint32_t)ef + 1) < 0)
 		return -ENOMEM;
-	if (s->batch_cap < 2 * src->M) {
-		uint32_t *b = realloc(s->batch, (size_t)2 * src->M * sizeof(*b));
-		if (!b)
+	if (b < 1 || b > 64)
+		return -EINVAL;
+	if (s->batch_cap < DM_MAX(2 * src->M, b)) {
+		uint32_t c = DM_MAX(2 * src->M, b);
+		uint32_t *nb = realloc(s->batch, (size_t)c * sizeof(*nb));
+		if (!nb)
 			return -ENOMEM;
-		s->batch = b;
-		s->batch_cap = 2 * src->M;
+		s->batch = nb;
+		s->batch_cap = c;
 	}
 	if (src->metric == DM_METRIC_COS) {
 		memcpy(s->qbuf, q, (size_t)src->dim * sizeof(*q));
 		if (dm_normalize(s->qbuf, src->dim) < 0)
 			return -EINVAL;
 		q = s->qbuf;
+	}
+	if (src->quant) {
+		if (s->qrot_cap < src->vdim) {
+			float *r = realloc(s->qrot, (size_t)src->vdim * sizeof(*r));
+			if (!r)
+				return -ENOMEM;
+			s->qrot = r;
+			s->qrot_cap = src->vdim;
+		}
+		hnsw_quant_rotate(src->quant, q, s->qrot);
+		q = s->qrot;
 	}
 
 	uint32_t cur = src->entry;
@@ -230,11 +378,15 @@ int hnsw_search(struct hnsw_src *src, struct hnsw_searcher *s, const float *q, s
 	const struct hnsw_rec_hdr *r = hnsw_get(src, cur);
 	if (!r)
 		return -EIO;
-	float curd = s->kern(q, hnsw_rec_vec(r, src->M), src->dim);
+	float curd = s->kern(q, hnsw_rec_vec(r, src->vec_off), src->vdim);
 	for (int l = src->max_level; l >= 1; l--) {
 		rc = greedy_upper(src, s, q, (uint32_t)l, &cur, &curd);
 		if (rc < 0)
 			return rc;
+	}
+	if (src->quant) {
+		rc = search_level0_codes(src, s, q, cur, curd, (uint32_t)k, (uint32_t)ef, b);
+		return rc < 0 ? rc : hnsw_l0_results(&s->l0, src->metric, out);
 	}
 	rc = search_level0(src, s, q, cur, curd, (uint32_t)ef);
 	if (rc < 0)

@@ -1,5 +1,5 @@
 /* hnsw_util.c: HNSW index allocation, parameter checks, level draws, the distance kernels of
- * the graph hot path, heaps and the visited set. */
+ * the graph hot path, CRC32C of records, heaps and the visited set. */
 #include "hnsw_int.h"
 
 #include <immintrin.h>
@@ -30,11 +30,15 @@ int hnsw_params_check(const struct hnsw_params *p, char *err, size_t errlen)
 		snprintf(err, errlen, "block_shift=%u out of range 6..20", p->block_shift);
 		return -EINVAL;
 	}
+	if (p->codes != HNSW_CODES_NONE && p->codes != HNSW_CODES_RABITQ) {
+		snprintf(err, errlen, "unknown code kind %d", (int)p->codes);
+		return -EINVAL;
+	}
 	return 0;
 }
 
 /* Allocate an index with zeroed records for n nodes. */
-struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n)
+struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n, struct hnsw_quant *quant)
 {
 	char msg[128];
 	if (hnsw_params_check(p, msg, sizeof(msg)) < 0) {
@@ -46,7 +50,10 @@ struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n)
 		return NULL;
 	idx->p = *p;
 	idx->n = n;
-	idx->rec_size = hnsw_rec_size(p->M, p->dim);
+	idx->code_bytes = quant ? hnsw_quant_list_bytes(quant, p->M) : 0;
+	idx->vdim = quant ? hnsw_quant_vdim(quant) : p->dim;
+	idx->vec_off = hnsw_rec_vec_off(p->M, idx->code_bytes);
+	idx->rec_size = hnsw_rec_size(p->M, idx->vdim, idx->code_bytes);
 	idx->max_level = -1;
 	idx->kern = hnsw_kernel_for(p->metric);
 	pthread_mutex_init(&idx->glock, NULL);
@@ -66,6 +73,7 @@ struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n)
 			goto err_free_idx;
 		memset(idx->blocks[b], 0, len);
 	}
+	idx->quant = quant;
 	return idx;
 
 err_free_idx:
@@ -85,6 +93,7 @@ void hnsw_free(struct hnsw_index *idx)
 	free(idx->upl);
 	free(idx->up_store);
 	free(idx->locks);
+	hnsw_quant_free(idx->quant);
 	pthread_mutex_destroy(&idx->glock);
 	free(idx);
 }
@@ -213,6 +222,45 @@ hnsw_kernel_fn hnsw_kernel_for(enum dm_metric m)
 	if (m == DM_METRIC_L2)
 		return avx512 ? l2_avx512 : avx ? l2_avx : dm_l2sq;
 	return avx512 ? negdot_avx512 : avx ? negdot_avx : negdot_generic;
+}
+
+/* ---- CRC32C ------------------------------------------------------------------------------ */
+
+#ifndef __SSE4_2__
+static uint32_t crc32c_table[256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+
+static void crc32c_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+		crc32c_table[i] = c;
+	}
+}
+#endif
+
+uint32_t hnsw_crc32c(uint32_t crc, const void *p, size_t len)
+{
+	const unsigned char *c = p;
+	crc = ~crc;
+#ifdef __SSE4_2__
+	uint64_t x = crc;
+	for (; len >= 8; len -= 8, c += 8) {
+		uint64_t w;
+		memcpy(&w, c, 8);
+		x = __builtin_ia32_crc32di(x, w);
+	}
+	crc = (uint32_t)x;
+	for (; len; len--)
+		crc = __builtin_ia32_crc32qi(crc, *c++);
+#else
+	pthread_once(&crc32c_once, crc32c_init);
+	for (; len; len--)
+		crc = crc32c_table[(crc ^ *c++) & 0xff] ^ (crc >> 8);
+#endif
+	return ~crc;
 }
 
 /* ---- heaps and visited set --------------------------------------------------------------- */

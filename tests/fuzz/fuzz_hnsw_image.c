@@ -1,9 +1,11 @@
 /* fuzz_hnsw_image.c: libFuzzer target for the HNSW index image loader (hnsw_load). Random
  * bytes rarely get past the checksums, so every input has its checksums recomputed before
- * loading, which lets the fuzzer reach the structural validation behind them. Two modes
- * (first byte): the rest of the input is a whole image, or a list of (u16 offset, u8 xor)
- * patches applied to a small valid image built at start-up. An accepted image is then
- * searched, so that ASan sees any out-of-bounds read the validation let through. */
+ * loading (bit 1 of the first byte: image sections and every record's CRC32C), which lets
+ * the fuzzer reach the structural validation behind them. Two modes (bit 0): the rest of
+ * the input is a whole image, or a list of (u16 offset, u8 xor) patches applied to a small
+ * valid image built at start-up, with RaBitQ neighbour codes or without (bit 2), so that
+ * the code section (kind, code geometry, quantizer blob) is mutated too. An accepted image
+ * is then searched, so that ASan sees any out-of-bounds read the validation let through. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
 
 #include "hnsw/hnsw.h"
 
-/* Offsets in the 128-byte image header (hnsw_image.c, struct img_hdr). */
+/* Offsets in the 160-byte image header (hnsw_image.c, struct img_hdr). */
 #define H_REC_SIZE  44
 #define H_NBLOCKS   52
 #define H_UP_WORDS  64
@@ -21,10 +23,14 @@
 #define H_UP_OFF    80
 #define H_BTAB_CRC  104
 #define H_UP_CRC    108
-#define H_HDR_CRC   124
+#define H_Q_OFF     128
+#define H_Q_LEN     136
+#define H_Q_CRC     144
+#define H_HDR_CRC   156
+#define H_SIZE      160
 
-static uint8_t *base_img;
-static size_t base_len;
+static uint8_t *base_img[2];
+static size_t base_len[2];
 static int fd = -1;
 static char path[64];
 
@@ -40,7 +46,7 @@ static uint32_t crc(const uint8_t *p, size_t len)
 /* Recompute every checksum whose range lies inside the buffer. */
 static void fix_crcs(uint8_t *b, size_t len)
 {
-	if (len < 128)
+	if (len < H_SIZE)
 		return;
 	uint64_t nblocks = rd32(b + H_NBLOCKS), btab = rd64(b + H_BTAB_OFF);
 	uint64_t up = rd64(b + H_UP_OFF), upw = rd64(b + H_UP_WORDS), rec = rd32(b + H_REC_SIZE);
@@ -48,13 +54,23 @@ static void fix_crcs(uint8_t *b, size_t len)
 		for (uint64_t i = 0; i < nblocks; i++) {
 			uint8_t *e = b + btab + 16 * i;
 			uint64_t off = rd64(e), nrec = rd32(e + 8);
-			if (off <= len && rec && nrec <= (len - off) / rec)
+			if (off <= len && rec >= sizeof(struct hnsw_rec_hdr) &&
+			    nrec <= (len - off) / rec) {
+				for (uint64_t r = 0; r < nrec; r++) {
+					struct hnsw_rec_hdr *h = (void *)(b + off + r * rec);
+					if (((uintptr_t)h & 3) == 0)
+						h->crc = hnsw_rec_crc(h, (uint32_t)rec);
+				}
 				wr32(e + 12, crc(b + off, nrec * rec));
+			}
 		}
 		wr32(b + H_BTAB_CRC, crc(b + btab, nblocks * 16));
 	}
 	if (up <= len && upw <= (len - up) / 4)
 		wr32(b + H_UP_CRC, crc(b + up, upw * 4));
+	uint64_t qo = rd64(b + H_Q_OFF), ql = rd64(b + H_Q_LEN);
+	if (qo <= len && ql <= len - qo)
+		wr32(b + H_Q_CRC, crc(b + qo, ql));
 	wr32(b + H_HDR_CRC, crc(b, H_HDR_CRC));
 }
 
@@ -67,31 +83,34 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	float x[N * D];
 	for (int i = 0; i < N * D; i++)
 		x[i] = (float)((i * 37) % 23) - 11.0f;
-	struct hnsw_params p = { .dim = D, .metric = DM_METRIC_L2, .M = 4, .ef_construction = 16,
-				 .seed = 1, .block_shift = 6 };
-	char err[256];
-	struct hnsw_index *idx = hnsw_build(&p, x, N, 1, NULL, NULL, err, sizeof(err));
-	if (!idx)
-		abort();
 	fd = memfd_create("fuzz_hnsw_image", MFD_CLOEXEC);
 	if (fd < 0)
 		abort();
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	char tmp[] = "/tmp/fuzz_hnsw_image.XXXXXX";
-	int t = mkstemp(tmp);
-	if (t < 0 || hnsw_save(idx, tmp, err, sizeof(err)) < 0)
-		abort();
-	FILE *f = fopen(tmp, "rb");
-	fseek(f, 0, SEEK_END);
-	base_len = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	base_img = malloc(base_len);
-	if (!base_img || fread(base_img, 1, base_len, f) != base_len)
-		abort();
-	fclose(f);
-	close(t);
-	unlink(tmp);
-	hnsw_free(idx);
+	for (int c = 0; c < 2; c++) {
+		struct hnsw_params p = { .dim = D, .metric = DM_METRIC_L2, .M = 4,
+					 .ef_construction = 16, .seed = 1, .block_shift = 6,
+					 .codes = c ? HNSW_CODES_RABITQ : HNSW_CODES_NONE };
+		char err[256];
+		struct hnsw_index *idx = hnsw_build(&p, x, N, 1, NULL, NULL, err, sizeof(err));
+		if (!idx)
+			abort();
+		char tmp[] = "/tmp/fuzz_hnsw_image.XXXXXX";
+		int t = mkstemp(tmp);
+		if (t < 0 || hnsw_save(idx, tmp, err, sizeof(err)) < 0)
+			abort();
+		FILE *f = fopen(tmp, "rb");
+		fseek(f, 0, SEEK_END);
+		base_len[c] = (size_t)ftell(f);
+		fseek(f, 0, SEEK_SET);
+		base_img[c] = malloc(base_len[c]);
+		if (!base_img[c] || fread(base_img[c], 1, base_len[c], f) != base_len[c])
+			abort();
+		fclose(f);
+		close(t);
+		unlink(tmp);
+		hnsw_free(idx);
+	}
 	return 0;
 }
 
@@ -106,9 +125,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		b = malloc(len ? len : 1);
 		memcpy(b, data + 1, len);
 	} else {
-		len = base_len;
+		int c = (data[0] >> 2) & 1;
+		len = base_len[c];
 		b = malloc(len);
-		memcpy(b, base_img, len);
+		memcpy(b, base_img[c], len);
 		for (size_t i = 1; i + 3 <= size; i += 3) {
 			size_t off = (size_t)(data[i] | data[i + 1] << 8) % len;
 			b[off] ^= data[i + 2];

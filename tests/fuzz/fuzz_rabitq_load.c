@@ -1,0 +1,98 @@
+/* fuzz_rabitq_load.c: libFuzzer target for the RaBitQ quantizer loader (rbq_load). Random
+ * bytes rarely pass the checksum, so the first input byte picks a mode: 0, the rest is
+ * loaded as is; otherwise the rest is a list of (u8 offset, u8 xor) patches applied to a
+ * small valid serialised quantizer whose checksum is then recomputed, which reaches the
+ * field validation behind it. An accepted quantizer must save back to the same bytes and
+ * is exercised (rotate, a list, an estimate) so that ASan sees any size the loader let
+ * through. */
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "quant/rabitq.h"
+
+static uint8_t *base;
+static size_t base_len;
+
+static void init(void)
+{
+	struct rbq *q = rbq_train(70, NULL, 0, 3);   /* D = 128 */
+	base_len = rbq_save_size(q);
+	base = malloc(base_len);
+	if (!base || rbq_save(q, base, base_len) != 0)
+		abort();
+	rbq_free(q);
+}
+
+static void exercise(const struct rbq *q, const uint8_t *img, size_t len)
+{
+	uint32_t dim = rbq_dim(q), D = rbq_dim_padded(q);
+	uint8_t *again = malloc(len);
+	if (!again || rbq_save(q, again, len) != 0 || memcmp(again, img, len) != 0)
+		abort();   /* accepted bytes must be exactly what save writes */
+	free(again);
+	float *x = calloc(D, sizeof(float)), *u = calloc(D, sizeof(float));
+	float *v = calloc(D, sizeof(float)), est[3], low[3];
+	size_t lb = rbq_list_bytes(q, 3);
+	uint8_t *list = malloc(lb);
+	struct rbq_qctx *ctx = rbq_qctx_new(q);
+	if (!x || !u || !v || !list || !ctx)
+		abort();
+	for (uint32_t i = 0; i < dim; i++)
+		x[i] = (float)(i % 7) - 3.0f;
+	rbq_rotate(q, x, u);
+	rbq_unrotate(q, u, v);
+	rbq_rotate(q, x, v);
+	v[0] += 1.0f;
+	rbq_list_clear(q, list, 3);
+	rbq_list_set(q, list, 3, 2, u, v);
+	rbq_list_move(q, list, 3, 0, 2);
+	if (rbq_prep(q, ctx, v, u, DM_METRIC_L2) != 0)
+		abort();
+	rbq_list_estimate(q, ctx, list, 3, 3, 1.0f, est, low);
+	rbq_qctx_free(ctx);
+	free(list);
+	free(x);
+	free(u);
+	free(v);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct rbq *q = NULL;
+	uint8_t *img;
+	size_t len;
+
+	if (!base)
+		init();
+	if (size == 0)
+		return 0;
+	if (data[0] == 0) {
+		len = size - 1;
+		img = malloc(len ? len : 1);
+		memcpy(img, data + 1, len);
+	} else {
+		len = base_len;
+		img = malloc(len);
+		memcpy(img, base, len);
+		for (size_t i = 1; i + 1 < size; i += 2)
+			img[data[i] % (len - 4)] ^= data[i + 1];
+		/* a few patches also change the length (truncate / extend) */
+		if (data[0] & 0x80)
+			len -= data[0] & 0x3f;
+		if (len >= 4) {
+			uLong c = crc32_z(crc32_z(0, Z_NULL, 0), img, len - 4);
+			uint32_t c32 = (uint32_t)c;
+			memcpy(img + len - 4, &c32, 4);
+		}
+	}
+	int rc = rbq_load(img, len, &q);
+	if (rc == 0) {
+		exercise(q, img, len);
+		rbq_free(q);
+	} else if (rc != -EINVAL || q != NULL) {
+		abort();
+	}
+	free(img);
+	return 0;
+}
