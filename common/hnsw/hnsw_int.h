@@ -5,6 +5,7 @@
 
 #include "hnsw.h"
 #include "hnsw_codes.h"
+#include "util/dm_heap.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -26,74 +27,32 @@ void hnsw_heap_fini(struct hnsw_heap *h);
 /* Grow so that at least need entries fit; 0 or -ENOMEM. */
 int hnsw_heap_reserve(struct hnsw_heap *h, uint32_t need);
 
+/* The sift rules of every HNSW heap (util/dm_heap.h): by distance only, so that the local
+ * and the resumable searches visit nodes in the same order. They apply to any entry type
+ * with a float field d (struct hnsw_cand here, struct hnsw_qcand in hnsw_query.c). */
+#define HNSW_NEARER(p, q) ((p)->d < (q)->d)
+#define HNSW_FARTHER(p, q) ((p)->d > (q)->d)
+DM_HEAP_DEFINE(hnsw_minh, struct hnsw_cand, uint32_t, HNSW_NEARER)
+DM_HEAP_DEFINE(hnsw_maxh, struct hnsw_cand, uint32_t, HNSW_FARTHER)
+
 static inline void hnsw_minheap_push(struct hnsw_heap *h, float d, uint32_t id)
 {
-	uint32_t i = h->n++;
-	struct hnsw_cand *a = h->a;
-	while (i > 0) {
-		uint32_t p = (i - 1) >> 1;
-		if (a[p].d <= d)
-			break;
-		a[i] = a[p];
-		i = p;
-	}
-	a[i].d = d;
-	a[i].id = id;
+	hnsw_minh_push(h->a, &h->n, (struct hnsw_cand){ .d = d, .id = id });
 }
 
 static inline struct hnsw_cand hnsw_minheap_pop(struct hnsw_heap *h)
 {
-	struct hnsw_cand *a = h->a, top = a[0], last = a[--h->n];
-	uint32_t n = h->n, i = 0;
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && a[c + 1].d < a[c].d)
-			c++;
-		if (last.d <= a[c].d)
-			break;
-		a[i] = a[c];
-		i = c;
-	}
-	if (n)
-		a[i] = last;
-	return top;
+	return hnsw_minh_pop(h->a, &h->n);
 }
 
 static inline void hnsw_maxheap_push(struct hnsw_heap *h, float d, uint32_t id)
 {
-	uint32_t i = h->n++;
-	struct hnsw_cand *a = h->a;
-	while (i > 0) {
-		uint32_t p = (i - 1) >> 1;
-		if (a[p].d >= d)
-			break;
-		a[i] = a[p];
-		i = p;
-	}
-	a[i].d = d;
-	a[i].id = id;
+	hnsw_maxh_push(h->a, &h->n, (struct hnsw_cand){ .d = d, .id = id });
 }
 
 static inline struct hnsw_cand hnsw_maxheap_pop(struct hnsw_heap *h)
 {
-	struct hnsw_cand *a = h->a, top = a[0], last = a[--h->n];
-	uint32_t n = h->n, i = 0;
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && a[c + 1].d > a[c].d)
-			c++;
-		if (last.d >= a[c].d)
-			break;
-		a[i] = a[c];
-		i = c;
-	}
-	if (n)
-		a[i] = last;
-	return top;
+	return hnsw_maxh_pop(h->a, &h->n);
 }
 
 /* Visited set: one 16-bit tag per node; a node is visited when its tag equals the current

@@ -57,81 +57,10 @@ void hnsw_query_free(struct hnsw_query *q)
 	free(q);
 }
 
-/* ---- heaps: the same sift rules as hnsw_int.h, so the visiting order is identical ---- */
+/* ---- heaps: the sift rules of hnsw_int.h, so the visiting order is identical ---- */
 
-static void minheap_push(struct hnsw_qcand *a, uint32_t *n, struct hnsw_qcand x)
-{
-	uint32_t i = (*n)++;
-
-	while (i > 0) {
-		uint32_t p = (i - 1) >> 1;
-
-		if (a[p].d <= x.d)
-			break;
-		a[i] = a[p];
-		i = p;
-	}
-	a[i] = x;
-}
-
-static struct hnsw_qcand minheap_pop(struct hnsw_qcand *a, uint32_t *np)
-{
-	struct hnsw_qcand top = a[0], last = a[--*np];
-	uint32_t n = *np, i = 0;
-
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-
-		if (c >= n)
-			break;
-		if (c + 1 < n && a[c + 1].d < a[c].d)
-			c++;
-		if (last.d <= a[c].d)
-			break;
-		a[i] = a[c];
-		i = c;
-	}
-	if (n)
-		a[i] = last;
-	return top;
-}
-
-static void maxheap_push(struct hnsw_qcand *a, uint32_t *n, struct hnsw_qcand x)
-{
-	uint32_t i = (*n)++;
-
-	while (i > 0) {
-		uint32_t p = (i - 1) >> 1;
-
-		if (a[p].d >= x.d)
-			break;
-		a[i] = a[p];
-		i = p;
-	}
-	a[i] = x;
-}
-
-static struct hnsw_qcand maxheap_pop(struct hnsw_qcand *a, uint32_t *np)
-{
-	struct hnsw_qcand top = a[0], last = a[--*np];
-	uint32_t n = *np, i = 0;
-
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-
-		if (c >= n)
-			break;
-		if (c + 1 < n && a[c + 1].d > a[c].d)
-			c++;
-		if (last.d >= a[c].d)
-			break;
-		a[i] = a[c];
-		i = c;
-	}
-	if (n)
-		a[i] = last;
-	return top;
-}
+DM_HEAP_DEFINE(minheap, struct hnsw_qcand, uint32_t, HNSW_NEARER)
+DM_HEAP_DEFINE(maxheap, struct hnsw_qcand, uint32_t, HNSW_FARTHER)
 
 static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 {
