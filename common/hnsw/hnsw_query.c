@@ -2,6 +2,7 @@
  * state machine; see hnsw_query.h. */
 #include "hnsw_query.h"
 #include "hnsw_l0.h"
+#include "util/dm_hash.h"
 
 #include <stdlib.h>
 
@@ -85,7 +86,7 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 
 static inline uint32_t vis_hash(uint32_t id)
 {
-	return (uint32_t)((id * 0x9e3779b97f4a7c15ull) >> 32);
+	return (uint32_t)((id * DM_GOLDEN64) >> 32);
 }
 
 static int vis_rehash(struct hnsw_query *q, uint32_t cap)

@@ -1,6 +1,7 @@
 /* hnsw_util.c: HNSW index allocation, parameter checks, level draws, the distance kernels of
  * the graph hot path, CRC32C of records, heaps and the visited set. */
 #include "hnsw_int.h"
+#include "util/dm_hash.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -98,13 +99,10 @@ void hnsw_free(struct hnsw_index *idx)
 	free(idx);
 }
 
-/* splitmix64: a good 64-bit mix for per-id random draws. */
-static uint64_t mix64(uint64_t x)
+/* splitmix64 output for state x (util/dm_hash.h): a good 64-bit mix for per-id draws. */
+static inline uint64_t mix64(uint64_t x)
 {
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	return dm_hash64(x);
 }
 
 uint32_t hnsw_draw_level(uint64_t seed, uint32_t id, uint32_t M)
