@@ -197,8 +197,10 @@ int flat_bucket_delete(struct flat_store *s, const char *name)
 	flat_rec_begin(&b);
 	dm_buf_str(&b, name);
 	rc = flat_wal_append(s, &b, FLAT_REC_BUCKET_DELETE);
-	if (!rc)
+	if (!rc) {
+		flat_attr_drop(s, name, NULL);
 		s->buckets[i] = s->buckets[--s->nb];
+	}
 out_unlock:
 	pthread_rwlock_unlock(&s->cat);
 	dm_buf_free(&b);
@@ -308,8 +310,10 @@ int flat_index_delete(struct flat_store *s, const char *bucket, const char *name
 	if (!rc)
 		ix->deleted = true;
 	pthread_mutex_unlock(&ix->wmu);
-	if (!rc)
+	if (!rc) {
+		flat_attr_drop(s, bucket, name);
 		flat_cat_drop_index(s, (size_t)i);
+	}
 out_unlock:
 	pthread_rwlock_unlock(&s->cat);
 	dm_buf_free(&b);
