@@ -342,6 +342,18 @@ static int netns_up(const char *tag, struct node_spec *nodes, int nn, const char
 
 static int cmd_down(int argc, char **argv);
 
+/* KEY=VALUE options as "KEY = VALUE" lines (under [section] when given and n > 0). */
+static void put_sets(FILE *f, const char *section, const char *const *set, int n)
+{
+	if (section && n)
+		fprintf(f, "\n[%s]\n", section);
+	for (int i = 0; i < n; i++) {
+		const char *eq = strchr(set[i], '=');
+
+		fprintf(f, "%.*s = %s\n", (int)(eq - set[i]), set[i], eq + 1);
+	}
+}
+
 /* The access key of --s3-identity NAME: DMANNID + NAME upper-cased. */
 static void identity_key(const char *name, char *out, size_t cap)
 {
@@ -528,11 +540,7 @@ static int cmd_up(int argc, char **argv)
 	fprintf(f, "; written by dmann local up\n[cluster]\nname = local-%s\nsecret_file = secret\n"
 		   "transport = %s\n\n[s3]\naccess_key = DMANNLOCALTEST\nsecret_key_file = s3.secret\n",
 		tag, transport);
-	for (int i = 0; i < nsset; i++) {
-		const char *eq = strchr(sset[i], '=');
-
-		fprintf(f, "%.*s = %s\n", (int)(eq - sset[i]), sset[i], eq + 1);
-	}
+	put_sets(f, NULL, sset, nsset);
 	if (https)
 		fprintf(f, "https_cert = s3.crt\nhttps_key = s3.key\n");
 	for (int i = 0; i < nids; i++) {
@@ -542,20 +550,8 @@ static int cmd_up(int argc, char **argv)
 		fprintf(f, "\n[s3.identity.%s]\naccess_key = %s\nsecret_key_file = s3.%s.secret\n",
 			ids[i], ak, ids[i]);
 	}
-	if (nrset)
-		fprintf(f, "\n[router]\n");
-	for (int i = 0; i < nrset; i++) {
-		const char *eq = strchr(rset[i], '=');
-
-		fprintf(f, "%.*s = %s\n", (int)(eq - rset[i]), rset[i], eq + 1);
-	}
-	if (ncset)
-		fprintf(f, "\n[cn]\n");
-	for (int i = 0; i < ncset; i++) {
-		const char *eq = strchr(cset[i], '=');
-
-		fprintf(f, "%.*s = %s\n", (int)(eq - cset[i]), cset[i], eq + 1);
-	}
+	put_sets(f, "router", rset, nrset);
+	put_sets(f, "cn", cset, ncset);
 	if (netns)
 		fprintf(f, "; netns mode: one namespace per node (" NS_PREFIX "-%s-N), links at %s\n", tag, rate);
 	for (int i = 0; i < nn; i++) {

@@ -45,16 +45,7 @@ static void attr_put(struct flat_store *s, const char *b, const char *x, uint32_
 
 static int attr_reserve(struct flat_store *s)
 {
-	if (s->nattr < s->capattr)
-		return 0;
-	size_t nc = s->capattr ? s->capattr * 2 : 16;
-	struct flat_attr *n = realloc(s->attrs, nc * sizeof(*n));
-
-	if (!n)
-		return -ENOMEM;
-	s->attrs = n;
-	s->capattr = nc;
-	return 0;
+	return flat_grow((void **)&s->attrs, s->nattr, &s->capattr, sizeof(*s->attrs));
 }
 
 static uint8_t *dup_val(const void *val, uint32_t len)

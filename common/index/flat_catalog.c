@@ -92,27 +92,27 @@ static bool name_ok(const char *n)
 	return l >= 1 && l <= FLAT_NAME_MAX;
 }
 
+int flat_grow(void **arr, size_t n, size_t *cap, size_t elem)
+{
+	size_t nc;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	nc = *cap ? *cap * 2 : 16;
+	p = realloc(*arr, nc * elem);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = nc;
+	return 0;
+}
+
 int flat_cat_reserve(struct flat_store *s)
 {
-	if (s->nix == s->capix) {
-		size_t nc = s->capix ? s->capix * 2 : 16;
-		struct flat_index **n = realloc(s->ix, nc * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		s->ix = n;
-		s->capix = nc;
-	}
-	if (s->nb == s->capb) {
-		size_t nc = s->capb ? s->capb * 2 : 16;
-		struct flat_bucket_info *n = realloc(s->buckets, nc * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		s->buckets = n;
-		s->capb = nc;
-	}
-	return 0;
+	if (flat_grow((void **)&s->ix, s->nix, &s->capix, sizeof(*s->ix)))
+		return -ENOMEM;
+	return flat_grow((void **)&s->buckets, s->nb, &s->capb, sizeof(*s->buckets));
 }
 
 void flat_cat_add_index(struct flat_store *s, struct flat_index *ix)

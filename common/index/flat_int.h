@@ -145,6 +145,8 @@ struct flat_index *flat_index_new(struct flat_store *s, const char *bucket, cons
 void flat_index_free(struct flat_index *ix);
 ssize_t flat_bucket_find(struct flat_store *s, const char *name);
 ssize_t flat_index_find(struct flat_store *s, const char *bucket, const char *name);
+/* Room for one more element in *arr (n used of *cap, doubling): 0 or -ENOMEM. */
+int flat_grow(void **arr, size_t n, size_t *cap, size_t elem);
 /* Room for one more bucket / index in the catalog arrays (-ENOMEM). */
 int flat_cat_reserve(struct flat_store *s);
 /* Add (room reserved by flat_cat_reserve) and remove catalog entries. */

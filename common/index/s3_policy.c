@@ -79,6 +79,21 @@ static int strlist_take(json_t *v, const char *what, struct strlist *l, char *ms
 	return 0;
 }
 
+/* strlist_take, then every value checked by ok (the refusal names the value and hint). */
+static int strlist_take_valid(json_t *v, const char *what, struct strlist *l,
+			      bool (*ok)(const char *), const char *hint, char *msg,
+			      size_t msglen)
+{
+	int rc = strlist_take(v, what, l, msg, msglen);
+
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < l->n; i++)
+		if (!ok(l->v[i]))
+			return bad(msg, msglen, "invalid %s '%s' (%s)", what, l->v[i], hint);
+	return 0;
+}
+
 static bool valid_action(const char *a)
 {
 	if (!strcmp(a, "*"))
@@ -115,7 +130,6 @@ static int parse_principal(json_t *v, struct stmt *st, char *msg, size_t msglen)
 	json_t *aws;
 	const char *k;
 	json_t *e;
-	int rc;
 
 	if (!v)
 		return bad(msg, msglen, "every statement needs a Principal");
@@ -132,21 +146,31 @@ static int parse_principal(json_t *v, struct stmt *st, char *msg, size_t msglen)
 	aws = json_object_get(v, "AWS");
 	if (!aws)
 		return bad(msg, msglen, "Principal needs an AWS member");
-	rc = strlist_take(aws, "Principal.AWS", &st->principals, msg, msglen);
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < st->principals.n; i++)
-		if (!valid_principal(st->principals.v[i]))
-			return bad(msg, msglen, "invalid principal '%s' (\"*\", an account id or an "
-				   "arn:aws:iam:: ARN)", st->principals.v[i]);
-	return 0;
+	return strlist_take_valid(aws, "principal", &st->principals, valid_principal,
+				  "\"*\", an account id or an arn:aws:iam:: ARN", msg, msglen);
+}
+
+/* Exactly one of NAME and NotNAME (e.g. Action / NotAction) into l; *negated: NotNAME. */
+static int take_either(json_t *o, const char *name, bool *negated, struct strlist *l,
+		       bool (*ok)(const char *), const char *hint, char *msg, size_t msglen)
+{
+	char notname[32], what[32];
+	json_t *yes = json_object_get(o, name), *no;
+
+	snprintf(notname, sizeof(notname), "Not%s", name);
+	no = json_object_get(o, notname);
+	if (!yes == !no)
+		return bad(msg, msglen, "a statement needs exactly one of %s and %s", name, notname);
+	*negated = !yes;
+	snprintf(what, sizeof(what), "%c%s", name[0] - 'A' + 'a', name + 1);
+	return strlist_take_valid(yes ? yes : no, what, l, ok, hint, msg, msglen);
 }
 
 static int parse_stmt(json_t *o, struct stmt *st, char *msg, size_t msglen)
 {
 	static const char *const known[] = { "Sid", "Effect", "Principal", "Action",
 		"NotAction", "Resource", "NotResource" };
-	json_t *eff, *act, *nact, *res, *nres, *e;
+	json_t *eff, *e;
 	const char *k;
 	int rc;
 
@@ -171,33 +195,12 @@ static int parse_stmt(json_t *o, struct stmt *st, char *msg, size_t msglen)
 	rc = parse_principal(json_object_get(o, "Principal"), st, msg, msglen);
 	if (rc)
 		return rc;
-	act = json_object_get(o, "Action");
-	nact = json_object_get(o, "NotAction");
-	if (!act == !nact)
-		return bad(msg, msglen, "a statement needs exactly one of Action and NotAction");
-	st->not_action = !act;
-	rc = strlist_take(act ? act : nact, act ? "Action" : "NotAction", &st->actions, msg,
-			  msglen);
+	rc = take_either(o, "Action", &st->not_action, &st->actions, valid_action,
+			 "\"*\" or s3vectors:<Operation>, wildcards * and ? allowed", msg, msglen);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < st->actions.n; i++)
-		if (!valid_action(st->actions.v[i]))
-			return bad(msg, msglen, "invalid action '%s' (\"*\" or s3vectors:<Operation>, "
-				   "wildcards * and ? allowed)", st->actions.v[i]);
-	res = json_object_get(o, "Resource");
-	nres = json_object_get(o, "NotResource");
-	if (!res == !nres)
-		return bad(msg, msglen, "a statement needs exactly one of Resource and NotResource");
-	st->not_resource = !res;
-	rc = strlist_take(res ? res : nres, res ? "Resource" : "NotResource", &st->resources,
-			  msg, msglen);
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < st->resources.n; i++)
-		if (!valid_resource(st->resources.v[i]))
-			return bad(msg, msglen, "invalid resource '%s' (\"*\" or an ARN)",
-				   st->resources.v[i]);
-	return 0;
+	return take_either(o, "Resource", &st->not_resource, &st->resources, valid_resource,
+			   "\"*\" or an ARN", msg, msglen);
 }
 
 void s3p_free(struct s3p_policy *p)
