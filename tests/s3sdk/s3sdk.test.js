@@ -769,6 +769,39 @@ test('QueryVectors nextToken: one page, no token issued; a token is refused', as
   assert.equal(e.fieldList[0].path, '/nextToken');
 });
 
+test('policy_default = deny: a bucket with a policy admits only what it allows', async () => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'pdeny-'));
+  const s2 = await startServer(dir, ['--policy-default', 'deny',
+    '--up', JSON.stringify(['--s3-set', 'policy_default=deny'])]);
+  try {
+    const alice = client(s2, { id: 'alice' });
+    const bob = client(s2, { id: 'bob' });
+    const barn = (await send(alice, 'CreateVectorBucketCommand', { vectorBucketName: 'pd-b' }))
+      .vectorBucketArn;
+    await send(alice, 'CreateIndexCommand', { vectorBucketName: 'pd-b', indexName: 'pdx',
+      dataType: 'float32', dimension: 2, distanceMetric: 'euclidean' });
+    const put = (who) => send(who, 'PutVectorsCommand', { vectorBucketName: 'pd-b',
+      indexName: 'pdx', vectors: [{ key: 'k', data: { float32: [1, 2] } }] });
+    await put(bob);                                // no policy: open to every identity
+    await send(alice, 'PutVectorBucketPolicyCommand', { vectorBucketName: 'pd-b',
+      policy: JSON.stringify({ Statement: [{ Effect: 'Allow',
+        Principal: { AWS: 'arn:aws:iam::000000000000:user/alice' }, Action: 's3vectors:*',
+        Resource: [barn, `${barn}/index/*`] }, { Effect: 'Allow', Principal: '*',
+        Action: 's3vectors:GetVectors', Resource: `${barn}/index/*` }] }) });
+    await put(alice);
+    const e = await expectError(put(bob), 'AccessDeniedException', 403);
+    assert.match(e.message, /no resource-based policy allows/);
+    assert.equal((await send(bob, 'GetVectorsCommand', { vectorBucketName: 'pd-b',
+      indexName: 'pdx', keys: ['k'] })).vectors.length, 1);
+    await expectError(send(bob, 'GetIndexCommand', { vectorBucketName: 'pd-b',
+      indexName: 'pdx' }), 'AccessDeniedException', 403);
+    await send(alice, 'DeleteVectorBucketPolicyCommand', { vectorBucketName: 'pd-b' });
+    await put(bob);
+  } finally {
+    await stopServer(s2);
+  }
+});
+
 test('overload: more concurrent queries than the queue admits get 503 at once', async () => {
   const dir = fs.mkdtempSync(path.join(tmp, 'ovl-'));
   // On a cluster: W = 1 here (one member per query; R from the query rate).
