@@ -1,5 +1,7 @@
-/* config.c: cluster INI file loading and validation (inih does the lexing). */
+/* config.c: cluster INI file loading and validation (inih does the lexing); the S3
+ * identities are in config_s3.c. */
 #include "config.h"
+#include "config_int.h"
 #include "wire.h"
 
 #include <ctype.h>
@@ -14,25 +16,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct parse_ctx {
-	struct dm_cluster_cfg *cfg;
-	const char *base_dir;
-	char msg[256];               /* first error, without location */
-	char secret_file[512];
-	char s3_secret_file[512];
-	char cnmsg[256];
-	struct dm_s3_identity ids[DM_S3_MAX_IDS];   /* [s3.identity.NAME], file order */
-	uint32_t nids;
-};
-
-static int read_secret(const char *base_dir, const char *file, uint8_t *out, size_t cap,
-		       size_t *len, char *msg, size_t msglen);
-
 static int fail(struct parse_ctx *pc, const char *fmt, const char *a, const char *b)
 {
 	if (!pc->msg[0])
 		snprintf(pc->msg, sizeof(pc->msg), fmt, a, b);
 	return 0;   /* inih: stop and report this line */
+}
+
+int dm_cfg_fail(struct parse_ctx *pc, const char *fmt, const char *a, const char *b)
+{
+	return fail(pc, fmt, a, b);
 }
 
 static bool copy_str(char *dst, size_t cap, const char *v)
@@ -368,126 +361,6 @@ static int mn_settings_key(struct parse_ctx *pc, const char *key, const char *v)
 
 /* ---- end of [mn] ---- */
 
-/* ---- [s3.identity.NAME]: S3 identities ---- */
-
-static bool resolve_path(const char *base_dir, const char *v, char *out, size_t cap)
-{
-	int n;
-
-	if (!*v)
-		return false;
-	if (v[0] == '/' || !base_dir)
-		n = snprintf(out, cap, "%s", v);
-	else
-		n = snprintf(out, cap, "%s/%s", base_dir, v);
-	return n > 0 && (size_t)n < cap;
-}
-
-static bool all_of(const char *s, const char *extra)
-{
-	for (; *s; s++)
-		if (!isalnum((unsigned char)*s) && !strchr(extra, *s))
-			return false;
-	return true;
-}
-
-static int identity_key(struct parse_ctx *pc, const char *name, const char *key,
-			const char *v)
-{
-	struct dm_s3_identity *id = NULL;
-	char msg[240];
-	size_t n;
-
-	if (!*name || strlen(name) > 63 || !all_of(name, "+=,.@_-"))
-		return fail(pc, "identity name '%s' must be 1..63 of A-Za-z0-9+=,.@_-%s", name, "");
-	for (uint32_t i = 0; i < pc->nids && !id; i++)
-		if (!strcmp(pc->ids[i].name, name))
-			id = &pc->ids[i];
-	if (!id) {
-		if (pc->nids == DM_S3_MAX_IDS - 1)
-			return fail(pc, "too many S3 identities (at most %s)%s", "32", "");
-		id = &pc->ids[pc->nids++];
-		memset(id, 0, sizeof(*id));
-		snprintf(id->name, sizeof(id->name), "%s", name);
-	}
-	if (!strcmp(key, "access_key")) {
-		if (id->access_key[0])
-			return fail(pc, "access_key given twice for identity '%s'%s", name, "");
-		if (strlen(v) > 127 || !*v || !all_of(v, ""))
-			return fail(pc, "access_key '%s' must be 1..127 of A-Za-z0-9%s", v, "");
-		for (uint32_t i = 0; i < pc->nids; i++)
-			if (!strcmp(pc->ids[i].access_key, v))
-				return fail(pc, "access_key '%s' is already identity '%s''s", v,
-					    pc->ids[i].name);
-		if (!strcmp(pc->cfg->s3_access_key, v))
-			return fail(pc, "access_key '%s' is already the [s3] access_key%s", v, "");
-		snprintf(id->access_key, sizeof(id->access_key), "%s", v);
-	} else if (!strcmp(key, "secret_key_file")) {
-		if (id->secret[0])
-			return fail(pc, "secret_key_file given twice for identity '%s'%s", name, "");
-		if (read_secret(pc->base_dir, v, (uint8_t *)id->secret, sizeof(id->secret) - 1, &n,
-				msg, sizeof(msg)))
-			return fail(pc, "%s%s", msg, "");
-		id->secret[n] = 0;
-		if (strlen(id->secret) != n)
-			return fail(pc, "secret file '%s' holds a NUL byte%s", v, "");
-	} else if (!strcmp(key, "principal")) {
-		if (strncmp(v, "arn:aws:iam::", 13) || strlen(v) >= sizeof(id->principal) ||
-		    strpbrk(v, " \t\"*?"))
-			return fail(pc, "principal '%s' must be an arn:aws:iam:: ARN (no spaces, quotes "
-				    "or wildcards)%s", v, "");
-		snprintf(id->principal, sizeof(id->principal), "%s", v);
-	} else {
-		return fail(pc, "unknown key '%s' in section [s3.identity.%s]", key, name);
-	}
-	return 1;
-}
-
-/* The identities in cfg: [s3]'s first, then the sections'. 0 or -EINVAL (err filled). */
-static int identities_finish(struct parse_ctx *pc, const char *name, char *err, size_t errlen)
-{
-	struct dm_cluster_cfg *cfg = pc->cfg;
-
-	cfg->n_s3_ids = 0;
-	if (cfg->s3_access_key[0] && cfg->s3_secret_key[0]) {
-		struct dm_s3_identity *d = &cfg->s3_ids[cfg->n_s3_ids++];
-
-		snprintf(d->name, sizeof(d->name), "default");
-		snprintf(d->access_key, sizeof(d->access_key), "%s", cfg->s3_access_key);
-		snprintf(d->secret, sizeof(d->secret), "%s", cfg->s3_secret_key);
-	}
-	for (uint32_t i = 0; i < pc->nids; i++) {
-		struct dm_s3_identity *id = &pc->ids[i];
-
-		if (!id->access_key[0] || !id->secret[0]) {
-			snprintf(err, errlen, "%s: [s3.identity.%s] needs access_key and "
-				 "secret_key_file", name, id->name);
-			return -EINVAL;
-		}
-		if (cfg->s3_access_key[0] && !strcmp(id->name, "default")) {
-			snprintf(err, errlen, "%s: [s3.identity.default] clashes with the [s3] "
-				 "access_key (which is identity 'default')", name);
-			return -EINVAL;
-		}
-		cfg->s3_ids[cfg->n_s3_ids++] = *id;
-	}
-	for (uint32_t i = 0; i < cfg->n_s3_ids; i++)
-		if (!cfg->s3_ids[i].principal[0])
-			snprintf(cfg->s3_ids[i].principal, sizeof(cfg->s3_ids[i].principal),
-				 "arn:aws:iam::000000000000:user/%s", cfg->s3_ids[i].name);
-	if (!cfg->s3_https_cert[0] != !cfg->s3_https_key[0]) {
-		snprintf(err, errlen, "%s: [s3] https_cert and https_key go together", name);
-		return -EINVAL;
-	}
-	for (uint32_t i = 0; i < cfg->n_cn; i++)
-		if (cfg->cn[i].https[0] && !cfg->s3_https_cert[0]) {
-			snprintf(err, errlen, "%s: [cn.%u] https needs [s3] https_cert and https_key",
-				 name, i);
-			return -EINVAL;
-		}
-	return 0;
-}
-
 static int handler(void *user, const char *section, const char *key, const char *v)
 {
 	struct parse_ctx *pc = user;
@@ -595,7 +468,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (!strcmp(key, "https_cert") || !strcmp(key, "https_key")) {
 			char *dst = key[6] == 'c' ? cfg->s3_https_cert : cfg->s3_https_key;
 
-			if (!resolve_path(pc->base_dir, v, dst, sizeof(cfg->s3_https_cert)))
+			if (!dm_cfg_resolve_path(pc->base_dir, v, dst, sizeof(cfg->s3_https_cert)))
 				return fail(pc, "%s '%s' is empty or too long", key, v);
 			if (access(dst, R_OK))
 				return fail(pc, "%s: cannot read '%.200s'", key, dst);
@@ -605,7 +478,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		return 1;
 	}
 	if (!strncmp(section, "s3.identity.", 12))
-		return identity_key(pc, section + 12, key, v);
+		return dm_cfg_identity_key(pc, section + 12, key, v);
 	if (!strcmp(section, "mn"))
 		return mn_settings_key(pc, key, v);
 	n = node_for_section(pc, section);
@@ -616,7 +489,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 }
 
 /* Read a secret file: whole contents minus a trailing newline; 16..64 bytes. */
-static int read_secret(const char *base_dir, const char *file, uint8_t *out, size_t cap,
+int dm_cfg_read_secret(const char *base_dir, const char *file, uint8_t *out, size_t cap,
 		       size_t *len, char *msg, size_t msglen)
 {
 	char path[520];
@@ -677,14 +550,14 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 		snprintf(err, errlen, "%s: [cluster] secret_file is missing", name);
 		return -EINVAL;
 	}
-	rc = read_secret(pc->base_dir, pc->secret_file, cfg->secret, sizeof(cfg->secret),
+	rc = dm_cfg_read_secret(pc->base_dir, pc->secret_file, cfg->secret, sizeof(cfg->secret),
 			 &cfg->secret_len, msg, sizeof(msg));
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", name, msg);
 		return rc;
 	}
 	if (pc->s3_secret_file[0]) {
-		rc = read_secret(pc->base_dir, pc->s3_secret_file, (uint8_t *)cfg->s3_secret_key,
+		rc = dm_cfg_read_secret(pc->base_dir, pc->s3_secret_file, (uint8_t *)cfg->s3_secret_key,
 				 sizeof(cfg->s3_secret_key) - 1, &dummy, msg, sizeof(msg));
 		if (rc) {
 			snprintf(err, errlen, "%s: %s", name, msg);
@@ -692,7 +565,7 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 		}
 		cfg->s3_secret_key[dummy] = '\0';
 	}
-	rc = identities_finish(pc, name, err, errlen);
+	rc = dm_cfg_identities_finish(pc, name, err, errlen);
 	if (rc)
 		return rc;
 	for (int r = 0; r < 2; r++) {
