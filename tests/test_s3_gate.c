@@ -39,8 +39,8 @@ Test(s3_gate, tag_calls)
 	cr_assert_str_eq(op, "ListTagsForResource");
 	cr_assert_str_eq(b, "{\"resourceArn\":\"" ARN "\"}");
 	free(b);
-	cr_assert_eq(tag_call("/tags/" ARN_ENC, "POST", "", "{\"tags\":{\"a\":\"1\"}}", &op, &b),
-		     1);
+	cr_assert_eq(tag_call("/tags/" ARN_ENC, "POST", "", "{\"tags\":{\"a\":\"1\"},"
+			      "\"vectorBucketName\":\"other\",\"resourceArn\":\"x\"}", &op, &b), 1);
 	cr_assert_str_eq(op, "TagResource");
 	cr_assert_str_eq(b, "{\"tags\":{\"a\":\"1\"},\"resourceArn\":\"" ARN "\"}");
 	free(b);
@@ -129,6 +129,19 @@ Test(s3_gate, policies)
 			     "{\"indexArn\":\"" ARN "/index/ix1\"}", &st));
 	cr_assert(authorize(&f, BOB, false, "PutVectorBucketPolicy",
 			    "{\"vectorBucketArn\":\"" ARN "\"}", &st));
+	/* The resource is the operation's: an indexName beside a bucket-level call, or a
+	 * bucket name beside a tag call's resourceArn, does not move it. */
+	f.policy = "{\"Statement\":{\"Effect\":\"Deny\",\"Principal\":\"*\",\"Action\":"
+		   "\"*\",\"Resource\":\"" ARN "\"}}";
+	cr_assert(!authorize(&f, BOB, false, "DeleteVectorBucketPolicy",
+			     "{\"vectorBucketName\":\"bk1\",\"indexName\":\"ix1\"}", &st));
+	cr_assert(!authorize(&f, BOB, false, "TagResource",
+			     "{\"vectorBucketName\":\"zzz\",\"resourceArn\":\"" ARN "\"}", &st));
+	cr_assert_str_eq(f.last, "{\"vectorBucketName\":\"bk1\"}");
+	f.policy = "{\"Statement\":[{\"Effect\":\"Deny\",\"Principal\":{\"AWS\":\"" BOB "\"},"
+		   "\"Action\":\"s3vectors:PutVectors\",\"Resource\":\"" ARN "/index/*\"},"
+		   "{\"Effect\":\"Allow\",\"Principal\":{\"AWS\":\"" ALICE "\"},\"Action\":\"*\","
+		   "\"Resource\":\"*\"}]}";
 	/* policy_default = deny: only what a statement allows. */
 	cr_assert(!authorize(&f, BOB, true, "GetVectors", ix, &st));
 	cr_assert(authorize(&f, ALICE, true, "GetVectors", ix, &st));

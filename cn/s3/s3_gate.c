@@ -67,13 +67,22 @@ int s3g_tag_call(const char *url, const char *method, const char *query, const c
 		s3_resp_error(r, 400, "ValidationException", "invalid resourceArn in the path");
 		return -EINVAL;
 	}
-	o = len && !strcmp(*op, "TagResource") ? json_loadb(body, len, 0, NULL) : json_object();
-	if (!json_is_object(o)) {
-		json_decref(o);
-		free(arn);
-		s3_resp_error(r, 400, "ValidationException", "The request body is not a JSON "
-			      "object");
-		return -EINVAL;
+	/* Only what the operation's input has: TagResource's body carries tags alone. */
+	o = json_object();
+	if (!strcmp(*op, "TagResource")) {
+		json_t *in = len ? json_loadb(body, len, 0, NULL) : NULL;
+
+		if (!json_is_object(in)) {
+			json_decref(in);
+			json_decref(o);
+			free(arn);
+			s3_resp_error(r, 400, "ValidationException", "The request body is not a JSON "
+				      "object");
+			return -EINVAL;
+		}
+		if (json_object_get(in, "tags"))
+			json_object_set(o, "tags", json_object_get(in, "tags"));
+		json_decref(in);
 	}
 	json_object_set_new(o, "resourceArn", json_string(arn));
 	free(arn);
@@ -116,6 +125,19 @@ static void deny(struct s3_resp *r, const struct s3g_authz *z, const char *actio
 				 "because no resource-based policy allows the action");
 }
 
+/* Operations on the bucket itself: evaluated against the bucket ARN whatever else the
+ * body holds. The others act on an index (or, for tags, on the resourceArn). */
+static bool bucket_level(const char *op)
+{
+	static const char *const ops[] = { "GetVectorBucket", "DeleteVectorBucket", "ListIndexes",
+		"PutVectorBucketPolicy", "GetVectorBucketPolicy", "DeleteVectorBucketPolicy" };
+
+	for (size_t i = 0; i < DM_ARRAY_SIZE(ops); i++)
+		if (!strcmp(op, ops[i]))
+			return true;
+	return false;
+}
+
 bool s3g_authorize(const struct s3g_authz *z, const char *op, const char *body, size_t len,
 		   struct s3_resp *r)
 {
@@ -131,6 +153,8 @@ bool s3g_authorize(const struct s3g_authz *z, const char *op, const char *body, 
 		return true;
 	if (s3_api_req_resource(body, len, b, x))
 		return true;                    /* names no bucket: the operation refuses it */
+	if (bucket_level(op))
+		x[0] = 0;                       /* an indexName beside it does not change that */
 	snprintf(req, sizeof(req), "{\"vectorBucketName\":\"%s\"}", b);
 	if (strpbrk(b, "\"\\"))
 		return true;                    /* not a valid name: the operation refuses it */

@@ -108,6 +108,14 @@ int s3_api_req_resource(const char *body, size_t len, char *bucket, char *index)
 	bucket[0] = index[0] = 0;
 	if (!json_is_object(o))
 		goto out;
+	/* The tag calls name their resource by resourceArn only (anything else is ignored by
+	 * the operation, so it must not decide the bucket either). */
+	arn = json_string_value(json_object_get(o, "resourceArn"));
+	if (arn) {
+		found = s3a_parse_arn(arn, bucket, index, true) ||
+			s3a_parse_arn(arn, bucket, NULL, false);
+		goto out;
+	}
 	n = json_string_value(json_object_get(o, "vectorBucketName"));
 	x = json_string_value(json_object_get(o, "indexName"));
 	if (n && strlen(n) <= FLAT_NAME_MAX) {
@@ -125,10 +133,7 @@ int s3_api_req_resource(const char *body, size_t len, char *bucket, char *index)
 		goto out;
 	}
 	arn = json_string_value(json_object_get(o, "indexArn"));
-	if (!arn)
-		arn = json_string_value(json_object_get(o, "resourceArn"));
-	if (arn && (s3a_parse_arn(arn, bucket, index, true) ||
-		    s3a_parse_arn(arn, bucket, NULL, false)))
+	if (arn && s3a_parse_arn(arn, bucket, index, true))
 		found = true;
 out:
 	json_decref(o);
