@@ -1,5 +1,7 @@
-/* config.c: cluster INI file loading and validation (inih does the lexing). */
+/* config.c: cluster INI file loading and validation (inih does the lexing); the S3
+ * identities are in config_s3.c. */
 #include "config.h"
+#include "config_int.h"
 #include "wire.h"
 
 #include <ctype.h>
@@ -12,21 +14,18 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-
-struct parse_ctx {
-	struct dm_cluster_cfg *cfg;
-	const char *base_dir;
-	char msg[256];               /* first error, without location */
-	char secret_file[512];
-	char s3_secret_file[512];
-	char cnmsg[256];
-};
+#include <unistd.h>
 
 static int fail(struct parse_ctx *pc, const char *fmt, const char *a, const char *b)
 {
 	if (!pc->msg[0])
 		snprintf(pc->msg, sizeof(pc->msg), fmt, a, b);
 	return 0;   /* inih: stop and report this line */
+}
+
+int dm_cfg_fail(struct parse_ctx *pc, const char *fmt, const char *a, const char *b)
+{
+	return fail(pc, fmt, a, b);
 }
 
 static bool copy_str(char *dst, size_t cap, const char *v)
@@ -196,6 +195,9 @@ static int node_key(struct parse_ctx *pc, struct dm_node_cfg *n, const char *key
 	} else if (!strcmp(key, "http") && n->role == DM_ROLE_CN) {
 		if (!copy_str(n->http, sizeof(n->http), v) || !valid_addr(v))
 			return fail(pc, "http '%s' is not host:port%s", v, "");
+	} else if (!strcmp(key, "https") && n->role == DM_ROLE_CN) {
+		if (!copy_str(n->https, sizeof(n->https), v) || !valid_addr(v))
+			return fail(pc, "https '%s' is not host:port%s", v, "");
 	} else if (!strcmp(key, "zone")) {
 		if (!copy_str(n->zone, sizeof(n->zone), v))
 			return fail(pc, "zone '%s' is empty or longer than 31 characters%s", v, "");
@@ -459,11 +461,24 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (!strcmp(key, "secret_key_file")) {
 			if (!copy_str(pc->s3_secret_file, sizeof(pc->s3_secret_file), v))
 				return fail(pc, "secret_key_file '%s' is empty or too long%s", v, "");
+		} else if (!strcmp(key, "policy_default")) {
+			if (strcmp(v, "allow") && strcmp(v, "deny"))
+				return fail(pc, "policy_default '%s' must be allow or deny%s", v, "");
+			cfg->s3_policy_deny = !strcmp(v, "deny");
+		} else if (!strcmp(key, "https_cert") || !strcmp(key, "https_key")) {
+			char *dst = key[6] == 'c' ? cfg->s3_https_cert : cfg->s3_https_key;
+
+			if (!dm_cfg_resolve_path(pc->base_dir, v, dst, sizeof(cfg->s3_https_cert)))
+				return fail(pc, "%s '%s' is empty or too long", key, v);
+			if (access(dst, R_OK))
+				return fail(pc, "%s: cannot read '%.200s'", key, dst);
 		} else {
 			return fail(pc, "unknown key '%s' in section [%s]", key, section);
 		}
 		return 1;
 	}
+	if (!strncmp(section, "s3.identity.", 12))
+		return dm_cfg_identity_key(pc, section + 12, key, v);
 	if (!strcmp(section, "mn"))
 		return mn_settings_key(pc, key, v);
 	n = node_for_section(pc, section);
@@ -474,7 +489,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 }
 
 /* Read a secret file: whole contents minus a trailing newline; 16..64 bytes. */
-static int read_secret(const char *base_dir, const char *file, uint8_t *out, size_t cap,
+int dm_cfg_read_secret(const char *base_dir, const char *file, uint8_t *out, size_t cap,
 		       size_t *len, char *msg, size_t msglen)
 {
 	char path[520];
@@ -535,14 +550,14 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 		snprintf(err, errlen, "%s: [cluster] secret_file is missing", name);
 		return -EINVAL;
 	}
-	rc = read_secret(pc->base_dir, pc->secret_file, cfg->secret, sizeof(cfg->secret),
+	rc = dm_cfg_read_secret(pc->base_dir, pc->secret_file, cfg->secret, sizeof(cfg->secret),
 			 &cfg->secret_len, msg, sizeof(msg));
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", name, msg);
 		return rc;
 	}
 	if (pc->s3_secret_file[0]) {
-		rc = read_secret(pc->base_dir, pc->s3_secret_file, (uint8_t *)cfg->s3_secret_key,
+		rc = dm_cfg_read_secret(pc->base_dir, pc->s3_secret_file, (uint8_t *)cfg->s3_secret_key,
 				 sizeof(cfg->s3_secret_key) - 1, &dummy, msg, sizeof(msg));
 		if (rc) {
 			snprintf(err, errlen, "%s: %s", name, msg);
@@ -550,6 +565,9 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 		}
 		cfg->s3_secret_key[dummy] = '\0';
 	}
+	rc = dm_cfg_identities_finish(pc, name, err, errlen);
+	if (rc)
+		return rc;
 	for (int r = 0; r < 2; r++) {
 		struct dm_node_cfg *arr = r ? cfg->cn : cfg->mn;
 		uint32_t cnt = r ? cfg->n_cn : cfg->n_mn;
@@ -593,7 +611,15 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 int dm_config_parse(const char *text, const char *name, const char *base_dir,
 		    struct dm_cluster_cfg *cfg, char *err, size_t errlen)
 {
-	struct parse_ctx pc = { .cfg = cfg, .base_dir = base_dir };
+	struct parse_ctx *pcp = calloc(1, sizeof(*pcp));
+	int rc;
+
+	if (!pcp) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		return -ENOMEM;
+	}
+	pcp->cfg = cfg;
+	pcp->base_dir = base_dir;
 	int line;
 
 	memset(cfg, 0, sizeof(*cfg));
@@ -607,18 +633,22 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 		.lease_ms = 20000, .send_queue = 256 };
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
-	line = ini_parse_string(text, handler, &pc);
+	line = ini_parse_string(text, handler, pcp);
 	if (line != 0) {
 		if (line < 0)
 			snprintf(err, errlen, "%s: cannot parse (%d)", name, line);
-		else if (pc.msg[0])
-			snprintf(err, errlen, "%s:%d: %s", name, line, pc.msg);
+		else if (pcp->msg[0])
+			snprintf(err, errlen, "%s:%d: %s", name, line, pcp->msg);
 		else
 			snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
 				 name, line);
-		return -EINVAL;
+		rc = -EINVAL;
+	} else {
+		rc = finish(pcp, name, err, errlen);
 	}
-	return finish(&pc, name, err, errlen);
+	memset(pcp, 0, sizeof(*pcp));               /* the identities' secrets */
+	free(pcp);
+	return rc;
 }
 
 int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size_t errlen)

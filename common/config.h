@@ -20,7 +20,10 @@
  *
  *   [cn.0]                      ; compute node 0
  *   address = 127.0.0.1:7100    ; native client port (queries, forwarded traffic)
- *   http = 127.0.0.1:8100       ; S3 Vectors gateway
+ *   http = 127.0.0.1:8100       ; S3 Vectors gateway (plain HTTP; also the port other
+ *                               ; CNs send their scan sub-requests to)
+ *   https = 127.0.0.1:8443      ; the same gateway over HTTPS (optional; needs [s3]
+ *                               ; https_cert and https_key)
  *   zone, device, metrics       ; as for memory nodes
  *   cache = 512MiB              ; overrides [cn] cache / cache_admit for this node
  *
@@ -44,8 +47,14 @@
  *                               ; samples with batches of 128 READs)
  *
  *   [s3]                        ; S3 Vectors gateway of the compute nodes (cn/s3)
- *   access_key = AKIDEXAMPLE
- *   secret_key_file = s3.secret
+ *   access_key = AKIDEXAMPLE    ; one identity, named "default" (optional when
+ *   secret_key_file = s3.secret ; [s3.identity.NAME] sections name others)
+ *   policy_default = allow      ; allow | deny: what a bucket policy decides for an action
+ *                               ; none of its statements allows or denies (default allow:
+ *                               ; identities hold full permissions, a policy restricts
+ *                               ; them by Deny); docs/api.md
+ *   https_cert = cn.crt         ; PEM certificate and key of the CNs' HTTPS listeners
+ *   https_key = cn.key          ; ([cn.N] https; both or neither; default: none)
  *   ; tunables of the distributed exact scan, all optional (defaults shown); each has an
  *   ; environment override for tests, DMANN_S3_<KEY upper-cased> (e.g. DMANN_S3_HEDGE_MS):
  *   ; when set (and valid) it wins over the file, an invalid one is warned about and ignored
@@ -60,6 +69,13 @@
  *   queue_depth = 64            ; admitted queries (running + waiting), 1..1048576
  *   search_threads = 0          ; query threads, 0..256 (0: one per online CPU)
  *   http_threads = 8            ; HTTP threads, 1..256
+ *
+ *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
+ *                               ; at most 32 identities in all)
+ *   access_key = AKIDALICE      ; 1..127 of A-Za-z0-9, unique over all identities
+ *   secret_key_file = alice.secret ; its secret key (16..127 bytes)
+ *   principal = arn:aws:iam::000000000000:user/NAME ; the ARN bucket policies name it by
+ *                               ; (default shown)
  *
  *   [router]                    ; compute nodes' router (cn/router.h); all optional
  *   strategy = none             ; none | bestfit | balanced | adaptive | adaptive-ring
@@ -96,6 +112,7 @@
 
 #define DM_MAX_NODES 256
 #define DM_ADDR_MAX 128
+#define DM_S3_MAX_IDS 32
 
 enum dm_role { DM_ROLE_MN = 0, DM_ROLE_CN = 1 };
 
@@ -127,6 +144,7 @@ struct dm_node_cfg {
 	uint32_t id;                 /* index within its role */
 	char address[DM_ADDR_MAX];
 	char http[DM_ADDR_MAX];      /* CN only, may be empty */
+	char https[DM_ADDR_MAX];     /* CN only, may be empty: the gateway over HTTPS too */
 	char zone[32];
 	char device[32];
 	char data_dir[512];          /* MN: absolute or relative to the config file's dir */
@@ -150,6 +168,18 @@ struct dm_cluster_cfg {
 	uint32_t redundancy;
 	char s3_access_key[128];
 	char s3_secret_key[128];
+	/* S3 identities: the [s3] access_key (named "default") first, then every
+	 * [s3.identity.NAME] in file order. */
+	struct dm_s3_identity {
+		char name[64];
+		char access_key[128];
+		char secret[128];
+		char principal[256];
+	} s3_ids[DM_S3_MAX_IDS];
+	uint32_t n_s3_ids;
+	bool s3_policy_deny;         /* [s3] policy_default = deny */
+	char s3_https_cert[520];     /* resolved paths, "" = plain HTTP */
+	char s3_https_key[520];
 	/* [s3] tunables (see above; cn/s3 applies the environment overrides) */
 	struct dm_s3_cfg {
 		uint32_t width, groups;  /* 0: from the index size / the query rate */

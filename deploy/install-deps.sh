@@ -12,7 +12,7 @@ PKGS="
   libhnswlib-dev libfaiss-dev python3 python3-matplotlib
   dataset-fashion-mnist
   qemu-system-x86 busybox-static kmod iproute2 cpio bc
-  ca-certificates procps
+  ca-certificates procps openssl
 "
 # node + npm run the AWS SDK tests; a machine that already has node (any source) keeps it.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"

@@ -306,3 +306,79 @@ Test(config, compute_node_errors)
 	expect_error(HDR "[cn.0]\naddress = h:1\ncache = lots\n", "c.ini:6: cache 'lots'");
 	expect_error(HDR "[mn.0]\naddress = h:1\ncache = 1MiB\n", "c.ini:6: unknown key 'cache'");
 }
+
+static void write_in_dir(const char *name, const char *text)
+{
+	char p[128];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* S3 identities: the [s3] key is identity "default", then [s3.identity.NAME] in file order,
+ * each with its secret file and principal; policy_default and HTTPS files. */
+Test(config, s3_identities)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[512] = "", text[2048];
+
+	write_in_dir("s3.secret", "default-secret-0123456789\n");
+	write_in_dir("a.secret", "alice-secret-0123456789\n");
+	write_in_dir("b.secret", "bob-secret-0123456789");
+	write_in_dir("c.pem", "-----BEGIN CERTIFICATE-----\n");
+	snprintf(text, sizeof(text), "%s[s3]\naccess_key = AKDEF\nsecret_key_file = s3.secret\n"
+		 "policy_default = deny\nhttps_cert = c.pem\nhttps_key = c.pem\n"
+		 "[s3.identity.alice]\naccess_key = AKALICE\nsecret_key_file = a.secret\n"
+		 "[s3.identity.bob]\nsecret_key_file = b.secret\naccess_key = AKBOB\n"
+		 "principal = arn:aws:iam::123456789012:user/robert\n"
+		 "[cn.1]\naddress = 127.0.0.1:7101\nhttps = 127.0.0.1:8443\n", good);
+	cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c->n_s3_ids, 3);
+	cr_assert_str_eq(c->s3_ids[0].name, "default");
+	cr_assert_str_eq(c->s3_ids[0].access_key, "AKDEF");
+	cr_assert_str_eq(c->s3_ids[0].secret, "default-secret-0123456789");
+	cr_assert_str_eq(c->s3_ids[0].principal, "arn:aws:iam::000000000000:user/default");
+	cr_assert_str_eq(c->s3_ids[1].access_key, "AKALICE");
+	cr_assert_str_eq(c->s3_ids[1].secret, "alice-secret-0123456789");
+	cr_assert_str_eq(c->s3_ids[1].principal, "arn:aws:iam::000000000000:user/alice");
+	cr_assert_str_eq(c->s3_ids[2].secret, "bob-secret-0123456789");
+	cr_assert_str_eq(c->s3_ids[2].principal, "arn:aws:iam::123456789012:user/robert");
+	cr_assert(c->s3_policy_deny);
+	cr_assert_not_null(strstr(c->s3_https_cert, "/c.pem"));
+	cr_assert_str_eq(c->cn[1].https, "127.0.0.1:8443");
+	/* Identities alone (no [s3] key); defaults: policy allow, no HTTPS. */
+	snprintf(text, sizeof(text), "%s[s3.identity.x.y@z]\naccess_key = AK1\n"
+		 "secret_key_file = a.secret\n", good);
+	cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c->n_s3_ids, 1);
+	cr_assert_str_eq(c->s3_ids[0].principal, "arn:aws:iam::000000000000:user/x.y@z");
+	cr_assert(!c->s3_policy_deny);
+	cr_assert_str_eq(c->s3_https_cert, "");
+	free(c);
+
+#define ID "[s3.identity.alice]\n"
+	expect_error(HDR ID "access_key = AK1\nsecret_key_file = nothere\n",
+		     "c.ini:6: cannot open secret file");
+	expect_error(HDR ID "access_key = AK1\naccess_key = AK2\n", "c.ini:6: access_key given twice");
+	expect_error(HDR ID "access_key = A-K\n", "c.ini:5: access_key 'A-K' must be");
+	expect_error(HDR ID "access_key = AK1\n[s3.identity.bob]\naccess_key = AK1\n",
+		     "c.ini:7: access_key 'AK1' is already identity 'alice'");
+	expect_error(HDR "[s3]\naccess_key = AK1\n" ID "access_key = AK1\n",
+		     "c.ini:7: access_key 'AK1' is already the [s3] access_key");
+	expect_error(HDR ID "access_key = AK1\n", "[s3.identity.alice] needs access_key and "
+		     "secret_key_file");
+	expect_error(HDR "[s3.identity.a b]\naccess_key = AK1\n", "c.ini:5: identity name 'a b'");
+	expect_error(HDR ID "principal = bob\n", "c.ini:5: principal 'bob' must be");
+	expect_error(HDR ID "colour = red\n", "c.ini:5: unknown key 'colour' in section "
+		     "[s3.identity.alice]");
+	expect_error(HDR "[s3]\npolicy_default = maybe\n", "c.ini:5: policy_default 'maybe'");
+	expect_error(HDR "[s3]\nhttps_cert = none.pem\n", "c.ini:5: https_cert: cannot read");
+	expect_error(HDR "[s3]\nhttps_cert = c.pem\n", "https_cert and https_key go together");
+	expect_error(HDR "[mn.0]\naddress = h:1\n[cn.0]\naddress = h:2\nhttps = h:3\n",
+		     "[cn.0] https needs [s3] https_cert");
+#undef ID
+}

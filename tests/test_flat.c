@@ -1004,3 +1004,73 @@ Test(flat, fragment_stats_and_reads)
 	flat_index_put(ix);
 	flat_close(s);
 }
+
+/* Catalog attributes (the gateway's tags and policies): set, replace, clear, kept across a
+ * WAL replay (crash) and a snapshot (clean close), dropped with their bucket or index. */
+static void expect_attr(struct flat_store *s, const char *b, const char *x, uint32_t kind,
+			const char *want)
+{
+	char *v;
+	uint32_t n;
+
+	cr_assert_eq(flat_attr_get(s, b, x, kind, &v, &n), 0);
+	if (!want) {
+		cr_assert_null(v);
+		return;
+	}
+	cr_assert_not_null(v);
+	cr_assert_str_eq(v, want);
+	cr_assert_eq(n, strlen(want));
+	free(v);
+}
+
+Test(flat, catalog_attributes)
+{
+	struct flat_store *s = open_store(0);
+	char *v;
+	uint32_t n;
+
+	cr_assert_eq(flat_bucket_create(s, "b1", 1), 0);
+	cr_assert_eq(flat_bucket_create(s, "b2", 1), 0);
+	cr_assert_eq(flat_index_create(s, "b1", "i1", 4, DM_METRIC_L2, NULL, 0, 1), 0);
+	cr_assert_eq(flat_attr_set(s, "b1", NULL, FLAT_ATTR_TAGS, "{\"a\":\"1\"}", 9), 0);
+	cr_assert_eq(flat_attr_set(s, "b1", NULL, FLAT_ATTR_POLICY, "P1", 2), 0);
+	cr_assert_eq(flat_attr_set(s, "b1", NULL, FLAT_ATTR_POLICY, "P2", 2), 0);
+	cr_assert_eq(flat_attr_set(s, "b1", "i1", FLAT_ATTR_TAGS, "{}", 2), 0);
+	cr_assert_eq(flat_attr_set(s, "b2", NULL, FLAT_ATTR_POLICY, "Q", 1), 0);
+	cr_assert_eq(flat_attr_set(s, "b2", NULL, FLAT_ATTR_POLICY, NULL, 0), 0);
+	cr_assert_eq(flat_attr_set(s, "nope", NULL, FLAT_ATTR_TAGS, "x", 1), -ENOENT);
+	cr_assert_eq(flat_attr_set(s, "b1", "nope", FLAT_ATTR_TAGS, "x", 1), -ENOENT);
+	cr_assert_eq(flat_attr_set(s, "b1", NULL, 9, "x", 1), -EINVAL);
+	cr_assert_eq(flat_attr_set(s, "b1", NULL, FLAT_ATTR_TAGS, "x", FLAT_ATTR_MAX + 1),
+		     -EINVAL);
+	cr_assert_eq(flat_attr_get(s, "nope", NULL, FLAT_ATTR_TAGS, &v, &n), -ENOENT);
+	expect_attr(s, "b1", NULL, FLAT_ATTR_POLICY, "P2");
+	flat_abandon(s);                          /* crash: everything from the WAL */
+
+	s = open_store(0);
+	expect_attr(s, "b1", NULL, FLAT_ATTR_TAGS, "{\"a\":\"1\"}");
+	expect_attr(s, "b1", NULL, FLAT_ATTR_POLICY, "P2");
+	expect_attr(s, "b1", "i1", FLAT_ATTR_TAGS, "{}");
+	expect_attr(s, "b1", "i1", FLAT_ATTR_POLICY, NULL);
+	expect_attr(s, "b2", NULL, FLAT_ATTR_POLICY, NULL);
+	flat_close(s);                            /* snapshot */
+
+	s = open_store(0);
+	expect_attr(s, "b1", NULL, FLAT_ATTR_POLICY, "P2");
+	expect_attr(s, "b1", "i1", FLAT_ATTR_TAGS, "{}");
+	/* Dropped with the index and the bucket: a new one of the same name has none. */
+	cr_assert_eq(flat_index_delete(s, "b1", "i1"), 0);
+	cr_assert_eq(flat_index_create(s, "b1", "i1", 4, DM_METRIC_L2, NULL, 0, 1), 0);
+	expect_attr(s, "b1", "i1", FLAT_ATTR_TAGS, NULL);
+	cr_assert_eq(flat_index_delete(s, "b1", "i1"), 0);
+	cr_assert_eq(flat_bucket_delete(s, "b1"), 0);
+	cr_assert_eq(flat_bucket_create(s, "b1", 1), 0);
+	expect_attr(s, "b1", NULL, FLAT_ATTR_POLICY, NULL);
+	flat_abandon(s);
+
+	s = open_store(0);                        /* the same after a replay */
+	expect_attr(s, "b1", NULL, FLAT_ATTR_POLICY, NULL);
+	expect_attr(s, "b1", NULL, FLAT_ATTR_TAGS, NULL);
+	flat_close(s);
+}

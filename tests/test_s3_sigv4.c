@@ -128,8 +128,8 @@ Test(sigv4, canonical_encoding)
 /* ---- verification ----------------------------------------------------------------- */
 
 static struct s3_cred creds[] = {
-	{ "AKIDEXAMPLE", SUITE_SECRET },
-	{ "OTHERKEY", "other-secret" },
+	{ "AKIDEXAMPLE", SUITE_SECRET, NULL },
+	{ "OTHERKEY", "other-secret", NULL },
 };
 
 static const struct s3_sigv4_cfg cfg = {

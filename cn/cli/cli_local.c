@@ -37,6 +37,7 @@ static void local_usage(FILE *f)
 		"usage: dmann local up --mn N --cn M --dir DIR [--netns --rate RATE] [--region-mb MB]\n"
 		"                       [--base-port P] [--transport tcp|verbs] [--host IP]\n"
 		"                       [--router KEY=VALUE ...] [--cn-set KEY=VALUE ...]\n"
+		"                       [--s3-set KEY=VALUE ...] [--s3-identity NAME ...] [--https]\n"
 		"       dmann local down --dir DIR\n\n"
 		"Start (or stop) a local dmann cluster: N memory nodes and M compute nodes as\n"
 		"background processes. `up` writes DIR/cluster.ini (nodes, the compute nodes' HTTP\n"
@@ -54,7 +55,13 @@ static void local_usage(FILE *f)
 		"                  verbs use the IP of the RDMA netdev, e.g. rxe0's eth0)\n"
 		"  --router K=V    a [router] setting of the cluster file (repeatable), e.g.\n"
 		"                  --router strategy=adaptive --router recluster_secs=5\n"
-		"  --cn-set K=V    a [cn] setting (repeatable), e.g. --cn-set cache=10%%\n");
+		"  --cn-set K=V    a [cn] setting (repeatable), e.g. --cn-set cache=10%%\n"
+		"  --s3-set K=V    an [s3] setting (repeatable), e.g. --s3-set policy_default=deny\n"
+		"  --s3-identity NAME  one more S3 identity (repeatable, at most 8): access key\n"
+		"                  DMANNID<NAME upper-cased>, secret in DIR/s3.NAME.secret\n"
+		"  --https         also serve the gateway over HTTPS (every CN's `https` port) with a\n"
+		"                  self-signed certificate for 127.0.0.1/localhost written to\n"
+		"                  DIR/s3.crt (trust it in clients) and DIR/s3.key (openssl CLI)\n");
 }
 
 /* Run a shell-free command line (argv) and wait; 0 if it exited 0. */
@@ -237,7 +244,7 @@ struct node_spec {
 	int id;
 	char ns[64];
 	char ip[32];
-	int port, http_port, metrics_port;
+	int port, http_port, metrics_port, https_port;
 	pid_t pid;
 };
 
@@ -335,6 +342,49 @@ static int netns_up(const char *tag, struct node_spec *nodes, int nn, const char
 
 static int cmd_down(int argc, char **argv);
 
+/* KEY=VALUE options as "KEY = VALUE" lines (under [section] when given and n > 0). */
+static void put_sets(FILE *f, const char *section, const char *const *set, int n)
+{
+	if (section && n)
+		fprintf(f, "\n[%s]\n", section);
+	for (int i = 0; i < n; i++) {
+		const char *eq = strchr(set[i], '=');
+
+		fprintf(f, "%.*s = %s\n", (int)(eq - set[i]), set[i], eq + 1);
+	}
+}
+
+/* The access key of --s3-identity NAME: DMANNID + NAME upper-cased. */
+static void identity_key(const char *name, char *out, size_t cap)
+{
+	size_t j = (size_t)snprintf(out, cap, "DMANNID");
+
+	for (const char *p = name; *p && j + 1 < cap; p++)
+		out[j++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+	out[j] = 0;
+}
+
+/* The secrets of the extra identities and, for --https, a self-signed certificate. */
+static int s3_extras(const char *dir, const char *const *ids, int nids, bool https)
+{
+	char path[PATH_MAX], sec[80];
+
+	for (int i = 0; i < nids; i++) {
+		snprintf(path, sizeof(path), "%s/s3.%s.secret", dir, ids[i]);
+		if (random_secret(sec, sizeof(sec)) || write_file(path, sec, 0600)) {
+			fprintf(stderr, "dmann local up: cannot write %s\n", path);
+			return -EIO;
+		}
+	}
+	if (https && runf(true, "openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "
+			  "/CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost "
+			  "-keyout %s/s3.key -out %s/s3.crt", dir, dir)) {
+		fprintf(stderr, "dmann local up: cannot make a certificate (openssl CLI needed)\n");
+		return -EIO;
+	}
+	return 0;
+}
+
 static int cmd_up(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -344,12 +394,15 @@ static int cmd_up(int argc, char **argv)
 		{ "base-port", required_argument, NULL, 'p' },
 		{ "transport", required_argument, NULL, 't' }, { "host", required_argument, NULL, 'H' },
 		{ "router", required_argument, NULL, 'o' }, { "cn-set", required_argument, NULL, 'C' },
+		{ "s3-set", required_argument, NULL, 'S' },
+		{ "s3-identity", required_argument, NULL, 'I' }, { "https", no_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0;
-	const char *rset[16], *cset[16];
-	int nrset = 0, ncset = 0;
+	const char *rset[16], *cset[16], *sset[16], *ids[8];
+	int nrset = 0, ncset = 0, nsset = 0, nids = 0;
+	bool https = false;
 	const char *dir = NULL, *rate = "1gbit", *transport = "tcp", *host = "127.0.0.1";
 	bool netns = false;
 	struct node_spec nodes[32];
@@ -387,17 +440,31 @@ static int cmd_up(int argc, char **argv)
 			host = optarg;
 			break;
 		}
+		case 'T': https = true; break;
+		case 'I':
+			if (nids == (int)DM_ARRAY_SIZE(ids) || !*optarg || strlen(optarg) > 32 ||
+			    strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "0123456789") != strlen(optarg)) {
+				fprintf(stderr, "dmann local up: --s3-identity '%s': want 1..32 letters "
+					"or digits (at most %zu identities)\n", optarg,
+					DM_ARRAY_SIZE(ids));
+				return 2;
+			}
+			ids[nids++] = optarg;
+			break;
 		case 'o':
+		case 'S':
 		case 'C': {
 			const char *eq = strchr(optarg, '=');
-			const char **set = c == 'o' ? rset : cset;
-			int *nset = c == 'o' ? &nrset : &ncset;
+			const char **set = c == 'o' ? rset : c == 'S' ? sset : cset;
+			int *nset = c == 'o' ? &nrset : c == 'S' ? &nsset : &ncset;
 
 			/* The key and value are checked by the config parser below. */
 			if (!eq || eq == optarg || strpbrk(optarg, "\n\r[];#") ||
 			    *nset == (int)DM_ARRAY_SIZE(rset)) {
 				fprintf(stderr, "dmann local up: --%s '%s': want KEY=VALUE (at most %zu)\n",
-					c == 'o' ? "router" : "cn-set", optarg, DM_ARRAY_SIZE(rset));
+					c == 'o' ? "router" : c == 'S' ? "s3-set" : "cn-set", optarg,
+					DM_ARRAY_SIZE(rset));
 				return 2;
 			}
 			set[(*nset)++] = optarg;
@@ -431,7 +498,7 @@ static int cmd_up(int argc, char **argv)
 	}
 	nn = (int)(nmn + ncn);
 	if (!base) {
-		base = (unsigned long long)pick_ports(3 * nn);
+		base = (unsigned long long)pick_ports(4 * nn);
 		if ((long long)base < 0) {
 			fprintf(stderr, "dmann local up: no free port range on 127.0.0.1\n");
 			return 1;
@@ -445,6 +512,7 @@ static int cmd_up(int argc, char **argv)
 		nodes[i].port = (int)base + i;
 		nodes[i].http_port = (int)base + nn + i;
 		nodes[i].metrics_port = (int)base + 2 * nn + i;
+		nodes[i].https_port = (int)base + 3 * nn + i;
 	}
 	if (netns) {
 		netns_down(tag);
@@ -465,25 +533,25 @@ static int cmd_up(int argc, char **argv)
 	}
 	snprintf(path, sizeof(path), "%s/s3.secret", dir);
 	write_file(path, s3secret, 0600);
+	if (s3_extras(dir, ids, nids, https))
+		return 1;
 
 	f = open_memstream(&ini, &inilen);
 	fprintf(f, "; written by dmann local up\n[cluster]\nname = local-%s\nsecret_file = secret\n"
 		   "transport = %s\n\n[s3]\naccess_key = DMANNLOCALTEST\nsecret_key_file = s3.secret\n",
 		tag, transport);
-	if (nrset)
-		fprintf(f, "\n[router]\n");
-	for (int i = 0; i < nrset; i++) {
-		const char *eq = strchr(rset[i], '=');
+	put_sets(f, NULL, sset, nsset);
+	if (https)
+		fprintf(f, "https_cert = s3.crt\nhttps_key = s3.key\n");
+	for (int i = 0; i < nids; i++) {
+		char ak[48];
 
-		fprintf(f, "%.*s = %s\n", (int)(eq - rset[i]), rset[i], eq + 1);
+		identity_key(ids[i], ak, sizeof(ak));
+		fprintf(f, "\n[s3.identity.%s]\naccess_key = %s\nsecret_key_file = s3.%s.secret\n",
+			ids[i], ak, ids[i]);
 	}
-	if (ncset)
-		fprintf(f, "\n[cn]\n");
-	for (int i = 0; i < ncset; i++) {
-		const char *eq = strchr(cset[i], '=');
-
-		fprintf(f, "%.*s = %s\n", (int)(eq - cset[i]), cset[i], eq + 1);
-	}
+	put_sets(f, "router", rset, nrset);
+	put_sets(f, "cn", cset, ncset);
 	if (netns)
 		fprintf(f, "; netns mode: one namespace per node (" NS_PREFIX "-%s-N), links at %s\n", tag, rate);
 	for (int i = 0; i < nn; i++) {
@@ -493,6 +561,8 @@ static int cmd_up(int argc, char **argv)
 			fprintf(f, "region_mb = %llu\n", region);
 		else
 			fprintf(f, "http = %s:%d\n", nodes[i].ip, nodes[i].http_port);
+		if (https && strcmp(nodes[i].role, "mn"))
+			fprintf(f, "https = %s:%d\n", nodes[i].ip, nodes[i].https_port);
 	}
 	fclose(f);
 	snprintf(path, sizeof(path), "%s/cluster.ini", dir);

@@ -41,14 +41,52 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 	return out;
 }
 
+/* One HTTP front end of the gateway on hostport (HTTPS with the [s3] certificate when tls).
+ * NULL + errno, logged. */
+static struct s3_http *serve(struct cn_s3 *s, const struct dm_s3_cfg *set, const char *hostport,
+			     bool tls)
+{
+	const struct dm_cluster_cfg *cfg = s->cfg;
+	char host[DM_ADDR_MAX], *colon, *end;
+	unsigned long port;
+	struct s3_http *h;
+
+	snprintf(host, sizeof(host), "%s", hostport);
+	colon = strrchr(host, ':');
+	port = colon ? strtoul(colon + 1, &end, 10) : 0;
+	if (!colon || *end || port > 65535) {
+		dm_err("cn%u: %s = %s is not host:port", s->node->id, tls ? "https" : "http",
+		       hostport);
+		errno = EINVAL;
+		return NULL;
+	}
+	*colon = 0;
+	struct s3_http_cfg hc = {
+		.addr = host[0] == '[' ? NULL : host,
+		.port = (uint16_t)port,
+		.backend = &s->be,
+		.auth = { .creds = s->creds, .ncreds = cfg->n_s3_ids, .service = "s3vectors",
+			  .region = NULL, .max_skew_s = 900 },
+		.http_threads = set->http_threads,
+		.search_threads = s->search_threads,
+		.queue_depth = set->queue_depth,
+		.policy_default_deny = cfg->s3_policy_deny,
+		.tls_cert = tls ? cfg->s3_https_cert : NULL,
+		.tls_key = tls ? cfg->s3_https_key : NULL,
+	};
+
+	h = s3_http_start(&hc);
+	if (!h)
+		dm_err("cn%u: s3: cannot serve on %s: %s", s->node->id, hostport, strerror(errno));
+	return h;
+}
+
 struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *node)
 {
 	struct cn_s3 *s;
-	char host[DM_ADDR_MAX], *colon, *end;
-	unsigned long port;
 	int err;
 
-	if (!node->http[0] || !cfg->s3_access_key[0] || !cfg->s3_secret_key[0]) {
+	if (!node->http[0] || !cfg->n_s3_ids) {
 		errno = ENOENT;
 		return NULL;
 	}
@@ -83,8 +121,10 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		err = errno;
 		goto err_destroy_locks;
 	}
-	s->cred.access_key = (char *)cfg->s3_access_key;
-	s->cred.secret_key = (char *)cfg->s3_secret_key;
+	for (uint32_t i = 0; i < cfg->n_s3_ids; i++)
+		s->creds[i] = (struct s3_cred){ .access_key = (char *)cfg->s3_ids[i].access_key,
+						.secret_key = (char *)cfg->s3_ids[i].secret,
+						.principal = (char *)cfg->s3_ids[i].principal };
 	/* Sub-requests between CNs are signed with a key only cluster members can derive: an
 	 * HMAC of the cluster secret (S3 users hold the [s3] key, not this one). */
 	{
@@ -113,43 +153,32 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		dm_err("cn%u: s3: cannot post receive buffers: %s", node->id, strerror(err));
 		goto err_close_x;
 	}
-	snprintf(host, sizeof(host), "%s", node->http);
-	colon = strrchr(host, ':');
-	port = colon ? strtoul(colon + 1, &end, 10) : 0;
-	if (!colon || *end || port > 65535) {
-		dm_err("cn%u: http = %s is not host:port", node->id, node->http);
-		err = EINVAL;
-		goto err_free_pool;
-	}
-	*colon = 0;
 	s->be = (struct s3_backend){ .ctx = s, .handle = be_handle, .query = be_query,
 				     .internal = be_internal_http, .internal_auth = &s->iauth };
-	struct s3_http_cfg hc = {
-		.addr = host[0] == '[' ? NULL : host,
-		.port = (uint16_t)port,
-		.backend = &s->be,
-		.auth = { .creds = &s->cred, .ncreds = 1, .service = "s3vectors",
-			  .region = NULL, .max_skew_s = 900 },
-		.http_threads = set.http_threads,
-		.search_threads = s->search_threads,
-		.queue_depth = set.queue_depth,
-	};
-
-	s->http = s3_http_start(&hc);
-	if (s->http && !s->search_threads) {
+	s->http = serve(s, &set, node->http, false);
+	if (!s->http) {
+		err = errno;
+		goto err_free_pool;
+	}
+	if (node->https[0]) {
+		s->https = serve(s, &set, node->https, true);
+		if (!s->https) {
+			err = errno;
+			goto err_stop_http;
+		}
+	}
+	if (!s->search_threads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 		s->search_threads = n > 0 ? (uint32_t)n : 1;   /* s3_http's default */
 	}
-	if (!s->http) {
-		err = errno;
-		dm_err("cn%u: s3: cannot serve on %s: %s", node->id, node->http, strerror(err));
-		goto err_free_pool;
-	}
-	dm_info("cn%u: S3 Vectors gateway on %s (%u memory nodes, redundancy %u)", node->id,
-		node->http, cfg->n_mn, s->redundancy);
+	dm_info("cn%u: S3 Vectors gateway on http://%s%s%s (%u memory nodes, redundancy %u, %u "
+		"identities)", node->id, node->http, node->https[0] ? " and https://" : "",
+		node->https, cfg->n_mn, s->redundancy, cfg->n_s3_ids);
 	return s;
 
+err_stop_http:
+	s3_http_stop(s->http);
 err_free_pool:
 	dm_msgpool_free(s->pool);
 err_close_x:
@@ -169,6 +198,7 @@ void cn_s3_stop(struct cn_s3 *s)
 {
 	if (!s)
 		return;
+	s3_http_stop(s->https);
 	s3_http_stop(s->http);
 	for (uint32_t i = 0; i < s->cfg->n_mn; i++) {
 		while (s->mn[i].idle) {

@@ -58,8 +58,9 @@ struct cn_s3 {
 	struct mnslot mn[DM_MAX_NODES];
 	uint64_t cn_down[DM_MAX_NODES];  /* atomic */
 	struct s3_http *http;
+	struct s3_http *https;           /* [cn.N] https, or NULL */
 	struct s3_backend be;
-	struct s3_cred cred;             /* the cluster's [s3] key: users' requests */
+	struct s3_cred creds[DM_S3_MAX_IDS]; /* the cluster's S3 identities: users' requests */
 	struct s3_cred icred;            /* internal key (from the cluster secret): sub-requests */
 	char ikey[32], isecret[72];
 	struct s3_sigv4_cfg iauth;

@@ -8,8 +8,8 @@
 
 static bool is_write(const char *op)
 {
-	return !strncmp(op, "Create", 6) || !strncmp(op, "Delete", 6) ||
-	       !strcmp(op, "PutVectors");
+	return !strncmp(op, "Create", 6) || !strncmp(op, "Delete", 6) || !strncmp(op, "Put", 3) ||
+	       !strcmp(op, "TagResource") || !strcmp(op, "UntagResource");
 }
 
 /* Every operation but QueryVectors: route by bucket; writes to every replica. */

@@ -2,6 +2,7 @@
  * payload limit, SigV4, routing, the bounded query admission queue and its search threads
  * (see s3_http.h). */
 #include "s3_http.h"
+#include "s3_gate.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,6 +30,7 @@ struct req {
 
 struct s3_http {
 	struct s3_http_cfg cfg;
+	char *tls_cert, *tls_key;        /* PEM contents (HTTPS) */
 	struct MHD_Daemon *d;
 	uint16_t port;
 	pthread_mutex_t qmu;
@@ -110,34 +112,38 @@ static enum MHD_Result send_error(struct MHD_Connection *c, int status, const ch
 	return send_resp(c, &r);
 }
 
-/* Authenticate rq; fills an error response and returns false if refused. */
+/* Authenticate rq against auth (query: the raw query string); fills an error response and
+ * returns false if refused, else *who is the signing credential. */
 static bool authenticate(struct s3_http *h, const struct s3_sigv4_cfg *auth, struct req *rq,
-			 const char *url, const char *method)
+			 const char *url, const char *method, const char *query, size_t *who)
 {
-	struct dm_buf q = { 0 };
 	char msg[256];
 	int rc;
-
-	MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
-	if (q.oom) {
-		dm_buf_free(&q);
-		s3_resp_error(&rq->resp, 500, "InternalServerException", "out of memory");
-		return false;
-	}
 	struct s3_sigv4_req sr = {
-		.method = method, .path = url, .query = q.p ? (const char *)q.p : "",
+		.method = method, .path = url, .query = query,
 		.header = hdr, .hctx = rq->conn, .body = (const char *)rq->body.p,
 		.body_len = rq->body.n,
 	};
 
-	rc = s3_sigv4_verify(auth, &sr, time(NULL), msg, sizeof(msg));
-	dm_buf_free(&q);
+	rc = s3_sigv4_verify_who(auth, &sr, time(NULL), who, msg, sizeof(msg));
 	if (rc) {
 		stat_inc(&h->st.auth_failures);
-		s3_resp_error(&rq->resp, 403, "AccessDeniedException", "%s", msg);
+		s3_resp_error(&rq->resp, 403, s3_sigv4_errtype(rc), "%s", msg);
 		return false;
 	}
 	return true;
+}
+
+/* Run a (non-query) operation where this gateway runs them. */
+static void run_op(void *ctx, const char *op, const char *body, size_t len, struct s3_resp *r)
+{
+	struct s3_http *h = ctx;
+
+	memset(r, 0, sizeof(*r));
+	if (h->cfg.backend)
+		h->cfg.backend->handle(h->cfg.backend->ctx, op, body, len, r);
+	else
+		s3_api_handle(h->cfg.api, op, body, len, r);
 }
 
 /* Admit a query: false if the queue is full (or the server stops). */
@@ -269,23 +275,64 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (rq->too_big)
 		return send_error(c, 413, "ValidationException",
 				  "The request payload exceeds the 20 MiB limit");
-	if (strcmp(method, "POST"))
-		return send_error(c, 405, "ValidationException",
-				  "S3 Vectors operations are POST /<OperationName>");
+	struct dm_buf q = { 0 };
+	size_t who = 0;
+	bool ok;
+
+	MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+	if (q.oom) {
+		dm_buf_free(&q);
+		return send_error(c, 500, "InternalServerException", "out of memory");
+	}
 	op = op_of(url);
 	if (h->cfg.backend && h->cfg.backend->internal && strstr(url, "/_dmann/")) {
 		/* Cluster-internal: only the internal key (not the S3 users' keys) may call. */
-		if (!h->cfg.backend->internal_auth ||
-		    !authenticate(h, h->cfg.backend->internal_auth, rq, url, method))
-			return send_resp(c, &rq->resp);
-		h->cfg.backend->internal(h->cfg.backend->ctx, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
+		ok = !strcmp(method, "POST") && h->cfg.backend->internal_auth &&
+		     authenticate(h, h->cfg.backend->internal_auth, rq, url, method,
+				  q.p ? (const char *)q.p : "", &who);
+		dm_buf_free(&q);
+		if (!ok && !rq->resp.status)
+			s3_resp_error(&rq->resp, 403, "AccessDeniedException", "internal path");
+		if (ok)
+			h->cfg.backend->internal(h->cfg.backend->ctx, op, (const char *)rq->body.p,
+						 rq->body.n, &rq->resp);
 		return send_resp(c, &rq->resp);
 	}
-	if (!authenticate(h, &h->cfg.auth, rq, url, method))
+	ok = authenticate(h, &h->cfg.auth, rq, url, method, q.p ? (const char *)q.p : "", &who);
+	if (ok) {
+		/* REST tag calls become JSON operations (after SigV4 saw the request as sent). */
+		char *nbody = NULL;
+		size_t nlen = 0;
+		int rc = s3g_tag_call(url, method, q.p ? (const char *)q.p : "",
+				      (const char *)rq->body.p, rq->body.n, &op, &nbody, &nlen,
+				      &rq->resp);
+
+		if (rc < 0) {
+			ok = false;
+		} else if (rc > 0) {
+			dm_buf_free(&rq->body);
+			rq->body = (struct dm_buf){ .p = (uint8_t *)nbody, .n = nlen, .cap = nlen };
+		}
+	}
+	dm_buf_free(&q);
+	if (!ok)
 		return send_resp(c, &rq->resp);
+	if (strcmp(method, "POST") && !strstr(url, "/tags/"))
+		return send_error(c, 405, "ValidationException",
+				  "S3 Vectors operations are POST /<OperationName>");
 	if (!s3_api_known_op(op))
 		return send_error(c, 404, "UnknownOperationException",
 				  "Unknown or unsupported operation");
+	char principal[320];
+	struct s3g_authz z = {
+		.principal = principal, .region = h->cfg.arn_region ? h->cfg.arn_region : "us-east-1",
+		.account = h->cfg.arn_account ? h->cfg.arn_account : "000000000000",
+		.default_deny = h->cfg.policy_default_deny, .run = run_op, .ctx = h,
+	};
+
+	s3_cred_principal(&h->cfg.auth.creds[who], principal, sizeof(principal));
+	if (!s3g_authorize(&z, op, (const char *)rq->body.p, rq->body.n, &rq->resp))
+		return send_resp(c, &rq->resp);
 	if (!strcmp(op, "QueryVectors")) {
 		if (admit(h, rq))
 			return MHD_YES;
@@ -293,10 +340,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return send_error(c, 503, "ServiceUnavailableException",
 				  "The search queue is full; retry later");
 	}
-	if (h->cfg.backend)
-		h->cfg.backend->handle(h->cfg.backend->ctx, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
-	else
-		s3_api_handle(h->cfg.api, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
+	run_op(h, op, (const char *)rq->body.p, rq->body.n, &rq->resp);
 	return send_resp(c, &rq->resp);
 }
 
@@ -325,6 +369,67 @@ static void stop_workers(struct s3_http *h)
 	for (unsigned i = 0; i < h->nworkers; i++)
 		pthread_join(h->workers[i], NULL);
 	h->nworkers = 0;
+}
+
+/* A PEM file's contents (at most 1 MiB), malloc'ed and NUL-terminated; NULL + errno. */
+static char *read_pem(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *p;
+	size_t n;
+
+	if (!f)
+		return NULL;
+	p = malloc((1u << 20) + 1);
+	if (!p) {
+		fclose(f);
+		errno = ENOMEM;
+		return NULL;
+	}
+	n = fread(p, 1, 1u << 20, f);
+	fclose(f);
+	if (!n || n == (1u << 20) || !strstr(p, "-----BEGIN")) {
+		free(p);
+		errno = EINVAL;
+		return NULL;
+	}
+	p[n] = 0;
+	return p;
+}
+
+/* The certificate and key of HTTPS into h (0, or -errno with the reason logged). */
+static int tls_load(struct s3_http *h)
+{
+	if (!h->cfg.tls_cert && !h->cfg.tls_key)
+		return 0;
+	if (!h->cfg.tls_cert || !h->cfg.tls_key) {
+		dm_err("s3: HTTPS needs both a certificate and a key file");
+		return -EINVAL;
+	}
+	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+		dm_err("s3: this libmicrohttpd is built without TLS (GnuTLS): HTTPS unavailable");
+		return -ENOTSUP;
+	}
+	h->tls_cert = read_pem(h->cfg.tls_cert);
+	if (!h->tls_cert) {
+		dm_err("s3: cannot read the PEM certificate %s: %s", h->cfg.tls_cert,
+		       strerror(errno));
+		return -EINVAL;
+	}
+	h->tls_key = read_pem(h->cfg.tls_key);
+	if (!h->tls_key) {
+		dm_err("s3: cannot read the PEM key %s: %s", h->cfg.tls_key, strerror(errno));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void tls_free(struct s3_http *h)
+{
+	free(h->tls_cert);
+	if (h->tls_key)
+		memset(h->tls_key, 0, strlen(h->tls_key));
+	free(h->tls_key);
 }
 
 struct s3_http *s3_http_start(const struct s3_http_cfg *cfg)
@@ -380,10 +485,21 @@ struct s3_http *s3_http_start(const struct s3_http_cfg *cfg)
 			goto err_free_h;
 		}
 	}
+	err = -tls_load(h);
+	if (err)
+		goto err_free_tls;
+	struct MHD_OptionItem tls_opts[] = {
+		{ MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert },
+		{ MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key },
+		{ MHD_OPTION_END, 0, NULL },
+	};
+
+	if (h->tls_cert)
+		flags |= MHD_USE_TLS;
 	h->workers = calloc(h->cfg.search_threads, sizeof(pthread_t));
 	if (!h->workers) {
 		err = ENOMEM;
-		goto err_free_h;
+		goto err_free_tls;
 	}
 	for (unsigned i = 0; i < h->cfg.search_threads; i++) {
 		err = pthread_create(&h->workers[i], NULL, search_worker, h);
@@ -397,6 +513,7 @@ struct s3_http *s3_http_start(const struct s3_http_cfg *cfg)
 				MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
 				MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
 				MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+				MHD_OPTION_ARRAY, h->tls_cert ? tls_opts : tls_opts + 2,
 				MHD_OPTION_END);
 	if (!h->d) {
 		err = errno ? errno : EADDRINUSE;
@@ -411,6 +528,8 @@ struct s3_http *s3_http_start(const struct s3_http_cfg *cfg)
 err_stop_workers:
 	stop_workers(h);
 	free(h->workers);
+err_free_tls:
+	tls_free(h);
 err_free_h:
 	pthread_mutex_destroy(&h->qmu);
 	pthread_cond_destroy(&h->qcv);
@@ -442,6 +561,7 @@ void s3_http_stop(struct s3_http *h)
 	stop_workers(h);
 	MHD_stop_daemon(h->d);
 	free(h->workers);
+	tls_free(h);
 	pthread_mutex_destroy(&h->qmu);
 	pthread_cond_destroy(&h->qcv);
 	free(h);

@@ -1,6 +1,7 @@
-/* s3_http.h: the S3 Vectors HTTP front end (libmicrohttpd, internal thread pool): reads
- * `POST [prefix]/<OperationName>` requests, verifies SigV4, runs the operation through
- * s3_api, and answers with AWS error shapes (x-amzn-errortype header + {"__type",
+/* s3_http.h: the S3 Vectors HTTP front end (libmicrohttpd, internal thread pool; HTTPS
+ * with GnuTLS when given a certificate): reads `POST [prefix]/<OperationName>` requests and
+ * the REST tag calls, verifies SigV4 (several identities), enforces the bucket policy
+ * (s3_gate), runs the operation through s3_api, and answers with AWS error shapes (x-amzn-errortype header + {"__type",
  * "message"} body).
  *
  * QueryVectors goes through a bounded admission queue served by search threads (which
@@ -42,6 +43,12 @@ struct s3_http_cfg {
 	unsigned search_threads;       /* default: online CPUs */
 	unsigned queue_depth;          /* admitted queries (running + waiting), default 64 */
 	unsigned batch_max;            /* queries per batched scan, default 16 */
+	const char *arn_region;        /* region and account of the ARNs bucket policies name */
+	const char *arn_account;       /* (NULL: us-east-1 / 000000000000, as s3_api) */
+	bool policy_default_deny;      /* an action no bucket policy statement allows is
+					* refused (default: allowed unless explicitly denied) */
+	const char *tls_cert;          /* PEM files: serve HTTPS (NULL: plain HTTP) */
+	const char *tls_key;
 };
 
 struct s3_http_stats {

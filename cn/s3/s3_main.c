@@ -17,8 +17,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: dmann-s3 --listen ADDR:PORT --data DIR (--access-key AK --secret-key SK |\n"
-"                --access-key AK --secret-key-file F | --credentials FILE) [options]\n"
+"usage: dmann-s3 --listen ADDR:PORT --data DIR ((--access-key AK --secret-key SK |\n"
+"                --access-key AK --secret-key-file F)... | --credentials FILE) [options]\n"
 "\n"
 "S3 Vectors API gateway (REST-JSON, SigV4, AWS error shapes) over a local, durable\n"
 "flat-index store: every write is in the write-ahead log in DIR, fsync'ed, before it is\n"
@@ -32,10 +32,18 @@ static void usage(FILE *f)
 "options:\n"
 "  --listen ADDR:PORT      numeric address and port (PORT 0 = ephemeral; [v6]:PORT)\n"
 "  --data DIR              store directory (created if missing)\n"
-"  --access-key AK         access key id accepted for SigV4\n"
+"  --access-key AK         access key id accepted for SigV4 (repeatable: each one pairs\n"
+"                          with the --secret-key or --secret-key-file next to it)\n"
 "  --secret-key SK         its secret (visible in ps: prefer --secret-key-file)\n"
 "  --secret-key-file F     read the secret from the first line of F\n"
-"  --credentials FILE      lines of 'ACCESS_KEY SECRET_KEY' (several keys)\n"
+"  --credentials FILE      lines of 'ACCESS_KEY SECRET_KEY [NAME|PRINCIPAL_ARN]' (several\n"
+"                          identities; '#' comments)\n"
+"                          an identity's principal in bucket policies is\n"
+"                          arn:aws:iam::ACCOUNT:user/NAME (NAME: the access key if not\n"
+"                          given)\n"
+"  --policy-default P      allow (default) or deny: the decision for an action a bucket\n"
+"                          policy neither allows nor denies (docs/api.md)\n"
+"  --tls-cert F --tls-key F  serve HTTPS with this PEM certificate and key\n"
 "  --region R              region in ARNs; if given, signatures must be scoped to it\n"
 "                          (default: any region accepted, ARNs say us-east-1)\n"
 "  --account ID            account id in ARNs (default 000000000000)\n"
@@ -53,17 +61,34 @@ static void usage(FILE *f)
 "cleanly (answers admitted queries, writes a snapshot).\n");
 }
 
-static int add_cred(struct s3_cred **creds, size_t *n, const char *ak, const char *sk)
+/* One more identity; who: NULL (named by its access key), a name or a principal ARN. */
+static int add_cred(struct s3_cred **creds, size_t *n, const char *ak, const char *sk,
+		    const char *who, const char *account)
 {
-	struct s3_cred *nc = realloc(*creds, (*n + 1) * sizeof(*nc));
+	struct s3_cred *nc;
 
+	for (size_t i = 0; i < *n; i++)
+		if (!strcmp((*creds)[i].access_key, ak)) {
+			fprintf(stderr, "dmann-s3: access key %s given twice\n", ak);
+			return -EINVAL;
+		}
+	nc = realloc(*creds, (*n + 1) * sizeof(*nc));
 	if (!nc)
 		return -ENOMEM;
 	*creds = nc;
 	nc[*n].access_key = strdup(ak);
 	nc[*n].secret_key = strdup(sk);
-	if (!nc[*n].access_key || !nc[*n].secret_key)
+	if (who && !strncmp(who, "arn:", 4))
+		nc[*n].principal = strdup(who);
+	else if (asprintf(&nc[*n].principal, "arn:aws:iam::%s:user/%s",
+			  account ? account : "000000000000", who ? who : ak) < 0)
+		nc[*n].principal = NULL;
+	if (!nc[*n].access_key || !nc[*n].secret_key || !nc[*n].principal) {
+		free(nc[*n].access_key);
+		free(nc[*n].secret_key);
+		free(nc[*n].principal);
 		return -ENOMEM;
+	}
 	(*n)++;
 	return 0;
 }
@@ -88,7 +113,8 @@ static char *read_line(const char *path)
 	return line;
 }
 
-static int load_credentials(const char *path, struct s3_cred **creds, size_t *n)
+static int load_credentials(const char *path, struct s3_cred **creds, size_t *n,
+			    const char *account)
 {
 	FILE *f = fopen(path, "r");
 	char line[1024];
@@ -99,23 +125,24 @@ static int load_credentials(const char *path, struct s3_cred **creds, size_t *n)
 		return -errno;
 	}
 	while (fgets(line, sizeof(line), f)) {
-		char ak[256], sk[256], extra[2];
+		char ak[256], sk[256], who[256], extra[2];
 		int k;
 
 		ln++;
 		line[strcspn(line, "\r\n")] = 0;
 		if (!line[strspn(line, " \t")] || line[strspn(line, " \t")] == '#')
 			continue;
-		k = sscanf(line, "%255s %255s %1s", ak, sk, extra);
-		if (k != 2) {
-			fprintf(stderr, "dmann-s3: %s:%d: expected 'ACCESS_KEY SECRET_KEY'\n", path,
-				ln);
+		k = sscanf(line, "%255s %255s %255s %1s", ak, sk, who, extra);
+		if (k != 2 && k != 3) {
+			fprintf(stderr, "dmann-s3: %s:%d: expected 'ACCESS_KEY SECRET_KEY "
+				"[NAME|PRINCIPAL_ARN]'\n", path, ln);
 			fclose(f);
 			return -EINVAL;
 		}
-		if (add_cred(creds, n, ak, sk)) {
+		if (add_cred(creds, n, ak, sk, k == 3 ? who : NULL, account)) {
+			fprintf(stderr, "dmann-s3: %s:%d: cannot add this identity\n", path, ln);
 			fclose(f);
-			return -ENOMEM;
+			return -EINVAL;
 		}
 	}
 	fclose(f);
@@ -161,7 +188,8 @@ static bool parse_listen(const char *s, char *addr, size_t alen, uint16_t *port)
 int main(int argc, char **argv)
 {
 	enum { O_LISTEN = 1, O_DATA, O_AK, O_SK, O_SKF, O_CREDS, O_REGION, O_ACCOUNT, O_SKEW,
-	       O_HTTP, O_SEARCH, O_QUEUE, O_BATCH, O_FRAG, O_PORTFILE, O_HELP };
+	       O_HTTP, O_SEARCH, O_QUEUE, O_BATCH, O_FRAG, O_PORTFILE, O_HELP, O_TLSC, O_TLSK,
+	       O_POLICY };
 	static const struct option lo[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "data", required_argument, NULL, O_DATA },
@@ -179,10 +207,18 @@ int main(int argc, char **argv)
 		{ "frag-rows", required_argument, NULL, O_FRAG },
 		{ "port-file", required_argument, NULL, O_PORTFILE },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "tls-cert", required_argument, NULL, O_TLSC },
+		{ "tls-key", required_argument, NULL, O_TLSK },
+		{ "policy-default", required_argument, NULL, O_POLICY },
 		{ 0 },
 	};
 	const char *listen = NULL, *data = NULL, *ak = NULL, *sk = NULL, *skf = NULL;
 	const char *creds_file = NULL, *region = NULL, *account = NULL, *port_file = NULL;
+	const char *tls_cert = NULL, *tls_key = NULL;
+	bool policy_deny = false;
+	/* --access-key / --secret-key(-file) pairs, in order. */
+	const char *pair_ak[64], *pair_sk[64], *pair_skf[64];
+	size_t nak = 0, nsk = 0;
 	unsigned long skew = 900, http = 4, search = 0, queue = 64, batch = 16, frag = 4096;
 	struct s3_cred *creds = NULL;
 	size_t ncreds = 0;
@@ -202,9 +238,25 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case O_LISTEN: listen = optarg; break;
 		case O_DATA: data = optarg; break;
-		case O_AK: ak = optarg; break;
-		case O_SK: sk = optarg; break;
-		case O_SKF: skf = optarg; break;
+		case O_AK:
+			okv = nak < DM_ARRAY_SIZE(pair_ak);
+			if (okv)
+				pair_ak[nak++] = optarg;
+			break;
+		case O_SK:
+		case O_SKF:
+			okv = nsk < DM_ARRAY_SIZE(pair_sk);
+			if (okv) {
+				pair_sk[nsk] = opt == O_SK ? optarg : NULL;
+				pair_skf[nsk++] = opt == O_SKF ? optarg : NULL;
+			}
+			break;
+		case O_TLSC: tls_cert = optarg; break;
+		case O_TLSK: tls_key = optarg; break;
+		case O_POLICY:
+			okv = !strcmp(optarg, "allow") || !strcmp(optarg, "deny");
+			policy_deny = !strcmp(optarg, "deny");
+			break;
 		case O_CREDS: creds_file = optarg; break;
 		case O_REGION: region = optarg; break;
 		case O_ACCOUNT: account = optarg; break;
@@ -232,21 +284,38 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dmann-s3: --listen wants ADDR:PORT, got '%s'\n", listen);
 		return 2;
 	}
-	if (skf) {
-		sk_owned = read_line(skf);
-		if (!sk_owned) {
-			fprintf(stderr, "dmann-s3: cannot read a secret from %s\n", skf);
-			return 2;
-		}
-		sk = sk_owned;
-	}
-	if ((ak && !sk) || (!ak && sk)) {
-		fprintf(stderr, "dmann-s3: --access-key needs --secret-key(-file) and vice versa\n");
+	if (nak != nsk) {
+		fprintf(stderr, "dmann-s3: every --access-key needs its --secret-key(-file) and vice "
+			"versa\n");
 		return 2;
 	}
-	if (ak && add_cred(&creds, &ncreds, ak, sk))
-		goto err_free_creds;
-	if (creds_file && load_credentials(creds_file, &creds, &ncreds))
+	if (!tls_cert != !tls_key) {
+		fprintf(stderr, "dmann-s3: --tls-cert and --tls-key go together\n");
+		return 2;
+	}
+	for (size_t i = 0; i < nak; i++) {
+		ak = pair_ak[i];
+		sk = pair_sk[i];
+		skf = pair_skf[i];
+		if (skf) {
+			sk_owned = read_line(skf);
+			if (!sk_owned) {
+				fprintf(stderr, "dmann-s3: cannot read a secret from %s\n", skf);
+				rc = 2;
+				goto err_free_creds;
+			}
+			sk = sk_owned;
+		}
+		int arc = add_cred(&creds, &ncreds, ak, sk, NULL, account);
+
+		free(sk_owned);
+		sk_owned = NULL;
+		if (arc) {
+			rc = 2;
+			goto err_free_creds;
+		}
+	}
+	if (creds_file && load_credentials(creds_file, &creds, &ncreds, account))
 		goto err_free_creds;
 	if (!ncreds) {
 		fprintf(stderr, "dmann-s3: no credentials: give --access-key/--secret-key or "
@@ -278,6 +347,8 @@ int main(int argc, char **argv)
 			  .region = region, .max_skew_s = (int)skew },
 		.http_threads = (unsigned)http, .search_threads = (unsigned)search,
 		.queue_depth = (unsigned)queue, .batch_max = (unsigned)batch,
+		.arn_region = region, .arn_account = account,
+		.policy_default_deny = policy_deny, .tls_cert = tls_cert, .tls_key = tls_key,
 	};
 
 	h = s3_http_start(&hc);
@@ -294,8 +365,9 @@ int main(int argc, char **argv)
 			goto err_free_api;
 		}
 	}
-	printf(strchr(addr, ':') ? "dmann-s3 listening on [%s]:%u\n" :
-				   "dmann-s3 listening on %s:%u\n", addr, s3_http_port(h));
+	printf(strchr(addr, ':') ? "dmann-s3 listening on [%s]:%u%s\n" :
+				   "dmann-s3 listening on %s:%u%s\n", addr, s3_http_port(h),
+	       tls_cert ? " (https)" : "");
 	fflush(stdout);
 	sigwait(&set, &sig);
 	dm_info("dmann-s3: signal %d, stopping", sig);
@@ -309,6 +381,7 @@ err_free_creds:
 	for (size_t i = 0; i < ncreds; i++) {
 		free(creds[i].access_key);
 		free(creds[i].secret_key);
+		free(creds[i].principal);
 	}
 	free(creds);
 	free(sk_owned);

@@ -365,10 +365,36 @@ static bool list_has(const char *list, const char *name)
 	return false;
 }
 
-#define DENY(...) do { snprintf(msg, msglen, __VA_ARGS__); return -EACCES; } while (0)
+#define DENY(...) DENY_RC(-EACCES, __VA_ARGS__)
+#define DENY_RC(rc, ...) do { snprintf(msg, msglen, __VA_ARGS__); return (rc); } while (0)
 
 int s3_sigv4_verify(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r, time_t now,
 		    char *msg, size_t msglen)
+{
+	size_t who;
+
+	return s3_sigv4_verify_who(cfg, r, now, &who, msg, msglen) ? -EACCES : 0;
+}
+
+const char *s3_sigv4_errtype(int rc)
+{
+	if (rc == -ENOKEY)
+		return "UnrecognizedClientException";
+	if (rc == -EKEYREJECTED)
+		return "InvalidSignatureException";
+	return "AccessDeniedException";
+}
+
+void s3_cred_principal(const struct s3_cred *c, char *out, size_t outlen)
+{
+	if (c->principal)
+		snprintf(out, outlen, "%s", c->principal);
+	else
+		snprintf(out, outlen, "arn:aws:iam::000000000000:user/%s", c->access_key);
+}
+
+int s3_sigv4_verify_who(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r,
+			time_t now, size_t *who, char *msg, size_t msglen)
 {
 	const char *authz = r->header(r->hctx, "authorization");
 	const char *amz_date = r->header(r->hctx, "x-amz-date");
@@ -391,11 +417,13 @@ int s3_sigv4_verify(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r
 		parts[np++] = tok;
 	if (np != 5 || tok || strcmp(parts[4], "aws4_request"))
 		DENY("Credential must be <key>/<date>/<region>/<service>/aws4_request");
-	for (size_t i = 0; i < cfg->ncreds; i++)
-		if (!strcmp(cfg->creds[i].access_key, parts[0]))
+	for (size_t i = 0; i < cfg->ncreds && !secret; i++)
+		if (!strcmp(cfg->creds[i].access_key, parts[0])) {
 			secret = cfg->creds[i].secret_key;
+			*who = i;
+		}
 	if (!secret)
-		DENY("The security token included in the request is invalid");
+		DENY_RC(-ENOKEY, "The security token included in the request is invalid");
 	if (strcmp(parts[3], cfg->service))
 		DENY("Credential should be scoped to correct service: '%s'", cfg->service);
 	if (cfg->region && strcmp(parts[2], cfg->region))
@@ -418,7 +446,7 @@ int s3_sigv4_verify(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r
 	s3_sigv4_signature(secret, amz_date, parts[2], parts[3], creq, want);
 	free(creq);
 	if (strlen(sig) != 64 || CRYPTO_memcmp(sig, want, 64))
-		DENY("The request signature we calculated does not match the signature you "
+		DENY_RC(-EKEYREJECTED, "The request signature we calculated does not match the signature you "
 		     "provided. Check your AWS Secret Access Key and signing method.");
 	return 0;
 }

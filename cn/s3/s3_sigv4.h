@@ -33,9 +33,12 @@ struct s3_sigv4_client_hdrs {
 };
 const char *s3_sigv4_client_header(void *ctx, const char *lname);
 
+/* One identity: its key pair and the principal ARN bucket policies name it by (NULL:
+ * arn:aws:iam::000000000000:user/<access_key>, see s3_cred_principal). */
 struct s3_cred {
 	char *access_key;
 	char *secret_key;
+	char *principal;
 };
 
 struct s3_sigv4_cfg {
@@ -49,6 +52,16 @@ struct s3_sigv4_cfg {
 /* 0 if the request is signed by one of the keys; -EACCES otherwise with a reason in msg. */
 int s3_sigv4_verify(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r, time_t now,
 		    char *msg, size_t msglen);
+/* The same, telling which: 0 with *who = the index of the signing credential; or -ENOKEY
+ * (unknown access key: AWS UnrecognizedClientException), -EKEYREJECTED (the signature does
+ * not match: InvalidSignatureException), -EACCES (anything else), with a reason in msg. */
+int s3_sigv4_verify_who(const struct s3_sigv4_cfg *cfg, const struct s3_sigv4_req *r,
+			time_t now, size_t *who, char *msg, size_t msglen);
+/* The AWS error type of a s3_sigv4_verify_who failure. */
+const char *s3_sigv4_errtype(int rc);
+/* The principal ARN of a credential (its own, or the default from its access key) into
+ * out. */
+void s3_cred_principal(const struct s3_cred *c, char *out, size_t outlen);
 
 /* Lower-case hex SHA-256. */
 void s3_sha256_hex(const void *p, size_t n, char hex[65]);

@@ -131,6 +131,20 @@ int flat_index_delete(struct flat_store *s, const char *bucket, const char *name
 int flat_index_list(struct flat_store *s, const char *bucket, const char *prefix,
 		    const char *after, size_t max, char (*names)[FLAT_NAME_MAX + 1], bool *more);
 
+/* Catalog attributes: opaque bytes kept with a bucket or an index (the S3 gateway keeps
+ * tags and bucket policies there as JSON text), logged and snapshotted with the catalog and
+ * dropped with their bucket or index. */
+enum flat_attr_kind { FLAT_ATTR_TAGS = 1, FLAT_ATTR_POLICY = 2 };
+#define FLAT_ATTR_MAX (256u << 10)      /* bytes of one attribute */
+/* Set (len > 0) or clear (len 0) attribute kind of bucket (index NULL) or of index
+ * bucket/index; durable when it returns 0. -ENOENT (no such bucket or index), -EINVAL. */
+int flat_attr_set(struct flat_store *s, const char *bucket, const char *index, uint32_t kind,
+		  const void *val, uint32_t len);
+/* A malloc'ed NUL-terminated copy into *out (*len bytes), *out NULL when unset. 0,
+ * -ENOENT (no such bucket or index), -ENOMEM. */
+int flat_attr_get(struct flat_store *s, const char *bucket, const char *index, uint32_t kind,
+		  char **out, uint32_t *len);
+
 /* Take a reference to an index (NULL + errno ENOENT). The handle stays usable after a
  * concurrent delete (its writes then fail with -ENOENT) until flat_index_put. */
 struct flat_index *flat_index_get(struct flat_store *s, const char *bucket, const char *name);

@@ -118,6 +118,7 @@ int flat_apply_record(struct flat_store *s, uint32_t type, const uint8_t *p, uin
 		i = rd.bad || rd.at != rd.n ? -1 : flat_bucket_find(s, b);
 		if (i < 0)
 			return -EBADMSG;
+		flat_attr_drop(s, b, NULL);
 		s->buckets[i] = s->buckets[--s->nb];
 		return 0;
 	case FLAT_REC_INDEX_CREATE: {
@@ -153,8 +154,11 @@ int flat_apply_record(struct flat_store *s, uint32_t type, const uint8_t *p, uin
 		if (i < 0)
 			return -EBADMSG;
 		s->ix[i]->deleted = true;
+		flat_attr_drop(s, b, x);
 		flat_cat_drop_index(s, (size_t)i);
 		return 0;
+	case FLAT_REC_ATTR:
+		return flat_attr_apply(s, p, n);
 	case FLAT_REC_PUT:
 	case FLAT_REC_DEL:
 		flat_rd_name(&rd, b, FLAT_NAME_MAX);

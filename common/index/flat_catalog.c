@@ -92,27 +92,27 @@ static bool name_ok(const char *n)
 	return l >= 1 && l <= FLAT_NAME_MAX;
 }
 
+int flat_grow(void **arr, size_t n, size_t *cap, size_t elem)
+{
+	size_t nc;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	nc = *cap ? *cap * 2 : 16;
+	p = realloc(*arr, nc * elem);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = nc;
+	return 0;
+}
+
 int flat_cat_reserve(struct flat_store *s)
 {
-	if (s->nix == s->capix) {
-		size_t nc = s->capix ? s->capix * 2 : 16;
-		struct flat_index **n = realloc(s->ix, nc * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		s->ix = n;
-		s->capix = nc;
-	}
-	if (s->nb == s->capb) {
-		size_t nc = s->capb ? s->capb * 2 : 16;
-		struct flat_bucket_info *n = realloc(s->buckets, nc * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		s->buckets = n;
-		s->capb = nc;
-	}
-	return 0;
+	if (flat_grow((void **)&s->ix, s->nix, &s->capix, sizeof(*s->ix)))
+		return -ENOMEM;
+	return flat_grow((void **)&s->buckets, s->nb, &s->capb, sizeof(*s->buckets));
 }
 
 void flat_cat_add_index(struct flat_store *s, struct flat_index *ix)
@@ -197,8 +197,10 @@ int flat_bucket_delete(struct flat_store *s, const char *name)
 	flat_rec_begin(&b);
 	dm_buf_str(&b, name);
 	rc = flat_wal_append(s, &b, FLAT_REC_BUCKET_DELETE);
-	if (!rc)
+	if (!rc) {
+		flat_attr_drop(s, name, NULL);
 		s->buckets[i] = s->buckets[--s->nb];
+	}
 out_unlock:
 	pthread_rwlock_unlock(&s->cat);
 	dm_buf_free(&b);
@@ -308,8 +310,10 @@ int flat_index_delete(struct flat_store *s, const char *bucket, const char *name
 	if (!rc)
 		ix->deleted = true;
 	pthread_mutex_unlock(&ix->wmu);
-	if (!rc)
+	if (!rc) {
+		flat_attr_drop(s, bucket, name);
 		flat_cat_drop_index(s, (size_t)i);
+	}
 out_unlock:
 	pthread_rwlock_unlock(&s->cat);
 	dm_buf_free(&b);

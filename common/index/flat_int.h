@@ -9,6 +9,7 @@
  *   flat_wal.c      record framing, WAL append with group commit, WAL replay
  *   flat_snap.c     snapshots, checkpoints, open/recovery/close
  *   flat_scan.c     exact scans with partial top-k
+ *   flat_attr.c     catalog attributes (tags, bucket policies)
  *
  * Lock order: ckmu -> cat -> index wmu -> index rw -> walmu.
  *
@@ -83,6 +84,8 @@ struct flat_store {
 	size_t nb, capb;
 	struct flat_index **ix;
 	size_t nix, capix;
+	struct flat_attr *attrs;       /* catalog attributes (under cat) */
+	size_t nattr, capattr;
 	/* WAL state, under walmu. */
 	pthread_mutex_t walmu;
 	pthread_cond_t walcv;          /* durable_lsn moved, or a sync failed */
@@ -142,12 +145,32 @@ struct flat_index *flat_index_new(struct flat_store *s, const char *bucket, cons
 void flat_index_free(struct flat_index *ix);
 ssize_t flat_bucket_find(struct flat_store *s, const char *name);
 ssize_t flat_index_find(struct flat_store *s, const char *bucket, const char *name);
+/* Room for one more element in *arr (n used of *cap, doubling): 0 or -ENOMEM. */
+int flat_grow(void **arr, size_t n, size_t *cap, size_t elem);
 /* Room for one more bucket / index in the catalog arrays (-ENOMEM). */
 int flat_cat_reserve(struct flat_store *s);
 /* Add (room reserved by flat_cat_reserve) and remove catalog entries. */
 void flat_cat_add_bucket(struct flat_store *s, const char *name, int64_t created);
 void flat_cat_add_index(struct flat_store *s, struct flat_index *ix);
 void flat_cat_drop_index(struct flat_store *s, size_t i);
+
+/* ---- flat_attr.c ---- */
+/* One attribute: (bucket, index or "" for the bucket itself, kind) -> bytes. */
+struct flat_attr {
+	char bucket[FLAT_NAME_MAX + 1];
+	char index[FLAT_NAME_MAX + 1];
+	uint32_t kind;
+	uint8_t *val;
+	uint32_t len;
+};
+/* Drop the attributes of a bucket (index NULL: the bucket's own) or of an index (cat
+ * write-locked). */
+void flat_attr_drop(struct flat_store *s, const char *bucket, const char *index);
+/* Replay of a FLAT_REC_ATTR record (recovery). */
+int flat_attr_apply(struct flat_store *s, const uint8_t *p, uint32_t n);
+/* Encode attribute i as a FLAT_REC_ATTR payload into b (after flat_rec_begin). */
+void flat_attr_enc(struct dm_buf *b, const struct flat_attr *a);
+void flat_attr_free_all(struct flat_store *s);
 
 /* ---- flat_apply.c ---- */
 /* Encode a PUT of rows for ix into b (after flat_rec_begin). */

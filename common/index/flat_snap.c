@@ -170,6 +170,11 @@ static int snap_write(struct flat_store *s, int fd, uint64_t lsn)
 	}
 	for (size_t i = 0; i < s->nix; i++)
 		snap_index(&w, s->ix[i]);
+	for (size_t i = 0; i < s->nattr; i++) {
+		flat_rec_begin(&w.rec);
+		flat_attr_enc(&w.rec, &s->attrs[i]);
+		snap_emit(&w, FLAT_REC_ATTR);
+	}
 	flat_rec_begin(&w.rec);
 	dm_buf_u64(&w.rec, w.nrec);
 	snap_emit(&w, FLAT_REC_SNAP_END);
@@ -324,6 +329,7 @@ static void store_free(struct flat_store *s)
 	while (s->nix)
 		flat_cat_drop_index(s, s->nix - 1);
 	free(s->ix);
+	flat_attr_free_all(s);
 	free(s->buckets);
 	if (s->walfd >= 0)
 		close(s->walfd);

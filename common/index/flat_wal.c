@@ -243,7 +243,7 @@ static int wal_tail(struct flat_store *s, const uint8_t *b, size_t n, size_t off
 		struct flat_rec r;
 
 		/* Cheap filters before the CRC: a plausible type and lsn. */
-		if (t < FLAT_REC_BUCKET_CREATE || t > FLAT_REC_DEL || l <= prev || l > hi ||
+		if (t < FLAT_REC_BUCKET_CREATE || t > FLAT_REC_LAST || t == FLAT_REC_SNAP_END || l <= prev || l > hi ||
 		    flat_rec_parse(b + q, n - q, &r) != 1) {
 			q++;
 			continue;

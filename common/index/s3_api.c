@@ -31,6 +31,12 @@ static const struct {
 	{ "ListVectors", s3a_op_list_vectors },
 	{ "DeleteVectors", s3a_op_delete_vectors },
 	{ "QueryVectors", s3a_op_query_vectors },
+	{ "TagResource", s3a_op_tag_resource },
+	{ "UntagResource", s3a_op_untag_resource },
+	{ "ListTagsForResource", s3a_op_list_tags },
+	{ "PutVectorBucketPolicy", s3a_op_put_policy },
+	{ "GetVectorBucketPolicy", s3a_op_get_policy },
+	{ "DeleteVectorBucketPolicy", s3a_op_delete_policy },
 };
 
 bool s3_api_known_op(const char *op)
@@ -93,35 +99,54 @@ char *s3_api_token(const char *plain)
 	return s3a_token_make(plain);
 }
 
-int s3_api_req_bucket(const char *body, size_t len, char *bucket)
+int s3_api_req_resource(const char *body, size_t len, char *bucket, char *index)
 {
 	json_t *o = len ? json_loadb(body, len, 0, NULL) : NULL;
-	const char *n = NULL, *arn = NULL;
-	char x[FLAT_NAME_MAX + 1];
+	const char *n, *arn, *x;
 	bool found = false;
 
-	bucket[0] = 0;
+	bucket[0] = index[0] = 0;
 	if (!json_is_object(o))
 		goto out;
+	/* The tag calls name their resource by resourceArn only (anything else is ignored by
+	 * the operation, so it must not decide the bucket either). */
+	arn = json_string_value(json_object_get(o, "resourceArn"));
+	if (arn) {
+		found = s3a_parse_arn(arn, bucket, index, true) ||
+			s3a_parse_arn(arn, bucket, NULL, false);
+		goto out;
+	}
 	n = json_string_value(json_object_get(o, "vectorBucketName"));
+	x = json_string_value(json_object_get(o, "indexName"));
 	if (n && strlen(n) <= FLAT_NAME_MAX) {
 		strcpy(bucket, n);
+		if (x && strlen(x) <= FLAT_NAME_MAX)
+			strcpy(index, x);
 		found = true;
 		goto out;
 	}
 	arn = json_string_value(json_object_get(o, "vectorBucketArn"));
 	if (arn && s3a_parse_arn(arn, bucket, NULL, false)) {
+		if (x && strlen(x) <= FLAT_NAME_MAX)
+			strcpy(index, x);
 		found = true;
 		goto out;
 	}
 	arn = json_string_value(json_object_get(o, "indexArn"));
-	if (arn && s3a_parse_arn(arn, bucket, x, true))
+	if (arn && s3a_parse_arn(arn, bucket, index, true))
 		found = true;
 out:
 	json_decref(o);
 	if (!found)
-		bucket[0] = 0;
+		bucket[0] = index[0] = 0;
 	return found ? 0 : -ENOENT;
+}
+
+int s3_api_req_bucket(const char *body, size_t len, char *bucket)
+{
+	char x[FLAT_NAME_MAX + 1];
+
+	return s3_api_req_resource(body, len, bucket, x);
 }
 
 void s3_api_not_found(struct s3_resp *r, bool bucket)

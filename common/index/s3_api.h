@@ -45,7 +45,7 @@ void s3_api_free(struct s3_api *a);
 /* Run operation op (e.g. "PutVectors") on a JSON body. Always fills r. */
 void s3_api_handle(struct s3_api *a, const char *op, const char *body, size_t len,
 		   struct s3_resp *r);
-/* Whether op names an operation this gateway implements. */
+/* Whether op names an operation this gateway implements (the 19 the SDK models). */
 bool s3_api_known_op(const char *op);
 
 /* QueryVectors in two steps so that the caller can batch queries: prepare validates and
@@ -92,6 +92,10 @@ void s3_qspec_fini(struct s3_qspec *q);
 /* The bucket a request names (vectorBucketName, vectorBucketArn or indexArn), without
  * further validation (for routing). 0 or -ENOENT (bucket = ""). */
 int s3_api_req_bucket(const char *body, size_t len, char *bucket);
+/* The same with the index it names (indexName beside a bucket, indexArn, or an index
+ * resourceArn) into index (FLAT_NAME_MAX + 1 bytes; "" when the request names a bucket
+ * only): what bucket policies are evaluated against. */
+int s3_api_req_resource(const char *body, size_t len, char *bucket, char *index);
 /* A ListVectorBuckets/ListIndexes nextToken for the last name returned (malloc'ed). */
 char *s3_api_token(const char *plain);
 /* NotFoundException for an unknown vector bucket (bucket) or index. */

@@ -64,13 +64,15 @@ void s3a_op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 		     "or digit");
 		return;
 	}
-	if (check_encryption(r, enc))
+	if (check_encryption(r, enc) || s3a_tags_check(r, json_object_get(o, "tags"), "/tags"))
 		return;
 	rc = flat_bucket_create(a->store, name, now_ms());
 	if (rc) {
 		s3a_engine_err(r, rc, "vector bucket");
 		return;
 	}
+	if (s3a_tags_create(a, r, name, NULL, json_object_get(o, "tags")))
+		return;
 	s3a_ok(r, json_pack("{s:o}", "vectorBucketArn", s3a_bucket_arn(a, name)));
 }
 
@@ -183,7 +185,8 @@ void s3a_op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 		     "digits, hyphens and dots, starting and ending with a letter or digit");
 		return;
 	}
-	if (check_encryption(r, json_object_get(o, "encryptionConfiguration")))
+	if (check_encryption(r, json_object_get(o, "encryptionConfiguration")) ||
+	    s3a_tags_check(r, json_object_get(o, "tags"), "/tags"))
 		return;
 	if (!dtype || strcmp(dtype, "float32")) {
 		s3a_verr(r, "/dataType", "dataType is required and must be float32");
@@ -244,6 +247,8 @@ void s3a_op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 		s3a_engine_err(r, rc, rc == -ENOENT ? "vector bucket" : "index");
 		return;
 	}
+	if (s3a_tags_create(a, r, b, name, json_object_get(o, "tags")))
+		return;
 	s3a_ok(r, json_pack("{s:o}", "indexArn", s3a_index_arn(a, b, name)));
 }
 

@@ -4,6 +4,7 @@
  *                     tokens, vectors in JSON bodies
  *   s3_api_catalog.c  vector buckets and indexes (Create/Get/List/Delete)
  *   s3_api_vectors.c  PutVectors, GetVectors, ListVectors, DeleteVectors
+ *   s3_api_attrs.c    tags and bucket policies (catalog attributes)
  *   s3_api_query.c    QueryVectors: the one request parser (local and distributed paths),
  *                     batched local execution
  */
@@ -73,6 +74,15 @@ void s3a_op_put_vectors(struct s3_api *a, json_t *o, struct s3_resp *r);
 void s3a_op_get_vectors(struct s3_api *a, json_t *o, struct s3_resp *r);
 void s3a_op_list_vectors(struct s3_api *a, json_t *o, struct s3_resp *r);
 void s3a_op_delete_vectors(struct s3_api *a, json_t *o, struct s3_resp *r);
+int s3a_tags_check(struct s3_resp *r, json_t *tags, const char *path);
+int s3a_tags_create(struct s3_api *a, struct s3_resp *r, const char *b, const char *x,
+		    json_t *tags);
+void s3a_op_tag_resource(struct s3_api *a, json_t *o, struct s3_resp *r);
+void s3a_op_untag_resource(struct s3_api *a, json_t *o, struct s3_resp *r);
+void s3a_op_list_tags(struct s3_api *a, json_t *o, struct s3_resp *r);
+void s3a_op_put_policy(struct s3_api *a, json_t *o, struct s3_resp *r);
+void s3a_op_get_policy(struct s3_api *a, json_t *o, struct s3_resp *r);
+void s3a_op_delete_policy(struct s3_api *a, json_t *o, struct s3_resp *r);
 json_t *s3a_parse_body(const char *body, size_t len, struct s3_resp *r);
 void s3a_op_query_vectors(struct s3_api *a, json_t *o, struct s3_resp *r);
 

@@ -76,6 +76,20 @@ static int qv_parse(json_t *o, s3_qresolve_fn resolve, void *ctx, struct s3_qspe
 		rc = -EINVAL;
 		goto err;
 	}
+	/* nextToken: every result (topK <= 100) comes in one page and no token is ever issued,
+	 * so only an empty one (an initial request) is valid. */
+	{
+		const char *nt;
+
+		rc = s3a_get_str(r, o, "nextToken", &nt);
+		if (rc < 0)
+			goto err;
+		if (nt && nt[0]) {
+			rc = s3a_verr(r, "/nextToken", "Invalid nextToken (QueryVectors returns every "
+				      "result in one page)");
+			goto err;
+		}
+	}
 	if (!json_object_get(o, "queryVector")) {
 		rc = s3a_verr(r, "/queryVector", "queryVector is required");
 		goto err;

@@ -3,12 +3,19 @@
 # the reason when node or the npm modules are missing: a suite that cannot run is a failure,
 # never a skip. Install the modules with
 #   ninja -C <builddir> s3sdk-deps      (npm ci into <builddir>/s3sdk-cache)
-# Usage: run.sh [single|cluster]  (single: dmann-s3; cluster: dmann local up --mn 2 --cn 2)
+# Usage: run.sh [single|cluster] [https]  (single: dmann-s3; cluster: dmann local up --mn 2
+# --cn 2; https: every SDK client over HTTPS, trusting the gateway's self-signed certificate)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${DMANN_BUILD_ROOT:?DMANN_BUILD_ROOT not set}
 mods="$build/s3sdk-cache/node_modules"
 target=${1:-single}
+tls=0
+[ "${2:-}" = https ] && tls=1
+if [ "$tls" = 1 ] && ! command -v openssl >/dev/null 2>&1; then
+	echo "FAIL: the openssl CLI is not installed (Debian: apt-get install openssl)"
+	exit 1
+fi
 
 if ! command -v node >/dev/null 2>&1; then
 	echo "FAIL: node is not installed (Debian: apt-get install nodejs npm; deploy/install-deps.sh does)"
@@ -40,7 +47,7 @@ cluster)
 	exit 2
 	;;
 esac
-S3SDK_TARGET="$target" DMANN_S3_BIN="$bin" DMANN_BIN_DIR="$build/cn" \
+S3SDK_HTTPS="$tls" S3SDK_TARGET="$target" DMANN_S3_BIN="$bin" DMANN_BIN_DIR="$build/cn" \
 	DMANN_MN_BIN="$build/mn/dmann-mn" \
 	S3SDK_NODE_MODULES="$mods" exec node --no-warnings --test \
 	--test-reporter=spec "$here/s3sdk.test.js"

@@ -8,6 +8,10 @@
 //     holding the bucket, which is restarted with `setsid dmann-mn`; the fan-out is also
 //     checked with a slow member (hedged) and a dead one (retried elsewhere).
 //
+// With S3SDK_HTTPS=1 every client talks HTTPS, trusting the gateway's self-signed
+// certificate (dmann-s3 --tls-cert/--tls-key with one made here by the openssl CLI; a
+// cluster from `dmann local up --https`, which writes DIR/s3.crt).
+//
 // Environment: S3SDK_TARGET (single | cluster), DMANN_S3_BIN (dmann-s3) or DMANN_BIN_DIR
 // (where dmann, dmann-mn, dmann-cn are), S3SDK_NODE_MODULES (where
 // @aws-sdk/client-s3vectors is installed). Run by tests/s3sdk/run.sh.
@@ -28,6 +32,13 @@ const AK = 'AKIDDMANNTEST';
 const SK = 'dmann/test+secret';
 const servers = [];
 const { execFileSync } = require('node:child_process');
+const HTTPS = process.env.S3SDK_HTTPS === '1';
+const https = require('node:https');
+const { NodeHttpHandler } = require(path.join(process.env.S3SDK_NODE_MODULES,
+  '@smithy/node-http-handler'));
+// The second and third identities of the policy tests (dmann-s3: --credentials lines with a
+// name; a cluster: --s3-identity, keys DMANNID<NAME>).
+const IDS = ['alice', 'bob'];
 
 // ---- server lifecycle --------------------------------------------------------------------
 
@@ -41,6 +52,7 @@ function clusterEnv(extra) {
     else if (extra[i] === '--search-threads') env.DMANN_S3_SEARCH_THREADS = v;
     else if (extra[i] === '--width') env.DMANN_S3_WIDTH = v;
     else if (extra[i] === '--env') Object.assign(env, JSON.parse(v));
+    // (--up: arguments of dmann local up itself, see upArgs)
   }
   return env;
 }
@@ -49,14 +61,32 @@ function iniPorts(ini) {
   return [...ini.matchAll(/^http = 127\.0\.0\.1:(\d+)$/mg)].map((m) => Number(m[1]));
 }
 
+// dmann-s3 options that `dmann local up` takes as its own.
+function upArgs(extra) {
+  const out = [];
+  for (let i = 0; i < extra.length; i += 2) {
+    if (extra[i] === '--up') out.push(...JSON.parse(extra[i + 1]));
+  }
+  return out;
+}
+
 async function startCluster(dir, extra = []) {
   const cdir = path.join(dir, 'cluster');
+  const up = upArgs(extra);
+  if (HTTPS) up.push('--https');
+  for (const n of IDS) up.push('--s3-identity', n);
   execFileSync(path.join(BINDIR, 'dmann'), ['local', 'up', '--mn', '2', '--cn', '2', '--dir',
-    cdir], { env: clusterEnv(extra), stdio: ['ignore', 'ignore', 'inherit'] });
+    cdir, ...up], { env: clusterEnv(extra), stdio: ['ignore', 'ignore', 'inherit'] });
   const ini = fs.readFileSync(path.join(cdir, 'cluster.ini'), 'utf8');
   const srv = { cluster: true, dir, cdir, ini: path.join(cdir, 'cluster.ini'),
-    ports: iniPorts(ini), ak: 'DMANNLOCALTEST',
-    sk: fs.readFileSync(path.join(cdir, 's3.secret'), 'utf8').trim(), extra, restarted: [] };
+    ports: HTTPS ? [...ini.matchAll(/^https = 127\.0\.0\.1:(\d+)$/mg)].map((m) => Number(m[1]))
+      : iniPorts(ini), ak: 'DMANNLOCALTEST',
+    sk: fs.readFileSync(path.join(cdir, 's3.secret'), 'utf8').trim(), extra, restarted: [],
+    ca: HTTPS ? fs.readFileSync(path.join(cdir, 's3.crt')) : null, ids: {} };
+  for (const m of ini.matchAll(/^\[s3\.identity\.(\w+)\]\naccess_key = (\w+)$/mg)) {
+    srv.ids[m[1]] = { ak: m[2],
+      sk: fs.readFileSync(path.join(cdir, `s3.${m[1]}.secret`), 'utf8').trim() };
+  }
   srv.port = srv.ports[0];
   servers.push(srv);
   return srv;
@@ -115,14 +145,42 @@ async function stopCluster(srv, signal) {
   }
 }
 
+// A self-signed certificate for 127.0.0.1 (once per run), for dmann-s3 over HTTPS.
+let certDir = null;
+function testCert() {
+  if (certDir) return certDir;
+  certDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dmann-s3sdk-cert-'));
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+    '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
+    '-keyout', path.join(certDir, 'key.pem'), '-out', path.join(certDir, 'cert.pem')],
+  { stdio: 'ignore' });
+  return certDir;
+}
+
+// dmann-s3's identities: the default key and the named ones of IDS.
+function singleIds() {
+  const ids = {};
+  for (const n of IDS) ids[n] = { ak: `AKID${n.toUpperCase()}`, sk: `${n}/secret+key-0123` };
+  return ids;
+}
+
 async function startServer(dir, extra = []) {
   if (CLUSTER) return startCluster(dir, extra);
   const portFile = path.join(dir, 'port');
   fs.rmSync(portFile, { force: true });
+  const own = extra.filter((_, i) => extra[i] !== '--up' && extra[i - 1] !== '--up');
+  const ids = singleIds();
+  const creds = path.join(dir, 'credentials');
+  fs.writeFileSync(creds, `# AK SECRET NAME\n${Object.entries(ids).map(([n, id]) =>
+    `${id.ak} ${id.sk} ${n}`).join('\n')}\n`, { mode: 0o600 });
+  const tls = HTTPS ? ['--tls-cert', path.join(testCert(), 'cert.pem'), '--tls-key',
+    path.join(testCert(), 'key.pem')] : [];
   const proc = spawn(BIN, ['--listen', '127.0.0.1:0', '--data', path.join(dir, 'data'),
-    '--access-key', AK, '--secret-key', SK, '--port-file', portFile, ...extra],
+    '--access-key', AK, '--secret-key', SK, '--credentials', creds, '--port-file', portFile,
+    ...tls, ...own],
   { stdio: ['ignore', 'pipe', 'inherit'] });
-  const srv = { proc, dir, exited: new Promise((res) => proc.on('exit', (c, s) => res(s || c))) };
+  const srv = { proc, dir, exited: new Promise((res) => proc.on('exit', (c, s) => res(s || c))),
+    ids, ca: HTTPS ? fs.readFileSync(path.join(testCert(), 'cert.pem')) : null };
   servers.push(srv);
   await new Promise((resolve, reject) => {
     let out = '';
@@ -147,18 +205,22 @@ async function stopServer(srv, signal = 'SIGTERM') {
 
 after(async () => {
   for (const s of [...servers]) await stopServer(s, 'SIGKILL');
+  if (certDir) fs.rmSync(certDir, { recursive: true, force: true });
 });
 
 function client(srv, opts = {}) {
   // A path prefix on the endpoint is kept by the SDK: the gateway routes on the last segment.
   const port = srv.ports ? srv.ports[opts.cn || 0] : srv.port;
+  const id = opts.id ? srv.ids[opts.id] : null;
   return new sdk.S3VectorsClient({
-    endpoint: `http://127.0.0.1:${port}${opts.prefix || '/s3v'}`,
+    endpoint: `${srv.ca ? 'https' : 'http'}://127.0.0.1:${port}${opts.prefix || '/s3v'}`,
     region: 'us-east-1',
-    credentials: { accessKeyId: opts.ak || srv.ak || AK,
-      secretAccessKey: opts.sk || srv.sk || SK },
+    credentials: { accessKeyId: opts.ak || (id && id.ak) || srv.ak || AK,
+      secretAccessKey: opts.sk || (id && id.sk) || srv.sk || SK },
     maxAttempts: opts.maxAttempts || 1,
     systemClockOffset: opts.clockOffset || 0,
+    ...(srv.ca ? { requestHandler: new NodeHttpHandler({
+      httpsAgent: new https.Agent({ ca: srv.ca, keepAlive: true }) }) } : {}),
   });
 }
 
@@ -560,9 +622,9 @@ test('error shapes: ValidationException with fieldList, NotFound, Conflict, Acce
     await expectError(send(c, 'CreateVectorBucketCommand', { vectorBucketName: B }),
       'ConflictException', 409);
     await expectError(send(client(srv, { sk: 'wrong' }), 'ListVectorBucketsCommand', {}),
-      'AccessDeniedException', 403);
+      'InvalidSignatureException', 403);
     await expectError(send(client(srv, { ak: 'AKIDUNKNOWN' }), 'ListVectorBucketsCommand',
-      {}), 'AccessDeniedException', 403);
+      {}), 'UnrecognizedClientException', 403);
     e = await expectError(send(client(srv, { clockOffset: 3600e3 }),
       'ListVectorBucketsCommand', {}), 'AccessDeniedException', 403);
     assert.match(e.message, /expired/);
@@ -571,9 +633,174 @@ test('error shapes: ValidationException with fieldList, NotFound, Conflict, Acce
       // secret, not an S3 user's key.
       await expectError(send(client(srv, { prefix: '/_dmann' }), 'QueryVectorsCommand',
         { vectorBucketName: B, indexName: 'cos-idx', topK: 1, queryVector: { float32: q } }),
-      'AccessDeniedException', 403);
+      'UnrecognizedClientException', 403);
     }
   });
+
+test('tags: at create, Tag/Untag/ListTagsForResource on buckets and indexes', async () => {
+  const TB = 'tagged-b';
+  const barn = (await send(c, 'CreateVectorBucketCommand', { vectorBucketName: TB,
+    tags: { team: 'search', env: 'test' } })).vectorBucketArn;
+  const xarn = (await send(c, 'CreateIndexCommand', { vectorBucketName: TB, indexName: 'tix',
+    dataType: 'float32', dimension: 4, distanceMetric: 'euclidean',
+    tags: { owner: 'alice' } })).indexArn;
+  assert.deepEqual((await send(c1, 'ListTagsForResourceCommand', { resourceArn: barn })).tags,
+    { team: 'search', env: 'test' });
+  assert.deepEqual((await send(c, 'ListTagsForResourceCommand', { resourceArn: xarn })).tags,
+    { owner: 'alice' });
+  await send(c, 'TagResourceCommand', { resourceArn: barn, tags: { env: 'prod', 'a b:c': '' } });
+  assert.deepEqual((await send(c1, 'ListTagsForResourceCommand', { resourceArn: barn })).tags,
+    { team: 'search', env: 'prod', 'a b:c': '' });
+  await send(c, 'UntagResourceCommand', { resourceArn: barn, tagKeys: ['team', 'a b:c', 'zz'] });
+  assert.deepEqual((await send(c, 'ListTagsForResourceCommand', { resourceArn: barn })).tags,
+    { env: 'prod' });
+  await send(c, 'UntagResourceCommand', { resourceArn: xarn, tagKeys: ['owner'] });
+  assert.deepEqual((await send(c, 'ListTagsForResourceCommand', { resourceArn: xarn })).tags, {});
+  let e = await expectError(send(c, 'TagResourceCommand', { resourceArn: barn,
+    tags: { 'aws:x': 'y' } }), 'ValidationException', 400);
+  assert.equal(e.fieldList[0].path, '/tags');
+  await expectError(send(c, 'TagResourceCommand', { resourceArn: barn,
+    tags: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, 'v'])) }),
+  'ValidationException', 400);
+  e = await expectError(send(c, 'CreateVectorBucketCommand', { vectorBucketName: 'tag-bad',
+    tags: { k: 'v'.repeat(257) } }), 'ValidationException', 400);
+  await expectError(send(c, 'GetVectorBucketCommand', { vectorBucketName: 'tag-bad' }),
+    'NotFoundException', 404);
+  await expectError(send(c, 'ListTagsForResourceCommand', {
+    resourceArn: barn.replace(TB, 'no-such-b') }), 'NotFoundException', 404);
+  e = await expectError(send(c, 'ListTagsForResourceCommand', { resourceArn: 'arn:aws:s3:::x' }),
+    'ValidationException', 400);
+  assert.equal(e.fieldList[0].path, '/resourceArn');
+  // Tags go with their resource: a bucket created again under the name has none.
+  await send(c, 'DeleteIndexCommand', { indexArn: xarn });
+  await send(c, 'DeleteVectorBucketCommand', { vectorBucketName: TB });
+  await send(c, 'CreateVectorBucketCommand', { vectorBucketName: TB });
+  assert.deepEqual((await send(c, 'ListTagsForResourceCommand', { resourceArn: barn })).tags, {});
+  await send(c, 'DeleteVectorBucketCommand', { vectorBucketName: TB });
+});
+
+test('bucket policies: two identities, Deny wins, NotAction, Put/Get/Delete policy',
+  async () => {
+    const PB = 'policy-b';
+    const alice = client(srv, { id: 'alice' });
+    const bob = client(srv, { id: 'bob', cn: srv.cluster ? 1 : 0 });
+    const bobArn = 'arn:aws:iam::000000000000:user/bob';
+    const aliceArn = 'arn:aws:iam::000000000000:user/alice';
+    const barn = (await send(alice, 'CreateVectorBucketCommand', { vectorBucketName: PB }))
+      .vectorBucketArn;
+    await send(alice, 'CreateIndexCommand', { vectorBucketName: PB, indexName: 'pix',
+      dataType: 'float32', dimension: 4, distanceMetric: 'euclidean' });
+    const put = (who, key) => send(who, 'PutVectorsCommand', { vectorBucketName: PB,
+      indexName: 'pix', vectors: [{ key, data: { float32: [1, 2, 3, 4] } }] });
+    await expectError(send(alice, 'GetVectorBucketPolicyCommand', { vectorBucketName: PB }),
+      'NotFoundException', 404);
+    // 1. bob may not PutVectors into any index of the bucket; alice may.
+    const denyPut = JSON.stringify({ Version: '2012-10-17', Statement: [{ Sid: 'nobobput',
+      Effect: 'Deny', Principal: { AWS: [bobArn] }, Action: 's3vectors:Put*',
+      Resource: `${barn}/index/*` }, { Effect: 'Allow', Principal: '*', Action: 's3vectors:*',
+      Resource: [barn, `${barn}/*`] }] });
+    await send(alice, 'PutVectorBucketPolicyCommand', { vectorBucketName: PB, policy: denyPut });
+    assert.equal((await send(bob, 'GetVectorBucketPolicyCommand', { vectorBucketArn: barn }))
+      .policy, denyPut);
+    let e = await expectError(put(bob, 'b1'), 'AccessDeniedException', 403);
+    assert.match(e.message, /explicit deny/);
+    await put(alice, 'a1');
+    const got = await send(bob, 'GetVectorsCommand', { vectorBucketName: PB, indexName: 'pix',
+      keys: ['a1', 'b1'] });
+    assert.deepEqual(got.vectors.map((v) => v.key), ['a1']);
+    // 2. bob may only GetVectors (Deny with NotAction); alice is not concerned.
+    const onlyGet = JSON.stringify({ Statement: { Effect: 'Deny', Principal: { AWS: bobArn },
+      NotAction: ['s3vectors:GetVectors', 's3vectors:GetVectorBucketPolicy'], Resource: '*' } });
+    await send(alice, 'PutVectorBucketPolicyCommand', { vectorBucketName: PB, policy: onlyGet });
+    assert.equal((await send(bob, 'GetVectorsCommand', { vectorBucketName: PB, indexName: 'pix',
+      keys: ['a1'] })).vectors.length, 1);
+    await expectError(send(bob, 'QueryVectorsCommand', { vectorBucketName: PB, indexName: 'pix',
+      topK: 1, queryVector: { float32: [1, 2, 3, 4] } }), 'AccessDeniedException', 403);
+    await expectError(send(bob, 'ListVectorsCommand', { vectorBucketName: PB, indexName: 'pix' }),
+      'AccessDeniedException', 403);
+    await expectError(send(bob, 'ListTagsForResourceCommand', { resourceArn: barn }),
+      'AccessDeniedException', 403);
+    await expectError(send(bob, 'DeleteVectorBucketPolicyCommand', { vectorBucketName: PB }),
+      'AccessDeniedException', 403);
+    await expectError(put(bob, 'b2'), 'AccessDeniedException', 403);
+    assert.equal((await send(alice, 'QueryVectorsCommand', { vectorBucketName: PB,
+      indexName: 'pix', topK: 1, queryVector: { float32: [1, 2, 3, 4] } })).vectors.length, 1);
+    // The default identity and alice are unaffected; the bucket list is account-level.
+    await send(c, 'ListVectorsCommand', { vectorBucketName: PB, indexName: 'pix' });
+    await send(bob, 'ListVectorBucketsCommand', {});
+    // 3. Malformed policies are refused, the current one is kept.
+    for (const bad of ['{', '{"Statement":[]}', JSON.stringify({ Statement: { Effect: 'Maybe',
+      Principal: '*', Action: '*', Resource: '*' } }), JSON.stringify({ Statement: {
+      Effect: 'Deny', Principal: '*', Action: 's3:GetObject', Resource: '*' } }),
+    JSON.stringify({ Statement: { Effect: 'Deny', Principal: '*', Action: '*', Resource: '*',
+      Condition: {} } })]) {
+      e = await expectError(send(alice, 'PutVectorBucketPolicyCommand', { vectorBucketName: PB,
+        policy: bad }), 'ValidationException', 400);
+      assert.equal(e.fieldList[0].path, '/policy');
+      assert.match(e.message, /MalformedPolicy/);
+    }
+    assert.equal((await send(alice, 'GetVectorBucketPolicyCommand', { vectorBucketName: PB }))
+      .policy, onlyGet);
+    // 4. A Deny of everything for alice's own principal: explicit deny wins over the Allow.
+    const denyAlice = JSON.stringify({ Statement: [{ Effect: 'Allow', Principal: '*',
+      Action: '*', Resource: '*' }, { Effect: 'Deny', Principal: { AWS: aliceArn },
+      Action: 's3vectors:Get?ectors', Resource: `${barn}/index/pi?` }] });
+    await send(c, 'PutVectorBucketPolicyCommand', { vectorBucketName: PB, policy: denyAlice });
+    await expectError(send(alice, 'GetVectorsCommand', { vectorBucketName: PB, indexName: 'pix',
+      keys: ['a1'] }), 'AccessDeniedException', 403);
+    await put(bob, 'b3');
+    await send(c, 'DeleteVectorBucketPolicyCommand', { vectorBucketName: PB });
+    await expectError(send(alice, 'GetVectorBucketPolicyCommand', { vectorBucketName: PB }),
+      'NotFoundException', 404);
+    await put(bob, 'b4');
+    assert.equal((await send(alice, 'GetVectorsCommand', { vectorBucketName: PB,
+      indexName: 'pix', keys: ['a1', 'b3', 'b4'] })).vectors.length, 3);
+    await send(alice, 'DeleteIndexCommand', { vectorBucketName: PB, indexName: 'pix' });
+    await send(alice, 'DeleteVectorBucketCommand', { vectorBucketName: PB });
+  });
+
+test('QueryVectors nextToken: one page, no token issued; a token is refused', async () => {
+  const q = { vectorBucketName: B, indexName: 'cos-idx', topK: 3,
+    queryVector: { float32: rowsCos[1].data.float32 } };
+  const out = await send(c, 'QueryVectorsCommand', q);
+  assert.equal(out.nextToken, undefined);
+  const e = await expectError(send(c, 'QueryVectorsCommand', { ...q, nextToken: 'abc' }),
+    'ValidationException', 400);
+  assert.equal(e.fieldList[0].path, '/nextToken');
+});
+
+test('policy_default = deny: a bucket with a policy admits only what it allows', async () => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'pdeny-'));
+  const s2 = await startServer(dir, ['--policy-default', 'deny',
+    '--up', JSON.stringify(['--s3-set', 'policy_default=deny'])]);
+  try {
+    const alice = client(s2, { id: 'alice' });
+    const bob = client(s2, { id: 'bob' });
+    const barn = (await send(alice, 'CreateVectorBucketCommand', { vectorBucketName: 'pd-b' }))
+      .vectorBucketArn;
+    await send(alice, 'CreateIndexCommand', { vectorBucketName: 'pd-b', indexName: 'pdx',
+      dataType: 'float32', dimension: 2, distanceMetric: 'euclidean' });
+    const put = (who) => send(who, 'PutVectorsCommand', { vectorBucketName: 'pd-b',
+      indexName: 'pdx', vectors: [{ key: 'k', data: { float32: [1, 2] } }] });
+    await put(bob);                                // no policy: open to every identity
+    await send(alice, 'PutVectorBucketPolicyCommand', { vectorBucketName: 'pd-b',
+      policy: JSON.stringify({ Statement: [{ Effect: 'Allow',
+        Principal: { AWS: 'arn:aws:iam::000000000000:user/alice' }, Action: 's3vectors:*',
+        Resource: [barn, `${barn}/index/*`] }, { Effect: 'Allow', Principal: '*',
+        Action: 's3vectors:GetVectors', Resource: `${barn}/index/*` }] }) });
+    await put(alice);
+    const e = await expectError(put(bob), 'AccessDeniedException', 403);
+    assert.match(e.message, /no resource-based policy allows/);
+    assert.equal((await send(bob, 'GetVectorsCommand', { vectorBucketName: 'pd-b',
+      indexName: 'pdx', keys: ['k'] })).vectors.length, 1);
+    await expectError(send(bob, 'GetIndexCommand', { vectorBucketName: 'pd-b',
+      indexName: 'pdx' }), 'AccessDeniedException', 403);
+    await send(alice, 'DeleteVectorBucketPolicyCommand', { vectorBucketName: 'pd-b' });
+    await put(bob);
+  } finally {
+    await stopServer(s2);
+  }
+});
 
 test('overload: more concurrent queries than the queue admits get 503 at once', async () => {
   const dir = fs.mkdtempSync(path.join(tmp, 'ovl-'));
