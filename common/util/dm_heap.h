@@ -17,7 +17,7 @@
 #define DM_UTIL_HEAP_H
 
 #define DM_HEAP_DEFINE(name, T, N, BEFORE)                                                  \
-	static inline void name##_sift_up(T *a, N i, T x)                                   \
+	static inline __attribute__((unused)) void name##_sift_up(T *a, N i, T x)                                   \
 	{                                                                                   \
 		while (i > 0) {                                                             \
 			N p = (N)((i - 1) / 2);                                             \
@@ -28,7 +28,7 @@
 		}                                                                           \
 		a[i] = x;                                                                   \
 	}                                                                                   \
-	static inline void name##_sift_down(T *a, N n, N i, T x)                            \
+	static inline __attribute__((unused)) void name##_sift_down(T *a, N n, N i, T x)                            \
 	{                                                                                   \
 		for (;;) {                                                                  \
 			N c = (N)(2 * i + 1);                                               \
@@ -43,11 +43,11 @@
 		}                                                                           \
 		a[i] = x;                                                                   \
 	}                                                                                   \
-	static inline void name##_push(T *a, N *n, T x)                                     \
+	static inline __attribute__((unused)) void name##_push(T *a, N *n, T x)                                     \
 	{                                                                                   \
 		name##_sift_up(a, (*n)++, x);                                               \
 	}                                                                                   \
-	static inline T name##_pop(T *a, N *n)                                              \
+	static inline __attribute__((unused)) T name##_pop(T *a, N *n)                                              \
 	{                                                                                   \
 		T top = a[0], last = a[--*n];                                               \
 		if (*n)                                                                     \
