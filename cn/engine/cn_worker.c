@@ -22,7 +22,8 @@
 #define SEND_SLOTS (2 * DEPTH)
 #define SEND_SLOT_SIZE (DM_FWD_INNER_OFF + DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_result) + \
 			16u * DM_Q_MAX_K)
-#define MAX_REREADS 3
+#define MAX_REREADS 3           /* torn reads of a record from one replica, then the next */
+#define READ_TIMEOUT_NS 5000000000ull   /* READs unanswered this long: their node is down */
 #define SQ_LIMIT 200            /* READ work requests in flight per memory node */
 #define PIECE 32                /* READs per read_batch call (fits any send queue) */
 
@@ -55,7 +56,13 @@ struct qslot {
 	uint8_t *stage;              /* one record per batch entry */
 	uint8_t *remote;             /* per batch entry: 1 read remotely this time, 2 from the
 				      * cache, 3 a READ still to post (send queue was full) */
-	bool repost;                 /* READs wait for room in a send queue */
+	uint8_t *rrep;               /* per batch entry: the replica (block table column) it is
+				      * read from */
+	uint8_t *tried;              /* per batch entry: replicas that failed it (bit mask) */
+	uint16_t pend_mn[DM_MAX_NODES];   /* pieces outstanding per memory node */
+	uint64_t t_post;             /* last READ posted */
+	bool repost;                 /* READs wait to be posted: room in a send queue, or
+				      * failed over to another replica */
 	uint32_t reads, round_trips, cache_hits, rereads, rereads_left;
 	uint64_t bytes;
 	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
@@ -83,6 +90,9 @@ struct worker {
 	struct dm_conn *mc[DM_MAX_NODES];
 	uint32_t inflight[DM_MAX_NODES];
 	bool sq_full[DM_MAX_NODES];  /* a post to mc[m] got -EAGAIN: wait for its completions */
+	unsigned mepoch[DM_MAX_NODES];   /* cn->mn_epoch[m] that mc[m] belongs to */
+	uint64_t to_check;           /* last scan for READs past READ_TIMEOUT_NS */
+	uint64_t noreplica_log;      /* last "no live replica" warning */
 	uint32_t nmn;
 	unsigned gen;
 	struct hnsw_src src;
@@ -220,9 +230,9 @@ static int send_result(struct worker *w, struct qslot *q)
 
 /* ---- memory-node connections ------------------------------------------------------------ */
 
-static void close_mns(struct worker *w)
+static void close_mn(struct worker *w, uint32_t i)
 {
-	for (uint32_t i = 0; i < w->nmn; i++) {
+	{
 		dm_conn_close(w->mc[i]);
 		w->mc[i] = NULL;
 		w->inflight[i] = 0;
@@ -239,19 +249,127 @@ static void close_mns(struct worker *w)
 	}
 }
 
-static void connect_mns(struct worker *w)
+static void close_mns(struct worker *w)
+{
+	for (uint32_t i = 0; i < w->nmn; i++)
+		close_mn(w, i);
+}
+
+/* The memory node of batch entry j's replica r. */
+static uint32_t rep_mn(const struct worker *w, const struct qslot *q, uint32_t j, uint32_t r)
+{
+	const struct dindex *d = w->idx;
+
+	return d->block_mn[(size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep + r];
+}
+
+/* Read failover: the READs of every query that were posted to memory node m and not
+ * completed go to their next replica (posted again by issue(); the connection is closed
+ * first, so no completion or late write into the staging buffers follows). */
+static void abandon(struct worker *w, uint32_t m)
+{
+	close_mn(w, m);
+	for (int i = 0; i < DEPTH; i++) {
+		struct qslot *q = &w->slot[i];
+
+		if (!q->pend_mn[m])
+			continue;
+		q->pending -= q->pend_mn[m];
+		q->pend_mn[m] = 0;
+		for (uint32_t j = 0; j < q->q->nbatch; j++)
+			if (q->remote[j] == 1 && rep_mn(w, q, j, q->rrep[j]) == m) {
+				q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
+				q->remote[j] = 3;
+				q->repost = true;
+				atomic_fetch_add_explicit(&w->cn->failovers, 1, memory_order_relaxed);
+			}
+		if (q->state == S_WAIT && q->pending == 0)
+			q->state = q->err ? S_DONE : S_ISSUE;
+	}
+}
+
+/* Memory node m failed under us (error completion, post error, timeout): mark it down
+ * (if nobody did since we connected) and fail its READs over. */
+static void mn_failed(struct worker *w, uint32_t m, int err)
+{
+	cn_mn_down(w->cn, m, w->mepoch[m], err);
+	abandon(w, m);
+}
+
+/* Follow the memory nodes' up/down epochs: drop connections of an older epoch (their READs
+ * fail over), connect to the nodes that are up. */
+static void sync_mns(struct worker *w)
 {
 	struct cn *cn = w->cn;
 
 	w->nmn = cn->cfg->n_mn;
-	for (uint32_t i = 0; i < w->nmn; i++) {
-		if (w->mc[i] || (cn->mns && !cn->mns->link[i].up))
+	for (uint32_t m = 0; m < w->nmn; m++) {
+		unsigned e = atomic_load_explicit(&cn->mn_epoch[m], memory_order_acquire);
+		int rc;
+
+		if (w->mepoch[m] == e && (w->mc[m] || (e & 1)))
 			continue;
-		if (dm_xport_connect(cn->x, cn->cfg->mn[i].address, 2000, &w->mc[i])) {
-			w->mc[i] = NULL;
-			atomic_store(&cn->need_refresh, true);
+		if (w->mc[m])
+			abandon(w, m);
+		w->mepoch[m] = e;
+		if (e & 1)
+			continue;
+		rc = dm_xport_connect(cn->x, cn->cfg->mn[m].address, 2000, &w->mc[m]);
+		if (rc) {
+			w->mc[m] = NULL;
+			cn_mn_down(cn, m, e, rc);
 		}
 	}
+}
+
+/* READs unanswered for READ_TIMEOUT_NS: their memory node counts as failed. */
+static void check_timeouts(struct worker *w, uint64_t now)
+{
+	if (now - w->to_check < 100000000ull)
+		return;
+	w->to_check = now;
+	for (int i = 0; i < DEPTH; i++) {
+		struct qslot *q = &w->slot[i];
+
+		if (!q->pending || now - q->t_post < READ_TIMEOUT_NS)
+			continue;
+		for (uint32_t m = 0; m < w->nmn; m++)
+			if (q->pend_mn[m]) {
+				dm_warn("cn%u: READs from memory node %u unanswered for %llu ms",
+					w->cn->node->id, m,
+					(unsigned long long)((now - q->t_post) / 1000000));
+				mn_failed(w, m, -ETIMEDOUT);
+			}
+	}
+}
+
+/* The replica to read batch entry j from: the first in placement order that has not failed
+ * it, whose memory node is up, connected, known to this view and not fenced (dgen.h).
+ * -EHOSTDOWN when none is left (-ESTALE when only fenced ones are). */
+static int pick(struct worker *w, const struct qslot *q, uint32_t j, uint64_t now)
+{
+	const struct dindex *d = w->idx;
+	size_t b = (size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep;
+	int err = -EHOSTDOWN;
+
+	for (uint32_t r = 0; r < d->nrep; r++) {
+		uint32_t m = d->block_mn[b + r];
+		unsigned e;
+
+		if (m == DINDEX_NO_MN || m >= w->nmn || ((q->tried[j] >> r) & 1) ||
+		    !d->block_addr[b + r])
+			continue;
+		e = atomic_load_explicit(&w->cn->mn_epoch[m], memory_order_acquire);
+		if ((e & 1) || d->mn_epoch[m] != e || w->mepoch[m] != e || !w->mc[m])
+			continue;
+		if (cn_fenced(w->cn, m, now)) {
+			/* No report reached it for half the lease: it may free what we read. */
+			err = -ESTALE;
+			continue;
+		}
+		return (int)r;
+	}
+	return err;
 }
 
 /* ---- queries ---------------------------------------------------------------------------- */
@@ -284,10 +402,10 @@ static void issue(struct worker *w, struct qslot *q)
 	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
 	uint8_t want = q->repost ? 3 : 1;   /* the entries to post this time */
 	uint64_t now = dm_now_ns();
-	bool again = false;
+	bool again = false, bad[DM_MAX_NODES] = { false }, anybad = false;
 
 	if (!q->repost) {
-		/* Cache first; count the misses per memory node. */
+		/* Cache first. */
 		for (uint32_t j = 0; j < nb; j++) {
 			uint32_t id = q->q->batch[j];
 			uint8_t *dst = q->stage + (size_t)j * d->rec_size;
@@ -298,12 +416,33 @@ static void issue(struct worker *w, struct qslot *q)
 				continue;
 			}
 			q->remote[j] = 1;
-			cnt[d->block_mn[id >> d->p.block_shift]]++;
 		}
-	} else {
-		for (uint32_t j = 0; j < nb; j++)
-			if (q->remote[j] == 3)
-				cnt[d->block_mn[q->q->batch[j] >> d->p.block_shift]]++;
+	}
+	/* The replica of each READ; count them per memory node. */
+	for (uint32_t j = 0; j < nb; j++) {
+		int r;
+
+		if (q->remote[j] != want)
+			continue;
+		r = pick(w, q, j, now);
+		if (r < 0) {
+			if (now - w->noreplica_log > 1000000000ull) {
+				w->noreplica_log = now;
+				dm_warn("cn%u: record %u: no live replica of block %u (%s); query fails",
+					w->cn->node->id, q->q->batch[j],
+					q->q->batch[j] >> d->p.block_shift, strerror(-r));
+			}
+			fail(q, r);
+			break;
+		}
+		q->rrep[j] = (uint8_t)r;
+		cnt[rep_mn(w, q, j, (uint32_t)r)]++;
+	}
+	if (q->err) {
+		/* Nothing more is posted; what is in flight completes, then it is answered. */
+		q->repost = false;
+		q->state = S_WAIT;
+		return;
 	}
 	/* Keep at most SQ_LIMIT READs in flight per memory node (a batch alone may pass it). */
 	for (uint32_t m = 0; m < w->nmn; m++) {
@@ -324,30 +463,18 @@ static void issue(struct worker *w, struct qslot *q)
 		if (q->remote[j] != want)
 			continue;
 		q->remote[j] = 3;                /* 1 once posted */
-		dindex_locate(d, w->cn->mns, q->q->batch[j], &mn, &addr, &rkey);
+		dindex_locate_rep(d, w->cn->mns, q->q->batch[j], q->rrep[j], &mn, &addr, &rkey);
 		wr[first[mn] + cnt[mn]++] = (struct dm_rdma_wr){
 			.wr_id = WR_READ_TAG | ((uint64_t)(q - w->slot) << 16) | mn,
 			.local = q->stage + (size_t)j * d->rec_size, .mr = w->stage_mr,
 			.remote = addr, .rkey = rkey, .len = d->rec_size };
 	}
-	q->pending = 0;
 	for (uint32_t m = 0; m < w->nmn; m++) {
 		struct dm_rdma_wr *g = wr + first[m];
 		int rc = 0;
 
 		if (!cnt[m])
 			continue;
-		if (!w->mc[m]) {
-			fail(q, -EHOSTDOWN);
-			continue;
-		}
-		if (cn_fenced(w->cn, m, now)) {
-			/* No report reached this memory node for half the lease: it may free the
-			 * generation we read (dgen.h). */
-			fail(q, -ESTALE);
-			atomic_store(&w->cn->need_refresh, true);
-			continue;
-		}
 		for (uint32_t o = 0; o < cnt[m]; o += PIECE) {
 			uint32_t n = DM_MIN(PIECE, cnt[m] - o);
 			struct dm_rdma_wr *p = g + o;
@@ -359,9 +486,11 @@ static void issue(struct worker *w, struct qslot *q)
 				break;
 			mark_reads(w, q, p, n, 1);
 			w->inflight[m] += n;
+			q->pend_mn[m]++;
 			q->pending++;
 			q->reads += n;
 			q->bytes += (uint64_t)n * d->rec_size;
+			q->t_post = now;
 		}
 		if (rc == -EAGAIN) {
 			/* The send queue is full: the rest stays 3, posted once the connection's
@@ -370,11 +499,24 @@ static void issue(struct worker *w, struct qslot *q)
 				atomic_fetch_add_explicit(&w->cn->sq_full, 1, memory_order_relaxed);
 			w->sq_full[m] = true;
 			again = true;
+		} else if (rc) {
+			/* The connection is broken: everything for m goes to other replicas. */
+			bad[m] = anybad = again = true;
+			dm_warn("cn%u: READ post to memory node %u failed: %s", w->cn->node->id, m,
+				strerror(-rc));
 		}
-		else if (rc)
-			fail(q, rc == -ENOTCONN ? -EHOSTDOWN : rc);
 	}
-	q->repost = again && !q->err;
+	for (uint32_t m = 0; anybad && m < w->nmn; m++) {
+		if (!bad[m])
+			continue;
+		for (uint32_t j = 0; j < nb; j++)
+			if (q->remote[j] == 3 && rep_mn(w, q, j, q->rrep[j]) == m) {
+				q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
+				atomic_fetch_add_explicit(&w->cn->failovers, 1, memory_order_relaxed);
+			}
+		mn_failed(w, m, -EHOSTDOWN);
+	}
+	q->repost = again;
 	if (q->pending)
 		q->round_trips++;
 	q->state = q->repost && !q->pending ? S_ISSUE : S_WAIT;
@@ -403,9 +545,10 @@ static void advance(struct worker *w, struct qslot *q)
 			continue;
 		r = (const struct hnsw_rec_hdr *)(q->stage + (size_t)j * d->rec_size);
 		if (!dindex_rec_ok(d, r)) {
-			/* Torn or garbage: read it again (still marked remote). */
+			/* Torn or garbage: read it again. */
 			again = true;
 			q->rereads++;
+			q->remote[j] = 3;
 			continue;
 		}
 		q->remote[j] = 0;
@@ -419,17 +562,24 @@ static void advance(struct worker *w, struct qslot *q)
 	}
 	if (again) {
 		if (q->rereads_left-- == 0) {
-			fail(q, -EIO);
-			q->state = S_DONE;
-		} else {
-			q->state = S_ISSUE;
+			/* Torn every time on this replica: the next one. */
+			for (uint32_t j = 0; j < q->q->nbatch; j++)
+				if (q->remote[j] == 3) {
+					q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
+					atomic_fetch_add_explicit(&w->cn->failovers, 1,
+								  memory_order_relaxed);
+				}
+			q->rereads_left = MAX_REREADS;
 		}
+		q->repost = true;
+		q->state = S_ISSUE;
 		return;
 	}
 	w->cur = q;
 	rc = hnsw_query_step(q->q, &w->src);
 	if (rc == HNSW_Q_FETCH) {
 		memset(q->remote, 0, q->q->nbatch);
+		memset(q->tried, 0, q->q->nbatch);
 		q->rereads_left = MAX_REREADS;
 		q->state = S_ISSUE;
 	} else {
@@ -449,12 +599,14 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	int rc;
 
 	struct hnsw_query *hq = q->q;
-	uint8_t *remote = q->remote;
+	uint8_t *remote = q->remote, *rrep = q->rrep, *tried = q->tried;
 	struct dm_hit *hits = q->hits;
 
 	memset(q, 0, sizeof(*q));
 	q->q = hq;
 	q->remote = remote;
+	q->rrep = rrep;
+	q->tried = tried;
 	q->hits = hits;
 	q->nhits = -1;
 	q->stage = w->stage_mem + (size_t)(q - w->slot) * w->stage_size;
@@ -489,6 +641,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	rc = hnsw_query_step(q->q, &w->src);
 	if (rc == HNSW_Q_FETCH) {
 		memset(q->remote, 0, q->q->nbatch);
+		memset(q->tried, 0, q->q->nbatch);
 		q->state = S_ISSUE;
 	} else if (rc < 0) {
 		q->err = rc;
@@ -521,6 +674,8 @@ static int bind_index(struct worker *w)
 	for (int i = 0; i < DEPTH; i++) {
 		hnsw_query_free(w->slot[i].q);
 		free(w->slot[i].remote);
+		free(w->slot[i].rrep);
+		free(w->slot[i].tried);
 		free(w->slot[i].hits);
 		w->slot[i] = (struct qslot){ 0 };
 	}
@@ -534,8 +689,11 @@ static int bind_index(struct worker *w)
 	for (int i = 0; i < DEPTH; i++) {
 		w->slot[i].q = hnsw_query_new(d->p.dim);
 		w->slot[i].remote = calloc(w->stage_recs, 1);
+		w->slot[i].rrep = calloc(w->stage_recs, 1);
+		w->slot[i].tried = calloc(w->stage_recs, 1);
 		w->slot[i].hits = malloc(DM_Q_MAX_K * sizeof(struct dm_hit));
-		if (!w->slot[i].q || !w->slot[i].remote || !w->slot[i].hits)
+		if (!w->slot[i].q || !w->slot[i].remote || !w->slot[i].rrep || !w->slot[i].tried ||
+		    !w->slot[i].hits)
 			return -ENOMEM;
 	}
 	memset(&w->src, 0, sizeof(w->src));
@@ -572,7 +730,7 @@ static void rebind(struct worker *w)
 			send_result(w, &w->slot[i]);
 	if (bind_index(w))
 		dm_err("cn%u: out of memory binding the index", w->cn->node->id);
-	connect_mns(w);
+	sync_mns(w);
 }
 
 /* Answers of forwarded queries waiting for the client: send what the send slots allow. */
@@ -690,22 +848,19 @@ static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
 	uint32_t si = (uint32_t)(wc->wr_id >> 16) & 0xffff, mn = (uint32_t)wc->wr_id & 0xffff;
 	struct qslot *q;
 
-	if (si >= DEPTH || mn >= w->nmn)
-		return;
+	if (si >= DEPTH || mn >= w->nmn || !w->mc[mn])
+		return;   /* mc[mn] closed: its READs were failed over already */
 	q = &w->slot[si];
 	if (wc->status) {
-		if (!q->err)
-			dm_warn("cn%u: READ from memory node %u failed: %s", w->cn->node->id, mn,
-				strerror(-wc->status));
-		fail(q, wc->status == -ECANCELED || wc->status == -ECONNRESET ? -EHOSTDOWN :
-		     wc->status);
-		if (wc->status == -ECONNRESET || wc->status == -ECANCELED ||
-		    wc->status == -ENOTCONN)
-			atomic_store(&w->cn->need_refresh, true);
+		dm_warn("cn%u: READ from memory node %u failed: %s; reading other replicas",
+			w->cn->node->id, mn, strerror(-wc->status));
+		mn_failed(w, mn, wc->status);
+		return;
 	}
 	if (!(wc->wr_id & WR_LAST))
 		return;
 	w->inflight[mn] -= (uint32_t)(wc->wr_id >> 32) & 0xffff;
+	q->pend_mn[mn]--;
 	if (q->state == S_WAIT && --q->pending == 0)
 		advance(w, q);
 }
@@ -998,7 +1153,7 @@ void *cn_worker(void *arg)
 	pthread_rwlock_rdlock(&cn->lock);
 	if (bind_index(w))
 		dm_err("cn%u: out of memory for a worker", cn->node->id);
-	connect_mns(w);
+	sync_mns(w);
 	pthread_rwlock_unlock(&cn->lock);
 
 	while (!atomic_load(&cn->stopping) && !w->client_gone) {
@@ -1021,6 +1176,8 @@ void *cn_worker(void *arg)
 			if (!busy_slots && bind_index(w))
 				dm_err("cn%u: out of memory binding the index", cn->node->id);
 		}
+		sync_mns(w);
+		check_timeouts(w, dm_now_ns());
 		/* Client: queries in, send credits back. Block briefly only when idle. */
 		n = idle ? dm_conn_wait(w->client, wc, 32, 50) : dm_conn_poll(w->client, wc, 32);
 		if (n < 0)
@@ -1051,6 +1208,10 @@ void *cn_worker(void *arg)
 			if (!w->mc[m])
 				continue;
 			n = dm_conn_poll(w->mc[m], wc, 32);
+			if (n < 0) {
+				mn_failed(w, m, n);
+				continue;
+			}
 			if (n != 0)
 				w->sq_full[m] = false;   /* room again (or an error to see) */
 			for (int i = 0; i < n; i++) {
@@ -1127,6 +1288,8 @@ void *cn_worker(void *arg)
 			atomic_fetch_sub(&cn->qlen, 1);
 		hnsw_query_free(w->slot[i].q);
 		free(w->slot[i].remote);
+		free(w->slot[i].rrep);
+		free(w->slot[i].tried);
 		free(w->slot[i].hits);
 	}
 	if (w->stage_mr)
