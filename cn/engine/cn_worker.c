@@ -2,8 +2,9 @@
  * queries in flight, each an explicit state machine (hnsw_query). When a query expands a
  * candidate, the records of all its unvisited neighbours are taken from the shared cache
  * or, for the rest, READ from their memory nodes with one doorbell per memory node; the
- * worker then serves the other queries until those READs complete. Records that fail
- * validation are read again. Per-query counters travel back with each result.
+ * worker then serves the other queries until those READs complete (posting, completions,
+ * memory-node connections and read failover: cn_read.c). Records that fail validation are
+ * read again. Per-query counters travel back with each result.
  *
  * Routing (router.h): a client's query may be sent to another compute node through a random
  * memory node (FWD_QUERY on the worker's connection to that node); its answer comes back on
@@ -15,109 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cn.h"
-#include "hnsw/hnsw_query.h"
-
-#define DEPTH 32
-#define SEND_SLOTS (2 * DEPTH)
-#define SEND_SLOT_SIZE (DM_FWD_INNER_OFF + DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_result) + \
-			16u * DM_Q_MAX_K)
-#define MAX_REREADS 3           /* torn reads of a record from one replica, then the next */
-#define READ_TIMEOUT_NS 5000000000ull   /* READs unanswered this long: their node is down */
-#define SQ_LIMIT 200            /* READ work requests in flight per memory node */
-#define PIECE 32                /* READs per read_batch call (fits any send queue) */
-
-/* wr_id layout for READs: tag | last-of-piece | READs in the piece << 32 | slot << 16 |
- * memory node */
-#define WR_READ_TAG (1ull << 62)
-#define WR_LAST     (1ull << 61)
-#define WR_SEND_TAG (1ull << 60)
-
-/* Backlog entry: pool index | flags | length << 32. */
-#define BL_FWD     (1u << 30)   /* SERVE: a FWD_QUERY (query at DM_FWD_INNER_OFF) */
-#define BL_BOUNCED (1u << 31)   /* a FWD_BOUNCE of our own query: run it here */
-#define BL_LOCAL   (1u << 29)   /* routed to this CN: decided once, kept while it waits */
-#define BL_SPILLED (1u << 28)   /* with BL_LOCAL: this CN is not its top-ranked one */
-#define BL_FLAGS   (BL_FWD | BL_BOUNCED | BL_LOCAL | BL_SPILLED)
-#define BL_INDEX   0x0fffffffu
-
-#define FWD_TRACK 512                    /* forwarded queries in flight per worker */
-#define FWD_TIMEOUT_NS 25000000000ull    /* a forwarded query unanswered this long fails */
-
-enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
-
-struct qslot {
-	int state;
-	struct hnsw_query *q;
-	uint64_t qid, t0;
-	uint32_t k;
-	uint32_t pending;            /* pieces of READs outstanding */
-	int err;
-	uint8_t *stage;              /* one record per batch entry */
-	uint8_t *remote;             /* per batch entry: 1 read remotely this time, 2 from the
-				      * cache, 3 a READ still to post (send queue was full) */
-	uint8_t *rrep;               /* per batch entry: the replica (block table column) it is
-				      * read from */
-	uint8_t *tried;              /* per batch entry: replicas that failed it (bit mask) */
-	uint16_t pend_mn[DM_MAX_NODES];   /* pieces outstanding per memory node */
-	uint64_t t_post;             /* last READ posted */
-	bool repost;                 /* READs wait to be posted: room in a send queue, or
-				      * failed over to another replica */
-	uint32_t reads, round_trips, cache_hits, rereads, rereads_left;
-	uint64_t bytes;
-	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
-	struct dm_hit *hits;         /* DM_Q_MAX_K entries */
-	bool spilled;                /* runs here though another CN is its home */
-	bool fwded;                  /* SERVE: answer with FWD_RESULT carrying fwd */
-	struct dm_wire_fwd fwd;
-};
-
-struct worker {
-	struct cn *cn;
-	struct dm_conn *client;
-	struct dm_mr *smr;
-	uint8_t *sbuf;
-	bool sfree[SEND_SLOTS];
-	int16_t sconn[SEND_SLOTS];   /* connection of a busy slot: -1 client, else mc[] index */
-	uint8_t *stage_mem;
-	struct dm_mr *stage_mr;
-	size_t stage_size;           /* bytes per slot */
-	uint32_t stage_recs;
-	struct qslot slot[DEPTH];
-	uint64_t backlog[256];       /* RECV wr_ids of queries waiting for a slot */
-	uint32_t nbacklog;
-	struct dm_rdma_wr *wrs;      /* READ work requests of one batch, grouped by node */
-	struct dm_conn *mc[DM_MAX_NODES];
-	uint32_t inflight[DM_MAX_NODES];
-	bool sq_full[DM_MAX_NODES];  /* a post to mc[m] got -EAGAIN: wait for its completions */
-	unsigned mepoch[DM_MAX_NODES];   /* cn->mn_epoch[m] that mc[m] belongs to */
-	uint64_t to_check;           /* last scan for READs past READ_TIMEOUT_NS */
-	uint64_t noreplica_log;      /* last "no live replica" warning */
-	uint32_t nmn;
-	unsigned gen;
-	struct hnsw_src src;
-	struct qslot *cur;           /* the slot being stepped (for src.get) */
-	struct dindex *idx;          /* the view this worker's queries run on */
-	bool draining;               /* cn->idx moved on: finish our queries, then rebind */
-	bool client_gone;
-	struct ctl_req {
-		uint64_t wr_id;
-		uint32_t len;
-	} ctlq[8];
-	uint32_t nctl;
-	bool serve;                  /* client is a memory node's SERVE connection */
-	bool hello[DM_MAX_NODES];    /* FWD_HELLO sent on mc[m] */
-	uint32_t rng;
-	uint64_t fres[256];          /* FWD_RESULTs waiting for a send slot to the client */
-	uint32_t nfres;
-	uint32_t fwd_out;            /* queries forwarded, answer not back yet */
-	struct fwdq {                /* each of them: the client's qid, when, through which MN */
-		uint64_t qid, t0;
-		uint16_t m;
-		bool used, failed;   /* failed: its memory-node connection closed */
-	} fq[FWD_TRACK];
-	uint64_t fq_check;           /* last expiry scan */
-};
+#include "cn_worker_int.h"
 
 static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
 {
@@ -228,302 +127,10 @@ static int send_result(struct worker *w, struct qslot *q)
 	return 0;
 }
 
-/* ---- memory-node connections ------------------------------------------------------------ */
-
-static void close_mn(struct worker *w, uint32_t i)
-{
-	{
-		dm_conn_close(w->mc[i]);
-		w->mc[i] = NULL;
-		w->inflight[i] = 0;
-		w->sq_full[i] = false;
-		w->hello[i] = false;
-		/* Answers would come back on this connection: fail those queries instead. */
-		for (int j = 0; j < FWD_TRACK; j++)
-			if (w->fq[j].used && w->fq[j].m == i)
-				w->fq[j].failed = true;
-		/* Closing flushed the sends on it (forwarded queries): their slots are free. */
-		for (int s = 0; s < SEND_SLOTS; s++)
-			if (!w->sfree[s] && w->sconn[s] == (int16_t)i)
-				w->sfree[s] = true;
-	}
-}
-
-static void close_mns(struct worker *w)
-{
-	for (uint32_t i = 0; i < w->nmn; i++)
-		close_mn(w, i);
-}
-
-/* The memory node of batch entry j's replica r. */
-static uint32_t rep_mn(const struct worker *w, const struct qslot *q, uint32_t j, uint32_t r)
-{
-	const struct dindex *d = w->idx;
-
-	return d->block_mn[(size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep + r];
-}
-
-/* Read failover: the READs of every query that were posted to memory node m and not
- * completed go to their next replica (posted again by issue(); the connection is closed
- * first, so no completion or late write into the staging buffers follows). */
-static void abandon(struct worker *w, uint32_t m)
-{
-	close_mn(w, m);
-	for (int i = 0; i < DEPTH; i++) {
-		struct qslot *q = &w->slot[i];
-
-		if (!q->pend_mn[m])
-			continue;
-		q->pending -= q->pend_mn[m];
-		q->pend_mn[m] = 0;
-		for (uint32_t j = 0; j < q->q->nbatch; j++)
-			if (q->remote[j] == 1 && rep_mn(w, q, j, q->rrep[j]) == m) {
-				q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
-				q->remote[j] = 3;
-				q->repost = true;
-				atomic_fetch_add_explicit(&w->cn->failovers, 1, memory_order_relaxed);
-			}
-		if (q->state == S_WAIT && q->pending == 0)
-			q->state = q->err ? S_DONE : S_ISSUE;
-	}
-}
-
-/* Memory node m failed under us (error completion, post error, timeout): mark it down
- * (if nobody did since we connected) and fail its READs over. */
-static void mn_failed(struct worker *w, uint32_t m, int err)
-{
-	cn_mn_down(w->cn, m, w->mepoch[m], err);
-	abandon(w, m);
-}
-
-/* Follow the memory nodes' up/down epochs: drop connections of an older epoch (their READs
- * fail over), connect to the nodes that are up. */
-static void sync_mns(struct worker *w)
-{
-	struct cn *cn = w->cn;
-
-	w->nmn = cn->cfg->n_mn;
-	for (uint32_t m = 0; m < w->nmn; m++) {
-		unsigned e = atomic_load_explicit(&cn->mn_epoch[m], memory_order_acquire);
-		int rc;
-
-		if (w->mepoch[m] == e && (w->mc[m] || (e & 1)))
-			continue;
-		if (w->mc[m])
-			abandon(w, m);
-		w->mepoch[m] = e;
-		if (e & 1)
-			continue;
-		rc = dm_xport_connect(cn->x, cn->cfg->mn[m].address, 2000, &w->mc[m]);
-		if (rc) {
-			w->mc[m] = NULL;
-			cn_mn_down(cn, m, e, rc);
-		}
-	}
-}
-
-/* READs unanswered for READ_TIMEOUT_NS: their memory node counts as failed. */
-static void check_timeouts(struct worker *w, uint64_t now)
-{
-	if (now - w->to_check < 100000000ull)
-		return;
-	w->to_check = now;
-	for (int i = 0; i < DEPTH; i++) {
-		struct qslot *q = &w->slot[i];
-
-		if (!q->pending || now - q->t_post < READ_TIMEOUT_NS)
-			continue;
-		for (uint32_t m = 0; m < w->nmn; m++)
-			if (q->pend_mn[m]) {
-				dm_warn("cn%u: READs from memory node %u unanswered for %llu ms",
-					w->cn->node->id, m,
-					(unsigned long long)((now - q->t_post) / 1000000));
-				mn_failed(w, m, -ETIMEDOUT);
-			}
-	}
-}
-
-/* The replica to read batch entry j from: the first in placement order that has not failed
- * it, whose memory node is up, connected, known to this view and not fenced (dgen.h).
- * -EHOSTDOWN when none is left (-ESTALE when only fenced ones are). */
-static int pick(struct worker *w, const struct qslot *q, uint32_t j, uint64_t now)
-{
-	const struct dindex *d = w->idx;
-	size_t b = (size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep;
-	int err = -EHOSTDOWN;
-
-	for (uint32_t r = 0; r < d->nrep; r++) {
-		uint32_t m = d->block_mn[b + r];
-		unsigned e;
-
-		if (m == DINDEX_NO_MN || m >= w->nmn || ((q->tried[j] >> r) & 1) ||
-		    !d->block_addr[b + r])
-			continue;
-		e = atomic_load_explicit(&w->cn->mn_epoch[m], memory_order_acquire);
-		if ((e & 1) || d->mn_epoch[m] != e || w->mepoch[m] != e || !w->mc[m])
-			continue;
-		if (cn_fenced(w->cn, m, now)) {
-			/* No report reached it for half the lease: it may free what we read. */
-			err = -ESTALE;
-			continue;
-		}
-		return (int)r;
-	}
-	return err;
-}
-
 /* ---- queries ---------------------------------------------------------------------------- */
 
-static void fail(struct qslot *q, int err)
-{
-	if (!q->err)
-		q->err = err;
-}
-
-/* Set remote[] of the batch entries whose READs are wr[0..n) to v. */
-static void mark_reads(struct worker *w, struct qslot *q, const struct dm_rdma_wr *wr, uint32_t n,
-		       uint8_t v)
-{
-	for (uint32_t i = 0; i < n; i++)
-		q->remote[((uint8_t *)wr[i].local - q->stage) / w->idx->rec_size] = v;
-}
-
-/* Post READs for the records of the slot's batch that the cache does not hold; one
- * doorbell per memory node and PIECE READs. Leaves the slot in S_ISSUE if a send queue is
- * full (the READs not posted are posted again once the worker has polled completions:
- * back-pressure, never a failed query), S_WAIT with pending pieces, or steps on at once
- * when everything was cached. The cache holds records of the current view only: a query
- * finishing on an older one (a generation switch) neither reads nor fills it. */
-static void issue(struct worker *w, struct qslot *q)
-{
-	const struct dindex *d = w->idx;
-	struct dm_rdma_wr *wr = w->wrs;
-	uint32_t nb = q->q->nbatch, cnt[DM_MAX_NODES] = { 0 }, first[DM_MAX_NODES], pos = 0;
-	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
-	uint8_t want = q->repost ? 3 : 1;   /* the entries to post this time */
-	uint64_t now = dm_now_ns();
-	bool again = false, bad[DM_MAX_NODES] = { false }, anybad = false;
-
-	if (!q->repost) {
-		/* Cache first. */
-		for (uint32_t j = 0; j < nb; j++) {
-			uint32_t id = q->q->batch[j];
-			uint8_t *dst = q->stage + (size_t)j * d->rec_size;
-
-			if (!q->remote[j] && cache && dm_cache_get(cache, id, dst)) {
-				q->cache_hits++;
-				q->remote[j] = 2;     /* served from the cache: nothing to validate */
-				continue;
-			}
-			q->remote[j] = 1;
-		}
-	}
-	/* The replica of each READ; count them per memory node. */
-	for (uint32_t j = 0; j < nb; j++) {
-		int r;
-
-		if (q->remote[j] != want)
-			continue;
-		r = pick(w, q, j, now);
-		if (r < 0) {
-			if (now - w->noreplica_log > 1000000000ull) {
-				w->noreplica_log = now;
-				dm_warn("cn%u: record %u: no live replica of block %u (%s); query fails",
-					w->cn->node->id, q->q->batch[j],
-					q->q->batch[j] >> d->p.block_shift, strerror(-r));
-			}
-			fail(q, r);
-			break;
-		}
-		q->rrep[j] = (uint8_t)r;
-		cnt[rep_mn(w, q, j, (uint32_t)r)]++;
-	}
-	if (q->err) {
-		/* Nothing more is posted; what is in flight completes, then it is answered. */
-		q->repost = false;
-		q->state = S_WAIT;
-		return;
-	}
-	/* Keep at most SQ_LIMIT READs in flight per memory node (a batch alone may pass it). */
-	for (uint32_t m = 0; m < w->nmn; m++) {
-		if (cnt[m] && w->inflight[m] && w->inflight[m] + cnt[m] > SQ_LIMIT) {
-			for (uint32_t j = 0; j < nb && !q->repost; j++)
-				if (q->remote[j] == 1)
-					q->remote[j] = 0;
-			return;
-		}
-		first[m] = pos;
-		pos += cnt[m];
-		cnt[m] = 0;
-	}
-	for (uint32_t j = 0; j < nb; j++) {
-		uint32_t mn, rkey;
-		uint64_t addr;
-
-		if (q->remote[j] != want)
-			continue;
-		q->remote[j] = 3;                /* 1 once posted */
-		dindex_locate_rep(d, w->cn->mns, q->q->batch[j], q->rrep[j], &mn, &addr, &rkey);
-		wr[first[mn] + cnt[mn]++] = (struct dm_rdma_wr){
-			.wr_id = WR_READ_TAG | ((uint64_t)(q - w->slot) << 16) | mn,
-			.local = q->stage + (size_t)j * d->rec_size, .mr = w->stage_mr,
-			.remote = addr, .rkey = rkey, .len = d->rec_size };
-	}
-	for (uint32_t m = 0; m < w->nmn; m++) {
-		struct dm_rdma_wr *g = wr + first[m];
-		int rc = 0;
-
-		if (!cnt[m])
-			continue;
-		for (uint32_t o = 0; o < cnt[m]; o += PIECE) {
-			uint32_t n = DM_MIN(PIECE, cnt[m] - o);
-			struct dm_rdma_wr *p = g + o;
-
-			p[n - 1].wr_id |= WR_LAST | ((uint64_t)n << 32);
-			p[n - 1].flags = DM_WR_SIGNALED;
-			rc = w->sq_full[m] ? -EAGAIN : dm_conn_read_batch(w->mc[m], p, (int)n);
-			if (rc)
-				break;
-			mark_reads(w, q, p, n, 1);
-			w->inflight[m] += n;
-			q->pend_mn[m]++;
-			q->pending++;
-			q->reads += n;
-			q->bytes += (uint64_t)n * d->rec_size;
-			q->t_post = now;
-		}
-		if (rc == -EAGAIN) {
-			/* The send queue is full: the rest stays 3, posted once the connection's
-			 * completions were polled (no retry before: that would only spin). */
-			if (!w->sq_full[m])
-				atomic_fetch_add_explicit(&w->cn->sq_full, 1, memory_order_relaxed);
-			w->sq_full[m] = true;
-			again = true;
-		} else if (rc) {
-			/* The connection is broken: everything for m goes to other replicas. */
-			bad[m] = anybad = again = true;
-			dm_warn("cn%u: READ post to memory node %u failed: %s", w->cn->node->id, m,
-				strerror(-rc));
-		}
-	}
-	for (uint32_t m = 0; anybad && m < w->nmn; m++) {
-		if (!bad[m])
-			continue;
-		for (uint32_t j = 0; j < nb; j++)
-			if (q->remote[j] == 3 && rep_mn(w, q, j, q->rrep[j]) == m) {
-				q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
-				atomic_fetch_add_explicit(&w->cn->failovers, 1, memory_order_relaxed);
-			}
-		mn_failed(w, m, -EHOSTDOWN);
-	}
-	q->repost = again;
-	if (q->pending)
-		q->round_trips++;
-	q->state = q->repost && !q->pending ? S_ISSUE : S_WAIT;
-}
-
 /* All READs of the batch are in: validate, cache, and run the query to its next fetch. */
-static void advance(struct worker *w, struct qslot *q)
+void cn_worker_advance(struct worker *w, struct qslot *q)
 {
 	const struct dindex *d = w->idx;
 	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
@@ -724,13 +331,13 @@ static void rebind(struct worker *w)
 			w->slot[i].state = S_DONE;
 		}
 	/* Closing flushes outstanding READs before their staging memory is reused. */
-	close_mns(w);
+	cn_read_close_all(w);
 	for (int i = 0; i < DEPTH; i++)
 		if (w->slot[i].state == S_DONE)
 			send_result(w, &w->slot[i]);
 	if (bind_index(w))
 		dm_err("cn%u: out of memory binding the index", w->cn->node->id);
-	sync_mns(w);
+	cn_read_sync(w);
 }
 
 /* Answers of forwarded queries waiting for the client: send what the send slots allow. */
@@ -841,28 +448,6 @@ static void on_mn_recv(struct worker *w, const struct dm_wc *wc)
 	}
 	w->fres[w->nfres++] = (wc->wr_id & BL_INDEX) | ((uint64_t)wc->byte_len << 32);
 	send_fres(w);
-}
-
-static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
-{
-	uint32_t si = (uint32_t)(wc->wr_id >> 16) & 0xffff, mn = (uint32_t)wc->wr_id & 0xffff;
-	struct qslot *q;
-
-	if (si >= DEPTH || mn >= w->nmn || !w->mc[mn])
-		return;   /* mc[mn] closed: its READs were failed over already */
-	q = &w->slot[si];
-	if (wc->status) {
-		dm_warn("cn%u: READ from memory node %u failed: %s; reading other replicas",
-			w->cn->node->id, mn, strerror(-wc->status));
-		mn_failed(w, mn, wc->status);
-		return;
-	}
-	if (!(wc->wr_id & WR_LAST))
-		return;
-	w->inflight[mn] -= (uint32_t)(wc->wr_id >> 32) & 0xffff;
-	q->pend_mn[mn]--;
-	if (q->state == S_WAIT && --q->pending == 0)
-		advance(w, q);
 }
 
 /* Send a client's query (the whole message in buf) to the CN the router picks, through a
@@ -1081,6 +666,11 @@ static void reply_stats(struct worker *w, uint64_t req_id)
 	st.errors = atomic_load(&cn->errors);
 	st.node_id = cn->node->id;
 	st.workers = atomic_load(&cn->workers);
+	st.failovers = atomic_load(&cn->failovers);
+	st.mn_downs = atomic_load(&cn->mn_downs);
+	st.mn_ups = atomic_load(&cn->mn_ups);
+	for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
+		st.mn_down += cn_mn_is_down(cn, m);
 	dm_wire_q_stats_encode(body, &st);
 	send_ctl(w, DM_OP_Q_STATS + 1, req_id, 0, body, sizeof(body));
 }
@@ -1153,7 +743,7 @@ void *cn_worker(void *arg)
 	pthread_rwlock_rdlock(&cn->lock);
 	if (bind_index(w))
 		dm_err("cn%u: out of memory for a worker", cn->node->id);
-	sync_mns(w);
+	cn_read_sync(w);
 	pthread_rwlock_unlock(&cn->lock);
 
 	while (!atomic_load(&cn->stopping) && !w->client_gone) {
@@ -1176,8 +766,8 @@ void *cn_worker(void *arg)
 			if (!busy_slots && bind_index(w))
 				dm_err("cn%u: out of memory binding the index", cn->node->id);
 		}
-		sync_mns(w);
-		check_timeouts(w, dm_now_ns());
+		cn_read_sync(w);
+		cn_read_timeouts(w, dm_now_ns());
 		/* Client: queries in, send credits back. Block briefly only when idle. */
 		n = idle ? dm_conn_wait(w->client, wc, 32, 50) : dm_conn_poll(w->client, wc, 32);
 		if (n < 0)
@@ -1209,7 +799,7 @@ void *cn_worker(void *arg)
 				continue;
 			n = dm_conn_poll(w->mc[m], wc, 32);
 			if (n < 0) {
-				mn_failed(w, m, n);
+				cn_read_failed(w, m, n);
 				continue;
 			}
 			if (n != 0)
@@ -1217,7 +807,7 @@ void *cn_worker(void *arg)
 			for (int i = 0; i < n; i++) {
 				progress = true;
 				if (wc[i].wr_id & WR_READ_TAG)
-					handle_read_wc(w, &wc[i]);
+					cn_read_wc(w, &wc[i]);
 				else if (wc[i].wr_id & DM_RPC_RECV_TAG)
 					on_mn_recv(w, &wc[i]);
 				else if ((wc[i].wr_id & WR_SEND_TAG) && (wc[i].wr_id & 0xffff) < SEND_SLOTS)
@@ -1234,9 +824,9 @@ void *cn_worker(void *arg)
 			if (q->state == S_ISSUE) {
 				uint32_t was = q->pending;
 
-				issue(w, q);
+				cn_read_issue(w, q);
 				if (q->state == S_WAIT && q->pending == 0)
-					advance(w, q);
+					cn_worker_advance(w, q);
 				/* Only waiting for send-queue room is no progress. */
 				if (q->state != S_ISSUE || q->pending != was || !q->repost)
 					progress = true;
@@ -1272,7 +862,7 @@ void *cn_worker(void *arg)
 	}
 	/* Close memory-node connections first: that flushes READs aimed at our buffers. */
 	pthread_rwlock_rdlock(&cn->lock);
-	close_mns(w);
+	cn_read_close_all(w);
 	pthread_rwlock_unlock(&cn->lock);
 	for (uint32_t i = 0; i < w->nbacklog; i++) {
 		if (w->backlog[i] & BL_FLAGS)
