@@ -14,9 +14,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include "cluster_util.h"
 
@@ -64,63 +61,21 @@ static void teardown(void)
 
 static pid_t pid_of(const char *node)
 {
-	char p[256], line[128], name[32];
-	int pid, found = -1;
-	FILE *f;
+	char lc[160];
 
-	snprintf(p, sizeof(p), "%s/lc/pids", dir);
-	f = fopen(p, "r");
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%d %31s", &pid, name) == 2 && !strcmp(name, node))
-			found = pid;
-	fclose(f);
-	cr_assert_gt(found, 1, "no pid for %s", node);
-	return found;
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	return cluster_pid_of(lc, node);
 }
 
-/* A counter or gauge of compute node cn's /metrics (its `metrics` address in the cluster
- * file); -1 when the node does not answer. */
+/* A counter or gauge of compute node cn's /metrics; -1 when the node does not answer. */
 static long long metric(unsigned cn, const char *name)
 {
-	char p[256], line[256], addr[64] = "", sect[16], cmd[512], key[128];
 	static char out[65536];
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	bool in = false;
-	char *colon, *at;
-	size_t n = 0;
-	ssize_t r;
-	FILE *f;
-	int fd;
+	char lc[160], key[128], *at;
 
-	snprintf(p, sizeof(p), "%s/lc/cluster.ini", dir);
-	snprintf(sect, sizeof(sect), "[cn.%u]", cn);
-	f = fopen(p, "r");
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		if (line[0] == '[')
-			in = !strncmp(line, sect, strlen(sect));
-		if (in && sscanf(line, "metrics = %63s", addr) == 1)
-			break;
-	}
-	fclose(f);
-	cr_assert(addr[0], "no metrics address for cn.%u", cn);
-	colon = strrchr(addr, ':');
-	cr_assert_not_null(colon);
-	*colon = '\0';
-	sa.sin_port = htons((uint16_t)atoi(colon + 1));
-	cr_assert_eq(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		close(fd);
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	if (cluster_metrics(lc, cn, out, sizeof(out)))
 		return -1;
-	}
-	snprintf(cmd, sizeof(cmd), "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", addr);
-	cr_assert_eq(write(fd, cmd, strlen(cmd)), (ssize_t)strlen(cmd));
-	while (n < sizeof(out) - 1 && (r = read(fd, out + n, sizeof(out) - 1 - n)) > 0)
-		n += (size_t)r;
-	out[n] = '\0';
-	close(fd);
 	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, cn);
 	at = strstr(out, key);
 	return at ? atoll(at + strlen(key)) : -1;
