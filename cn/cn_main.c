@@ -95,6 +95,27 @@ static void cn_metrics(void *arg, FILE *out)
 		     "dmann_cn_read_queue_full_total{node=\"%u\"} %lu\n",
 		id, (unsigned long long)gen, id, atomic_load(&cn->gen_switches), id, retired, id,
 		atomic_load(&cn->sq_full));
+	{
+		unsigned down = 0;
+
+		for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
+			down += cn_mn_is_down(cn, m);
+		fprintf(out, "# HELP dmann_cn_read_failovers_total READs reissued to another replica "
+			     "of their block.\n"
+			     "# TYPE dmann_cn_read_failovers_total counter\n"
+			     "dmann_cn_read_failovers_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_mn_marked_down_total Memory nodes marked down.\n"
+			     "# TYPE dmann_cn_mn_marked_down_total counter\n"
+			     "dmann_cn_mn_marked_down_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_mn_marked_up_total Memory nodes marked up again.\n"
+			     "# TYPE dmann_cn_mn_marked_up_total counter\n"
+			     "dmann_cn_mn_marked_up_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_mn_down Memory nodes this compute node reads nothing from.\n"
+			     "# TYPE dmann_cn_mn_down gauge\n"
+			     "dmann_cn_mn_down{node=\"%u\"} %u\n",
+			id, atomic_load(&cn->failovers), id, atomic_load(&cn->mn_downs), id,
+			atomic_load(&cn->mn_ups), id, down);
+	}
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"
 		     "dmann_cn_queries_total{node=\"%u\"} %lu\n"

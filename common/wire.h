@@ -402,8 +402,12 @@ struct dm_wire_q_stats {       /* Q_STATS response */
 	uint64_t queries, errors;
 	uint64_t index_bytes;      /* size of the index's records (for cache ratios) */
 	uint32_t node_id, workers;
+	uint64_t failovers;        /* READs reissued to another replica */
+	uint64_t mn_downs, mn_ups; /* memory nodes marked down / up again */
+	uint32_t mn_down;          /* memory nodes down now */
+	uint32_t reserved;
 };
-_Static_assert(sizeof(struct dm_wire_q_stats) == 80, "q_stats layout");
+_Static_assert(sizeof(struct dm_wire_q_stats) == 112, "q_stats layout");
 
 /* Check a query-protocol message (header decoded from a buffer of buflen bytes): known op,
  * length consistent with the body (SEARCH: dim floats; result: n hits). 0 or -EBADMSG /

@@ -144,6 +144,11 @@ void dm_wire_q_stats_encode(uint8_t *b, const struct dm_wire_q_stats *m)
 		dm_put_le64(b + 8 * i, w[i]);
 	dm_put_le32(b + 72, m->node_id);
 	dm_put_le32(b + 76, m->workers);
+	dm_put_le64(b + 80, m->failovers);
+	dm_put_le64(b + 88, m->mn_downs);
+	dm_put_le64(b + 96, m->mn_ups);
+	dm_put_le32(b + 104, m->mn_down);
+	dm_put_le32(b + 108, 0);
 }
 
 int dm_wire_q_stats_decode(const uint8_t *b, size_t len, struct dm_wire_q_stats *m)
@@ -156,6 +161,11 @@ int dm_wire_q_stats_decode(const uint8_t *b, size_t len, struct dm_wire_q_stats 
 		w[i] = dm_get_le64(b + 8 * i);
 	m->node_id = dm_get_le32(b + 72);
 	m->workers = dm_get_le32(b + 76);
+	m->failovers = dm_get_le64(b + 80);
+	m->mn_downs = dm_get_le64(b + 88);
+	m->mn_ups = dm_get_le64(b + 96);
+	m->mn_down = dm_get_le32(b + 104);
+	m->reserved = 0;
 	return 0;
 }
 

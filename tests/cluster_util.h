@@ -4,10 +4,15 @@
 #define DM_TESTS_CLUSTER_UTIL_H
 
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "hnsw/hnsw.h"
 #include "vecfile.h"
@@ -83,6 +88,72 @@ static __attribute__((unused)) int32_t *local_search_ids(const char *index, cons
 							  int k, int ef, uint32_t *nq)
 {
 	return local_search_ids_b(index, queries, k, ef, 1, false, nq);
+}
+
+/* The pid of node `node` (mn0, cn1, ...) of the local cluster in dir (its pids file; the
+ * last line naming it). */
+static __attribute__((unused)) pid_t cluster_pid_of(const char *dir, const char *node)
+{
+	char p[256], line[128], name[32];
+	int pid, found = -1;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/pids", dir);
+	f = fopen(p, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%d %31s", &pid, name) == 2 && !strcmp(name, node))
+			found = pid;
+	fclose(f);
+	cr_assert_gt(found, 1, "no pid for %s", node);
+	return found;
+}
+
+/* GET /metrics of compute node cn of the local cluster in dir (its `metrics` address in
+ * cluster.ini) into out: 0, or -1 when it does not accept the connection. A plain HTTP/1.0
+ * GET: no client library needed (the VM has none). */
+static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn, char *out,
+						   size_t len)
+{
+	char p[256], line[256], addr[64] = "", sect[16], cmd[512];
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	bool in = false;
+	char *colon;
+	size_t n = 0;
+	ssize_t r;
+	FILE *f;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/cluster.ini", dir);
+	snprintf(sect, sizeof(sect), "[cn.%u]", cn);
+	f = fopen(p, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] == '[')
+			in = !strncmp(line, sect, strlen(sect));
+		if (in && sscanf(line, "metrics = %63s", addr) == 1)
+			break;
+	}
+	fclose(f);
+	cr_assert(addr[0], "local up wrote no metrics address for cn.%u", cn);
+	colon = strrchr(addr, ':');
+	cr_assert_not_null(colon);
+	*colon = '\0';
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	cr_assert_eq(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(fd, 0);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -1;
+	}
+	snprintf(cmd, sizeof(cmd), "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", addr);
+	cr_assert_eq(write(fd, cmd, strlen(cmd)), (ssize_t)strlen(cmd));
+	while (n < len - 1 && (r = read(fd, out + n, len - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = '\0';
+	close(fd);
+	return 0;
 }
 
 #endif

@@ -15,9 +15,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include "cluster_util.h"
 
@@ -93,63 +90,22 @@ static void bench_and_compare(const char *ratio, const int32_t *want, uint32_t n
 
 static pid_t pid_of(const char *node)
 {
-	char p[256], line[128], name[32];
-	int pid, found = -1;
-	FILE *f;
+	char lc[160];
 
-	snprintf(p, sizeof(p), "%s/lc/pids", dir);
-	f = fopen(p, "r");
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%d %31s", &pid, name) == 2 && !strcmp(name, node))
-			found = pid;
-	fclose(f);
-	cr_assert_gt(found, 1, "no pid for %s", node);
-	return found;
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	return cluster_pid_of(lc, node);
 }
 
 TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 900);
 
-/* GET /metrics of compute node 0 (its `metrics` address in the cluster file). */
+/* GET /metrics of compute node 0. */
 static void check_metrics(void)
 {
-	char p[256], line[256], addr[64] = "", cmd[512], out[32768] = "";
-	bool in_cn0 = false;
-	FILE *f;
-	size_t n;
+	static char out[32768];
+	char lc[160];
 
-	snprintf(p, sizeof(p), "%s/lc/cluster.ini", dir);
-	f = fopen(p, "r");
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		if (line[0] == '[')
-			in_cn0 = !strncmp(line, "[cn.0]", 6);
-		if (in_cn0 && sscanf(line, "metrics = %63s", addr) == 1)
-			break;
-	}
-	fclose(f);
-	cr_assert(addr[0], "local up wrote no metrics address for cn.0");
-	{
-		/* A plain HTTP/1.0 GET: no client library needed (the VM has none). */
-		char *colon = strrchr(addr, ':');
-		struct sockaddr_in sa = { .sin_family = AF_INET };
-		int fd = socket(AF_INET, SOCK_STREAM, 0);
-		ssize_t r;
-
-		cr_assert_not_null(colon);
-		*colon = '\0';
-		sa.sin_port = htons((uint16_t)atoi(colon + 1));
-		cr_assert_eq(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
-		cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "metrics: %s",
-			     strerror(errno));
-		snprintf(cmd, sizeof(cmd), "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", addr);
-		cr_assert_eq(write(fd, cmd, strlen(cmd)), (ssize_t)strlen(cmd));
-		n = 0;
-		while (n < sizeof(out) - 1 && (r = read(fd, out + n, sizeof(out) - 1 - n)) > 0)
-			n += (size_t)r;
-		out[n] = '\0';
-		close(fd);
-	}
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	cr_assert_eq(cluster_metrics(lc, 0, out, sizeof(out)), 0, "metrics: %s", strerror(errno));
 	cr_assert_not_null(strstr(out, "200 OK"), "%s", out);
 	cr_assert_not_null(strstr(out, "# TYPE dmann_cn_queries_total counter"), "%s", out);
 	cr_assert_not_null(strstr(out, "dmann_cn_cache_hits_total{node=\"0\"}"), "%s", out);

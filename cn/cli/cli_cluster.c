@@ -968,7 +968,9 @@ int dm_cmd_status(int argc, char **argv)
 					       "\"queries\": %llu, \"errors\": %llu, \"csp\": %s, "
 					       "\"csp_age_ms\": %llu, \"routing\": \"%s\", "
 					       "\"forwarded\": %llu, \"received\": %llu, "
-					       "\"centroid_hash\": \"%016llx\", \"oracle_epoch\": %u}",
+					       "\"centroid_hash\": \"%016llx\", \"oracle_epoch\": %u, "
+					       "\"read_failovers\": %llu, \"mn_marked_down\": %llu, "
+					       "\"mn_marked_up\": %llu, \"mn_down\": %u}",
 					       (unsigned long long)s.index_bytes,
 					       (unsigned long long)s.cache_bytes,
 					       (unsigned long long)s.capacity_bytes, hr,
@@ -977,16 +979,23 @@ int dm_cmd_status(int argc, char **argv)
 					       dm_route_name(rst.strategy),
 					       (unsigned long long)rst.forwarded,
 					       (unsigned long long)rst.received,
-					       (unsigned long long)rst.centroid_hash, rst.epoch);
+					       (unsigned long long)rst.centroid_hash, rst.epoch,
+					       (unsigned long long)s.failovers,
+					       (unsigned long long)s.mn_downs,
+					       (unsigned long long)s.mn_ups, s.mn_down);
 				else
 					printf("  cn%u %-21s up  index %.1f MiB, cache %.1f/%.1f MiB, hit "
 					       "rate %.3f, %llu queries, %llu errors, csp %s, routing %s, "
-					       "oracle %016llx\n", i, n->address,
+					       "oracle %016llx, READs failed over %llu, memory nodes marked "
+					       "down %llu / up %llu, %u down now\n", i, n->address,
 					       s.index_bytes / 1048576.0, s.cache_bytes / 1048576.0,
 					       s.capacity_bytes / 1048576.0, hr,
 					       (unsigned long long)s.queries, (unsigned long long)s.errors,
 					       csp, dm_route_name(rst.strategy),
-					       (unsigned long long)rst.centroid_hash);
+					       (unsigned long long)rst.centroid_hash,
+					       (unsigned long long)s.failovers,
+					       (unsigned long long)s.mn_downs,
+					       (unsigned long long)s.mn_ups, s.mn_down);
 			}
 		}
 	}

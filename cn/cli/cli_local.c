@@ -35,7 +35,7 @@ static void local_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: dmann local up --mn N --cn M --dir DIR [--netns --rate RATE] [--region-mb MB]\n"
-		"                       [--base-port P] [--transport tcp|verbs] [--host IP]\n"
+		"                       [--redundancy R] [--base-port P] [--transport tcp|verbs] [--host IP]\n"
 		"                       [--router KEY=VALUE ...] [--cn-set KEY=VALUE ...]\n"
 		"                       [--s3-set KEY=VALUE ...] [--s3-identity NAME ...] [--https]\n"
 		"       dmann local down --dir DIR\n\n"
@@ -49,6 +49,8 @@ static void local_usage(FILE *f)
 		"                  links to a bridge (needs root, iproute2 and tc)\n"
 		"  --rate RATE     tc rate of every link with --netns (default 1gbit)\n"
 		"  --region-mb MB  memory-node region size (default 512)\n"
+		"  --redundancy R  replicas of every index block ([cluster] redundancy, 1..N,\n"
+		"                  default 1)\n"
 		"  --base-port P   first port (default: a free range chosen at random)\n"
 		"  --transport T   tcp (default) or verbs\n"
 		"  --host IP       address of every node on loopback mode (default 127.0.0.1; with\n"
@@ -392,6 +394,7 @@ static int cmd_up(int argc, char **argv)
 		{ "dir", required_argument, NULL, 'd' }, { "netns", no_argument, NULL, 'n' },
 		{ "rate", required_argument, NULL, 'r' }, { "region-mb", required_argument, NULL, 'R' },
 		{ "base-port", required_argument, NULL, 'p' },
+		{ "redundancy", required_argument, NULL, 'D' },
 		{ "transport", required_argument, NULL, 't' }, { "host", required_argument, NULL, 'H' },
 		{ "router", required_argument, NULL, 'o' }, { "cn-set", required_argument, NULL, 'C' },
 		{ "s3-set", required_argument, NULL, 'S' },
@@ -399,7 +402,7 @@ static int cmd_up(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0;
+	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0, redundancy = 1;
 	const char *rset[16], *cset[16], *sset[16], *ids[8];
 	int nrset = 0, ncset = 0, nsset = 0, nids = 0;
 	bool https = false;
@@ -422,6 +425,7 @@ static int cmd_up(int argc, char **argv)
 		case 'n': netns = true; break;
 		case 'r': rate = optarg; break;
 		case 'R': if (dm_cli_parse_u64("local up", "--region-mb", optarg, 16, 1 << 20, &region)) return 2; break;
+		case 'D': if (dm_cli_parse_u64("local up", "--redundancy", optarg, 1, 16, &redundancy)) return 2; break;
 		case 'p': if (dm_cli_parse_u64("local up", "--base-port", optarg, 1024, 65000, &base)) return 2; break;
 		case 't':
 			if (strcmp(optarg, "tcp") && strcmp(optarg, "verbs")) {
@@ -538,8 +542,8 @@ static int cmd_up(int argc, char **argv)
 
 	f = open_memstream(&ini, &inilen);
 	fprintf(f, "; written by dmann local up\n[cluster]\nname = local-%s\nsecret_file = secret\n"
-		   "transport = %s\n\n[s3]\naccess_key = DMANNLOCALTEST\nsecret_key_file = s3.secret\n",
-		tag, transport);
+		   "transport = %s\nredundancy = %llu\n\n[s3]\naccess_key = DMANNLOCALTEST\n"
+		   "secret_key_file = s3.secret\n", tag, transport, redundancy);
 	put_sets(f, NULL, sset, nsset);
 	if (https)
 		fprintf(f, "https_cert = s3.crt\nhttps_key = s3.key\n");

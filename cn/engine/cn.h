@@ -39,6 +39,15 @@ struct cn {
 	uint64_t fence_ns;
 	atomic_ulong gen_switches;        /* generation switches served */
 	atomic_ulong sq_full;             /* READ posts refused with -EAGAIN (and retried) */
+	/* Read failover (cn_worker.c, cn_gen.c): per memory node an up/down epoch, odd while
+	 * the node is down (no worker reads from it; cn_refresh tries to bring it back, with
+	 * back-off), even while up; a view's addresses on node m are valid at one epoch
+	 * (dindex.mn_epoch). */
+	atomic_uint mn_epoch[DM_MAX_NODES];
+	uint64_t rejoin_at[DM_MAX_NODES];  /* ctl_lock: next attempt to bring node m back */
+	uint32_t rejoin_ms[DM_MAX_NODES];  /* ctl_lock: its back-off */
+	atomic_ulong failovers;           /* READs reissued to another replica */
+	atomic_ulong mn_downs, mn_ups;    /* memory nodes marked down / up again */
 
 	struct router *rt;                /* oracle, routing, forwarding (router.c) */
 	atomic_uint qlen;                 /* local queue: queries admitted, not answered */
@@ -61,6 +70,14 @@ static inline bool cn_fenced(struct cn *cn, uint32_t m, uint64_t now)
 	uint64_t r = atomic_load_explicit(&cn->report_ns[m], memory_order_relaxed);
 
 	return now > r && now - r > cn->fence_ns;   /* r may be newer than the caller's now */
+}
+/* Mark memory node m down if its epoch is still seen (the epoch a worker connected at, or
+ * the current one): workers stop reading from it and cn_refresh tries to bring it back.
+ * true when this call marked it. */
+bool cn_mn_down(struct cn *cn, uint32_t m, unsigned seen, int why);
+static inline bool cn_mn_is_down(struct cn *cn, uint32_t m)
+{
+	return atomic_load_explicit(&cn->mn_epoch[m], memory_order_acquire) & 1;
 }
 /* Size the cache for the current view from the cluster file's [cn] cache (unless Q_CONFIG
  * overrode it) and clear it; the write lock held. 0 or -ENOMEM. */

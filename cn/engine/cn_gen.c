@@ -1,7 +1,9 @@
 /* cn_gen.c: a compute node's index view across generations (cn_refresh, protocol in
- * dgen.h) and the cache sized from the cluster file's [cn] settings. */
+ * dgen.h), memory nodes marked down and brought back (read failover: the workers' side is
+ * in cn_worker.c), and the cache sized from the cluster file's [cn] settings. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cn.h"
@@ -107,10 +109,127 @@ static int report(struct cn *cn, struct dgen_view *v)
 	g = oldest_in_use(cn);
 	pthread_rwlock_unlock(&cn->lock);
 	rc = dgen_report(cn->mns, cn->node->id, g, v, sent);
-	for (uint32_t m = 0; m < cn->mns->n; m++)
-		if (sent[m])
+	for (uint32_t m = 0; m < cn->mns->n; m++) {
+		if (sent[m]) {
 			atomic_store(&cn->report_ns[m], sent[m]);
+			continue;
+		}
+		/* Silent: down until rejoin() brings it back (no reconnect of everything, which
+		 * would fail the queries in flight). */
+		mn_link_close(cn->mns, m);
+		cn_mn_down(cn, m, atomic_load(&cn->mn_epoch[m]), -EHOSTDOWN);
+	}
 	return rc;
+}
+
+bool cn_mn_down(struct cn *cn, uint32_t m, unsigned seen, int why)
+{
+	if ((seen & 1) || !atomic_compare_exchange_strong(&cn->mn_epoch[m], &seen, seen + 1))
+		return false;
+	atomic_fetch_add(&cn->mn_downs, 1);
+	dm_warn("cn%u: memory node %u marked down (%s): reads go to other replicas",
+		cn->node->id, m, strerror(-why));
+	return true;
+}
+
+/* Set the epochs from the links after the memory-node set was reopened (write lock). */
+static void epochs_from_links(struct cn *cn)
+{
+	for (uint32_t m = 0; m < cn->mns->n; m++) {
+		unsigned e = atomic_load(&cn->mn_epoch[m]);
+		bool up = cn->mns->link[m].up;
+
+		if (up == !(e & 1))
+			continue;
+		atomic_store(&cn->mn_epoch[m], e + 1);
+		atomic_fetch_add(up ? &cn->mn_ups : &cn->mn_downs, 1);
+		cn->rejoin_ms[m] = 0;
+		cn->rejoin_at[m] = 0;
+	}
+}
+
+/* A view's addresses are valid at the epochs of the nodes that are up now (write lock). */
+static void view_epochs(struct cn *cn, struct dindex *d)
+{
+	for (uint32_t m = 0; m < cn->mns->n; m++) {
+		unsigned e = atomic_load(&cn->mn_epoch[m]);
+
+		d->mn_epoch[m] = (e & 1) || !cn->mns->link[m].up ? UINT32_MAX : e;
+	}
+}
+
+/* Bring memory node m (down at epoch e) back: reconnect, report (its current generation
+ * must be our view's), look up our view's blocks on it and READ one (dindex_rejoin), then
+ * mark it up with those addresses. 0 or -errno. */
+static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
+{
+	struct dm_wire_ctl_gen_state st;
+	struct dindex *d = cn->idx;   /* changes only under ctl_lock, which we hold */
+	uint64_t sent = 0, g, *addr = NULL;
+	size_t n = d ? (size_t)d->nblocks * d->nrep : 0;
+	int rc;
+
+	rc = mn_link_open(cn->mns, m, 1000);
+	if (rc)
+		return rc;
+	pthread_rwlock_rdlock(&cn->lock);
+	g = oldest_in_use(cn);
+	pthread_rwlock_unlock(&cn->lock);
+	rc = dgen_report_node(cn->mns, m, cn->node->id, g, &st, &sent);
+	if (rc)
+		goto out_close;
+	if (d && (!(st.flags & DM_GEN_F_CURRENT) || st.current != d->gen)) {
+		rc = -ESTALE;   /* another generation there: the generation switch handles it */
+		goto out_close;
+	}
+	if (d) {
+		addr = malloc((n ? n : 1) * sizeof(*addr));
+		rc = addr ? dindex_rejoin(cn->mns, d, m, addr) : -ENOMEM;
+		if (rc)
+			goto out_free;
+	}
+	pthread_rwlock_wrlock(&cn->lock);
+	for (size_t i = 0; i < n; i++)
+		if (d->block_mn[i] == m)
+			d->block_addr[i] = addr[i];
+	if (d)
+		d->mn_epoch[m] = e + 1;
+	atomic_store(&cn->report_ns[m], sent);
+	atomic_store_explicit(&cn->mn_epoch[m], e + 1, memory_order_release);
+	pthread_rwlock_unlock(&cn->lock);
+	atomic_fetch_add(&cn->mn_ups, 1);
+	free(addr);
+	return 0;
+
+out_free:
+	free(addr);
+out_close:
+	mn_link_close(cn->mns, m);
+	return rc;
+}
+
+/* Try to bring the memory nodes that are down back, each with its back-off (ctl_lock). */
+static void rejoin(struct cn *cn)
+{
+	uint64_t now = dm_now_ns();
+
+	for (uint32_t m = 0; m < cn->mns->n; m++) {
+		unsigned e = atomic_load(&cn->mn_epoch[m]);
+		int rc;
+
+		if (!(e & 1) || now < cn->rejoin_at[m])
+			continue;
+		rc = rejoin_one(cn, m, e);
+		if (rc == 0) {
+			dm_info("cn%u: memory node %u is up again: reads use it", cn->node->id, m);
+			cn->rejoin_ms[m] = 0;
+			continue;
+		}
+		cn->rejoin_ms[m] = cn->rejoin_ms[m] ? DM_MIN(2 * cn->rejoin_ms[m], 5000u) : 200;
+		cn->rejoin_at[m] = now + cn->rejoin_ms[m] * 1000000ull;
+		dm_debug("cn%u: memory node %u still down (%s); next try in %u ms", cn->node->id,
+			 m, strerror(-rc), cn->rejoin_ms[m]);
+	}
 }
 
 int cn_refresh(struct cn *cn, bool force)
@@ -119,7 +238,6 @@ int cn_refresh(struct cn *cn, bool force)
 	struct dgen_view v;
 	struct mn_set *s;
 	char err[512];
-	bool partial;
 	int rc;
 
 	pthread_mutex_lock(&cn->ctl_lock);
@@ -132,6 +250,7 @@ int cn_refresh(struct cn *cn, bool force)
 		pthread_rwlock_wrlock(&cn->lock);
 		mn_set_close(cn->mns);
 		cn->mns = s;
+		epochs_from_links(cn);
 		atomic_fetch_add(&cn->gen, 1);
 		pthread_rwlock_unlock(&cn->lock);
 	}
@@ -142,9 +261,7 @@ int cn_refresh(struct cn *cn, bool force)
 		pthread_mutex_unlock(&cn->ctl_lock);
 		return cn_refresh(cn, true);
 	}
-	partial = rc != 0;
-	if (partial)
-		atomic_store(&cn->need_refresh, true);   /* some node did not answer: reconnect */
+	/* A node that did not answer was marked down by report(); rejoin() brings it back. */
 	if (!v.has_current) {
 		rc = v.answered ? -ENOENT : rc;
 		if (cn->idx && v.answered)
@@ -152,6 +269,7 @@ int cn_refresh(struct cn *cn, bool force)
 		goto out_unlock;
 	}
 	if (!force && cn->idx && cn->idx->gen == v.current) {
+		rejoin(cn);
 		rc = 0;
 		goto out_unlock;
 	}
@@ -167,11 +285,14 @@ int cn_refresh(struct cn *cn, bool force)
 	pthread_rwlock_wrlock(&cn->lock);
 	if (force || !cn->idx || cn->idx->gen != d->gen || cn->idx->meta_crc != d->meta_crc ||
 	    cn->idx->nblocks != d->nblocks ||
-	    memcmp(cn->idx->block_addr, d->block_addr, d->nblocks * sizeof(uint64_t))) {
+	    cn->idx->nrep != d->nrep ||
+	    memcmp(cn->idx->block_addr, d->block_addr,
+		   (size_t)d->nblocks * d->nrep * sizeof(uint64_t))) {
 		bool changed = !cn->idx || cn->idx->gen != d->gen || cn->idx->meta_crc != d->meta_crc;
 		uint64_t was = cn->idx ? cn->idx->gen : 0;
 		bool had = cn->idx != NULL;
 
+		view_epochs(cn, d);
 		if (!switch_view(cn, d)) {
 			pthread_rwlock_unlock(&cn->lock);
 			dm_warn("cn%u: %d old views still in use: generation %llu waits",
@@ -198,7 +319,7 @@ int cn_refresh(struct cn *cn, bool force)
 				cn->idx->p.dim, cn->idx->p.M, cn->idx->nblocks);
 	}
 	pthread_rwlock_unlock(&cn->lock);
-	atomic_store(&cn->need_refresh, partial);
+	atomic_store(&cn->need_refresh, false);
 	/* No worker used the old view: acknowledge the new generation at once. */
 	release_retired(cn);
 	report(cn, &v);

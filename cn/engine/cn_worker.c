@@ -2,8 +2,9 @@
  * queries in flight, each an explicit state machine (hnsw_query). When a query expands a
  * candidate, the records of all its unvisited neighbours are taken from the shared cache
  * or, for the rest, READ from their memory nodes with one doorbell per memory node; the
- * worker then serves the other queries until those READs complete. Records that fail
- * validation are read again. Per-query counters travel back with each result.
+ * worker then serves the other queries until those READs complete (posting, completions,
+ * memory-node connections and read failover: cn_read.c). Records that fail validation are
+ * read again. Per-query counters travel back with each result.
  *
  * Routing (router.h): a client's query may be sent to another compute node through a random
  * memory node (FWD_QUERY on the worker's connection to that node); its answer comes back on
@@ -15,99 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cn.h"
-#include "hnsw/hnsw_query.h"
-
-#define DEPTH 32
-#define SEND_SLOTS (2 * DEPTH)
-#define SEND_SLOT_SIZE (DM_FWD_INNER_OFF + DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_result) + \
-			16u * DM_Q_MAX_K)
-#define MAX_REREADS 3
-#define SQ_LIMIT 200            /* READ work requests in flight per memory node */
-#define PIECE 32                /* READs per read_batch call (fits any send queue) */
-
-/* wr_id layout for READs: tag | last-of-piece | READs in the piece << 32 | slot << 16 |
- * memory node */
-#define WR_READ_TAG (1ull << 62)
-#define WR_LAST     (1ull << 61)
-#define WR_SEND_TAG (1ull << 60)
-
-/* Backlog entry: pool index | flags | length << 32. */
-#define BL_FWD     (1u << 30)   /* SERVE: a FWD_QUERY (query at DM_FWD_INNER_OFF) */
-#define BL_BOUNCED (1u << 31)   /* a FWD_BOUNCE of our own query: run it here */
-#define BL_LOCAL   (1u << 29)   /* routed to this CN: decided once, kept while it waits */
-#define BL_SPILLED (1u << 28)   /* with BL_LOCAL: this CN is not its top-ranked one */
-#define BL_FLAGS   (BL_FWD | BL_BOUNCED | BL_LOCAL | BL_SPILLED)
-#define BL_INDEX   0x0fffffffu
-
-#define FWD_TRACK 512                    /* forwarded queries in flight per worker */
-#define FWD_TIMEOUT_NS 25000000000ull    /* a forwarded query unanswered this long fails */
-
-enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
-
-struct qslot {
-	int state;
-	struct hnsw_query *q;
-	uint64_t qid, t0;
-	uint32_t k;
-	uint32_t pending;            /* pieces of READs outstanding */
-	int err;
-	uint8_t *stage;              /* one record per batch entry */
-	uint8_t *remote;             /* per batch entry: 1 read remotely this time, 2 from the
-				      * cache, 3 a READ still to post (send queue was full) */
-	bool repost;                 /* READs wait for room in a send queue */
-	uint32_t reads, round_trips, cache_hits, rereads, rereads_left;
-	uint64_t bytes;
-	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
-	struct dm_hit *hits;         /* DM_Q_MAX_K entries */
-	bool spilled;                /* runs here though another CN is its home */
-	bool fwded;                  /* SERVE: answer with FWD_RESULT carrying fwd */
-	struct dm_wire_fwd fwd;
-};
-
-struct worker {
-	struct cn *cn;
-	struct dm_conn *client;
-	struct dm_mr *smr;
-	uint8_t *sbuf;
-	bool sfree[SEND_SLOTS];
-	int16_t sconn[SEND_SLOTS];   /* connection of a busy slot: -1 client, else mc[] index */
-	uint8_t *stage_mem;
-	struct dm_mr *stage_mr;
-	size_t stage_size;           /* bytes per slot */
-	uint32_t stage_recs;
-	struct qslot slot[DEPTH];
-	uint64_t backlog[256];       /* RECV wr_ids of queries waiting for a slot */
-	uint32_t nbacklog;
-	struct dm_rdma_wr *wrs;      /* READ work requests of one batch, grouped by node */
-	struct dm_conn *mc[DM_MAX_NODES];
-	uint32_t inflight[DM_MAX_NODES];
-	bool sq_full[DM_MAX_NODES];  /* a post to mc[m] got -EAGAIN: wait for its completions */
-	uint32_t nmn;
-	unsigned gen;
-	struct hnsw_src src;
-	struct qslot *cur;           /* the slot being stepped (for src.get) */
-	struct dindex *idx;          /* the view this worker's queries run on */
-	bool draining;               /* cn->idx moved on: finish our queries, then rebind */
-	bool client_gone;
-	struct ctl_req {
-		uint64_t wr_id;
-		uint32_t len;
-	} ctlq[8];
-	uint32_t nctl;
-	bool serve;                  /* client is a memory node's SERVE connection */
-	bool hello[DM_MAX_NODES];    /* FWD_HELLO sent on mc[m] */
-	uint32_t rng;
-	uint64_t fres[256];          /* FWD_RESULTs waiting for a send slot to the client */
-	uint32_t nfres;
-	uint32_t fwd_out;            /* queries forwarded, answer not back yet */
-	struct fwdq {                /* each of them: the client's qid, when, through which MN */
-		uint64_t qid, t0;
-		uint16_t m;
-		bool used, failed;   /* failed: its memory-node connection closed */
-	} fq[FWD_TRACK];
-	uint64_t fq_check;           /* last expiry scan */
-};
+#include "cn_worker_int.h"
 
 static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
 {
@@ -218,170 +127,10 @@ static int send_result(struct worker *w, struct qslot *q)
 	return 0;
 }
 
-/* ---- memory-node connections ------------------------------------------------------------ */
-
-static void close_mns(struct worker *w)
-{
-	for (uint32_t i = 0; i < w->nmn; i++) {
-		dm_conn_close(w->mc[i]);
-		w->mc[i] = NULL;
-		w->inflight[i] = 0;
-		w->sq_full[i] = false;
-		w->hello[i] = false;
-		/* Answers would come back on this connection: fail those queries instead. */
-		for (int j = 0; j < FWD_TRACK; j++)
-			if (w->fq[j].used && w->fq[j].m == i)
-				w->fq[j].failed = true;
-		/* Closing flushed the sends on it (forwarded queries): their slots are free. */
-		for (int s = 0; s < SEND_SLOTS; s++)
-			if (!w->sfree[s] && w->sconn[s] == (int16_t)i)
-				w->sfree[s] = true;
-	}
-}
-
-static void connect_mns(struct worker *w)
-{
-	struct cn *cn = w->cn;
-
-	w->nmn = cn->cfg->n_mn;
-	for (uint32_t i = 0; i < w->nmn; i++) {
-		if (w->mc[i] || (cn->mns && !cn->mns->link[i].up))
-			continue;
-		if (dm_xport_connect(cn->x, cn->cfg->mn[i].address, 2000, &w->mc[i])) {
-			w->mc[i] = NULL;
-			atomic_store(&cn->need_refresh, true);
-		}
-	}
-}
-
 /* ---- queries ---------------------------------------------------------------------------- */
 
-static void fail(struct qslot *q, int err)
-{
-	if (!q->err)
-		q->err = err;
-}
-
-/* Set remote[] of the batch entries whose READs are wr[0..n) to v. */
-static void mark_reads(struct worker *w, struct qslot *q, const struct dm_rdma_wr *wr, uint32_t n,
-		       uint8_t v)
-{
-	for (uint32_t i = 0; i < n; i++)
-		q->remote[((uint8_t *)wr[i].local - q->stage) / w->idx->rec_size] = v;
-}
-
-/* Post READs for the records of the slot's batch that the cache does not hold; one
- * doorbell per memory node and PIECE READs. Leaves the slot in S_ISSUE if a send queue is
- * full (the READs not posted are posted again once the worker has polled completions:
- * back-pressure, never a failed query), S_WAIT with pending pieces, or steps on at once
- * when everything was cached. The cache holds records of the current view only: a query
- * finishing on an older one (a generation switch) neither reads nor fills it. */
-static void issue(struct worker *w, struct qslot *q)
-{
-	const struct dindex *d = w->idx;
-	struct dm_rdma_wr *wr = w->wrs;
-	uint32_t nb = q->q->nbatch, cnt[DM_MAX_NODES] = { 0 }, first[DM_MAX_NODES], pos = 0;
-	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
-	uint8_t want = q->repost ? 3 : 1;   /* the entries to post this time */
-	uint64_t now = dm_now_ns();
-	bool again = false;
-
-	if (!q->repost) {
-		/* Cache first; count the misses per memory node. */
-		for (uint32_t j = 0; j < nb; j++) {
-			uint32_t id = q->q->batch[j];
-			uint8_t *dst = q->stage + (size_t)j * d->rec_size;
-
-			if (!q->remote[j] && cache && dm_cache_get(cache, id, dst)) {
-				q->cache_hits++;
-				q->remote[j] = 2;     /* served from the cache: nothing to validate */
-				continue;
-			}
-			q->remote[j] = 1;
-			cnt[d->block_mn[id >> d->p.block_shift]]++;
-		}
-	} else {
-		for (uint32_t j = 0; j < nb; j++)
-			if (q->remote[j] == 3)
-				cnt[d->block_mn[q->q->batch[j] >> d->p.block_shift]]++;
-	}
-	/* Keep at most SQ_LIMIT READs in flight per memory node (a batch alone may pass it). */
-	for (uint32_t m = 0; m < w->nmn; m++) {
-		if (cnt[m] && w->inflight[m] && w->inflight[m] + cnt[m] > SQ_LIMIT) {
-			for (uint32_t j = 0; j < nb && !q->repost; j++)
-				if (q->remote[j] == 1)
-					q->remote[j] = 0;
-			return;
-		}
-		first[m] = pos;
-		pos += cnt[m];
-		cnt[m] = 0;
-	}
-	for (uint32_t j = 0; j < nb; j++) {
-		uint32_t mn, rkey;
-		uint64_t addr;
-
-		if (q->remote[j] != want)
-			continue;
-		q->remote[j] = 3;                /* 1 once posted */
-		dindex_locate(d, w->cn->mns, q->q->batch[j], &mn, &addr, &rkey);
-		wr[first[mn] + cnt[mn]++] = (struct dm_rdma_wr){
-			.wr_id = WR_READ_TAG | ((uint64_t)(q - w->slot) << 16) | mn,
-			.local = q->stage + (size_t)j * d->rec_size, .mr = w->stage_mr,
-			.remote = addr, .rkey = rkey, .len = d->rec_size };
-	}
-	q->pending = 0;
-	for (uint32_t m = 0; m < w->nmn; m++) {
-		struct dm_rdma_wr *g = wr + first[m];
-		int rc = 0;
-
-		if (!cnt[m])
-			continue;
-		if (!w->mc[m]) {
-			fail(q, -EHOSTDOWN);
-			continue;
-		}
-		if (cn_fenced(w->cn, m, now)) {
-			/* No report reached this memory node for half the lease: it may free the
-			 * generation we read (dgen.h). */
-			fail(q, -ESTALE);
-			atomic_store(&w->cn->need_refresh, true);
-			continue;
-		}
-		for (uint32_t o = 0; o < cnt[m]; o += PIECE) {
-			uint32_t n = DM_MIN(PIECE, cnt[m] - o);
-			struct dm_rdma_wr *p = g + o;
-
-			p[n - 1].wr_id |= WR_LAST | ((uint64_t)n << 32);
-			p[n - 1].flags = DM_WR_SIGNALED;
-			rc = w->sq_full[m] ? -EAGAIN : dm_conn_read_batch(w->mc[m], p, (int)n);
-			if (rc)
-				break;
-			mark_reads(w, q, p, n, 1);
-			w->inflight[m] += n;
-			q->pending++;
-			q->reads += n;
-			q->bytes += (uint64_t)n * d->rec_size;
-		}
-		if (rc == -EAGAIN) {
-			/* The send queue is full: the rest stays 3, posted once the connection's
-			 * completions were polled (no retry before: that would only spin). */
-			if (!w->sq_full[m])
-				atomic_fetch_add_explicit(&w->cn->sq_full, 1, memory_order_relaxed);
-			w->sq_full[m] = true;
-			again = true;
-		}
-		else if (rc)
-			fail(q, rc == -ENOTCONN ? -EHOSTDOWN : rc);
-	}
-	q->repost = again && !q->err;
-	if (q->pending)
-		q->round_trips++;
-	q->state = q->repost && !q->pending ? S_ISSUE : S_WAIT;
-}
-
 /* All READs of the batch are in: validate, cache, and run the query to its next fetch. */
-static void advance(struct worker *w, struct qslot *q)
+void cn_worker_advance(struct worker *w, struct qslot *q)
 {
 	const struct dindex *d = w->idx;
 	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
@@ -403,9 +152,10 @@ static void advance(struct worker *w, struct qslot *q)
 			continue;
 		r = (const struct hnsw_rec_hdr *)(q->stage + (size_t)j * d->rec_size);
 		if (!dindex_rec_ok(d, r)) {
-			/* Torn or garbage: read it again (still marked remote). */
+			/* Torn or garbage: read it again. */
 			again = true;
 			q->rereads++;
+			q->remote[j] = 3;
 			continue;
 		}
 		q->remote[j] = 0;
@@ -419,17 +169,24 @@ static void advance(struct worker *w, struct qslot *q)
 	}
 	if (again) {
 		if (q->rereads_left-- == 0) {
-			fail(q, -EIO);
-			q->state = S_DONE;
-		} else {
-			q->state = S_ISSUE;
+			/* Torn every time on this replica: the next one. */
+			for (uint32_t j = 0; j < q->q->nbatch; j++)
+				if (q->remote[j] == 3) {
+					q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
+					atomic_fetch_add_explicit(&w->cn->failovers, 1,
+								  memory_order_relaxed);
+				}
+			q->rereads_left = MAX_REREADS;
 		}
+		q->repost = true;
+		q->state = S_ISSUE;
 		return;
 	}
 	w->cur = q;
 	rc = hnsw_query_step(q->q, &w->src);
 	if (rc == HNSW_Q_FETCH) {
 		memset(q->remote, 0, q->q->nbatch);
+		memset(q->tried, 0, q->q->nbatch);
 		q->rereads_left = MAX_REREADS;
 		q->state = S_ISSUE;
 	} else {
@@ -449,12 +206,14 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	int rc;
 
 	struct hnsw_query *hq = q->q;
-	uint8_t *remote = q->remote;
+	uint8_t *remote = q->remote, *rrep = q->rrep, *tried = q->tried;
 	struct dm_hit *hits = q->hits;
 
 	memset(q, 0, sizeof(*q));
 	q->q = hq;
 	q->remote = remote;
+	q->rrep = rrep;
+	q->tried = tried;
 	q->hits = hits;
 	q->nhits = -1;
 	q->stage = w->stage_mem + (size_t)(q - w->slot) * w->stage_size;
@@ -489,6 +248,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	rc = hnsw_query_step(q->q, &w->src);
 	if (rc == HNSW_Q_FETCH) {
 		memset(q->remote, 0, q->q->nbatch);
+		memset(q->tried, 0, q->q->nbatch);
 		q->state = S_ISSUE;
 	} else if (rc < 0) {
 		q->err = rc;
@@ -521,6 +281,8 @@ static int bind_index(struct worker *w)
 	for (int i = 0; i < DEPTH; i++) {
 		hnsw_query_free(w->slot[i].q);
 		free(w->slot[i].remote);
+		free(w->slot[i].rrep);
+		free(w->slot[i].tried);
 		free(w->slot[i].hits);
 		w->slot[i] = (struct qslot){ 0 };
 	}
@@ -534,8 +296,11 @@ static int bind_index(struct worker *w)
 	for (int i = 0; i < DEPTH; i++) {
 		w->slot[i].q = hnsw_query_new(d->p.dim);
 		w->slot[i].remote = calloc(w->stage_recs, 1);
+		w->slot[i].rrep = calloc(w->stage_recs, 1);
+		w->slot[i].tried = calloc(w->stage_recs, 1);
 		w->slot[i].hits = malloc(DM_Q_MAX_K * sizeof(struct dm_hit));
-		if (!w->slot[i].q || !w->slot[i].remote || !w->slot[i].hits)
+		if (!w->slot[i].q || !w->slot[i].remote || !w->slot[i].rrep || !w->slot[i].tried ||
+		    !w->slot[i].hits)
 			return -ENOMEM;
 	}
 	memset(&w->src, 0, sizeof(w->src));
@@ -566,13 +331,13 @@ static void rebind(struct worker *w)
 			w->slot[i].state = S_DONE;
 		}
 	/* Closing flushes outstanding READs before their staging memory is reused. */
-	close_mns(w);
+	cn_read_close_all(w);
 	for (int i = 0; i < DEPTH; i++)
 		if (w->slot[i].state == S_DONE)
 			send_result(w, &w->slot[i]);
 	if (bind_index(w))
 		dm_err("cn%u: out of memory binding the index", w->cn->node->id);
-	connect_mns(w);
+	cn_read_sync(w);
 }
 
 /* Answers of forwarded queries waiting for the client: send what the send slots allow. */
@@ -683,31 +448,6 @@ static void on_mn_recv(struct worker *w, const struct dm_wc *wc)
 	}
 	w->fres[w->nfres++] = (wc->wr_id & BL_INDEX) | ((uint64_t)wc->byte_len << 32);
 	send_fres(w);
-}
-
-static void handle_read_wc(struct worker *w, const struct dm_wc *wc)
-{
-	uint32_t si = (uint32_t)(wc->wr_id >> 16) & 0xffff, mn = (uint32_t)wc->wr_id & 0xffff;
-	struct qslot *q;
-
-	if (si >= DEPTH || mn >= w->nmn)
-		return;
-	q = &w->slot[si];
-	if (wc->status) {
-		if (!q->err)
-			dm_warn("cn%u: READ from memory node %u failed: %s", w->cn->node->id, mn,
-				strerror(-wc->status));
-		fail(q, wc->status == -ECANCELED || wc->status == -ECONNRESET ? -EHOSTDOWN :
-		     wc->status);
-		if (wc->status == -ECONNRESET || wc->status == -ECANCELED ||
-		    wc->status == -ENOTCONN)
-			atomic_store(&w->cn->need_refresh, true);
-	}
-	if (!(wc->wr_id & WR_LAST))
-		return;
-	w->inflight[mn] -= (uint32_t)(wc->wr_id >> 32) & 0xffff;
-	if (q->state == S_WAIT && --q->pending == 0)
-		advance(w, q);
 }
 
 /* Send a client's query (the whole message in buf) to the CN the router picks, through a
@@ -926,6 +666,11 @@ static void reply_stats(struct worker *w, uint64_t req_id)
 	st.errors = atomic_load(&cn->errors);
 	st.node_id = cn->node->id;
 	st.workers = atomic_load(&cn->workers);
+	st.failovers = atomic_load(&cn->failovers);
+	st.mn_downs = atomic_load(&cn->mn_downs);
+	st.mn_ups = atomic_load(&cn->mn_ups);
+	for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
+		st.mn_down += cn_mn_is_down(cn, m);
 	dm_wire_q_stats_encode(body, &st);
 	send_ctl(w, DM_OP_Q_STATS + 1, req_id, 0, body, sizeof(body));
 }
@@ -998,7 +743,7 @@ void *cn_worker(void *arg)
 	pthread_rwlock_rdlock(&cn->lock);
 	if (bind_index(w))
 		dm_err("cn%u: out of memory for a worker", cn->node->id);
-	connect_mns(w);
+	cn_read_sync(w);
 	pthread_rwlock_unlock(&cn->lock);
 
 	while (!atomic_load(&cn->stopping) && !w->client_gone) {
@@ -1021,6 +766,8 @@ void *cn_worker(void *arg)
 			if (!busy_slots && bind_index(w))
 				dm_err("cn%u: out of memory binding the index", cn->node->id);
 		}
+		cn_read_sync(w);
+		cn_read_timeouts(w, dm_now_ns());
 		/* Client: queries in, send credits back. Block briefly only when idle. */
 		n = idle ? dm_conn_wait(w->client, wc, 32, 50) : dm_conn_poll(w->client, wc, 32);
 		if (n < 0)
@@ -1051,12 +798,16 @@ void *cn_worker(void *arg)
 			if (!w->mc[m])
 				continue;
 			n = dm_conn_poll(w->mc[m], wc, 32);
+			if (n < 0) {
+				cn_read_failed(w, m, n);
+				continue;
+			}
 			if (n != 0)
 				w->sq_full[m] = false;   /* room again (or an error to see) */
 			for (int i = 0; i < n; i++) {
 				progress = true;
 				if (wc[i].wr_id & WR_READ_TAG)
-					handle_read_wc(w, &wc[i]);
+					cn_read_wc(w, &wc[i]);
 				else if (wc[i].wr_id & DM_RPC_RECV_TAG)
 					on_mn_recv(w, &wc[i]);
 				else if ((wc[i].wr_id & WR_SEND_TAG) && (wc[i].wr_id & 0xffff) < SEND_SLOTS)
@@ -1073,9 +824,9 @@ void *cn_worker(void *arg)
 			if (q->state == S_ISSUE) {
 				uint32_t was = q->pending;
 
-				issue(w, q);
+				cn_read_issue(w, q);
 				if (q->state == S_WAIT && q->pending == 0)
-					advance(w, q);
+					cn_worker_advance(w, q);
 				/* Only waiting for send-queue room is no progress. */
 				if (q->state != S_ISSUE || q->pending != was || !q->repost)
 					progress = true;
@@ -1111,7 +862,7 @@ void *cn_worker(void *arg)
 	}
 	/* Close memory-node connections first: that flushes READs aimed at our buffers. */
 	pthread_rwlock_rdlock(&cn->lock);
-	close_mns(w);
+	cn_read_close_all(w);
 	pthread_rwlock_unlock(&cn->lock);
 	for (uint32_t i = 0; i < w->nbacklog; i++) {
 		if (w->backlog[i] & BL_FLAGS)
@@ -1127,6 +878,8 @@ void *cn_worker(void *arg)
 			atomic_fetch_sub(&cn->qlen, 1);
 		hnsw_query_free(w->slot[i].q);
 		free(w->slot[i].remote);
+		free(w->slot[i].rrep);
+		free(w->slot[i].tried);
 		free(w->slot[i].hits);
 	}
 	if (w->stage_mr)

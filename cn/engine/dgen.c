@@ -47,6 +47,24 @@ static void merge(struct dgen_view *v, const struct dm_wire_ctl_gen_state *st)
 	v->answered++;
 }
 
+int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
+		     struct dm_wire_ctl_gen_state *st, uint64_t *sent_ns)
+{
+	uint64_t t = dm_now_ns();
+	int rc;
+
+	if (!s->link[m].up)
+		return -EHOSTDOWN;
+	rc = gen_call(&s->link[m], DM_OP_CTL_GEN_REPORT, cn, gen, st);
+	if (rc) {
+		dm_debug("generation report to memory node %u: %s", m, strerror(-rc));
+		return -EHOSTDOWN;
+	}
+	if (sent_ns)
+		*sent_ns = t;
+	return 0;
+}
+
 int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v,
 		uint64_t *sent_ns)
 {
@@ -55,22 +73,12 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 	memset(v, 0, sizeof(*v));
 	for (uint32_t i = 0; i < s->n; i++) {
 		struct dm_wire_ctl_gen_state st;
-		uint64_t t = dm_now_ns();
-		int r;
 
-		if (!s->link[i].up) {
-			rc = -EHOSTDOWN;
-			continue;
-		}
-		r = gen_call(&s->link[i], DM_OP_CTL_GEN_REPORT, cn, gen, &st);
-		if (r) {
-			dm_debug("generation report to memory node %u: %s", i, strerror(-r));
+		if (dgen_report_node(s, i, cn, gen, &st, sent_ns ? &sent_ns[i] : NULL)) {
 			rc = -EHOSTDOWN;
 			continue;
 		}
 		merge(v, &st);
-		if (sent_ns)
-			sent_ns[i] = t;
 	}
 	return rc;
 }

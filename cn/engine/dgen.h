@@ -41,6 +41,11 @@ struct dgen_view {
 int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v,
 		uint64_t *sent_ns);
 
+/* The same REPORT to memory node m alone: its state in *st, *sent_ns (may be NULL) the
+ * send time. 0 or -EHOSTDOWN (link down or no answer). */
+int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
+		     struct dm_wire_ctl_gen_state *st, uint64_t *sent_ns);
+
 /* PUBLISH gen on every memory node (all must be up). 0 or -errno with a message. */
 int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen);
 

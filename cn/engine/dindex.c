@@ -23,6 +23,49 @@ static uint32_t crc(const void *p, size_t len)
 
 /* ---- connections ------------------------------------------------------------------------ */
 
+int mn_link_open(struct mn_set *s, uint32_t i, int timeout_ms)
+{
+	struct mn_link *l = &s->link[i];
+	uint8_t body[sizeof(struct dm_wire_ctl_info)];
+	uint32_t blen;
+	int rc;
+
+	mn_link_close(s, i);
+	rc = dm_xport_connect(s->x, s->cfg->mn[i].address, timeout_ms, &l->conn);
+	if (rc)
+		goto out_null;
+	rc = dm_rpc_chan_init(&l->ch, l->conn, s->pool, 4096, timeout_ms);
+	if (rc)
+		goto out_close;
+	rc = dm_rpc_call(&l->ch, DM_OP_CTL_INFO, NULL, 0, body, sizeof(body), &blen);
+	if (!rc)
+		rc = dm_wire_ctl_info_decode(body, blen, &l->info);
+	if (rc)
+		goto out_fini;
+	l->up = true;
+	return 0;
+
+out_fini:
+	dm_rpc_chan_fini(&l->ch);
+out_close:
+	dm_conn_close(l->conn);
+out_null:
+	l->conn = NULL;
+	return rc;
+}
+
+void mn_link_close(struct mn_set *s, uint32_t i)
+{
+	struct mn_link *l = &s->link[i];
+
+	if (l->conn) {
+		dm_rpc_chan_fini(&l->ch);
+		dm_conn_close(l->conn);
+	}
+	l->conn = NULL;
+	l->up = false;
+}
+
 struct mn_set *mn_set_open(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
 			   struct dm_msgpool *pool, bool require_all, int timeout_ms)
 {
@@ -42,28 +85,8 @@ struct mn_set *mn_set_open(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
 	if (!s->pool)
 		goto err_free;
 	for (uint32_t i = 0; i < s->n; i++) {
-		struct mn_link *l = &s->link[i];
-		uint8_t body[sizeof(struct dm_wire_ctl_info)];
-		uint32_t blen;
-		int rc = dm_xport_connect(x, cfg->mn[i].address, timeout_ms, &l->conn);
+		int rc = mn_link_open(s, i, timeout_ms);
 
-		if (!rc) {
-			rc = dm_rpc_chan_init(&l->ch, l->conn, s->pool, 4096, timeout_ms);
-			if (rc) {
-				dm_conn_close(l->conn);
-				l->conn = NULL;
-			}
-		}
-		if (!rc) {
-			rc = dm_rpc_call(&l->ch, DM_OP_CTL_INFO, NULL, 0, body, sizeof(body), &blen);
-			if (!rc)
-				rc = dm_wire_ctl_info_decode(body, blen, &l->info);
-			if (rc) {
-				dm_rpc_chan_fini(&l->ch);
-				dm_conn_close(l->conn);
-				l->conn = NULL;
-			}
-		}
 		if (rc) {
 			dm_warn("memory node %u (%s) unreachable: %s", i, cfg->mn[i].address,
 				strerror(-rc));
@@ -73,7 +96,6 @@ struct mn_set *mn_set_open(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
 			}
 			continue;
 		}
-		l->up = true;
 		up++;
 	}
 	if (!up) {
@@ -96,10 +118,7 @@ void mn_set_close(struct mn_set *s)
 	if (!s)
 		return;
 	for (uint32_t i = 0; i < s->n; i++)
-		if (s->link[i].conn) {
-			dm_rpc_chan_fini(&s->link[i].ch);
-			dm_conn_close(s->link[i].conn);
-		}
+		mn_link_close(s, i);
 	if (s->own_pool)
 		dm_msgpool_free(s->pool);
 	free(s);
@@ -523,8 +542,9 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	d->index_bytes = (uint64_t)h.n * h.rec_size;
 	d->up_store = malloc((h.up_words ? h.up_words : 1) * 4);
 	d->upl = calloc(h.n, sizeof(*d->upl));
-	d->block_mn = calloc(h.nblocks, 1);
-	d->block_addr = calloc(h.nblocks, sizeof(*d->block_addr));
+	d->nrep = DM_MAX(1u, DM_MIN(h.redundancy, DINDEX_MAX_REP));
+	d->block_mn = calloc((size_t)h.nblocks * d->nrep, 1);
+	d->block_addr = calloc((size_t)h.nblocks * d->nrep, sizeof(*d->block_addr));
 	if (!d->up_store || !d->upl || !d->block_mn || !d->block_addr) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
@@ -598,6 +618,59 @@ int dindex_pin_level(const struct dindex *d, uint64_t slots)
 	return l;
 }
 
+/* The address of generation d->gen's block b on memory node m (its object looked up and
+ * checked against the node's region). 0 or -errno. */
+static int lookup_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t m,
+			uint64_t *addr)
+{
+	struct mn_link *bl = &s->link[m];
+	uint64_t first = (uint64_t)b << d->p.block_shift;
+	uint64_t want = DM_MIN(1ull << d->p.block_shift, d->n - first) * d->rec_size;
+	struct dm_wire_ctl_obj o = { .key = dm_gen_block_key(0, d->gen, b) };
+	int rc = obj_call(bl, DM_OP_CTL_LOOKUP, &o);
+
+	if (!rc && (o.len != want || o.addr < bl->info.region_addr ||
+		    o.addr - bl->info.region_addr + o.len > bl->info.region_len))
+		rc = -EBADMSG;
+	if (!rc)
+		*addr = o.addr;
+	return rc;
+}
+
+int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr)
+{
+	uint32_t probe = UINT32_MAX;
+	struct dm_mr *mr = NULL;
+	uint8_t *rec = NULL;
+	uint64_t done = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < (size_t)d->nblocks * d->nrep && !rc; i++) {
+		addr[i] = 0;
+		if (d->block_mn[i] != m)
+			continue;
+		rc = lookup_block(s, d, (uint32_t)(i / d->nrep), m, &addr[i]);
+		if (!rc && probe == UINT32_MAX)
+			probe = (uint32_t)i;
+	}
+	if (rc || probe == UINT32_MAX)
+		return rc;
+	/* A probe READ of the first record of one of its blocks, validated. */
+	rec = aligned_alloc(64, DM_ALIGN_UP(d->rec_size, 64));
+	if (!rec)
+		return -ENOMEM;
+	rc = dm_xport_reg(s->x, rec, d->rec_size, 0, &mr);
+	if (rc)
+		goto out_free;
+	rc = xfer(&s->link[m], false, rec, mr, addr[probe], d->rec_size, NULL, NULL, &done);
+	if (!rc && !dindex_rec_ok(d, (const struct hnsw_rec_hdr *)rec))
+		rc = -EBADMSG;
+	dm_xport_dereg(s->x, mr);
+out_free:
+	free(rec);
+	return rc;
+}
+
 int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, size_t errlen)
 {
 	struct dm_wire_ctl_obj o = { 0 };
@@ -653,34 +726,30 @@ int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, 
 		goto out;
 	d->meta_crc = (uint32_t)o.aux;
 	d->gen = gen;
-	r = ((struct dindex_meta_hdr *)meta)->redundancy;
+	r = d->nrep;
 	for (uint32_t b = 0; b < d->nblocks; b++) {
-		uint32_t reps[16];
-		int nr = block_replicas(s, b, DM_MIN(r, 16u), reps);
-		uint64_t first = (uint64_t)b << d->p.block_shift;
-		uint64_t want = DM_MIN(1ull << d->p.block_shift, d->n - first) * d->rec_size;
+		uint32_t reps[DINDEX_MAX_REP];
+		int nr = block_replicas(s, b, r, reps), found = 0;
 
+		/* Every replica in placement order; those not reachable now keep address 0
+		 * (filled in when their memory node comes back, dindex_rejoin). */
 		rc = -EHOSTUNREACH;
-		for (int j = 0; j < nr && rc; j++) {
-			struct mn_link *bl = &s->link[reps[j]];
-
-			if (!bl->up)
+		for (int j = 0; j < nr; j++) {
+			d->block_mn[(size_t)b * r + j] = (uint8_t)reps[j];
+			if (!s->link[reps[j]].up)
 				continue;
-			o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, b) };
-			rc = obj_call(bl, DM_OP_CTL_LOOKUP, &o);
-			if (!rc && (o.len != want || o.addr < bl->info.region_addr ||
-				    o.addr - bl->info.region_addr + o.len > bl->info.region_len))
-				rc = -EBADMSG;
-			if (!rc) {
-				d->block_mn[b] = (uint8_t)reps[j];
-				d->block_addr[b] = o.addr;
-			}
+			rc = lookup_block(s, d, b, reps[j], &d->block_addr[(size_t)b * r + j]);
+			found += rc == 0;
 		}
-		if (rc) {
+		for (int j = nr; j < (int)r; j++)
+			d->block_mn[(size_t)b * r + j] = DINDEX_NO_MN;
+		if (!found) {
 			snprintf(err, errlen, "block %u: no replica available (%s)", b, strerror(-rc));
+			rc = rc ? rc : -EHOSTUNREACH;
 			goto out;
 		}
 	}
+	rc = 0;
 	*out = d;
 	d = NULL;
 out:

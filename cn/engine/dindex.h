@@ -31,6 +31,8 @@
 
 #define DINDEX_MAGIC "DMIDXMT1"
 #define DINDEX_VERSION 2u         /* 1: record layout v1, no codes */
+#define DINDEX_MAX_REP 8u         /* replicas per block a compute node tracks */
+#define DINDEX_NO_MN 0xffu        /* block_mn of a replica that does not exist */
 
 struct dindex_meta_hdr {
 	char magic[8];
@@ -76,6 +78,10 @@ struct mn_set {
 struct mn_set *mn_set_open(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
 			   struct dm_msgpool *pool, bool require_all, int timeout_ms);
 void mn_set_close(struct mn_set *s);
+/* (Re)connect link i (control channel + INFO): 0 (up) or -errno (down). */
+int mn_link_open(struct mn_set *s, uint32_t i, int timeout_ms);
+/* Close link i and mark it down. */
+void mn_link_close(struct mn_set *s, uint32_t i);
 /* Ask every reachable memory node to snapshot its region. 0 or the first error. */
 int mn_set_snapshot(struct mn_set *s);
 
@@ -102,8 +108,14 @@ struct dindex {
 	uint32_t meta_crc;         /* identifies this load of the index */
 	uint64_t gen;              /* its generation (dgen.h) */
 	atomic_uint users;         /* compute node: workers bound to this view */
-	uint8_t *block_mn;         /* per block: memory node index */
-	uint64_t *block_addr;      /* per block: remote address of record 0 */
+	uint32_t nrep;             /* replicas per block (the metadata's redundancy) */
+	uint8_t *block_mn;         /* [block * nrep + j]: memory node of replica j, placement
+				    * order (DINDEX_NO_MN: fewer memory nodes than nrep) */
+	uint64_t *block_addr;      /* [block * nrep + j]: its remote address of record 0, 0
+				    * when unknown (node down when the view was read) */
+	/* Compute node: per memory node, the CN's up/down epoch (cn.h mn_epoch) at which this
+	 * view's addresses on it were read; a worker reads from node m only while they match. */
+	uint32_t mn_epoch[DM_MAX_NODES];
 	uint64_t index_bytes;      /* n * rec_size */
 	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1; [0] unused) */
 };
@@ -117,16 +129,42 @@ void dindex_free(struct dindex *d);
  * upper-level node instead filled a 5% cache with them (1/M of all nodes) and every CN held
  * the same ones. */
 int dindex_pin_level(const struct dindex *d, uint64_t slots);
-/* The memory node, remote address and rkey of node id's record. */
-static inline void dindex_locate(const struct dindex *d, const struct mn_set *s, uint32_t id,
-				 uint32_t *mn, uint64_t *addr, uint32_t *rkey)
+/* The memory node, remote address and rkey of node id's record on replica j of its block
+ * (*mn = DINDEX_NO_MN or *addr = 0 when that replica is unknown). */
+static inline void dindex_locate_rep(const struct dindex *d, const struct mn_set *s,
+				     uint32_t id, uint32_t j, uint32_t *mn, uint64_t *addr,
+				     uint32_t *rkey)
 {
-	uint32_t b = id >> d->p.block_shift, mask = (1u << d->p.block_shift) - 1;
+	size_t b = (size_t)(id >> d->p.block_shift) * d->nrep + j;
+	uint32_t mask = (1u << d->p.block_shift) - 1;
 
 	*mn = d->block_mn[b];
+	*addr = 0;
+	*rkey = 0;
+	if (*mn == DINDEX_NO_MN || !d->block_addr[b])
+		return;
 	*addr = d->block_addr[b] + (uint64_t)(id & mask) * d->rec_size;
 	*rkey = s->link[*mn].info.rkey;
 }
+
+/* The same on the first replica whose address is known (the block has at least one). */
+static inline void dindex_locate(const struct dindex *d, const struct mn_set *s, uint32_t id,
+				 uint32_t *mn, uint64_t *addr, uint32_t *rkey)
+{
+	*mn = DINDEX_NO_MN;
+	*addr = 0;
+	*rkey = 0;
+	for (uint32_t j = 0; j < d->nrep; j++) {
+		dindex_locate_rep(d, s, id, j, mn, addr, rkey);
+		if (*addr)
+			return;
+	}
+}
+
+/* A memory node comes back: the addresses of d's blocks on node m (per block table entry,
+ * d->nblocks * d->nrep, 0 where the replica is on another node) looked up on link m, then
+ * one record READ from it and validated (the probe). 0 or -errno. */
+int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
 
 /* Check a record read from a memory node: stable (even seq), CRC32C of the body, level
  * and neighbour count bounds. A torn or half-written record fails and is read again. */

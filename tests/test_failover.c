@@ -1,0 +1,285 @@
+/* test_failover.c: read failover (cluster suite). A local cluster of 3 memory nodes and 2
+ * compute nodes (tcp, loopback) with an HNSW index:
+ *   - redundancy 2: a memory node SIGKILLed in the middle of a stream of 30,000 queries
+ *     through both compute nodes fails none of them and changes no answer (every one is
+ *     the local search's ids); restarted, it is marked up again by both compute nodes and
+ *     read from; with the cache off and at 10%;
+ *   - redundancy 1: the queries that need the dead node's blocks fail fast with a clear
+ *     error (no hang), and the compute nodes serve again, with the same answers, once it is
+ *     back. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cluster_util.h"
+
+#define K 10
+#define EF 48
+#define STREAM 30000
+
+static char dir[128], dmann[300], dmann_mn[300];
+
+static void setup_r(unsigned r)
+{
+	const char *root = getenv("DMANN_BUILD_ROOT");
+
+	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
+	snprintf(dmann_mn, sizeof(dmann_mn), "%s/mn/dmann-mn", root);
+	snprintf(dir, sizeof(dir), "/tmp/dmann-failover-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(sh("%s gen --kind sift --n 8000 --nq 200 --seed 3 --out %s/data >/dev/null",
+			dmann, dir), 0);
+	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 12 --efc 80 --threads 1 "
+			"--block-shift 10 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s local up --mn 3 --cn 2 --redundancy %u --dir %s/lc --region-mb 32",
+			dmann, r, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw", dmann, dir, dir), 0);
+}
+
+static void setup_r2(void)
+{
+	setup_r(2);
+}
+
+static void setup_r1(void)
+{
+	setup_r(1);
+}
+
+static void teardown(void)
+{
+	sh("%s local down --dir %s/lc", dmann, dir);
+	if (getenv("DMANN_KEEP_TEST_DIR"))
+		return;
+	sh("rm -rf %s", dir);
+}
+
+static pid_t pid_of(const char *node)
+{
+	char lc[160];
+
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	return cluster_pid_of(lc, node);
+}
+
+/* A counter or gauge of compute node cn's /metrics; -1 when the node does not answer. */
+static long long metric(unsigned cn, const char *name)
+{
+	static char out[65536];
+	char lc[160], key[128], *at;
+
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	if (cluster_metrics(lc, cn, out, sizeof(out)))
+		return -1;
+	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, cn);
+	at = strstr(out, key);
+	return at ? atoll(at + strlen(key)) : -1;
+}
+
+static long long metric_sum(const char *name)
+{
+	return metric(0, name) + metric(1, name);
+}
+
+/* Start dmann bench over both compute nodes in the background: STREAM queries, ids to
+ * out_ids (may be NULL), its output to log. */
+static pid_t bench_start(const char *ratio, const char *out_ids, const char *log)
+{
+	char cmd[2048], outopt[300] = "";
+	pid_t b = fork();
+
+	cr_assert_geq(b, 0);
+	if (b)
+		return b;
+	if (out_ids)
+		snprintf(outopt, sizeof(outopt), "--out %s", out_ids);
+	snprintf(cmd, sizeof(cmd), "exec %s bench --config %s/lc/cluster.ini --query "
+		 "%s/data/query.fbin --gt %s/data/gt.ibin --k %d --ef %d --cache-ratio %s "
+		 "--nq %d %s >%s 2>&1", dmann, dir, dir, dir, K, EF, ratio, STREAM, outopt, log);
+	execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+	_exit(127);
+}
+
+/* Wait for the bench (at most limit_s seconds); its exit status. */
+static int bench_wait(pid_t b, unsigned limit_s)
+{
+	uint64_t t0 = dm_now_ns();
+	int st;
+
+	for (;;) {
+		if (waitpid(b, &st, WNOHANG) == b)
+			break;
+		cr_assert_lt(dm_now_ns() - t0, bound_s(limit_s), "bench hangs");
+		usleep(50000);
+	}
+	cr_assert(WIFEXITED(st), "bench died (status %d)", st);
+	return WEXITSTATUS(st);
+}
+
+static void read_log(const char *log, char *buf, size_t len)
+{
+	FILE *f = fopen(log, "r");
+	size_t n;
+
+	cr_assert_not_null(f);
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+}
+
+/* SIGKILL node (mnN) once the compute nodes answered `after` more queries. */
+static void kill_mid_stream(const char *node, pid_t bench, long long after)
+{
+	long long q0 = metric_sum("dmann_cn_queries_total");
+	uint64_t t0 = dm_now_ns();
+	int st;
+
+	while (metric_sum("dmann_cn_queries_total") - q0 < after) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(120), "the stream does not start");
+		cr_assert_eq(waitpid(bench, &st, WNOHANG), 0, "bench ended before the kill");
+		usleep(20000);
+	}
+	cr_assert_eq(kill(pid_of(node), SIGKILL), 0);
+	fprintf(stderr, "killed %s after %lld queries\n", node,
+		metric_sum("dmann_cn_queries_total") - q0);
+}
+
+/* Restart mnN from its data directory (it reloads its snapshot). */
+static void restart(const char *node)
+{
+	cr_assert_eq(sh("cd %s/lc && (setsid %s --config %s/lc/cluster.ini --id %c >>%s.log 2>&1 & "
+			"echo \"$! %sb\" >>pids)", dir, dmann_mn, dir, node[2], node, node), 0);
+}
+
+/* Both compute nodes marked every memory node up again (ups counted at least `ups`). */
+static void wait_all_up(long long ups)
+{
+	uint64_t t0 = dm_now_ns();
+
+	while (metric(0, "dmann_cn_mn_down") != 0 || metric(1, "dmann_cn_mn_down") != 0 ||
+	       metric_sum("dmann_cn_mn_marked_up_total") < ups) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "the memory node is not used again");
+		usleep(200000);
+	}
+}
+
+static unsigned compare_ids(const char *path, const int32_t *want, uint32_t nq, uint64_t n)
+{
+	struct dm_vecs got;
+	char err[512];
+	unsigned diff = 0;
+
+	cr_assert_eq(dm_vecs_read(path, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(got.n, n);
+	cr_assert_eq(got.dim, K);
+	for (uint64_t i = 0; i < n; i++)
+		for (int j = 0; j < K; j++)
+			diff += ((int32_t *)got.data)[i * K + j] != want[(i % nq) * K + j];
+	dm_vecs_free(&got);
+	return diff;
+}
+
+static int32_t *local_ids(uint32_t *nq)
+{
+	char idx[256], q[256];
+
+	snprintf(idx, sizeof(idx), "%s/idx.hnsw", dir);
+	snprintf(q, sizeof(q), "%s/data/query.fbin", dir);
+	return local_search_ids_b(idx, q, K, EF, 1, true, nq);
+}
+
+TestSuite(failover, .init = setup_r2, .fini = teardown, .timeout = 1200);
+
+/* One round: kill `victim` mid-stream at cache `ratio`, check, restart, check it is used. */
+static void round_r2(const char *victim, const char *ratio, const int32_t *want, uint32_t nq,
+		     long long *ups)
+{
+	char ids[256], log[256], buf[8192];
+	long long fo0 = metric_sum("dmann_cn_read_failovers_total");
+	long long dn0 = metric_sum("dmann_cn_mn_marked_down_total");
+	long long q0 = metric_sum("dmann_cn_queries_total"), e0 = metric_sum("dmann_cn_query_errors_total");
+	unsigned diff;
+	pid_t b;
+	int st;
+
+	snprintf(ids, sizeof(ids), "%s/ids-%s.ibin", dir, victim);
+	snprintf(log, sizeof(log), "%s/bench-%s.log", dir, victim);
+	b = bench_start(ratio, ids, log);
+	kill_mid_stream(victim, b, STREAM / 4);
+	st = bench_wait(b, 300);
+	read_log(log, buf, sizeof(buf));
+	cr_assert_eq(st, 0, "queries failed although every block has a live replica: %s", buf);
+	diff = compare_ids(ids, want, nq, STREAM);
+	fprintf(stderr, "FIGURES r=2 cache=%s victim=%s: queries %d, failed %lld (cn errors), "
+		"ids differing %u of %d, READs failed over %lld, marked down %lld\n", ratio, victim,
+		STREAM, metric_sum("dmann_cn_query_errors_total") - e0, diff, STREAM * K,
+		metric_sum("dmann_cn_read_failovers_total") - fo0,
+		metric_sum("dmann_cn_mn_marked_down_total") - dn0);
+	cr_assert_eq(diff, 0, "%u ids differ from the local search", diff);
+	cr_assert_geq(metric_sum("dmann_cn_queries_total") - q0, STREAM);
+	cr_assert_eq(metric_sum("dmann_cn_query_errors_total") - e0, 0);
+	cr_assert_geq(metric_sum("dmann_cn_mn_marked_down_total") - dn0, 2,
+		      "both compute nodes mark the dead node down");
+
+	/* Back: both compute nodes mark it up and read from it again. */
+	restart(victim);
+	*ups += 2;
+	wait_all_up(*ups);
+	snprintf(ids, sizeof(ids), "%s/ids-%s-back.ibin", dir, victim);
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
+			"%s/data/gt.ibin --k %d --ef %d --cache-ratio %s --out %s >/dev/null",
+			dmann, dir, dir, dir, K, EF, ratio, ids), 0);
+	cr_assert_eq(compare_ids(ids, want, nq, nq), 0);
+	cr_assert_eq(metric_sum("dmann_cn_mn_down"), 0);
+	fprintf(stderr, "FIGURES r=2 cache=%s victim=%s back: marked up %lld (total)\n", ratio,
+		victim, metric_sum("dmann_cn_mn_marked_up_total"));
+}
+
+Test(failover, r2_no_query_fails_when_a_memory_node_dies)
+{
+	uint32_t nq;
+	int32_t *want = local_ids(&nq);
+	long long ups = metric_sum("dmann_cn_mn_marked_up_total");
+
+	round_r2("mn1", "0", want, nq, &ups);
+	round_r2("mn2", "10%", want, nq, &ups);
+	free(want);
+}
+
+TestSuite(failover_r1, .init = setup_r1, .fini = teardown, .timeout = 900);
+
+Test(failover_r1, queries_on_a_dead_node_fail_fast_and_recover)
+{
+	uint32_t nq;
+	int32_t *want = local_ids(&nq);
+	char log[256], ids[256], buf[8192];
+	long long ups = metric_sum("dmann_cn_mn_marked_up_total");
+	uint64_t t0;
+	pid_t b;
+	int st;
+
+	snprintf(log, sizeof(log), "%s/bench-r1.log", dir);
+	b = bench_start("0", NULL, log);
+	kill_mid_stream("mn1", b, STREAM / 4);
+	t0 = dm_now_ns();
+	st = bench_wait(b, 120);
+	read_log(log, buf, sizeof(buf));
+	fprintf(stderr, "FIGURES r=1: bench ended %.1f s after the kill, status %d\n",
+		(double)(dm_now_ns() - t0) / 1e9, st);
+	cr_assert_eq(st, 1, "bench must report failed queries: %s", buf);
+	cr_assert(strstr(buf, "queries failed") && strstr(buf, "Host is down"), "unclear error: %s",
+		  buf);
+	restart("mn1");
+	wait_all_up(ups + 2);
+	snprintf(ids, sizeof(ids), "%s/ids-r1.ibin", dir);
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
+			"%s/data/gt.ibin --k %d --ef %d --cache-ratio 10%% --out %s >/dev/null",
+			dmann, dir, dir, dir, K, EF, ids), 0);
+	cr_assert_eq(compare_ids(ids, want, nq, nq), 0);
+	free(want);
+}
