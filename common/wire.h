@@ -36,6 +36,12 @@
  *   C -> S  HS_AUTH    {proof_c}
  *                      proof_c = HMAC-SHA256(K, "dmann-hs-client" | cluster | nonce_c | nonce_s)
  *   S -> C  HS_RESULT  {} with header status 0 (accepted) or -errno (refused)
+ * A client identity ([client.NAME] of the cluster file, libdmann) opens with HS_HELLO_CLIENT
+ * {the HS_HELLO fields, client name} instead; the rest is the same but K is that client's
+ * secret and both proofs also cover the name (label | version | cluster | client | nonces).
+ * A server that does not know the name (memory nodes know none) refuses with -EACCES; a
+ * compute node marks the connection as a client's (dm_conn.client): no remote memory
+ * access on it and every admin op refused with -EPERM.
  * Either side may answer any step with HS_RESULT carrying a negative status and close. Each
  * side proves knowledge of K over a nonce the other chose, so a recorded exchange is useless;
  * the role label keeps a server proof from being replayed as a client proof.
@@ -75,6 +81,7 @@ enum dm_wire_op {
 	DM_OP_HS_REPLY   = 0x0002,
 	DM_OP_HS_AUTH    = 0x0003,
 	DM_OP_HS_RESULT  = 0x0004,
+	DM_OP_HS_HELLO_CLIENT = 0x0005,
 	/* 0x0100-0x01ff: tcp transport */
 	DM_OP_READ_REQ   = 0x0100,
 	DM_OP_READ_RESP  = 0x0101,
@@ -129,6 +136,12 @@ struct dm_wire_hs_reply {      /* HS_REPLY */
 	char cluster[DM_HS_CLUSTER_LEN];
 };
 _Static_assert(sizeof(struct dm_wire_hs_reply) == 136, "hs_reply layout");
+
+struct dm_wire_hs_hello_client {   /* HS_HELLO_CLIENT */
+	struct dm_wire_hs_hello hello;
+	char client[DM_HS_CLUSTER_LEN];    /* identity: NUL-padded, [A-Za-z0-9_.-]{1,63} */
+};
+_Static_assert(sizeof(struct dm_wire_hs_hello_client) == 168, "hs_hello_client layout");
 
 struct dm_wire_hs_auth {       /* HS_AUTH */
 	uint8_t proof[DM_HS_PROOF_LEN];
@@ -193,6 +206,11 @@ int dm_wire_check_len(const struct dm_wire_hdr *h);
  * validates reserved fields (0 or -EBADMSG/-EPROTO). */
 void dm_wire_hs_hello_encode(uint8_t *buf, const struct dm_wire_hs_hello *m);
 int dm_wire_hs_hello_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_hello *m);
+void dm_wire_hs_hello_client_encode(uint8_t *buf, const struct dm_wire_hs_hello_client *m);
+int dm_wire_hs_hello_client_decode(const uint8_t *buf, size_t len,
+				   struct dm_wire_hs_hello_client *m);
+/* A client identity name: 1..63 of [A-Za-z0-9_.-]. */
+bool dm_wire_client_name_ok(const char *name);
 void dm_wire_hs_reply_encode(uint8_t *buf, const struct dm_wire_hs_reply *m);
 int dm_wire_hs_reply_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_reply *m);
 void dm_wire_hs_auth_encode(uint8_t *buf, const struct dm_wire_hs_auth *m);

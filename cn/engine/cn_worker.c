@@ -1093,7 +1093,11 @@ void *cn_worker(void *arg)
 			struct dm_wire_hdr h;
 
 			dm_wire_hdr_decode(b, w->ctlq[i].len, &h);
-			if (h.op == DM_OP_Q_CONFIG)
+			/* A client identity's connection may query and read counters only: cache
+			 * size, routing and index reload are the cluster's (admin) business. */
+			if (w->client->client[0] && h.op != DM_OP_Q_STATS)
+				send_ctl(w, (uint16_t)(h.op + 1), h.req_id, -EPERM, NULL, 0);
+			else if (h.op == DM_OP_Q_CONFIG)
 				reply_config(w, b, w->ctlq[i].len, h.req_id);
 			else if (h.op == DM_OP_FWD_ROUTER)
 				reply_router(w, b, w->ctlq[i].len, h.req_id);

@@ -12,6 +12,8 @@
 #include <string.h>
 
 static struct dm_xport fake_x = { .cluster = "fuzz-cluster", .secret = "fuzz-secret",
+				  .creds = { { .name = "fuzz", .secret = "fuzz-client-key!", .secret_len = 16 } },
+				  .n_creds = 1,
 				  .secret_len = 11 };
 
 /* Decode one message's body according to its op. */
@@ -19,6 +21,7 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 {
 	union {
 		struct dm_wire_hs_hello hello;
+		struct dm_wire_hs_hello_client hc;
 		struct dm_wire_hs_reply reply;
 		struct dm_wire_hs_auth auth;
 		struct dm_wire_rw_req rw;
@@ -38,6 +41,13 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 			dm_wire_hs_hello_encode(out, &m.hello);
 			if (memcmp(out, body, sizeof(m.hello)))
 				__builtin_trap();   /* decode/encode must round-trip */
+		}
+		break;
+	case DM_OP_HS_HELLO_CLIENT:
+		if (!dm_wire_hs_hello_client_decode(body, len, &m.hc)) {
+			dm_wire_hs_hello_client_encode(out, &m.hc);
+			if (memcmp(out, body, sizeof(m.hc)))
+				__builtin_trap();
 		}
 		break;
 	case DM_OP_HS_REPLY:
