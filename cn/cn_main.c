@@ -73,6 +73,15 @@ static struct dm_xport *cn_xport(const struct dm_cluster_cfg *cfg, const struct 
 	return x;
 }
 
+#if DM_HAVE_HTTP
+/* cn->s3_call: native client data ops run on the S3 gateway. */
+static char *call_s3(void *ctx, const char *op, const char *body, size_t len, int *status,
+		     size_t *out_len)
+{
+	return cn_s3_call(ctx, op, body, len, status, out_len);
+}
+#endif
+
 /* Prometheus text for GET /metrics. */
 static void cn_metrics(void *arg, FILE *out)
 {
@@ -264,6 +273,10 @@ int main(int argc, char **argv)
 			dm_err("cn%u: cannot start the S3 gateway on %s: %s", cn.node->id,
 			       cn.node->http, strerror(errno));
 			goto out_free_pool;
+		}
+		if (s3gw) {
+			cn.s3_call = call_s3;
+			cn.s3_ctx = s3gw;
 		}
 	}
 #endif

@@ -132,3 +132,145 @@ Test(client, wrong_secret_or_unknown_identity_refused)
 	cr_assert_eq(dm_xport_connect(x, cfg.cn[0].address, 5000, &conn), -EACCES);
 	dm_xport_close(x);
 }
+
+/* ---- libdmann on the same cluster: the S3 Vectors indexes through native C_CALLs ---- */
+#include "dmann.h"
+
+#include <math.h>
+
+#define NV 20000
+#define DIM 64
+#define NQ 200
+#define KK 10
+
+static float rnd(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((*s >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+}
+
+Test(client, libdmann_put_query_delete_exact, .timeout = 600)
+{
+	dmann_t *d = dmann_connect(cfgpath, "local");
+	float *v = malloc(sizeof(float) * NV * DIM), *q = malloc(sizeof(float) * NQ * DIM);
+	char **keys = malloc(sizeof(char *) * NV), **got = calloc(NQ * KK, sizeof(char *));
+	float *dist = malloc(sizeof(float) * NQ * KK);
+	uint32_t *cnt = calloc(NQ, sizeof(uint32_t)), dim = 0;
+	uint64_t s = 42;
+	FILE *f;
+	char path[300];
+
+	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
+	for (size_t i = 0; i < (size_t)NV * DIM; i++)
+		v[i] = rnd(&s);
+	for (size_t i = 0; i < (size_t)NQ * DIM; i++)
+		q[i] = rnd(&s);
+	for (int i = 0; i < NV; i++) {
+		keys[i] = malloc(16);
+		snprintf(keys[i], 16, "v%05d", i);
+	}
+	cr_assert_eq(dmann_create_index(d, "cbucket", "cidx", DIM, DMANN_EUCLIDEAN), 0, "%s",
+		     dmann_errmsg());
+	cr_assert_eq(dmann_describe_index(d, "cbucket", "cidx", &dim, NULL), 0);
+	cr_assert_eq(dim, DIM);
+	uint64_t t0 = dm_now_ns();
+
+	cr_assert_eq(dmann_put(d, "cbucket", "cidx", NV, (const char *const *)keys, v, NULL), 0,
+		     "%s", dmann_errmsg());
+	fprintf(stderr, "put %d x %d-d: %.2f s\n", NV, DIM, (dm_now_ns() - t0) / 1e9);
+	/* Delete the first 1000, then batch-query. */
+	cr_assert_eq(dmann_delete(d, "cbucket", "cidx", 1000, (const char *const *)keys), 0);
+	t0 = dm_now_ns();
+	cr_assert_eq(dmann_batch_query(d, "cbucket", "cidx", q, NQ, KK, got, dist, cnt), 0, "%s",
+		     dmann_errmsg());
+	fprintf(stderr, "C batch query: %d queries in %.3f s = %.1f q/s\n", NQ,
+		(dm_now_ns() - t0) / 1e9, NQ / ((dm_now_ns() - t0) / 1e9));
+	/* Brute force over the remaining vectors: same keys, |distance difference| <= 1e-5. */
+	for (int i = 0; i < NQ; i++) {
+		float best[KK];
+		int bi[KK];
+
+		for (int j = 0; j < KK; j++) {
+			best[j] = INFINITY;
+			bi[j] = -1;
+		}
+		for (int r = 1000; r < NV; r++) {
+			double acc = 0;
+
+			for (int e = 0; e < DIM; e++) {
+				double df = (double)v[(size_t)r * DIM + e] - q[(size_t)i * DIM + e];
+
+				acc += df * df;
+			}
+			float dd = (float)sqrt(acc);
+			int p = KK;
+
+			while (p > 0 && dd < best[p - 1])
+				p--;
+			if (p < KK) {
+				memmove(best + p + 1, best + p, (KK - 1 - p) * sizeof(float));
+				memmove(bi + p + 1, bi + p, (KK - 1 - p) * sizeof(int));
+				best[p] = dd;
+				bi[p] = r;
+			}
+		}
+		cr_assert_eq(cnt[i], KK);
+		for (int j = 0; j < KK; j++) {
+			cr_assert_str_eq(got[i * KK + j], keys[bi[j]], "query %d rank %d", i, j);
+			cr_assert_leq(fabsf(dist[i * KK + j] - best[j]), 1e-5f * fmaxf(1, best[j]),
+				      "query %d rank %d: %g vs %g", i, j, dist[i * KK + j], best[j]);
+		}
+	}
+	/* get: present and deleted keys. */
+	float back[2 * DIM];
+	uint8_t found[2];
+	const char *gk[2] = { keys[5], keys[5000] };
+
+	cr_assert_eq(dmann_get(d, "cbucket", "cidx", 2, gk, back, found), 1, "%s", dmann_errmsg());
+	cr_assert_eq(found[0], 0);
+	cr_assert_eq(found[1], 1);
+	cr_assert_eq(memcmp(back + DIM, v + 5000 * DIM, DIM * sizeof(float)), 0,
+		     "float32 must round-trip exactly");
+	/* The results, for the SDK and Python comparisons (DMANN_CLIENT_RESULTS). */
+	snprintf(path, sizeof(path), "%s/c_results.txt", dir);
+	f = fopen(path, "w");
+	for (int i = 0; i < NQ * KK; i++)
+		fprintf(f, "%s %.9g\n", got[i], dist[i]);
+	fclose(f);
+
+	/* Bad input: clear errors, never a crash. */
+	float bad[DIM] = { 0 };
+	char *k1[KK];
+	float d1[KK];
+	const char *badkey[1] = { "" };
+
+	bad[3] = NAN;
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, KK, k1, d1), -EINVAL);
+	cr_assert(strstr(dmann_errmsg(), "NaN or Inf"), "%s", dmann_errmsg());
+	bad[3] = INFINITY;
+	cr_assert_eq(dmann_put(d, "cbucket", "cidx", 1, (const char *const *)keys, bad, NULL),
+		     -EINVAL);
+	bad[3] = 0;
+	cr_assert_eq(dmann_query(d, "cbucket", "nosuch", bad, KK, k1, d1), -ENOENT);
+	cr_assert(strstr(dmann_errmsg(), "nosuch"), "%s", dmann_errmsg());
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, 0, k1, d1), -EINVAL);
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, 1000, k1, d1), -EINVAL);
+	cr_assert_eq(dmann_put(d, "cbucket", "cidx", 1, badkey, bad, NULL), -EINVAL);
+	cr_assert(strstr(dmann_errmsg(), "key 0"), "%s", dmann_errmsg());
+	cr_assert_eq(dmann_batch_query(d, "cbucket", "cidx", q, DMANN_MAX_BATCH + 1, KK, got,
+				       dist, cnt), -E2BIG);
+	cr_assert_eq(dmann_create_index(d, "cbucket", "cidx", DIM, DMANN_EUCLIDEAN), -EEXIST);
+	cr_assert_eq(dmann_create_index(d, "cbucket", "x", 0, DMANN_EUCLIDEAN), -EINVAL);
+	cr_assert_eq(dmann_query(NULL, "cbucket", "cidx", bad, KK, k1, d1), -EINVAL);
+
+	dmann_free_keys(got, NQ * KK);
+	for (int i = 0; i < NV; i++)
+		free(keys[i]);
+	free(keys);
+	free(got);
+	free(dist);
+	free(cnt);
+	free(v);
+	free(q);
+	dmann_close(d);
+}
