@@ -175,13 +175,13 @@ Test(client, libdmann_put_query_delete_exact, .timeout = 600)
 	cr_assert_eq(dim, DIM);
 	uint64_t t0 = dm_now_ns();
 
-	cr_assert_eq(dmann_put(d, "cbucket", "cidx", NV, (const char *const *)keys, v, NULL), 0,
+	cr_assert_eq(dmann_put(d, "cbucket", "cidx", NV, (const char *const *)keys, v, DIM, NULL), 0,
 		     "%s", dmann_errmsg());
 	fprintf(stderr, "put %d x %d-d: %.2f s\n", NV, DIM, (dm_now_ns() - t0) / 1e9);
 	/* Delete the first 1000, then batch-query. */
 	cr_assert_eq(dmann_delete(d, "cbucket", "cidx", 1000, (const char *const *)keys), 0);
 	t0 = dm_now_ns();
-	cr_assert_eq(dmann_batch_query(d, "cbucket", "cidx", q, NQ, KK, got, dist, cnt), 0, "%s",
+	cr_assert_eq(dmann_batch_query(d, "cbucket", "cidx", q, NQ, DIM, KK, got, dist, cnt), 0, "%s",
 		     dmann_errmsg());
 	fprintf(stderr, "C batch query: %d queries in %.3f s = %.1f q/s\n", NQ,
 		(dm_now_ns() - t0) / 1e9, NQ / ((dm_now_ns() - t0) / 1e9));
@@ -226,7 +226,7 @@ Test(client, libdmann_put_query_delete_exact, .timeout = 600)
 	uint8_t found[2];
 	const char *gk[2] = { keys[5], keys[5000] };
 
-	cr_assert_eq(dmann_get(d, "cbucket", "cidx", 2, gk, back, found), 1, "%s", dmann_errmsg());
+	cr_assert_eq(dmann_get(d, "cbucket", "cidx", 2, gk, back, DIM, found), 1, "%s", dmann_errmsg());
 	cr_assert_eq(found[0], 0);
 	cr_assert_eq(found[1], 1);
 	cr_assert_eq(memcmp(back + DIM, v + 5000 * DIM, DIM * sizeof(float)), 0,
@@ -245,23 +245,25 @@ Test(client, libdmann_put_query_delete_exact, .timeout = 600)
 	const char *badkey[1] = { "" };
 
 	bad[3] = NAN;
-	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, KK, k1, d1), -EINVAL);
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, DIM, KK, k1, d1), -EINVAL);
 	cr_assert(strstr(dmann_errmsg(), "NaN or Inf"), "%s", dmann_errmsg());
 	bad[3] = INFINITY;
-	cr_assert_eq(dmann_put(d, "cbucket", "cidx", 1, (const char *const *)keys, bad, NULL),
+	cr_assert_eq(dmann_put(d, "cbucket", "cidx", 1, (const char *const *)keys, bad, DIM, NULL),
 		     -EINVAL);
 	bad[3] = 0;
-	cr_assert_eq(dmann_query(d, "cbucket", "nosuch", bad, KK, k1, d1), -ENOENT);
+	cr_assert_eq(dmann_query(d, "cbucket", "nosuch", bad, DIM, KK, k1, d1), -ENOENT);
 	cr_assert(strstr(dmann_errmsg(), "nosuch"), "%s", dmann_errmsg());
-	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, 0, k1, d1), -EINVAL);
-	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, 1000, k1, d1), -EINVAL);
-	cr_assert_eq(dmann_put(d, "cbucket", "cidx", 1, badkey, bad, NULL), -EINVAL);
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, DIM, 0, k1, d1), -EINVAL);
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, DIM, 1000, k1, d1), -EINVAL);
+	cr_assert_eq(dmann_put(d, "cbucket", "cidx", 1, badkey, bad, DIM, NULL), -EINVAL);
 	cr_assert(strstr(dmann_errmsg(), "key 0"), "%s", dmann_errmsg());
-	cr_assert_eq(dmann_batch_query(d, "cbucket", "cidx", q, DMANN_MAX_BATCH + 1, KK, got,
-				       dist, cnt), -E2BIG);
+	cr_assert_eq(dmann_batch_query(d, "cbucket", "cidx", q, DMANN_MAX_BATCH + 1, DIM, KK,
+				       got, dist, cnt), -E2BIG);
+	cr_assert_eq(dmann_query(d, "cbucket", "cidx", bad, DIM - 1, KK, k1, d1), -EINVAL);
+	cr_assert(strstr(dmann_errmsg(), "wrong dimension"), "%s", dmann_errmsg());
 	cr_assert_eq(dmann_create_index(d, "cbucket", "cidx", DIM, DMANN_EUCLIDEAN), -EEXIST);
 	cr_assert_eq(dmann_create_index(d, "cbucket", "x", 0, DMANN_EUCLIDEAN), -EINVAL);
-	cr_assert_eq(dmann_query(NULL, "cbucket", "cidx", bad, KK, k1, d1), -EINVAL);
+	cr_assert_eq(dmann_query(NULL, "cbucket", "cidx", bad, DIM, KK, k1, d1), -EINVAL);
 
 	dmann_free_keys(got, NQ * KK);
 	for (int i = 0; i < NV; i++)

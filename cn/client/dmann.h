@@ -83,34 +83,38 @@ int dmann_describe_index(dmann_t *d, const char *bucket, const char *index, uint
 /* Delete an index and all its vectors. -ENOENT: no such index. */
 int dmann_drop_index(dmann_t *d, const char *bucket, const char *index);
 
-/* Put n vectors (row-major n x dim float32, dim the index's) under keys[0..n-1]; a key that
+/* Put n vectors (row-major n x dim float32; dim must be the index's, else -EINVAL "wrong
+ * dimension") under keys[0..n-1]; a key that
  * exists is overwritten. metadata: NULL, or n JSON object texts (each NULL or e.g.
  * "{\"genre\":\"x\"}"). Acknowledged once durable on every replica. Returns 0; on failure
  * a prefix of the batch may have been written. */
 int dmann_put(dmann_t *d, const char *bucket, const char *index, size_t n,
-	      const char *const *keys, const float *vectors, const char *const *metadata);
+	      const char *const *keys, const float *vectors, uint32_t dim,
+	      const char *const *metadata);
 
-/* Fetch the vectors of n keys into out (n x dim floats; may be NULL to test presence);
+/* Fetch the vectors of n keys into out (n x dim floats, dim the index's; out may be NULL
+ * to test presence);
  * found[i] (may be NULL) is set to 1 when keys[i] exists, 0 otherwise (its row of out is
  * zeroed). Returns the number found. */
 int dmann_get(dmann_t *d, const char *bucket, const char *index, size_t n,
-	      const char *const *keys, float *out, uint8_t *found);
+	      const char *const *keys, float *out, uint32_t dim, uint8_t *found);
 
 /* Delete n keys (missing keys are ignored). 0 or -errno. */
 int dmann_delete(dmann_t *d, const char *bucket, const char *index, size_t n,
 		 const char *const *keys);
 
-/* Exact k nearest neighbours of one vector (dim floats): up to k results, nearest first,
+/* Exact k nearest neighbours of one vector (dim floats, the index's dimension): up to k results, nearest first,
  * into keys[0..] (each malloc'd; free with dmann_free_keys) and distances[0..]. Returns the
  * number of results (fewer than k when the index holds fewer vectors). */
 int dmann_query(dmann_t *d, const char *bucket, const char *index, const float *vector,
-		uint32_t k, char **keys, float *distances);
+		uint32_t dim, uint32_t k, char **keys, float *distances);
 
 /* nq queries (row-major nq x dim) with up to 32 requests in flight per compute node:
  * results of query i in keys[i*k ..] and distances[i*k ..], counts[i] of them (the rest of
  * its row is NULL / +Inf). 0 or -errno (the first failure; others are not run further). */
 int dmann_batch_query(dmann_t *d, const char *bucket, const char *index, const float *vectors,
-		      size_t nq, uint32_t k, char **keys, float *distances, uint32_t *counts);
+		      size_t nq, uint32_t dim, uint32_t k, char **keys, float *distances,
+		      uint32_t *counts);
 
 /* Free n keys returned by dmann_query / dmann_batch_query (NULL entries are skipped) and
  * set them to NULL. */

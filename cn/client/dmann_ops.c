@@ -202,13 +202,17 @@ int dmann_drop_index(dmann_t *d, const char *bucket, const char *index)
 	return rc ? rc : call1(d, DM_C_DELETE_INDEX, names(bucket, index), NULL);
 }
 
-/* The index's dimension, checked against what the caller passes. */
-static int index_dim(dmann_t *d, const char *bucket, const char *index, uint32_t *dim)
+/* The index's dimension must be what the caller passes. */
+static int index_dim(dmann_t *d, const char *bucket, const char *index, uint32_t want)
 {
-	int rc = dmann_describe_index(d, bucket, index, dim, NULL);
+	uint32_t dim = 0;
+	int rc = dmann_describe_index(d, bucket, index, &dim, NULL);
 
 	if (rc == -ENOENT)
-		dmann_fail(rc, "no index '%s' in bucket '%s'", index, bucket);
+		return dmann_fail(rc, "no index '%s' in bucket '%s'", index, bucket);
+	if (!rc && dim != want)
+		return dmann_fail(-EINVAL, "wrong dimension: %u, index '%s' has %u", want, index,
+				  dim);
 	return rc;
 }
 
@@ -220,16 +224,16 @@ static int ok_done(struct dmann_req *r, int status, const char *json, size_t len
 }
 
 int dmann_put(dmann_t *d, const char *bucket, const char *index, size_t n,
-	      const char *const *keys, const float *vectors, const char *const *metadata)
+	      const char *const *keys, const float *vectors, uint32_t dim,
+	      const char *const *metadata)
 {
 	struct dmann_req *reqs = NULL;
 	size_t nr = 0, i = 0;
-	uint32_t dim;
 	char *pre = NULL;
 	int rc = check(d, bucket, index);
 
 	if (!rc)
-		rc = keys_ok(n, keys) ?: index_dim(d, bucket, index, &dim);
+		rc = keys_ok(n, keys) ?: index_dim(d, bucket, index, dim);
 	if (!rc)
 		rc = vecs_ok(vectors, n, dim);
 	if (rc || n == 0)
@@ -354,15 +358,14 @@ int dmann_delete(dmann_t *d, const char *bucket, const char *index, size_t n,
 }
 
 int dmann_get(dmann_t *d, const char *bucket, const char *index, size_t n,
-	      const char *const *keys, float *out, uint8_t *found)
+	      const char *const *keys, float *out, uint32_t dim, uint8_t *found)
 {
 	struct dmann_req *r = NULL;
 	size_t nr = 0;
-	uint32_t dim = 0;
 	int rc = check(d, bucket, index), nfound = 0;
 
 	if (!rc)
-		rc = keys_ok(n, keys) ?: index_dim(d, bucket, index, &dim);
+		rc = keys_ok(n, keys) ?: index_dim(d, bucket, index, dim);
 	if (rc || n == 0)
 		return rc;
 	if (out)
@@ -440,11 +443,11 @@ static int query_done(struct dmann_req *r, int status, const char *json, size_t 
 }
 
 int dmann_batch_query(dmann_t *d, const char *bucket, const char *index, const float *vectors,
-		      size_t nq, uint32_t k, char **keys, float *distances, uint32_t *counts)
+		      size_t nq, uint32_t dim, uint32_t k, char **keys, float *distances,
+		      uint32_t *counts)
 {
 	struct qout q = { .keys = keys, .dist = distances, .counts = counts, .k = k };
 	struct dmann_req *r;
-	uint32_t dim;
 	int rc = check(d, bucket, index);
 
 	if (rc)
@@ -456,7 +459,7 @@ int dmann_batch_query(dmann_t *d, const char *bucket, const char *index, const f
 		return dmann_fail(-EINVAL, "k = %u is outside 1..%u", k, DMANN_MAX_K);
 	if (!keys || !distances)
 		return dmann_fail(-EINVAL, "keys and distances must not be NULL");
-	rc = index_dim(d, bucket, index, &dim) ?: vecs_ok(vectors, nq, dim);
+	rc = index_dim(d, bucket, index, dim) ?: vecs_ok(vectors, nq, dim);
 	if (rc || nq == 0)
 		return rc;
 	for (size_t i = 0; i < nq * k; i++) {
@@ -485,10 +488,10 @@ int dmann_batch_query(dmann_t *d, const char *bucket, const char *index, const f
 }
 
 int dmann_query(dmann_t *d, const char *bucket, const char *index, const float *vector,
-		uint32_t k, char **keys, float *distances)
+		uint32_t dim, uint32_t k, char **keys, float *distances)
 {
 	uint32_t n = 0;
-	int rc = dmann_batch_query(d, bucket, index, vector, 1, k, keys, distances, &n);
+	int rc = dmann_batch_query(d, bucket, index, vector, 1, dim, k, keys, distances, &n);
 
 	return rc ? rc : (int)n;
 }
