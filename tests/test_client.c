@@ -231,12 +231,46 @@ Test(client, libdmann_put_query_delete_exact, .timeout = 600)
 	cr_assert_eq(found[1], 1);
 	cr_assert_eq(memcmp(back + DIM, v + 5000 * DIM, DIM * sizeof(float)), 0,
 		     "float32 must round-trip exactly");
-	/* The results, for the SDK and Python comparisons (DMANN_CLIENT_RESULTS). */
-	snprintf(path, sizeof(path), "%s/c_results.txt", dir);
-	f = fopen(path, "w");
-	for (int i = 0; i < NQ * KK; i++)
-		fprintf(f, "%s %.9g\n", got[i], dist[i]);
-	fclose(f);
+	/* The same queries through the AWS SDK (tests/s3sdk/query_file.js) against cn0's
+	 * gateway: same keys, distances within 1e-5. */
+	{
+		const char *root = getenv("DMANN_BUILD_ROOT"), *src = getenv("DMANN_SOURCE_ROOT");
+		char http[DM_ADDR_MAX] = "", line[256];
+		FILE *cfgf;
+		int row = 0;
+
+		snprintf(path, sizeof(path), "%s/q.f32", dir);
+		f = fopen(path, "wb");
+		cr_assert_eq(fwrite(q, sizeof(float), (size_t)NQ * DIM, f), (size_t)NQ * DIM);
+		fclose(f);
+		cfgf = fopen(cfgpath, "r");
+		while (cfgf && fgets(line, sizeof(line), cfgf) && !http[0])
+			if (sscanf(line, "http = %127s", http) == 1)
+				break;
+		if (cfgf)
+			fclose(cfgf);
+		cr_assert(http[0], "no http address in %s", cfgpath);
+		cr_assert_eq(sh("node --no-warnings %s/tests/s3sdk/query_file.js %s/s3sdk-cache/"
+				"node_modules http://%s DMANNLOCALTEST %s/lc/s3.secret cbucket cidx "
+				"%s/q.f32 %d %d > %s/sdk.txt", src, root, http, dir, dir, DIM, KK, dir),
+			     0, "the SDK comparison needs node and `ninja s3sdk-deps`");
+		snprintf(path, sizeof(path), "%s/sdk.txt", dir);
+		f = fopen(path, "r");
+		cr_assert_not_null(f);
+		while (fgets(line, sizeof(line), f)) {
+			char key[64];
+			double dd;
+
+			cr_assert_eq(sscanf(line, "%63s %lf", key, &dd), 2);
+			cr_assert_lt(row, NQ * KK);
+			cr_assert_str_eq(key, got[row], "SDK row %d", row);
+			cr_assert_leq(fabs(dd - dist[row]), 1e-5, "SDK row %d: %g vs %g", row, dd,
+				      dist[row]);
+			row++;
+		}
+		fclose(f);
+		cr_assert_eq(row, NQ * KK, "SDK returned %d results", row);
+	}
 
 	/* Bad input: clear errors, never a crash. */
 	float bad[DIM] = { 0 };
