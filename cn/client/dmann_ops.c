@@ -239,7 +239,10 @@ int dmann_put(dmann_t *d, const char *bucket, const char *index, size_t n,
 	if (rc || n == 0)
 		return rc;
 	reqs = calloc(n, sizeof(*reqs));
-	pre = json_dumps(names(bucket, index), JFLAGS);   /* {"vectorBucketName":..,..} */
+	json_t *nm = names(bucket, index);
+
+	pre = nm ? json_dumps(nm, JFLAGS) : NULL;   /* {"vectorBucketName":..,..} */
+	json_decref(nm);
 	if (!reqs || !pre) {
 		rc = -ENOMEM;
 		goto out;
