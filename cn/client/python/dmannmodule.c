@@ -214,17 +214,25 @@ out:
 	return Py_NewRef(Py_None);
 }
 
+/* Arguments (bucket, name, keys) -> the keys as UTF-8 pointers (free them), or NULL. */
+static const char **bucket_name_keys(PyObject *args, const char **b, const char **n,
+				     Py_ssize_t *nk)
+{
+	PyObject *keys;
+
+	if (!PyArg_ParseTuple(args, "ssO", b, n, &keys))
+		return NULL;
+	return as_keys(keys, nk);
+}
+
 static PyObject *c_delete(Conn *c, PyObject *args)
 {
 	const char *b, *n;
-	PyObject *keys;
 	const char **k;
 	Py_ssize_t nk;
 	int rc;
 
-	if (!PyArg_ParseTuple(args, "ssO", &b, &n, &keys))
-		return NULL;
-	k = as_keys(keys, &nk);
+	k = bucket_name_keys(args, &b, &n, &nk);
 	if (!k)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
@@ -238,15 +246,13 @@ static PyObject *c_delete(Conn *c, PyObject *args)
 static PyObject *c_get(Conn *c, PyObject *args)
 {
 	const char *b, *n;
-	PyObject *keys, *out = NULL, *found = NULL;
+	PyObject *out = NULL, *found = NULL;
 	const char **k;
 	Py_ssize_t nk;
 	uint32_t dim = 0;
 	int rc;
 
-	if (!PyArg_ParseTuple(args, "ssO", &b, &n, &keys))
-		return NULL;
-	k = as_keys(keys, &nk);
+	k = bucket_name_keys(args, &b, &n, &nk);
 	if (!k)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
