@@ -262,16 +262,23 @@ Test(reload, different_index_under_a_query_stream_cached)
 }
 
 /* 128 work requests per connection, while a worker keeps up to 200 READs in flight per
- * memory node: posts are refused with -EAGAIN and must be retried, not fail queries. */
+ * memory node: posts are refused with -EAGAIN and must be retried, not fail queries. The
+ * image is A built without neighbour codes (layout v2, --codes none): an expansion then READs
+ * every unvisited neighbour in one batch, which is what fills the queue (with codes a query
+ * has one READ in flight per expansion). */
 Test(reload, full_send_queue_is_back_pressure)
 {
 	uint32_t nq;
-	int32_t *want = local_ids('a', &nq);
+	int32_t *want;
 	struct dm_vecs got;
 	unsigned diff = 0;
 
+	cr_assert_eq(sh("%s build --base %s/a/base.fbin --metric l2 --M 12 --efc 80 --threads 1 "
+			"--block-shift 10 --codes none --out %s/n.hnsw >/dev/null", dmann, dir, dir),
+		     0);
+	want = local_ids('n', &nq);
 	cluster_up("--cn-set send_queue=128");
-	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/n.hnsw", dmann, dir, dir), 0);
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/a/query.fbin --gt "
 			"%s/a/gt.ibin --k %d --ef %d --cache-ratio 0 --conns 4 --depth 32 --nq %u "
 			"--out %s/ids.ibin", dmann, dir, dir, dir, K, EF, nq * 5, dir), 0,
