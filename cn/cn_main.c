@@ -43,23 +43,44 @@ static void usage(FILE *f)
 		"  --help         this text\n");
 }
 
-/* The cluster's transport with the compute node's send queue ([cn] send_queue). */
+/* The cluster's transport with the compute node's send queue ([cn] send_queue), accepting
+ * the cluster file's client identities ([client.NAME]) besides the cluster secret. */
 static struct dm_xport *cn_xport(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *n)
 {
+	static struct dm_xport_cred creds[DM_MAX_CLIENTS];
 	struct dm_xport_params p = {
 		.backend = cfg->transport[0] ? cfg->transport : NULL,
 		.cluster = cfg->name, .secret = cfg->secret, .secret_len = cfg->secret_len,
 		.device = n->device[0] ? n->device : NULL,
 		.max_send_wr = n->cnc.send_queue,
 		.max_recv_wr = 4096,   /* several message pools share the receive queue */
+		.creds = creds, .n_creds = cfg->n_clients,
 	};
-	struct dm_xport *x = dm_xport_open(&p);
+	struct dm_xport *x;
+
+	_Static_assert(DM_MAX_CLIENTS <= DM_XPORT_MAX_CREDS, "client table");
+	for (uint32_t i = 0; i < cfg->n_clients; i++) {
+		snprintf(creds[i].name, sizeof(creds[i].name), "%s", cfg->clients[i].name);
+		memcpy(creds[i].secret, cfg->clients[i].secret, cfg->clients[i].secret_len);
+		creds[i].secret_len = cfg->clients[i].secret_len;
+	}
+	x = dm_xport_open(&p);
+	memset(creds, 0, sizeof(creds));
 
 	if (!x)
 		dm_err("cannot open the %s transport: %s", p.backend ? p.backend : "default",
 		       strerror(errno));
 	return x;
 }
+
+#if DM_HAVE_HTTP
+/* cn->s3_call: native client data ops run on the S3 gateway. */
+static char *call_s3(void *ctx, const char *op, const char *body, size_t len, int *status,
+		     size_t *out_len)
+{
+	return cn_s3_call(ctx, op, body, len, status, out_len);
+}
+#endif
 
 /* Prometheus text for GET /metrics. */
 static void cn_metrics(void *arg, FILE *out)
@@ -273,6 +294,10 @@ int main(int argc, char **argv)
 			dm_err("cn%u: cannot start the S3 gateway on %s: %s", cn.node->id,
 			       cn.node->http, strerror(errno));
 			goto out_free_pool;
+		}
+		if (s3gw) {
+			cn.s3_call = call_s3;
+			cn.s3_ctx = s3gw;
 		}
 	}
 #endif

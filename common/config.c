@@ -361,6 +361,31 @@ static int mn_settings_key(struct parse_ctx *pc, const char *key, const char *v)
 
 /* ---- end of [mn] ---- */
 
+/* [client.NAME]: a client identity (libdmann); its only key is secret_file. */
+static int client_key(struct parse_ctx *pc, const char *name, const char *key, const char *v)
+{
+	struct dm_cluster_cfg *cfg = pc->cfg;
+	struct dm_client_cfg *c = NULL;
+
+	if (!dm_wire_client_name_ok(name))
+		return fail(pc, "client name '%s' must be 1..63 of A-Z a-z 0-9 _ . -%s", name, "");
+	for (uint32_t i = 0; i < cfg->n_clients; i++)
+		if (!strcmp(cfg->clients[i].name, name))
+			c = &cfg->clients[i];
+	if (!c) {
+		if (cfg->n_clients == DM_MAX_CLIENTS)
+			return fail(pc, "more than 32 [client.*] sections%s%s", "", "");
+		c = &cfg->clients[cfg->n_clients++];
+		snprintf(c->name, sizeof(c->name), "%s", name);
+	}
+	if (strcmp(key, "secret_file"))
+		return fail(pc, "unknown key '%s' in a [client.*] section (only secret_file)%s",
+			    key, "");
+	if (!copy_str(c->secret_file, sizeof(c->secret_file), v))
+		return fail(pc, "secret_file '%s' is empty or too long%s", v, "");
+	return 1;
+}
+
 static int handler(void *user, const char *section, const char *key, const char *v)
 {
 	struct parse_ctx *pc = user;
@@ -481,9 +506,11 @@ static int handler(void *user, const char *section, const char *key, const char 
 		return dm_cfg_identity_key(pc, section + 12, key, v);
 	if (!strcmp(section, "mn"))
 		return mn_settings_key(pc, key, v);
+	if (!strncmp(section, "client.", 7))
+		return client_key(pc, section + 7, key, v);
 	n = node_for_section(pc, section);
 	if (!n)
-		return fail(pc, "unknown section [%s] (expected cluster, cn, s3, router, mn, mn.N or cn.N with N < 256)%s",
+		return fail(pc, "unknown section [%s] (expected cluster, cn, s3, router, mn, mn.N, cn.N with N < 256 or client.NAME)%s",
 			    section, "");
 	return node_key(pc, n, key, v);
 }
@@ -550,6 +577,24 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 		snprintf(err, errlen, "%s: [cluster] secret_file is missing", name);
 		return -EINVAL;
 	}
+	for (uint32_t i = 0; i < cfg->n_clients; i++) {
+		struct dm_client_cfg *c = &cfg->clients[i];
+
+		if (!c->secret_file[0]) {
+			snprintf(err, errlen, "%s: [client.%s] has no secret_file", name, c->name);
+			return -EINVAL;
+		}
+		if (pc->only_client && strcmp(c->name, pc->only_client))
+			continue;
+		rc = dm_cfg_read_secret(pc->base_dir, c->secret_file, c->secret, sizeof(c->secret),
+				 &c->secret_len, msg, sizeof(msg));
+		if (rc) {
+			snprintf(err, errlen, "%s: [client.%s]: %s", name, c->name, msg);
+			return rc;
+		}
+	}
+	if (pc->only_client)
+		goto nodes;   /* a client holds neither the cluster secret nor the [s3] key */
 	rc = dm_cfg_read_secret(pc->base_dir, pc->secret_file, cfg->secret, sizeof(cfg->secret),
 			 &cfg->secret_len, msg, sizeof(msg));
 	if (rc) {
@@ -568,6 +613,7 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 	rc = dm_cfg_identities_finish(pc, name, err, errlen);
 	if (rc)
 		return rc;
+nodes:
 	for (int r = 0; r < 2; r++) {
 		struct dm_node_cfg *arr = r ? cfg->cn : cfg->mn;
 		uint32_t cnt = r ? cfg->n_cn : cfg->n_mn;
@@ -608,8 +654,9 @@ static int finish(struct parse_ctx *pc, const char *name, char *err, size_t errl
 	return 0;
 }
 
-int dm_config_parse(const char *text, const char *name, const char *base_dir,
-		    struct dm_cluster_cfg *cfg, char *err, size_t errlen)
+static int parse_text(const char *text, const char *name, const char *base_dir,
+		      const char *only_client, struct dm_cluster_cfg *cfg, char *err,
+		      size_t errlen)
 {
 	struct parse_ctx *pcp = calloc(1, sizeof(*pcp));
 	int rc;
@@ -620,6 +667,7 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 	}
 	pcp->cfg = cfg;
 	pcp->base_dir = base_dir;
+	pcp->only_client = only_client;
 	int line;
 
 	memset(cfg, 0, sizeof(*cfg));
@@ -651,7 +699,14 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
 	return rc;
 }
 
-int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size_t errlen)
+int dm_config_parse(const char *text, const char *name, const char *base_dir,
+		    struct dm_cluster_cfg *cfg, char *err, size_t errlen)
+{
+	return parse_text(text, name, base_dir, NULL, cfg, err, errlen);
+}
+
+static int load(const char *path, const char *only_client, struct dm_cluster_cfg *cfg,
+		char *err, size_t errlen)
 {
 	char dir[512], *slash;
 	char *text;
@@ -695,9 +750,70 @@ int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size
 		*slash = '\0';
 	else
 		snprintf(dir, sizeof(dir), ".");
-	rc = dm_config_parse(text, path, dir, cfg, err, errlen);
+	rc = parse_text(text, path, dir, only_client, cfg, err, errlen);
 	free(text);
 	return rc;
+}
+
+int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size_t errlen)
+{
+	return load(path, NULL, cfg, err, errlen);
+}
+
+int dm_config_load_client(const char *path, const char *client, struct dm_cluster_cfg *cfg,
+			  char *err, size_t errlen)
+{
+	const char *env_name = getenv("DMANN_CLIENT_NAME");
+	const char *env_file = getenv("DMANN_CLIENT_SECRET_FILE");
+	const struct dm_client_cfg *c;
+	int rc;
+
+	if (!client || !*client)
+		client = env_name && *env_name ? env_name : NULL;
+	if (!client) {
+		snprintf(err, errlen, "%s: no client identity given (nor DMANN_CLIENT_NAME)", path);
+		return -EINVAL;
+	}
+	rc = load(path, env_file && *env_file ? "" : client, cfg, err, errlen);
+	if (rc)
+		return rc;
+	c = dm_config_client(cfg, client);
+	if (env_file && *env_file) {
+		char msg[700];
+		struct dm_client_cfg *w;
+
+		if (!c && cfg->n_clients == DM_MAX_CLIENTS) {
+			snprintf(err, errlen, "%s: too many clients", path);
+			return -EINVAL;
+		}
+		w = c ? (struct dm_client_cfg *)c : &cfg->clients[cfg->n_clients++];
+		if (!dm_wire_client_name_ok(client)) {
+			snprintf(err, errlen, "client name '%s' is not valid", client);
+			return -EINVAL;
+		}
+		snprintf(w->name, sizeof(w->name), "%s", client);
+		snprintf(w->secret_file, sizeof(w->secret_file), "%s", env_file);
+		rc = dm_cfg_read_secret(NULL, env_file, w->secret, sizeof(w->secret), &w->secret_len, msg,
+				 sizeof(msg));
+		if (rc) {
+			snprintf(err, errlen, "DMANN_CLIENT_SECRET_FILE: %s", msg);
+			return rc;
+		}
+		return 0;
+	}
+	if (!c) {
+		snprintf(err, errlen, "%s: no [client.%s] section", path, client);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+const struct dm_client_cfg *dm_config_client(const struct dm_cluster_cfg *cfg, const char *name)
+{
+	for (uint32_t i = 0; i < cfg->n_clients; i++)
+		if (!strcmp(cfg->clients[i].name, name))
+			return &cfg->clients[i];
+	return NULL;
 }
 
 const struct dm_node_cfg *dm_config_node(const struct dm_cluster_cfg *cfg, enum dm_role role,

@@ -102,6 +102,13 @@
  *                               ; before group commit, kept for comparisons). Either way
  *                               ; a write is acknowledged only once it is durable.
  *
+ *   [client.bench]              ; a client identity (libdmann, Python): it connects to the
+ *   secret_file = bench.secret  ; compute nodes with this secret (16..64 bytes) instead of
+ *                               ; the cluster secret; up to 32 such sections, names of 1..63
+ *                               ; of A-Z a-z 0-9 _ . -. A client's connection gets no remote
+ *                               ; memory access and every admin op on it fails with -EPERM.
+ *                               ; Memory nodes accept no client identity.
+ *
  * Every unknown section or key, and every bad value, is an error naming the file and line.
  */
 #ifndef DM_CONFIG_H
@@ -158,6 +165,14 @@ struct dm_node_cfg {
 	bool defined;
 };
 
+#define DM_MAX_CLIENTS 32
+struct dm_client_cfg {               /* [client.NAME] */
+	char name[64];
+	char secret_file[512];
+	uint8_t secret[64];          /* empty when not read (dm_config_load_client: others) */
+	size_t secret_len;
+};
+
 struct dm_cluster_cfg {
 	char path[512];
 	char dir[512];               /* directory of the config file */
@@ -201,6 +216,8 @@ struct dm_cluster_cfg {
 		bool wal_group_commit;       /* default true */
 	} mn_set;
 	struct dm_cn_cfg cn_all;     /* [cn]: every compute node's settings */
+	uint32_t n_clients;
+	struct dm_client_cfg clients[DM_MAX_CLIENTS];
 	uint32_t n_mn, n_cn;
 	struct dm_node_cfg mn[DM_MAX_NODES];
 	struct dm_node_cfg cn[DM_MAX_NODES];
@@ -220,6 +237,17 @@ int dm_config_load(const char *path, struct dm_cluster_cfg *cfg, char *err, size
 /* Parse from a string (tests, fuzzing); base_dir resolves relative secret paths. */
 int dm_config_parse(const char *text, const char *name, const char *base_dir,
 		    struct dm_cluster_cfg *cfg, char *err, size_t errlen);
+
+/* Load a cluster file as client identity `client` (NULL or "": $DMANN_CLIENT_NAME) does:
+ * only that client's secret is read (neither the cluster secret, secret_len stays 0, nor
+ * the [s3] key nor other clients' secrets). $DMANN_CLIENT_SECRET_FILE, when set, names the
+ * client's secret file instead (the client then need not have a section in this file; the
+ * compute nodes must still know it). 0 or -errno (-ENOENT: no such client) with err. */
+int dm_config_load_client(const char *path, const char *client, struct dm_cluster_cfg *cfg,
+			  char *err, size_t errlen);
+/* The [client.NAME] entry, or NULL. */
+const struct dm_client_cfg *dm_config_client(const struct dm_cluster_cfg *cfg,
+					     const char *name);
 
 const struct dm_node_cfg *dm_config_node(const struct dm_cluster_cfg *cfg, enum dm_role role,
 					 uint32_t id);

@@ -16,6 +16,7 @@ struct parse_ctx {
 	char cnmsg[256];
 	struct dm_s3_identity ids[DM_S3_MAX_IDS];   /* [s3.identity.NAME], file order */
 	uint32_t nids;
+	const char *only_client;     /* dm_config_load_client: read only this client's secret */
 };
 
 /* Record the first error (fmt with two %s) for the current line; returns 0 (inih: stop). */

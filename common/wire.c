@@ -42,6 +42,7 @@ int dm_wire_body_len(uint16_t op, int32_t status)
 {
 	switch (op) {
 	case DM_OP_HS_HELLO:  return sizeof(struct dm_wire_hs_hello);
+	case DM_OP_HS_HELLO_CLIENT: return sizeof(struct dm_wire_hs_hello_client);
 	case DM_OP_HS_REPLY:  return status ? 0 : (int)sizeof(struct dm_wire_hs_reply);
 	case DM_OP_HS_AUTH:   return sizeof(struct dm_wire_hs_auth);
 	case DM_OP_HS_RESULT: return 0;
@@ -70,7 +71,7 @@ int dm_wire_check_len(const struct dm_wire_hdr *h)
 	fixed = DM_WIRE_HDR_LEN + (uint32_t)body;
 	/* Requests never carry a status. */
 	switch (h->op) {
-	case DM_OP_HS_HELLO: case DM_OP_HS_AUTH: case DM_OP_READ_REQ: case DM_OP_WRITE_REQ:
+	case DM_OP_HS_HELLO: case DM_OP_HS_HELLO_CLIENT: case DM_OP_HS_AUTH: case DM_OP_READ_REQ: case DM_OP_WRITE_REQ:
 	case DM_OP_CAS_REQ: case DM_OP_FAA_REQ: case DM_OP_SEND:
 		if (h->status != 0)
 			return -EBADMSG;
@@ -119,6 +120,46 @@ int dm_wire_hs_hello_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_he
 	if (m->flags || m->reserved)
 		return -EPROTO;
 	return dm_wire_cluster_check(m->cluster);
+}
+
+bool dm_wire_client_name_ok(const char *name)
+{
+	size_t n = strnlen(name, DM_HS_CLUSTER_LEN);
+
+	if (n == 0 || n == DM_HS_CLUSTER_LEN)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+void dm_wire_hs_hello_client_encode(uint8_t *buf, const struct dm_wire_hs_hello_client *m)
+{
+	dm_wire_hs_hello_encode(buf, &m->hello);
+	memcpy(buf + sizeof(m->hello), m->client, DM_HS_CLUSTER_LEN);
+}
+
+int dm_wire_hs_hello_client_decode(const uint8_t *buf, size_t len,
+				   struct dm_wire_hs_hello_client *m)
+{
+	int rc;
+
+	if (!buf || len < sizeof(*m))
+		return -EBADMSG;
+	rc = dm_wire_hs_hello_decode(buf, sizeof(m->hello), &m->hello);
+	if (rc)
+		return rc;
+	memcpy(m->client, buf + sizeof(m->hello), DM_HS_CLUSTER_LEN);
+	/* Same padding rule as the cluster name, then the identity alphabet. */
+	rc = dm_wire_cluster_check(m->client);
+	if (rc)
+		return rc;
+	return dm_wire_client_name_ok(m->client) ? 0 : -EBADMSG;
 }
 
 void dm_wire_hs_reply_encode(uint8_t *buf, const struct dm_wire_hs_reply *m)

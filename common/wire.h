@@ -28,6 +28,7 @@
  *   0x2000-0x2fff  messages forwarded between compute nodes through memory nodes, router
  *                  state exchange and router settings
  *   0x3000-0x30ff  native query protocol: clients (dmann bench) <-> compute nodes
+ *   0x3100-0x31ff  native client data ops: libdmann <-> compute nodes (S3 Vectors indexes)
  *
  * Handshake (client C connects to server S; secret K is the cluster secret):
  *   C -> S  HS_HELLO   {version, cluster name, nonce_c}
@@ -36,6 +37,12 @@
  *   C -> S  HS_AUTH    {proof_c}
  *                      proof_c = HMAC-SHA256(K, "dmann-hs-client" | cluster | nonce_c | nonce_s)
  *   S -> C  HS_RESULT  {} with header status 0 (accepted) or -errno (refused)
+ * A client identity ([client.NAME] of the cluster file, libdmann) opens with HS_HELLO_CLIENT
+ * {the HS_HELLO fields, client name} instead; the rest is the same but K is that client's
+ * secret and both proofs also cover the name (label | version | cluster | client | nonces).
+ * A server that does not know the name (memory nodes know none) refuses with -EACCES; a
+ * compute node marks the connection as a client's (dm_conn.client): no remote memory
+ * access on it and every admin op refused with -EPERM.
  * Either side may answer any step with HS_RESULT carrying a negative status and close. Each
  * side proves knowledge of K over a nonce the other chose, so a recorded exchange is useless;
  * the role label keeps a server proof from being replayed as a client proof.
@@ -75,6 +82,7 @@ enum dm_wire_op {
 	DM_OP_HS_REPLY   = 0x0002,
 	DM_OP_HS_AUTH    = 0x0003,
 	DM_OP_HS_RESULT  = 0x0004,
+	DM_OP_HS_HELLO_CLIENT = 0x0005,
 	/* 0x0100-0x01ff: tcp transport */
 	DM_OP_READ_REQ   = 0x0100,
 	DM_OP_READ_RESP  = 0x0101,
@@ -129,6 +137,12 @@ struct dm_wire_hs_reply {      /* HS_REPLY */
 	char cluster[DM_HS_CLUSTER_LEN];
 };
 _Static_assert(sizeof(struct dm_wire_hs_reply) == 136, "hs_reply layout");
+
+struct dm_wire_hs_hello_client {   /* HS_HELLO_CLIENT */
+	struct dm_wire_hs_hello hello;
+	char client[DM_HS_CLUSTER_LEN];    /* identity: NUL-padded, [A-Za-z0-9_.-]{1,63} */
+};
+_Static_assert(sizeof(struct dm_wire_hs_hello_client) == 168, "hs_hello_client layout");
 
 struct dm_wire_hs_auth {       /* HS_AUTH */
 	uint8_t proof[DM_HS_PROOF_LEN];
@@ -193,6 +207,11 @@ int dm_wire_check_len(const struct dm_wire_hdr *h);
  * validates reserved fields (0 or -EBADMSG/-EPROTO). */
 void dm_wire_hs_hello_encode(uint8_t *buf, const struct dm_wire_hs_hello *m);
 int dm_wire_hs_hello_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_hello *m);
+void dm_wire_hs_hello_client_encode(uint8_t *buf, const struct dm_wire_hs_hello_client *m);
+int dm_wire_hs_hello_client_decode(const uint8_t *buf, size_t len,
+				   struct dm_wire_hs_hello_client *m);
+/* A client identity name: 1..63 of [A-Za-z0-9_.-]. */
+bool dm_wire_client_name_ok(const char *name);
 void dm_wire_hs_reply_encode(uint8_t *buf, const struct dm_wire_hs_reply *m);
 int dm_wire_hs_reply_decode(const uint8_t *buf, size_t len, struct dm_wire_hs_reply *m);
 void dm_wire_hs_auth_encode(uint8_t *buf, const struct dm_wire_hs_auth *m);
@@ -633,5 +652,57 @@ int dm_wire_fl_chunk_decode(const uint8_t *buf, size_t len, struct dm_wire_fl_ch
 
 /* Payloads are written with struct dm_buf and read with struct dm_rbuf (util/dm_buf.h). */
 /* ---- end of S3 flat-index RPC ---- */
+
+/* ---- native client data ops: libdmann <-> compute node (0x3100-0x31ff) -----------------
+ *
+ * libdmann's indexes are the S3 Vectors indexes (bucket + index name). Carried as transport
+ * SEND payloads on a client's connection to a CN, like Q_SEARCH; many calls may be in flight
+ * on one connection (req_id matches the answer; the CN answers one connection's calls in
+ * order).
+ *
+ *   C_CALL  call{op, json_len} + json_len bytes: the S3 Vectors request body of operation op
+ *           (UTF-8 JSON, exactly the HTTP body docs/api.md describes)
+ *        -> call{http status, json_len} + json_len bytes: the response body (the
+ *           operation's JSON, or the AWS error shape {"__type", "message"} for status >= 400)
+ * The CN runs the operation through the same function its HTTP gateway calls after SigV4
+ * (cn_s3_call: catalog and writes to the bucket's MN replicas, QueryVectors as the exact
+ * scan fan-out + merge), so the answers are the HTTP path's byte for byte. Header status of
+ * the answer: 0 when the CN ran the operation (the outcome is the http status), -ENOSYS (the
+ * CN has no S3 gateway: no http address or no [s3] key), -EMSGSIZE (answer larger than
+ * DM_C_MAX_RESP), -ENOMEM; then json_len is 0. A request is at most DM_C_MAX_REQ bytes (the
+ * CN's receive buffers): a client splits larger puts into several calls.
+ */
+enum dm_wire_c_op_code {
+	DM_OP_C_CALL  = 0x3100,     /* response 0x3101 */
+	DM_OP_C_FIRST = 0x3100,
+	DM_OP_C_LAST  = 0x31ff,
+};
+#define DM_C_MAX_REQ  16384u
+#define DM_C_MAX_RESP (256u * 1024u)
+
+enum dm_c_op {                 /* call.op: S3 Vectors operation */
+	DM_C_CREATE_BUCKET = 1, DM_C_GET_BUCKET, DM_C_DELETE_BUCKET, DM_C_LIST_BUCKETS,
+	DM_C_CREATE_INDEX, DM_C_GET_INDEX, DM_C_DELETE_INDEX, DM_C_LIST_INDEXES,
+	DM_C_PUT_VECTORS, DM_C_GET_VECTORS, DM_C_DELETE_VECTORS, DM_C_LIST_VECTORS,
+	DM_C_QUERY_VECTORS,
+	DM_C_OP_MAX = DM_C_QUERY_VECTORS,
+};
+
+struct dm_wire_c_call {        /* C_CALL request and response, followed by json_len bytes */
+	uint32_t op;               /* request: enum dm_c_op; response: HTTP status (200..599) */
+	uint32_t json_len;
+};
+_Static_assert(sizeof(struct dm_wire_c_call) == 8, "c_call layout");
+
+/* The S3 operation name of a dm_c_op ("CreateIndex"...), NULL if unknown. */
+const char *dm_c_op_name(uint32_t op);
+void dm_wire_c_call_encode(uint8_t *buf, const struct dm_wire_c_call *m);
+/* Decode and validate a whole C_CALL message (header decoded from buf, buflen bytes): the
+ * request's op is known, the response's status is 200..599 (or json_len 0 with a header
+ * error), json_len matches the length, a request is at most DM_C_MAX_REQ bytes and a
+ * response DM_C_MAX_RESP. *json points into buf. 0, -EBADMSG or -EPROTO. */
+int dm_wire_c_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t buflen,
+		    struct dm_wire_c_call *m, const uint8_t **json);
+/* ---- end of native client data ops ---- */
 
 #endif /* DM_WIRE_H */

@@ -1,6 +1,7 @@
 /* cli_local.c: `dmann local up|down`: a local cluster for tests, benchmarks and the demo.
  *
- * up:   writes DIR/cluster.ini (+ DIR/secret, DIR/s3.secret), starts N memory nodes and M
+ * up:   writes DIR/cluster.ini (+ DIR/secret, DIR/s3.secret, DIR/client.secret of the
+ *       client identity [client.local]), starts N memory nodes and M
  *       compute nodes as background processes (logs in DIR/<node>.log, pids in DIR/pids),
  *       and returns once every node accepts connections. On loopback each node gets a port
  *       of 127.0.0.1; with --netns each node runs in its own network namespace, joined to a
@@ -539,6 +540,13 @@ static int cmd_up(int argc, char **argv)
 	write_file(path, s3secret, 0600);
 	if (s3_extras(dir, ids, nids, https))
 		return 1;
+	/* A client identity for libdmann, the Python binding and the CLI's data commands. */
+	if (random_secret(s3secret, sizeof(s3secret))) {
+		fprintf(stderr, "dmann local up: cannot read /dev/urandom\n");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/client.secret", dir);
+	write_file(path, s3secret, 0600);
 
 	f = open_memstream(&ini, &inilen);
 	fprintf(f, "; written by dmann local up\n[cluster]\nname = local-%s\nsecret_file = secret\n"
@@ -554,6 +562,7 @@ static int cmd_up(int argc, char **argv)
 		fprintf(f, "\n[s3.identity.%s]\naccess_key = %s\nsecret_key_file = s3.%s.secret\n",
 			ids[i], ak, ids[i]);
 	}
+	fprintf(f, "\n[client.local]\nsecret_file = client.secret\n");
 	put_sets(f, "router", rset, nrset);
 	put_sets(f, "cn", cset, ncset);
 	if (netns)

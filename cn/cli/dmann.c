@@ -16,6 +16,12 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },
 	{ "status", "show every node of a cluster", dm_cmd_status },
 	{ "demo", "local cluster + index + queries + summary, then stop everything", dm_cmd_demo },
+#if DM_HAVE_CLIENT
+	{ "put", "put vectors of a file into an S3 Vectors index (libdmann)", dm_cmd_vectors },
+	{ "get", "get vectors by key from an index (libdmann)", dm_cmd_vectors },
+	{ "delete", "delete vectors by key from an index (libdmann)", dm_cmd_vectors },
+	{ "query", "exact k-NN of every vector of a file in an index (libdmann)", dm_cmd_vectors },
+#endif
 	{ NULL, NULL, NULL },
 };
 

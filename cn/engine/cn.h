@@ -17,6 +17,11 @@ struct cn {
 	const struct dm_node_cfg *node;
 	struct dm_xport *x;
 	struct dm_msgpool *pool;          /* receive buffers of every connection */
+	/* Native client data ops (C_CALL): one S3 Vectors operation through the gateway
+	 * (cn_s3_call); NULL when the CN runs none. Set before the first worker starts. */
+	char *(*s3_call)(void *ctx, const char *op, const char *body, size_t len, int *status,
+			 size_t *out_len);
+	void *s3_ctx;
 
 	/* Index view and cache; workers hold lock for reading while they use them. */
 	pthread_rwlock_t lock;
@@ -92,5 +97,19 @@ struct cn_worker_arg {
 	atomic_bool *alive;       /* serve: cleared when the worker exits */
 };
 void *cn_worker(void *arg);
+
+/* ---- cn_call.c: native client data ops (C_CALL) ---- */
+#define CN_CALL_WR (1ull << 59)   /* wr_id of an answer's SEND */
+struct cn_call {                  /* one per connection */
+	uint8_t *buf;                 /* DM_C_MAX_RESP bytes, registered */
+	struct dm_mr *mr;
+	bool busy;                    /* the last answer's SEND has not completed */
+};
+/* Run the C_CALL message msg (validated on receipt) and send its answer on conn; while
+ * waiting for the answer buffer, other completions of conn go to other(arg, wc) (false:
+ * the connection is gone). 0 or -errno (then drop the connection). */
+int cn_call_run(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, const uint8_t *msg,
+		uint32_t len, bool (*other)(void *, const struct dm_wc *), void *arg);
+void cn_call_fini(struct cn *cn, struct cn_call *cc);
 
 #endif

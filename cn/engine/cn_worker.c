@@ -590,6 +590,8 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 		return false;
 	}
 	if (wc->opcode == DM_WC_SEND) {
+		if (wc->wr_id == CN_CALL_WR)
+			w->call.busy = false;
 		if ((wc->wr_id & WR_SEND_TAG) && (wc->wr_id & 0xffff) < SEND_SLOTS)
 			w->sfree[wc->wr_id & 0xffff] = true;
 		return true;
@@ -599,11 +601,17 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 	buf = dm_msgpool_buf(w->cn->pool, wc->wr_id);
 	bad = !buf || dm_wire_hdr_decode(buf, wc->byte_len, &h);
 	if (!bad) {
-		/* A client sends queries and FWD_ROUTER; a SERVE connection only FWD_QUERY. */
+		/* A client sends queries, C_CALLs and FWD_ROUTER; a SERVE connection only
+		 * FWD_QUERY. */
 		bool fwd = h.op >= DM_OP_FWD_FIRST && h.op <= DM_OP_FWD_LAST;
+		bool call = h.op >= DM_OP_C_FIRST && h.op <= DM_OP_C_LAST;
+		struct dm_wire_c_call cm;
+		const uint8_t *cj;
 
 		bad = (fwd ? dm_wire_fwd_check(&h, buf, wc->byte_len) :
+		       call ? dm_wire_c_check(&h, buf, wc->byte_len, &cm, &cj) :
 		       dm_wire_q_check(&h, buf, wc->byte_len)) || (h.op & 1) ||
+		      (w->serve && call) ||
 		      (w->serve ? h.op != DM_OP_FWD_QUERY : fwd && h.op != DM_OP_FWD_ROUTER);
 	}
 	if (bad) {
@@ -718,6 +726,12 @@ static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uin
 		pthread_rwlock_unlock(&cn->lock);
 	}
 	send_ctl(w, DM_OP_Q_CONFIG + 1, req_id, rc == -ENOENT ? 0 : rc, NULL, 0);
+}
+
+/* Client completions seen while a C_CALL answer waits for its buffer. */
+static bool call_other(void *arg, const struct dm_wc *wc)
+{
+	return on_client_wc(arg, wc, false);
 }
 
 void *cn_worker(void *arg)
@@ -838,22 +852,38 @@ void *cn_worker(void *arg)
 		}
 		pthread_rwlock_unlock(&cn->lock);
 
-		/* Control requests, outside the read lock (CONFIG takes the write lock). */
-		for (uint32_t i = 0; i < w->nctl; i++) {
-			uint8_t *b = dm_msgpool_buf(cn->pool, w->ctlq[i].wr_id);
+		/* Control requests, outside the read lock (CONFIG takes the write lock), oldest
+		 * first; answering one may queue more (completions reaped while it waits for a
+		 * send slot), so each is taken off the queue before it runs. */
+		while (w->nctl && !w->client_gone) {
+			struct ctl_req cr = w->ctlq[0];
+			uint8_t *b = dm_msgpool_buf(cn->pool, cr.wr_id);
 			struct dm_wire_hdr h;
 
-			dm_wire_hdr_decode(b, w->ctlq[i].len, &h);
-			if (h.op == DM_OP_Q_CONFIG)
-				reply_config(w, b, w->ctlq[i].len, h.req_id);
+			memmove(w->ctlq, w->ctlq + 1, --w->nctl * sizeof(w->ctlq[0]));
+			dm_wire_hdr_decode(b, cr.len, &h);
+			/* A client identity's connection may query and read counters only: cache
+			 * size, routing and index reload are the cluster's (admin) business. */
+			if (h.op == DM_OP_C_CALL) {
+				int crc = cn_call_run(cn, &w->call, w->client, b, cr.len,
+						      call_other, w);
+
+				if (crc) {
+					dm_warn("cn%u: client %s: C_CALL: %s; closing", cn->node->id,
+						w->client->peer, strerror(-crc));
+					w->client_gone = true;
+				}
+			} else if (w->client->client[0] && h.op != DM_OP_Q_STATS)
+				send_ctl(w, (uint16_t)(h.op + 1), h.req_id, -EPERM, NULL, 0);
+			else if (h.op == DM_OP_Q_CONFIG)
+				reply_config(w, b, cr.len, h.req_id);
 			else if (h.op == DM_OP_FWD_ROUTER)
-				reply_router(w, b, w->ctlq[i].len, h.req_id);
+				reply_router(w, b, cr.len, h.req_id);
 			else
 				reply_stats(w, h.req_id);
-			dm_msgpool_repost(cn->pool, w->ctlq[i].wr_id);
+			dm_msgpool_repost(cn->pool, cr.wr_id);
 			progress = true;
 		}
-		w->nctl = 0;
 		if (w->fwd_out || w->nfres)
 			busy = true;   /* answers come back on the memory-node connections */
 		idle = !progress && !busy;
@@ -889,6 +919,7 @@ void *cn_worker(void *arg)
 	free(w->stage_mem);
 	free(w->wrs);
 	dm_xport_dereg(cn->x, w->smr);
+	cn_call_fini(cn, &w->call);
 out_free:
 	free(w->sbuf);
 	atomic_fetch_sub(&cn->workers, 1);

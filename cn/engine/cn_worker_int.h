@@ -92,8 +92,9 @@ struct worker {
 	struct ctl_req {
 		uint64_t wr_id;
 		uint32_t len;
-	} ctlq[8];
+	} ctlq[64];                  /* libdmann keeps up to 32 C_CALLs in flight */
 	uint32_t nctl;
+	struct cn_call call;         /* answer buffer of C_CALL */
 	bool serve;                  /* client is a memory node's SERVE connection */
 	bool hello[DM_MAX_NODES];    /* FWD_HELLO sent on mc[m] */
 	uint32_t rng;

@@ -27,6 +27,13 @@ struct cn_s3;
 struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *node);
 /* Answer admitted queries, stop, free. */
 void cn_s3_stop(struct cn_s3 *s);
+/* Run one S3 Vectors operation (name op, request body JSON) for a native client (C_CALL,
+ * wire.h) through the same backend the HTTP path uses. Returns the response body (malloc'd,
+ * *out_len bytes; an error carries "__type") and its HTTP status in *status; NULL + errno
+ * ENOMEM. Blocks (MN round trips, the query fan-out): call it off any polling loop that
+ * other connections depend on. */
+char *cn_s3_call(struct cn_s3 *s, const char *op, const char *body, size_t len, int *status,
+		 size_t *out_len);
 /* Write the gateway's counters in the Prometheus text format (s NULL: nothing). */
 void cn_s3_metrics(struct cn_s3 *s, FILE *out);
 

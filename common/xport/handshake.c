@@ -42,6 +42,9 @@ int dm_hs_init(struct dm_hs *hs, const struct dm_xport *x, enum dm_hs_role role,
 	memcpy(hs->cluster, x->cluster, cl);
 	memcpy(hs->secret, x->secret, x->secret_len);
 	hs->secret_len = x->secret_len;
+	hs->x = x;
+	if (role == DM_HS_CLIENT && x->client[0])
+		snprintf(hs->client, sizeof(hs->client), "%s", x->client);
 	return 0;
 }
 
@@ -53,10 +56,11 @@ void dm_hs_clear(struct dm_hs *hs)
 	hs->secret_len = 0;
 }
 
-/* proof = HMAC-SHA256(secret, label | version | cluster | nonce_c | nonce_s). */
+/* proof = HMAC-SHA256(secret, label | version | cluster [| client] | nonce_c | nonce_s);
+ * the client name only in a client identity's handshake. */
 static int hs_proof(const struct dm_hs *hs, const char *label, uint8_t out[DM_HS_PROOF_LEN])
 {
-	uint8_t msg[32 + 2 + DM_HS_CLUSTER_LEN + 2 * DM_HS_NONCE_LEN];
+	uint8_t msg[32 + 2 + 2 * DM_HS_CLUSTER_LEN + 2 * DM_HS_NONCE_LEN];
 	size_t ll = strlen(label), off = 0;
 	unsigned int mdlen = 0;
 
@@ -66,6 +70,10 @@ static int hs_proof(const struct dm_hs *hs, const char *label, uint8_t out[DM_HS
 	off += 2;
 	memcpy(msg + off, hs->cluster, DM_HS_CLUSTER_LEN);
 	off += DM_HS_CLUSTER_LEN;
+	if (hs->client[0]) {
+		memcpy(msg + off, hs->client, DM_HS_CLUSTER_LEN);
+		off += DM_HS_CLUSTER_LEN;
+	}
 	memcpy(msg + off, hs->nonce_c, DM_HS_NONCE_LEN);
 	off += DM_HS_NONCE_LEN;
 	memcpy(msg + off, hs->nonce_s, DM_HS_NONCE_LEN);
@@ -108,9 +116,19 @@ int dm_hs_step(struct dm_hs *hs, const uint8_t *in, size_t inlen, uint8_t *out,
 			return hs_fail(hs, out, outlen, -EIO, "no random bytes");
 		memcpy(m.nonce, hs->nonce_c, DM_HS_NONCE_LEN);
 		memcpy(m.cluster, hs->cluster, DM_HS_CLUSTER_LEN);
-		dm_wire_hdr_encode(out, DM_OP_HS_HELLO, DM_WIRE_HDR_LEN + sizeof(m), 0, 0);
-		dm_wire_hs_hello_encode(out + DM_WIRE_HDR_LEN, &m);
-		*outlen = DM_WIRE_HDR_LEN + sizeof(m);
+		if (hs->client[0]) {
+			struct dm_wire_hs_hello_client mc = { .hello = m };
+
+			memcpy(mc.client, hs->client, DM_HS_CLUSTER_LEN);
+			dm_wire_hdr_encode(out, DM_OP_HS_HELLO_CLIENT, DM_WIRE_HDR_LEN + sizeof(mc),
+					   0, 0);
+			dm_wire_hs_hello_client_encode(out + DM_WIRE_HDR_LEN, &mc);
+			*outlen = DM_WIRE_HDR_LEN + sizeof(mc);
+		} else {
+			dm_wire_hdr_encode(out, DM_OP_HS_HELLO, DM_WIRE_HDR_LEN + sizeof(m), 0, 0);
+			dm_wire_hs_hello_encode(out + DM_WIRE_HDR_LEN, &m);
+			*outlen = DM_WIRE_HDR_LEN + sizeof(m);
+		}
 		hs->state = HS_C_WAIT_REPLY;
 		return 0;
 	}
@@ -140,11 +158,31 @@ int dm_hs_step(struct dm_hs *hs, const uint8_t *in, size_t inlen, uint8_t *out,
 		struct dm_wire_hs_hello m;
 		struct dm_wire_hs_reply r = { .version = DM_WIRE_VERSION };
 
-		if (h.op != DM_OP_HS_HELLO)
+		if (h.op == DM_OP_HS_HELLO_CLIENT) {
+			struct dm_wire_hs_hello_client mc;
+			const struct dm_xport_cred *cr = NULL;
+
+			rc = dm_wire_hs_hello_client_decode(body, inlen - DM_WIRE_HDR_LEN, &mc);
+			if (rc)
+				return hs_fail(hs, out, outlen, rc, "malformed HELLO_CLIENT");
+			for (size_t i = 0; hs->x && i < hs->x->n_creds; i++)
+				if (!strcmp(hs->x->creds[i].name, mc.client))
+					cr = &hs->x->creds[i];
+			if (!cr)
+				return hs_fail(hs, out, outlen, -EACCES, "unknown client identity");
+			/* From here on the proofs use that client's secret. */
+			memcpy(hs->client, mc.client, DM_HS_CLUSTER_LEN);
+			OPENSSL_cleanse(hs->secret, sizeof(hs->secret));
+			memcpy(hs->secret, cr->secret, cr->secret_len);
+			hs->secret_len = cr->secret_len;
+			m = mc.hello;
+		} else if (h.op != DM_OP_HS_HELLO) {
 			return hs_fail(hs, out, outlen, -EPROTO, "expected HELLO");
-		rc = dm_wire_hs_hello_decode(body, inlen - DM_WIRE_HDR_LEN, &m);
-		if (rc)
-			return hs_fail(hs, out, outlen, rc, "malformed HELLO");
+		} else {
+			rc = dm_wire_hs_hello_decode(body, inlen - DM_WIRE_HDR_LEN, &m);
+			if (rc)
+				return hs_fail(hs, out, outlen, rc, "malformed HELLO");
+		}
 		if (m.version != DM_WIRE_VERSION)
 			return hs_fail(hs, out, outlen, -EPROTONOSUPPORT,
 				       "peer speaks another protocol version");
@@ -297,7 +335,7 @@ static int read_msg(int fd, uint8_t *buf, size_t cap, size_t *len, uint64_t dead
 	}
 	if (rc)
 		return rc;
-	if (h.length > cap || h.op < DM_OP_HS_HELLO || h.op > DM_OP_HS_RESULT)
+	if (h.length > cap || h.op < DM_OP_HS_HELLO || h.op > DM_OP_HS_HELLO_CLIENT)
 		return -EBADMSG;
 	rc = read_full(fd, buf + DM_WIRE_HDR_LEN, h.length - DM_WIRE_HDR_LEN, deadline);
 	if (rc)
@@ -307,7 +345,7 @@ static int read_msg(int fd, uint8_t *buf, size_t cap, size_t *len, uint64_t dead
 }
 
 int dm_hs_run_fd(const struct dm_xport *x, int fd, enum dm_hs_role role, const char *peer,
-		 int timeout_ms)
+		 int timeout_ms, char *client)
 {
 	uint64_t deadline = dm_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms :
 						     DM_HS_TIMEOUT_MS) * 1000000ull;
@@ -345,6 +383,8 @@ int dm_hs_run_fd(const struct dm_xport *x, int fd, enum dm_hs_role role, const c
 			break;
 	}
 	rc = rc > 0 ? 0 : rc;
+	if (rc == 0 && client)
+		snprintf(client, DM_HS_CLUSTER_LEN, "%s", role == DM_HS_SERVER ? hs.client : "");
 out_clear:
 	dm_hs_clear(&hs);
 	return rc;

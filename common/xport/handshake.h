@@ -17,8 +17,8 @@
 
 enum dm_hs_role { DM_HS_CLIENT, DM_HS_SERVER };
 
-/* Largest handshake message (header + HS_REPLY): size of the out buffer for dm_hs_step. */
-#define DM_HS_MAX_MSG (DM_WIRE_HDR_LEN + sizeof(struct dm_wire_hs_reply))
+/* Largest handshake message (header + HS_HELLO_CLIENT): size of the out buffer for dm_hs_step. */
+#define DM_HS_MAX_MSG (DM_WIRE_HDR_LEN + sizeof(struct dm_wire_hs_hello_client))
 /* Default deadline for a whole handshake. */
 #define DM_HS_TIMEOUT_MS 5000
 
@@ -27,14 +27,18 @@ struct dm_hs {
 	int state;
 	char peer[64];
 	char cluster[DM_HS_CLUSTER_LEN];
+	char client[DM_HS_CLUSTER_LEN];   /* client identity ("" : a node) */
+	const struct dm_xport *x;          /* server: the identities it accepts */
 	uint8_t secret[64];
 	size_t secret_len;
 	uint8_t nonce_c[DM_HS_NONCE_LEN];
 	uint8_t nonce_s[DM_HS_NONCE_LEN];
 };
 
-/* Prepare one side of a handshake with the context's cluster name and secret. peer names
- * the other side in log messages. 0 or -EINVAL. */
+/* Prepare one side of a handshake with the context's cluster name and secret (a context
+ * opened with a client identity sends HS_HELLO_CLIENT and proves that client's secret; a
+ * server accepts the identities in x->creds). peer names the other side in log messages.
+ * After success hs->client names the peer's client identity ("" : a node). 0 or -EINVAL. */
 int dm_hs_init(struct dm_hs *hs, const struct dm_xport *x, enum dm_hs_role role,
 	       const char *peer);
 
@@ -44,7 +48,7 @@ int dm_hs_init(struct dm_hs *hs, const struct dm_xport *x, enum dm_hs_role role,
  * Returns 0: send *out and feed the next peer message; 1: done and accepted (send *out first
  * if *outlen > 0); -errno: failed (send *out if *outlen > 0 to tell the peer, then drop it).
  * Errors: -EBADMSG/-EPROTO malformed, -EPROTONOSUPPORT version, -EPERM cluster name,
- * -EACCES wrong secret, or the status the peer refused us with. */
+ * -EACCES wrong secret or unknown client identity, or the status the peer refused us with. */
 int dm_hs_step(struct dm_hs *hs, const uint8_t *in, size_t inlen, uint8_t *out,
 	       size_t *outlen);
 
@@ -52,9 +56,10 @@ int dm_hs_step(struct dm_hs *hs, const uint8_t *in, size_t inlen, uint8_t *out,
 void dm_hs_clear(struct dm_hs *hs);
 
 /* Run a whole handshake over a connected stream socket (blocking or not) within timeout_ms.
- * Reads exactly the handshake messages, nothing after them. 0 or -errno (-ETIMEDOUT,
- * -ECONNRESET, or a dm_hs_step error). */
+ * Reads exactly the handshake messages, nothing after them. client (if not NULL, 64 bytes)
+ * gets the peer's client identity ("" : a node). 0 or -errno (-ETIMEDOUT, -ECONNRESET, or a
+ * dm_hs_step error). */
 int dm_hs_run_fd(const struct dm_xport *x, int fd, enum dm_hs_role role, const char *peer,
-		 int timeout_ms);
+		 int timeout_ms, char *client);
 
 #endif /* DM_HANDSHAKE_H */

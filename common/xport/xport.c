@@ -2,7 +2,10 @@
 #include "xport_int.h"
 #include "dm_config.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "../wire.h"
 
 static const struct dm_xport_backend *const backends[] = {
 #if DM_HAVE_VERBS
@@ -79,5 +82,19 @@ int dm_xport_base_init(struct dm_xport *x, const struct dm_xport_ops *ops,
 	memcpy(x->cluster, p->cluster, cl + 1);
 	memcpy(x->secret, p->secret, p->secret_len);
 	x->secret_len = p->secret_len;
+	if (p->client) {
+		if (!dm_wire_client_name_ok(p->client))
+			return -EINVAL;
+		snprintf(x->client, sizeof(x->client), "%s", p->client);
+	}
+	if (p->n_creds > DM_XPORT_MAX_CREDS || (p->n_creds && !p->creds))
+		return -EINVAL;
+	for (size_t i = 0; i < p->n_creds; i++) {
+		if (!dm_wire_client_name_ok(p->creds[i].name) || p->creds[i].secret_len == 0 ||
+		    p->creds[i].secret_len > sizeof(x->creds[i].secret))
+			return -EINVAL;
+		x->creds[i] = p->creds[i];
+	}
+	x->n_creds = p->n_creds;
 	return 0;
 }

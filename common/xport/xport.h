@@ -90,12 +90,23 @@ struct dm_rdma_wr {
 	uint32_t flags;      /* DM_WR_* */
 };
 
+/* A client identity a server context accepts in the handshake (HS_HELLO_CLIENT, wire.h). */
+#define DM_XPORT_MAX_CREDS 32
+struct dm_xport_cred {
+	char name[64];            /* [A-Za-z0-9_.-]{1,63} */
+	uint8_t secret[64];
+	size_t secret_len;        /* 16..64 */
+};
+
 /* Options for opening a context. */
 struct dm_xport_params {
 	const char *backend;      /* "tcp", "verbs"; NULL: verbs if a device exists, else tcp */
 	const char *cluster;      /* cluster name, checked in the handshake */
-	const uint8_t *secret;    /* cluster secret */
+	const uint8_t *secret;    /* cluster secret; with client: that client's secret */
 	size_t secret_len;
+	const char *client;       /* connect as this client identity (NULL: as a cluster node) */
+	const struct dm_xport_cred *creds;   /* accepted client identities (a compute node) */
+	size_t n_creds;           /* at most DM_XPORT_MAX_CREDS */
 	const char *device;       /* verbs: device name, NULL for the first active one */
 	uint32_t max_send_wr;     /* outstanding sends+reads per connection (0: default 256) */
 	uint32_t max_recv_wr;     /* shared receive pool depth (0: default 1024) */
@@ -140,11 +151,16 @@ struct dm_xport {
 	char cluster[64];
 	uint8_t secret[64];
 	size_t secret_len;
+	char client[64];     /* we are this client identity ("" : a node) */
+	struct dm_xport_cred creds[DM_XPORT_MAX_CREDS];   /* identities we accept */
+	size_t n_creds;
 };
 
 struct dm_conn {
 	struct dm_xport *x;
 	char peer[64];       /* "host:port" for logs */
+	char client[64];     /* accepted side: the peer's client identity, "" for a node; the
+			      * backend refuses every one-sided access on such a connection */
 };
 
 struct dm_listener {

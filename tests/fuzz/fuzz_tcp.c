@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;   /* pool full */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
 		abort();
-	c = tcp_conn_new(tx, sv[0], "fuzz");
+	c = tcp_conn_new(tx, sv[0], "fuzz", NULL);
 	if (!c)
 		abort();
 	pthread_mutex_lock(&tx->lock);

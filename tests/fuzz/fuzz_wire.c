@@ -3,6 +3,7 @@
  *   0: a stream of messages framed by their headers, each checked and its body decoded;
  *   1: a server-side handshake fed the messages in turn;
  *   2: a client-side handshake fed the messages after its HELLO;
+ *      (C_CALL, the native client data op, through dm_wire_c_check);
  *   3: an S3 flat-index RPC payload (wire.h, FL section; the second byte picks which one)
  *      read with the dm_rbuf reader along its grammar, as mn_flat.c / cn_s3.c read them.
  * Decoders must reject bad input with -errno and never read outside the buffer (ASan). */
@@ -12,6 +13,8 @@
 #include <string.h>
 
 static struct dm_xport fake_x = { .cluster = "fuzz-cluster", .secret = "fuzz-secret",
+				  .creds = { { .name = "fuzz", .secret = "fuzz-client-key!", .secret_len = 16 } },
+				  .n_creds = 1,
 				  .secret_len = 11 };
 
 /* Decode one message's body according to its op. */
@@ -19,6 +22,7 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 {
 	union {
 		struct dm_wire_hs_hello hello;
+		struct dm_wire_hs_hello_client hc;
 		struct dm_wire_hs_reply reply;
 		struct dm_wire_hs_auth auth;
 		struct dm_wire_rw_req rw;
@@ -38,6 +42,13 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 			dm_wire_hs_hello_encode(out, &m.hello);
 			if (memcmp(out, body, sizeof(m.hello)))
 				__builtin_trap();   /* decode/encode must round-trip */
+		}
+		break;
+	case DM_OP_HS_HELLO_CLIENT:
+		if (!dm_wire_hs_hello_client_decode(body, len, &m.hc)) {
+			dm_wire_hs_hello_client_encode(out, &m.hc);
+			if (memcmp(out, body, sizeof(m.hc)))
+				__builtin_trap();
 		}
 		break;
 	case DM_OP_HS_REPLY:
@@ -194,6 +205,15 @@ static int check_one(void *arg, const uint8_t *msg, size_t len)
 			fl_payload((unsigned)(h.op - DM_OP_FL_FIRST) / 2 + (h.op & 1) * 3,
 				   msg + DM_WIRE_HDR_LEN + sizeof(c), len - DM_WIRE_HDR_LEN - sizeof(c));
 		}
+		return 0;
+	}
+	if (h.op >= DM_OP_C_FIRST && h.op <= DM_OP_C_LAST) {
+		struct dm_wire_c_call cm;
+		const uint8_t *json;
+
+		if (!dm_wire_c_check(&h, msg, len, &cm, &json) &&
+		    (json + cm.json_len != msg + len || (!(h.op & 1) && !dm_c_op_name(cm.op))))
+			__builtin_trap();   /* c_check accepted a length or op it should not */
 		return 0;
 	}
 	if (h.op >= DM_OP_CTL_FIRST && h.op <= DM_OP_CTL_LAST) {

@@ -386,9 +386,10 @@ static void tcp_sockopts(int fd)
 }
 
 /* Register a handshaken socket as a connection of the context. */
-static int tcp_conn_attach(struct tcp_xport *tx, int fd, const char *peer, struct dm_conn **out)
+static int tcp_conn_attach(struct tcp_xport *tx, int fd, const char *peer, const char *client,
+			   struct dm_conn **out)
 {
-	struct tcp_conn *c = tcp_conn_new(tx, fd, peer);
+	struct tcp_conn *c = tcp_conn_new(tx, fd, peer, client);
 
 	if (!c)
 		return -errno;
@@ -492,10 +493,10 @@ static int tcp_connect(struct dm_xport *x, const char *addr, int timeout_ms,
 		return rc;
 	}
 	tcp_sockopts(fd);
-	rc = dm_hs_run_fd(x, fd, DM_HS_CLIENT, addr, DM_MAX(ms_left(deadline), 1));
+	rc = dm_hs_run_fd(x, fd, DM_HS_CLIENT, addr, DM_MAX(ms_left(deadline), 1), NULL);
 	if (rc)
 		goto err_close_fd;
-	rc = tcp_conn_attach(tx, fd, addr, out);
+	rc = tcp_conn_attach(tx, fd, addr, NULL, out);
 	if (rc)
 		goto err_close_fd;
 	return 0;
@@ -577,6 +578,7 @@ static int tcp_accept(struct dm_listener *dl, int timeout_ms, struct dm_conn **o
 	uint64_t deadline = timeout_ms >= 0 ? dm_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 	struct sockaddr_storage ss;
 	char host[NI_MAXHOST], serv[NI_MAXSERV], peer[NI_MAXHOST + NI_MAXSERV + 2];
+	char client[DM_HS_CLUSTER_LEN];
 	int fd, rc;
 
 	if (!out)
@@ -602,10 +604,10 @@ static int tcp_accept(struct dm_listener *dl, int timeout_ms, struct dm_conn **o
 	else
 		snprintf(peer, sizeof(peer), "%s:%s", host, serv);
 	tcp_sockopts(fd);
-	rc = dm_hs_run_fd(&tx->base, fd, DM_HS_SERVER, peer, DM_HS_TIMEOUT_MS);
+	rc = dm_hs_run_fd(&tx->base, fd, DM_HS_SERVER, peer, DM_HS_TIMEOUT_MS, client);
 	if (rc)
 		goto err_close_fd;
-	rc = tcp_conn_attach(tx, fd, peer, out);
+	rc = tcp_conn_attach(tx, fd, peer, client, out);
 	if (rc)
 		goto err_close_fd;
 	return 0;

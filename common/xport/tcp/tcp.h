@@ -149,7 +149,8 @@ bool tcp_pool_pop(struct tcp_xport *tx, struct tcp_recv *out, struct tcp_conn *c
 void tcp_wake(struct tcp_xport *tx);
 
 /* tcp_conn.c */
-struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer);
+struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer,
+			      const char *client);
 void tcp_conn_free(struct tcp_conn *c);
 void tcp_conn_on_event(struct tcp_conn *c, uint32_t events);
 void tcp_conn_resume(struct tcp_conn *c);

@@ -64,7 +64,8 @@ static inline uint8_t *buf_tail(struct tcp_buf *b, size_t n)
 
 /* ---- connection object ---- */
 
-struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer)
+struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer,
+			      const char *client)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	pthread_condattr_t ca;
@@ -75,6 +76,8 @@ struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd, const char *peer)
 		goto err;
 	c->base.x = &tx->base;
 	snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
+	/* Before the socket reaches epoll: every request on it is checked against this. */
+	snprintf(c->base.client, sizeof(c->base.client), "%s", client ? client : "");
 	c->tx = tx;
 	c->fd = fd;
 	c->cap_ops = tx->max_send_wr;
@@ -675,12 +678,15 @@ static void emit_error(struct tcp_conn *c, uint16_t op, int32_t status, uint64_t
 }
 
 /* Check a remote access the way an RNIC does: key, permission, bounds. */
-static int mr_check(struct tcp_xport *tx, uint32_t rkey, uint64_t remote, uint64_t len,
+static int mr_check(struct tcp_conn *c, uint32_t rkey, uint64_t remote, uint64_t len,
 		    int access, uint8_t **ptr)
 {
-	struct tcp_mr *m = tcp_mr_lookup(tx, rkey);
+	struct tcp_mr *m;
 	uint64_t base;
 
+	if (c->base.client[0])
+		return -EACCES;   /* a client identity never gets remote memory access */
+	m = tcp_mr_lookup(c->tx, rkey);
 	if (!m || !(m->access & access))
 		return -EACCES;
 	base = (uintptr_t)m->mr.addr;
@@ -761,7 +767,7 @@ static int handle(struct tcp_conn *c, const struct dm_wire_hdr *h, const uint8_t
 
 		if ((rc = dm_wire_rw_req_decode(body, blen, &m)) || plen)
 			return rc ? rc : -EBADMSG;
-		st = mr_check(tx, m.rkey, m.remote, m.len, DM_MR_REMOTE_READ, &ptr);
+		st = mr_check(c, m.rkey, m.remote, m.len, DM_MR_REMOTE_READ, &ptr);
 		if (st) {
 			emit_error(c, DM_OP_READ_RESP, st, h->req_id);
 			return 0;
@@ -786,7 +792,7 @@ static int handle(struct tcp_conn *c, const struct dm_wire_hdr *h, const uint8_t
 			return rc;
 		if (plen != m.len)
 			return -EBADMSG;
-		st = mr_check(tx, m.rkey, m.remote, m.len, DM_MR_REMOTE_WRITE, &ptr);
+		st = mr_check(c, m.rkey, m.remote, m.len, DM_MR_REMOTE_WRITE, &ptr);
 		c->pl_kind = TCP_PL_WRITE_REQ;
 		c->pl_dst = st ? NULL : ptr;
 		c->pl_left = m.len;
@@ -814,7 +820,7 @@ static int handle(struct tcp_conn *c, const struct dm_wire_hdr *h, const uint8_t
 		}
 		if (rc)
 			return rc;
-		st = mr_check(tx, rkey, remote, 8, DM_MR_REMOTE_ATOMIC, &ptr);
+		st = mr_check(c, rkey, remote, 8, DM_MR_REMOTE_ATOMIC, &ptr);
 		if (!st && (remote & 7))
 			st = -EINVAL;
 		if (st) {

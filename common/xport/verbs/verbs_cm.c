@@ -420,9 +420,10 @@ static int verbs_handshake(struct verbs_conn *vc, enum dm_hs_role role, uint64_t
 		rc = dm_hs_step(&hs, in, inlen, out, &outlen);
 		/* The peer has just proved the secret when the client accepted the server's
 		 * REPLY (its first message) or the server accepted AUTH: open our memory to it
-		 * before the message that lets it go ahead (AUTH, RESULT) is published. */
-		if ((role == DM_HS_CLIENT && rc == 0 && theirs == 1) ||
-		    (role == DM_HS_SERVER && rc == 1)) {
+		 * before the message that lets it go ahead (AUTH, RESULT) is published.
+		 * A client identity's connection never gets remote access (wire.h). */
+		if (((role == DM_HS_CLIENT && rc == 0 && theirs == 1) ||
+		     (role == DM_HS_SERVER && rc == 1)) && !hs.client[0]) {
 			int orc = conn_open_access(vc);
 
 			if (orc) {
@@ -447,6 +448,8 @@ static int verbs_handshake(struct verbs_conn *vc, enum dm_hs_role role, uint64_t
 		goto out_clear;
 	}
 	rc = 0;
+	if (role == DM_HS_SERVER)
+		snprintf(vc->base.client, sizeof(vc->base.client), "%s", hs.client);
 out_clear:
 	dm_hs_clear(&hs);
 	return rc;

@@ -1,0 +1,290 @@
+/* dmann.c: libdmann (dmann.h): connections to the compute nodes with a client identity,
+ * and the pipelined C_CALL exchange (wire.h) every call is built on; the S3 Vectors
+ * request bodies and their answers are in dmann_ops.c. */
+#include "dmann_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+static __thread char errbuf[512];
+
+const char *dmann_errmsg(void)
+{
+	return errbuf;
+}
+
+int dmann_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void dmann_clear_err(void)
+{
+	errbuf[0] = 0;
+}
+
+static dmann_t *open_handle(const char *cluster, const char *const *eps, size_t n,
+			    const char *transport, const char *client, const void *secret,
+			    size_t secret_len)
+{
+	struct dm_xport_params p = { .backend = transport && *transport ? transport : "tcp",
+				     .cluster = cluster, .secret = secret, .secret_len = secret_len,
+				     .client = client };
+	dmann_t *d;
+	int err = 0;
+
+	if (!cluster || !eps || n == 0 || n > DMANN_MAX_CN || !client || !secret ||
+	    secret_len < 16 || secret_len > 64) {
+		dmann_fail(-EINVAL, "connect: need a cluster name, 1..%u endpoints, a client "
+			   "identity and a secret of 16..64 bytes", DMANN_MAX_CN);
+		errno = EINVAL;
+		return NULL;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&d->mu, NULL);
+	d->x = dm_xport_open(&p);
+	if (!d->x) {
+		err = errno;
+		dmann_fail(-err, "connect: cannot open the %s transport: %s", p.backend,
+			   strerror(err));
+		goto err_free;
+	}
+	d->pool = dm_msgpool_new(d->x, (uint32_t)n * (DMANN_WINDOW + 4), DM_C_MAX_RESP);
+	if (!d->pool) {
+		err = errno;
+		dmann_fail(-err, "connect: cannot post receive buffers: %s", strerror(err));
+		goto err_close_x;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct dmann_conn *c = &d->cn[d->ncn];
+		int rc = dm_xport_connect(d->x, eps[i], 5000, &c->conn);
+
+		if (!rc) {
+			rc = dm_rpc_chan_init(&c->ch, c->conn, d->pool, DM_C_MAX_REQ, 60000);
+			if (rc)
+				dm_conn_close(c->conn);
+		}
+		if (rc) {
+			err = -rc;
+			dmann_fail(rc, "connect: compute node %s: %s", eps[i], strerror(-rc));
+			continue;
+		}
+		d->ncn++;
+	}
+	if (d->ncn == 0)
+		goto err_free_pool;
+	dmann_clear_err();
+	return d;
+
+err_free_pool:
+	dm_msgpool_free(d->pool);
+err_close_x:
+	dm_xport_close(d->x);
+err_free:
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+	errno = err ? err : ECONNREFUSED;
+	return NULL;
+}
+
+dmann_t *dmann_connect_endpoints(const char *cluster, const char *const *endpoints, size_t n,
+				 const char *transport, const char *client, const void *secret,
+				 size_t secret_len)
+{
+	return open_handle(cluster, endpoints, n, transport, client, secret, secret_len);
+}
+
+dmann_t *dmann_connect(const char *cluster_file, const char *client)
+{
+	struct dm_cluster_cfg *cfg;
+	const struct dm_client_cfg *cc;
+	const char *eps[DMANN_MAX_CN];
+	char err[768];
+	dmann_t *d = NULL;
+	int rc;
+
+	if (!cluster_file) {
+		dmann_fail(-EINVAL, "connect: no cluster file");
+		errno = EINVAL;
+		return NULL;
+	}
+	cfg = calloc(1, sizeof(*cfg));
+	if (!cfg) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	rc = dm_config_load_client(cluster_file, client, cfg, err, sizeof(err));
+	if (rc) {
+		dmann_fail(rc, "%s", err);
+		errno = -rc;
+		goto out;
+	}
+	if (cfg->n_cn == 0 || cfg->n_cn > DMANN_MAX_CN) {
+		dmann_fail(-EINVAL, "%s: names %u compute nodes (need 1..%u)", cluster_file,
+			   cfg->n_cn, DMANN_MAX_CN);
+		errno = EINVAL;
+		goto out;
+	}
+	for (uint32_t i = 0; i < cfg->n_cn; i++)
+		eps[i] = cfg->cn[i].address;
+	cc = dm_config_client(cfg, client && *client ? client : getenv("DMANN_CLIENT_NAME"));
+	d = open_handle(cfg->name, eps, cfg->n_cn, cfg->transport[0] ? cfg->transport : NULL,
+			cc->name, cc->secret, cc->secret_len);
+	memset(cfg->clients, 0, sizeof(cfg->clients));
+out:
+	free(cfg);
+	return d;
+}
+
+void dmann_close(dmann_t *d)
+{
+	if (!d)
+		return;
+	for (uint32_t i = 0; i < d->ncn; i++) {
+		dm_rpc_chan_fini(&d->cn[i].ch);
+		dm_conn_close(d->cn[i].conn);
+	}
+	dm_msgpool_free(d->pool);
+	dm_xport_close(d->x);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}
+
+/* Send request r (C_CALL body already encoded in r->body) on compute node c. */
+static int send_one(dmann_t *d, uint32_t c, struct dmann_req *r, uint64_t id)
+{
+	int rc = dm_rpc_send(&d->cn[c].ch, DM_OP_C_CALL, id, 0, r->body, r->blen);
+
+	if (rc)
+		return dmann_fail(rc, "compute node %s: send: %s", d->cn[c].conn->peer,
+				  strerror(-rc));
+	d->cn[c].inflight++;
+	return 0;
+}
+
+/* Take one answer from compute node c (waiting up to ms), hand it to done(). 1: took one,
+ * 0: none yet, -errno. */
+static int take_one(dmann_t *d, uint32_t c, int ms, struct dmann_req *reqs, size_t n,
+		    uint64_t base)
+{
+	struct dm_wire_hdr h;
+	struct dm_wire_c_call m;
+	const uint8_t *json;
+	uint8_t *buf;
+	uint32_t len;
+	uint64_t wr_id;
+	int rc = dm_rpc_recv(&d->cn[c].ch, ms, &buf, &len, &wr_id);
+
+	if (rc <= 0) {
+		if (rc < 0)
+			dmann_fail(rc, "compute node %s: %s", d->cn[c].conn->peer, strerror(-rc));
+		return rc;
+	}
+	rc = dm_wire_hdr_decode(buf, len, &h);
+	if (!rc)
+		rc = dm_wire_c_check(&h, buf, len, &m, &json);
+	if (!rc && (h.op != DM_OP_C_CALL + 1 || h.req_id < base || h.req_id - base >= n))
+		rc = -EBADMSG;
+	if (rc) {
+		dm_msgpool_repost(d->pool, wr_id);
+		return dmann_fail(-EBADMSG, "compute node %s: malformed answer",
+				  d->cn[c].conn->peer);
+	}
+	d->cn[c].inflight--;
+	struct dmann_req *r = &reqs[h.req_id - base];
+
+	if (h.status)
+		r->err = dmann_fail(h.status, "compute node %s: %s", d->cn[c].conn->peer,
+				    h.status == -ENOSYS ? "runs no S3 gateway (no http address or "
+				    "no [s3] key)" : strerror(-h.status));
+	else
+		r->err = r->done(r, (int)m.op, (const char *)json, m.json_len);
+	r->finished = true;
+	dm_msgpool_repost(d->pool, wr_id);
+	return 1;
+}
+
+int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
+{
+	size_t next = 0, done = 0;
+	uint64_t base;
+	int first = 0;
+
+	pthread_mutex_lock(&d->mu);
+	base = d->next_id;
+	d->next_id += n;
+	while (done < n) {
+		bool progress = false;
+
+		for (uint32_t c = 0; c < d->ncn && next < n && !first; c++) {
+			uint32_t cn = (uint32_t)((d->rr + c) % d->ncn);
+
+			while (d->cn[cn].inflight < DMANN_WINDOW && next < n && !first) {
+				int rc = send_one(d, cn, &reqs[next], base + next);
+
+				if (rc) {
+					first = rc;
+					break;
+				}
+				next++;
+				progress = true;
+			}
+		}
+		for (uint32_t c = 0; c < d->ncn; c++) {
+			while (d->cn[c].inflight) {
+				int rc = take_one(d, c, 0, reqs, n, base);
+
+				if (rc < 0) {
+					first = first ? first : rc;
+					d->cn[c].inflight = 0;   /* the connection is unusable */
+				}
+				if (rc <= 0)
+					break;
+				done++;
+				progress = true;
+			}
+		}
+		if (first) {
+			/* Stop sending; collect what is in flight, then report. */
+			for (uint32_t c = 0; c < d->ncn; c++)
+				while (d->cn[c].inflight && take_one(d, c, 60000, reqs, n, base) == 1)
+					;
+			break;
+		}
+		if (!progress) {
+			for (uint32_t c = 0; c < d->ncn; c++) {
+				if (!d->cn[c].inflight)
+					continue;
+				int rc = take_one(d, c, 1, reqs, n, base);
+
+				if (rc == 1)
+					done++;
+				else if (rc < 0)
+					first = rc;
+				break;
+			}
+		}
+	}
+	d->rr++;
+	pthread_mutex_unlock(&d->mu);
+	if (first)
+		return first;
+	for (size_t i = 0; i < n; i++)
+		if (reqs[i].err)
+			return reqs[i].err;
+	return 0;
+}
