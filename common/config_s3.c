@@ -110,10 +110,17 @@ int dm_cfg_identities_finish(struct parse_ctx *pc, const char *name, char *err, 
 		}
 		cfg->s3_ids[cfg->n_s3_ids++] = *id;
 	}
-	for (uint32_t i = 0; i < cfg->n_s3_ids; i++)
-		if (!cfg->s3_ids[i].principal[0])
-			snprintf(cfg->s3_ids[i].principal, sizeof(cfg->s3_ids[i].principal),
-				 "arn:aws:iam::000000000000:user/%s", cfg->s3_ids[i].name);
+	for (uint32_t i = 0; i < cfg->n_s3_ids; i++) {
+		struct dm_s3_identity *d = &cfg->s3_ids[i];
+		char nm[sizeof(d->name)];
+
+		if (d->principal[0])
+			continue;
+		/* through a copy: gcc's -Wrestrict cannot tell the two fields apart */
+		memcpy(nm, d->name, sizeof(nm));
+		nm[sizeof(nm) - 1] = 0;
+		snprintf(d->principal, sizeof(d->principal), "arn:aws:iam::000000000000:user/%s", nm);
+	}
 	if (!cfg->s3_https_cert[0] != !cfg->s3_https_key[0]) {
 		snprintf(err, errlen, "%s: [s3] https_cert and https_key go together", name);
 		return -EINVAL;
