@@ -246,33 +246,6 @@ static int block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32
 	return dm_place(b, nodes, s->n, r, out);
 }
 
-/* Upper area in the metadata's form. */
-static uint32_t *upper_words(const struct hnsw_index *idx, uint64_t *words)
-{
-	uint32_t M = idx->p.M;
-	uint64_t w = 0, o = 0;
-	uint32_t *a;
-
-	for (uint32_t id = 0; id < idx->n; id++)
-		if (hnsw_rec(idx, id)->level)
-			w += hnsw_up_entry_words(M, hnsw_rec(idx, id)->level);
-	a = malloc((w ? w : 1) * sizeof(*a));
-	if (!a)
-		return NULL;
-	for (uint32_t id = 0; id < idx->n; id++) {
-		uint32_t lv = hnsw_rec(idx, id)->level;
-
-		if (!lv)
-			continue;
-		a[o++] = id;
-		a[o++] = lv;
-		memcpy(a + o, idx->upl[id], (size_t)lv * hnsw_up_list_words(M) * sizeof(*a));
-		o += (size_t)lv * hnsw_up_list_words(M);
-	}
-	*words = w;
-	return a;
-}
-
 int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
 {
@@ -354,7 +327,7 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 			}
 		}
 	}
-	up = upper_words(idx, &up_words);
+	up = hnsw_upper_serialize(idx, &up_words);
 	size_t qlen = idx->quant ? hnsw_quant_blob_size(idx->quant) : 0;
 	uint32_t uvn = 0;
 

@@ -193,6 +193,9 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 
 /* Write the index image to path (path.tmp, fsync, rename). 0 or -errno (message in err). */
 int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t errlen);
+/* The upper area of idx in the layout of hnsw_layout.h (as images and index metadata hold
+ * it): *words u32 words, malloc'ed (free()); NULL + errno. */
+uint32_t *hnsw_upper_serialize(const struct hnsw_index *idx, uint64_t *words);
 /* Read and validate an image; a truncated or corrupted file is refused (NULL, errno =
  * EINVAL/EIO...) with a message naming the file and the problem in err. */
 struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen);

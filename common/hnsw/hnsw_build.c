@@ -18,6 +18,7 @@ struct build_ctx {
 	_Atomic int failed;
 	hnsw_progress_fn progress;
 	void *parg;
+	int (*range_fn)(struct hnsw_index *, uint32_t, uint32_t);   /* range_worker_main's pass */
 };
 
 struct build_worker {
@@ -68,7 +69,8 @@ static int rotate_range(struct hnsw_index *idx, uint32_t from, uint32_t to)
 	return 0;
 }
 
-static void *rotate_worker_main(void *arg)
+/* Rotation or sealing pass (ctx->range_fn): chunks of 256 ids from the shared counter. */
+static void *range_worker_main(void *arg)
 {
 	struct build_worker *w = arg;
 	struct build_ctx *c = w->ctx;
@@ -77,25 +79,7 @@ static void *rotate_worker_main(void *arg)
 		uint32_t from = atomic_fetch_add(&c->next, 256);
 		if (from >= idx->n)
 			break;
-		if (rotate_range(idx, from, DM_MIN(idx->n, from + 256)) < 0) {
-			atomic_store(&c->failed, ENOMEM);
-			break;
-		}
-	}
-	return NULL;
-}
-
-/* Sealing worker: chunks of 256 ids from the shared counter. */
-static void *seal_worker_main(void *arg)
-{
-	struct build_worker *w = arg;
-	struct build_ctx *c = w->ctx;
-	struct hnsw_index *idx = c->idx;
-	for (;;) {
-		uint32_t from = atomic_fetch_add(&c->next, 256);
-		if (from >= idx->n)
-			break;
-		if (seal_range(idx, from, DM_MIN(idx->n, from + 256)) < 0) {
+		if (c->range_fn(idx, from, DM_MIN(idx->n, from + 256)) < 0) {
 			atomic_store(&c->failed, ENOMEM);
 			break;
 		}
@@ -283,11 +267,13 @@ struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, ui
 	idx->vdim = vdim;
 	if (rc == 0 && idx->quant) {
 		atomic_store(&ctx.next, 0);
-		rc = run_workers(&ctx, nthreads, rotate_worker_main);
+		ctx.range_fn = rotate_range;
+		rc = run_workers(&ctx, nthreads, range_worker_main);
 	}
 	if (rc == 0) {
 		atomic_store(&ctx.next, 0);
-		rc = run_workers(&ctx, nthreads, seal_worker_main);
+		ctx.range_fn = seal_range;
+		rc = run_workers(&ctx, nthreads, range_worker_main);
 	}
 	if (rc < 0) {
 		snprintf(err, errlen, "out of memory in a build thread");

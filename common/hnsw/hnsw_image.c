@@ -73,8 +73,8 @@ static uint32_t block_nrec(uint32_t n, uint32_t shift, uint32_t b)
 	return (uint32_t)DM_MIN(per, n - first);
 }
 
-/* Image upper area: [id, level, lists...] for every node of level >= 1. */
-static uint32_t *upper_serialize(const struct hnsw_index *idx, uint64_t *words)
+/* Upper area (hnsw_layout.h): [id, level, lists...] for every node of level >= 1. */
+uint32_t *hnsw_upper_serialize(const struct hnsw_index *idx, uint64_t *words)
 {
 	uint32_t M = idx->p.M;
 	uint64_t w = 0;
@@ -125,7 +125,7 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 		return -EINVAL;
 	}
 	uint64_t up_words;
-	uint32_t *up = upper_serialize(idx, &up_words);
+	uint32_t *up = hnsw_upper_serialize(idx, &up_words);
 	if (!up) {
 		snprintf(err, errlen, "%s: out of memory", path);
 		return -ENOMEM;
