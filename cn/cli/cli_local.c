@@ -52,7 +52,8 @@ static void local_usage(FILE *f)
 		"  --region-mb MB  memory-node region size (default 512)\n"
 		"  --redundancy R  replicas of every index block ([cluster] redundancy, 1..N,\n"
 		"                  default 1)\n"
-		"  --base-port P   first port (default: a free range chosen at random)\n"
+		"  --base-port P   first port (default: a free range chosen at random, below the\n"
+		"                  kernel's ephemeral range)\n"
 		"  --transport T   tcp (default) or verbs\n"
 		"  --host IP       address of every node on loopback mode (default 127.0.0.1; with\n"
 		"                  verbs use the IP of the RDMA netdev, e.g. rxe0's eth0)\n"
@@ -166,15 +167,64 @@ static int random_secret(char *hex, size_t n)
 	return 0;
 }
 
-/* A port p such that p .. p+span-1 are free on 127.0.0.1 right now. */
+/* The last lines of a node's log on stderr, so a failed start says why where it is seen. */
+static void print_log_tail(const char *dir, const char *role, int id)
+{
+	char p[PATH_MAX], line[512], ring[8][512];
+	unsigned n = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s%d.log", dir, role, id);
+	f = fopen(p, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		snprintf(ring[n++ % 8], sizeof(ring[0]), "%s", line);
+	fclose(f);
+	for (unsigned i = n > 8 ? n - 8 : 0; i < n; i++)
+		fprintf(stderr, "  %s%d.log: %s", role, id, ring[i % 8]);
+}
+
+/* The kernel's ephemeral port range (outgoing connections take their local port from it). */
+static void ephemeral_range(int *lo, int *hi)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+	*lo = 32768;
+	*hi = 60999;
+	if (f) {
+		if (fscanf(f, "%d %d", lo, hi) != 2) {
+			*lo = 32768;
+			*hi = 60999;
+		}
+		fclose(f);
+	}
+}
+
+/* A port p such that p .. p+span-1 are free on 127.0.0.1 right now, chosen outside the
+ * ephemeral range: a port in it can be taken by any outgoing connection (another node's
+ * connection to a memory node, curl, a test) between this check and the node's bind. */
 static int pick_ports(int span)
 {
 	struct timespec ts;
+	int elo, ehi, lo = 10000, hi;
 
+	ephemeral_range(&elo, &ehi);
+	/* [10000, elo) when it is wide enough, else (ehi, 65535]. */
+	if (elo - lo >= 4 * span) {
+		hi = elo - span;
+	} else {
+		lo = ehi + 1;
+		hi = 65535 - span;
+		if (hi - lo < 4 * span) {
+			lo = 10000;
+			hi = 65535 - span;
+		}
+	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	srand((unsigned)(ts.tv_nsec ^ getpid()));
 	for (int attempt = 0; attempt < 50; attempt++) {
-		int base = 20000 + rand() % 30000, ok = 1;
+		int base = lo + rand() % (hi - lo), ok = 1;
 
 		for (int i = 0; i < span && ok; i++) {
 			struct sockaddr_in a = { .sin_family = AF_INET,
@@ -621,6 +671,8 @@ static int cmd_up(int argc, char **argv)
 				n->role, n->id, rc == -ECHILD ? "it exited" :
 				rc == -ETIMEDOUT ? "no handshake within 30 s" : "probe failed",
 				dir, n->role, n->id);
+		if (rc)
+			print_log_tail(dir, n->role, n->id);
 	}
 	fclose(f);
 	free(cfg);
