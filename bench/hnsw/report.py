@@ -88,8 +88,10 @@ def main():
                "search: one thread, one query at a time, recall@10 against exact ground truth, every "
                "library over the same ef grid. dmann-codes: record layout v2 with RaBitQ neighbour "
                "codes (a search scores all neighbours of an expanded node from its codes and computes "
-               "exact distances only for the nodes it expands); dmann-nocodes: the same layout "
-               "without the code area (every neighbour scored exactly). QPS: wall clock, best of the "
+               "exact distances only for the nodes it expands; the upper levels are descended on SQ8 "
+               "codes of the upper-level nodes, so the only exact distances are those of expanded "
+               "level-0 nodes); dmann-nocodes: the same layout without the code area (every "
+               "neighbour scored exactly, upper levels descended exactly, as hnswlib does). QPS: wall clock, best of the "
                "interleaved rounds; CPU QPS: queries per second of the search thread's CPU time (what "
                "an idle core gives; robust to other load, which on this shared machine is large).\n"
                % dataset)

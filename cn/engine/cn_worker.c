@@ -315,6 +315,7 @@ static int bind_index(struct worker *w)
 	w->src.metric = d->p.metric;
 	w->src.upl = d->upl;
 	w->src.uvec = d->uvec;
+	w->src.upq = d->upq;
 	w->src.entry = d->entry;
 	w->src.max_level = d->max_level;
 	w->src.get = stage_get;

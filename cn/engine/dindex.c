@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "dgen.h"
+#include "hnsw/hnsw_upq.h"
 #include "placement.h"
 
 _Static_assert(DM_GEN_KIND_META == DM_OBJ_HNSW_META && DM_GEN_KIND_BLOCK == DM_OBJ_HNSW_BLOCK,
@@ -414,6 +415,7 @@ void dindex_free(struct dindex *d)
 	hnsw_quant_free(d->quant);
 	free(d->uv_store);
 	free(d->uvec);
+	hnsw_upq_free(d->upq);
 	free(d);
 }
 
@@ -432,6 +434,14 @@ void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, flo
 }
 
 /* Validate the header and upper area and build the upper-list pointers. */
+/* The stored vector of a level >= 1 node (hnsw_upq_build's source). */
+static const float *uvec_of(void *arg, uint32_t id)
+{
+	const struct dindex *d = arg;
+
+	return d->uvec[id];
+}
+
 static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, size_t errlen)
 {
 	struct dindex_meta_hdr h;
@@ -562,6 +572,14 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 		}
 		if (j != h.uv_nodes)
 			goto bad_up;
+	}
+	if (d->quant) {
+		d->upq = hnsw_upq_build(h.n, h.vdim, p.metric, uvec_of, d);
+		if (!d->upq) {
+			snprintf(err, errlen, errno == ENOMEM ? "out of memory" :
+				 "index metadata: non-finite upper-level vector");
+			return -(errno == ENOMEM ? ENOMEM : EBADMSG);
+		}
 	}
 	/* Every node an upper list names must itself have upper lists down to that level. */
 	for (uint32_t id = 0; id < h.n; id++) {

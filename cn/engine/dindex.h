@@ -102,6 +102,8 @@ struct dindex {
 	struct hnsw_quant *quant;  /* neighbour codes, or NULL */
 	float *uv_store;           /* stored vectors of the level >= 1 nodes */
 	const float **uvec;        /* per node: its vector in uv_store, or NULL (level 0) */
+	struct hnsw_upq *upq;      /* with codes: SQ8 codes of uvec (hnsw_upq.h), as built
+				      locally from the same vectors */
 	int max_level;
 	uint32_t *up_store;
 	uint32_t **upl;            /* per node: upper lists or NULL */

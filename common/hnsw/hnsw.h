@@ -44,6 +44,7 @@ struct hnsw_params {
 };
 
 struct hnsw_quant;           /* the index's quantizer (hnsw_codes.c) */
+struct hnsw_upq;             /* upper-level descent codes (hnsw_upq.h) */
 
 /* Distance kernel used by the graph: the raw score (l2sq, or -dot for ip/cos). */
 typedef float (*hnsw_kernel_fn)(const float *a, const float *b, size_t dim);
@@ -57,6 +58,8 @@ struct hnsw_index {
 	uint32_t vdim;            /* floats of a stored vector: dim, or the quantizer's padded
 				     dimension D (rotated vectors) */
 	struct hnsw_quant *quant; /* NULL without codes */
+	struct hnsw_upq *upq;     /* with codes: SQ8 codes of the upper-level nodes (derived from
+				     the records by hnsw_upq_attach, not stored in the image) */
 	uint32_t nblocks;
 	uint8_t **blocks;         /* nblocks bases of (1 << block_shift) records (the last one
 				     only as many as exist) */
@@ -79,6 +82,11 @@ int hnsw_params_check(const struct hnsw_params *p, char *err, size_t errlen);
  * failure the caller still does). NULL + errno. */
 struct hnsw_index *hnsw_alloc(const struct hnsw_params *p, uint32_t n, struct hnsw_quant *quant);
 void hnsw_free(struct hnsw_index *idx);
+
+/* With codes: (re)build idx->upq from the stored vectors of the nodes of level >= 1 (a
+ * search then descends the upper levels on them); without codes a no-op. Called by
+ * hnsw_build and hnsw_load; call again after the upper levels changed. 0 or -ENOMEM. */
+int hnsw_upq_attach(struct hnsw_index *idx);
 
 /* Record of node id (local index). */
 static inline struct hnsw_rec_hdr *hnsw_rec(const struct hnsw_index *idx, uint32_t id)
@@ -151,6 +159,8 @@ struct hnsw_src {
 	const float *const *uvec;     /* optional: local stored vectors of the nodes of level >= 1
 					 (NULL entries for the others); with it the resumable
 					 query descends the upper levels without fetching */
+	const struct hnsw_upq *upq;   /* optional, with codes only: the upper-level descent on
+					 SQ8 codes (local search and resumable query alike) */
 	uint32_t entry;
 	int max_level;
 	int (*fetch)(struct hnsw_src *s, const uint32_t *ids, size_t nids);

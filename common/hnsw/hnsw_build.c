@@ -275,6 +275,8 @@ struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, ui
 		ctx.range_fn = seal_range;
 		rc = run_workers(&ctx, nthreads, range_worker_main);
 	}
+	if (rc == 0)
+		rc = hnsw_upq_attach(idx);
 	if (rc < 0) {
 		snprintf(err, errlen, "out of memory in a build thread");
 		goto err_free_idx;

@@ -524,6 +524,10 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 		goto err_free;
 	if ((rc = hnsw_validate(idx, msg, sizeof(msg))) < 0)
 		goto err_free;
+	if ((rc = hnsw_upq_attach(idx)) < 0) {
+		snprintf(msg, sizeof(msg), "out of memory (upper-level codes)");
+		goto err_free;
+	}
 	free(qb);
 	free(up);
 	free(bt);

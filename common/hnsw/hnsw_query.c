@@ -2,6 +2,7 @@
  * state machine; see hnsw_query.h. */
 #include "hnsw_query.h"
 #include "hnsw_l0.h"
+#include "hnsw_upq.h"
 #include "util/dm_hash.h"
 
 #include <stdlib.h>
@@ -52,6 +53,7 @@ void hnsw_query_free(struct hnsw_query *q)
 	free(q->arena);
 	free(q->batch);
 	free(q->qrot);
+	free(q->upaux);
 	if (q->l0)
 		hnsw_l0_fini(q->l0);
 	free(q->l0);
@@ -292,6 +294,28 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 	for (;;) {
 		switch (q->state) {
 		case ST_START:
+			if (q->quant && src->upq && q->level >= 1) {
+				/* Upper levels on SQ8 codes (hnsw_upq.h), as the local search. */
+				const struct hnsw_upq *u = src->upq;
+				uint64_t h0 = q->hops;
+				int rc;
+
+				if (grow((void **)&q->upaux, &q->upaux_cap,
+					 (uint32_t)hnsw_upq_aux_len(u), sizeof(float)))
+					return -ENOMEM;
+				dm_sq8_query(&u->sq, q->qrot, q->upaux);
+				q->cur = q->batch[0];
+				rc = hnsw_upq_descend(u, q->upaux, src->upl, q->M, q->level, &q->cur,
+						      &q->curd, &q->hops, &q->est_evals);
+				src->hops += q->hops - h0;
+				if (rc)
+					return rc;
+				q->level = 0;
+				rc = start_level0(q, src);
+				if (rc)
+					return rc;
+				break;
+			}
 			if (src->uvec && q->level >= 1 && src->uvec[q->batch[0]]) {
 				/* Upper levels from the local upper vectors: no READ until level 0. */
 				uint64_t h0 = q->hops;
@@ -458,7 +482,9 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 				return HNSW_Q_DONE;
 			}
 			return need(q, ST_C0_EXPAND);
-		case ST_C0_EXPAND:
+		case ST_C0_EXPAND: {
+			uint64_t e0 = q->l0->est_evals;
+
 			for (uint32_t j = 0; j < q->nbatch; j++) {
 				int rc;
 
@@ -472,9 +498,10 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 			q->hops += q->nbatch;
 			src->hops += q->nbatch;
 			q->dist_evals += q->nbatch;
-			q->est_evals = q->l0->est_evals;
+			q->est_evals += q->l0->est_evals - e0;
 			q->state = ST_C0;
 			break;
+		}
 		case ST_DONE:
 			return HNSW_Q_DONE;
 		default:

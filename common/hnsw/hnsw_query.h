@@ -56,7 +56,8 @@ struct hnsw_query {
 	const struct hnsw_quant *quant;
 	struct hnsw_l0 *l0;       /* level-0 pool search state */
 	float *qrot;              /* rotated query (vdim floats) */
-	uint32_t vdim, vec_off, qrot_cap, beam;
+	float *upaux;             /* the query prepared for the SQ8 upper-level descent */
+	uint32_t vdim, vec_off, qrot_cap, beam, upaux_cap;
 	/* counters of the last query: hops = expanded nodes (upper levels included) */
 	uint64_t hops, fetches, fetched, dist_evals, est_evals;
 };

@@ -9,6 +9,7 @@
  * READs with one doorbell; the local source only prefetches), and scored afterwards. The
  * same code therefore serves a local index and the compute node's remote reader. */
 #include "hnsw_l0.h"
+#include "hnsw_upq.h"
 
 #include <stdlib.h>
 
@@ -25,7 +26,8 @@ struct hnsw_searcher {
 	uint32_t batch_cap;
 	float *qbuf;                /* normalised query (cos) */
 	float *qrot;                /* rotated query (codes) */
-	uint32_t qdim, qrot_cap;
+	float *upaux;               /* the query prepared for the SQ8 upper-level descent */
+	uint32_t qdim, qrot_cap, upaux_cap;
 	enum dm_metric kmetric;
 	hnsw_kernel_fn kern;
 	struct hnsw_l0 l0;          /* level-0 search with codes */
@@ -126,6 +128,7 @@ void hnsw_searcher_free(struct hnsw_searcher *s)
 	free(s->batch);
 	free(s->qbuf);
 	free(s->qrot);
+	free(s->upaux);
 	hnsw_l0_fini(&s->l0);
 	free(s);
 }
@@ -144,6 +147,7 @@ void hnsw_src_local(const struct hnsw_index *idx, struct hnsw_src *src)
 	src->metric = idx->p.metric;
 	src->blocks = idx->blocks;
 	src->upl = idx->upl;
+	src->upq = idx->quant ? idx->upq : NULL;
 	src->entry = idx->entry;
 	src->max_level = idx->max_level;
 }
@@ -372,17 +376,37 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 	}
 
 	uint32_t cur = src->entry;
-	int rc = fetch_batch(src, &cur, 1);
-	if (rc < 0)
-		return rc;
-	const struct hnsw_rec_hdr *r = hnsw_get(src, cur);
-	if (!r)
-		return -EIO;
-	float curd = s->kern(q, hnsw_rec_vec(r, src->vec_off), src->vdim);
-	for (int l = src->max_level; l >= 1; l--) {
-		rc = greedy_upper(src, s, q, (uint32_t)l, &cur, &curd);
+	float curd;
+	int rc;
+	if (src->quant && src->upq && src->max_level >= 1) {
+		/* Upper levels on SQ8 codes: the level-0 search scores its entry exactly when
+		 * it expands it, so the SQ8 score only seeds the pool. */
+		const struct hnsw_upq *u = src->upq;
+		if (s->upaux_cap < hnsw_upq_aux_len(u)) {
+			float *a = realloc(s->upaux, hnsw_upq_aux_len(u) * sizeof(*a));
+			if (!a)
+				return -ENOMEM;
+			s->upaux = a;
+			s->upaux_cap = (uint32_t)hnsw_upq_aux_len(u);
+		}
+		dm_sq8_query(&u->sq, q, s->upaux);
+		rc = hnsw_upq_descend(u, s->upaux, src->upl, src->M, src->max_level, &cur, &curd,
+				      &src->hops, &src->est_evals);
 		if (rc < 0)
 			return rc;
+	} else {
+		rc = fetch_batch(src, &cur, 1);
+		if (rc < 0)
+			return rc;
+		const struct hnsw_rec_hdr *r = hnsw_get(src, cur);
+		if (!r)
+			return -EIO;
+		curd = s->kern(q, hnsw_rec_vec(r, src->vec_off), src->vdim);
+		for (int l = src->max_level; l >= 1; l--) {
+			rc = greedy_upper(src, s, q, (uint32_t)l, &cur, &curd);
+			if (rc < 0)
+				return rc;
+		}
 	}
 	if (src->quant) {
 		rc = search_level0_codes(src, s, q, cur, curd, (uint32_t)k, (uint32_t)ef, b);

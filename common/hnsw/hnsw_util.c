@@ -1,6 +1,7 @@
 /* hnsw_util.c: HNSW index allocation, parameter checks, level draws, the distance kernels of
  * the graph hot path, CRC32C of records, heaps and the visited set. */
 #include "hnsw_int.h"
+#include "hnsw_upq.h"
 #include "util/dm_hash.h"
 
 #include <immintrin.h>
@@ -95,6 +96,7 @@ void hnsw_free(struct hnsw_index *idx)
 	free(idx->up_store);
 	free(idx->locks);
 	hnsw_quant_free(idx->quant);
+	hnsw_upq_free(idx->upq);
 	pthread_mutex_destroy(&idx->glock);
 	free(idx);
 }

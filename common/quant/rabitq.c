@@ -129,10 +129,57 @@ uint64_t rbq_seed(const struct rbq *q) { return q->seed; }
  * vectorise without changing a bit of the result.
  */
 
+/* Butterfly stages h .. n/2 (h >= 16, every span a multiple of the register width) and
+ * the final scaling by s, at three widths. */
+static void fwht_wide_sse(float *x, uint32_t n, uint32_t h0, float s)
+{
+	for (uint32_t h = h0; h < n; h *= 2)
+		for (uint32_t i = 0; i < n; i += 2 * h)
+			for (uint32_t j = i; j < i + h; j += 4) {
+				__m128 a = _mm_loadu_ps(x + j), b = _mm_loadu_ps(x + j + h);
+				_mm_storeu_ps(x + j, _mm_add_ps(a, b));
+				_mm_storeu_ps(x + j + h, _mm_sub_ps(a, b));
+			}
+	const __m128 sv = _mm_set1_ps(s);
+	for (uint32_t i = 0; i < n; i += 4)
+		_mm_storeu_ps(x + i, _mm_mul_ps(_mm_loadu_ps(x + i), sv));
+}
+
+__attribute__((target("avx2"))) static void fwht_wide_avx2(float *x, uint32_t n, uint32_t h0,
+							     float s)
+{
+	for (uint32_t h = h0; h < n; h *= 2)
+		for (uint32_t i = 0; i < n; i += 2 * h)
+			for (uint32_t j = i; j < i + h; j += 8) {
+				__m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
+				_mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
+				_mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
+			}
+	const __m256 sv = _mm256_set1_ps(s);
+	for (uint32_t i = 0; i < n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sv));
+}
+
+__attribute__((target("avx512f"))) static void fwht_wide_avx512(float *x, uint32_t n,
+								 uint32_t h0, float s)
+{
+	for (uint32_t h = h0; h < n; h *= 2)
+		for (uint32_t i = 0; i < n; i += 2 * h)
+			for (uint32_t j = i; j < i + h; j += 16) {
+				__m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + h);
+				_mm512_storeu_ps(x + j, _mm512_add_ps(a, b));
+				_mm512_storeu_ps(x + j + h, _mm512_sub_ps(a, b));
+			}
+	const __m512 sv = _mm512_set1_ps(s);
+	for (uint32_t i = 0; i < n; i += 16)
+		_mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), sv));
+}
+
 /* In-place normalised Walsh-Hadamard transform of n (power of two, >= 64) floats: butterflies
  * (a, b) -> (a + b, a - b) for h = 1, 2, 4, ..., n/2, then a multiplication by 1/sqrt(n).
- * SSE (the x86-64-v2 baseline): every element sees the same operations in the same order
- * as the plain loop would do, so the result does not depend on the code path. */
+ * Every element sees the same operations in the same order as the plain loop would do,
+ * whether in SSE (the x86-64-v2 baseline), AVX2 or AVX-512 registers, so the result does
+ * not depend on the code path. */
 static void fwht(float *x, uint32_t n)
 {
 	const __m128 neg1 = _mm_castsi128_ps(_mm_setr_epi32(0, (int)0x80000000, 0, (int)0x80000000));
@@ -148,16 +195,25 @@ static void fwht(float *x, uint32_t n)
 		q = _mm_movehl_ps(v, v);
 		_mm_storeu_ps(x + i, _mm_add_ps(p, _mm_xor_ps(q, neg2)));
 	}
-	for (uint32_t h = 4; h < n; h *= 2)
+	uint32_t h = 4;
+	for (; h < n && h < 16; h *= 2)
 		for (uint32_t i = 0; i < n; i += 2 * h)
 			for (uint32_t j = i; j < i + h; j += 4) {
 				__m128 a = _mm_loadu_ps(x + j), b = _mm_loadu_ps(x + j + h);
 				_mm_storeu_ps(x + j, _mm_add_ps(a, b));
 				_mm_storeu_ps(x + j + h, _mm_sub_ps(a, b));
 			}
-	const __m128 s = _mm_set1_ps((float)(1.0 / sqrt((double)n)));
-	for (uint32_t i = 0; i < n; i += 4)
-		_mm_storeu_ps(x + i, _mm_mul_ps(_mm_loadu_ps(x + i), s));
+	/* the wide stages and the scaling: the same additions, subtractions and products in
+	 * wider registers, so every ISA gives the same bits */
+	float s = (float)(1.0 / sqrt((double)n));
+	const char *isa = rbq_isa();   /* the estimator's ISA (rbq_set_isa), checked at start */
+
+	if (isa[0] == 'a' && isa[3] == '5')
+		fwht_wide_avx512(x, n, h, s);
+	else if (isa[0] == 'a')
+		fwht_wide_avx2(x, n, h, s);
+	else
+		fwht_wide_sse(x, n, h, s);
 }
 
 /* Kac step over D floats: orthogonal and its own inverse. */

@@ -1,0 +1,83 @@
+/* hnsw_upq.c: building the SQ8 codes of the upper-level nodes (hnsw_upq.h): collect the
+ * stored vectors of the nodes that have one, in id order, train the quantizer on them and
+ * encode each into its row. */
+#include "hnsw_upq.h"
+#include "hnsw_int.h"
+
+#include <stdlib.h>
+
+struct hnsw_upq *hnsw_upq_build(uint32_t n, uint32_t vdim, enum dm_metric m,
+				const float *(*vec)(void *arg, uint32_t id), void *arg)
+{
+	struct hnsw_upq *u = calloc(1, sizeof(*u));
+	const float **v = NULL;
+	int rc;
+
+	if (!u)
+		goto err_oom;
+	u->n = n;
+	u->vdim = vdim;
+	u->slot = malloc((size_t)(n ? n : 1) * sizeof(*u->slot));
+	if (!u->slot)
+		goto err_free_upq;
+	for (uint32_t id = 0; id < n; id++) {
+		u->slot[id] = vec(arg, id) ? u->nup++ : HNSW_UPQ_NONE;
+	}
+	v = malloc((size_t)(u->nup ? u->nup : 1) * sizeof(*v));
+	u->codes = malloc((size_t)(u->nup ? u->nup : 1) * vdim);
+	if (!v || !u->codes)
+		goto err_free_upq;
+	for (uint32_t id = 0; id < n; id++)
+		if (u->slot[id] != HNSW_UPQ_NONE)
+			v[u->slot[id]] = vec(arg, id);
+	rc = dm_sq8_train(&u->sq, m, vdim, v, u->nup);
+	if (rc) {
+		free(v);
+		hnsw_upq_free(u);
+		errno = -rc;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < u->nup; i++)
+		dm_sq8_encode(&u->sq, v[i], u->codes + (size_t)i * vdim);
+	u->score = dm_sq8_kernel(&u->sq);
+	free(v);
+	return u;
+
+err_free_upq:
+	free(v);
+	hnsw_upq_free(u);
+err_oom:
+	errno = ENOMEM;
+	return NULL;
+}
+
+void hnsw_upq_free(struct hnsw_upq *u)
+{
+	if (!u)
+		return;
+	dm_sq8_fini(&u->sq);
+	free(u->slot);
+	free(u->codes);
+	free(u);
+}
+
+static const float *rec_vec_upper(void *arg, uint32_t id)
+{
+	const struct hnsw_index *idx = arg;
+
+	return idx->upl[id] ? hnsw_rec_vec(hnsw_rec(idx, id), idx->vec_off) : NULL;
+}
+
+int hnsw_upq_attach(struct hnsw_index *idx)
+{
+	struct hnsw_upq *u;
+
+	if (!idx->quant)
+		return 0;
+	u = hnsw_upq_build(idx->n, idx->vdim, idx->p.metric, rec_vec_upper, idx);
+	if (!u)
+		return -errno;
+	hnsw_upq_free(idx->upq);
+	idx->upq = u;
+	return 0;
+}
