@@ -281,6 +281,22 @@ static int visit_tag(void *arg, uint32_t id)
 	return 1;
 }
 
+/* Prefetch the records, whole (ids, codes, vector), of the next npf unexpanded pool
+ * entries: the search is bound by memory once the estimator is cheap. */
+static inline void prefetch_next(struct hnsw_src *src, struct hnsw_l0 *l, uint32_t npf)
+{
+	uint32_t pf = 0;
+	hnsw_l0_pool_skip(l);
+	for (uint32_t i = l->first; i < l->np && pf < npf; i++) {
+		if (l->pool[i].st & L0_EXPANDED)
+			continue;
+		const char *nr = (const char *)hnsw_get(src, l->pool[i].id);
+		for (uint32_t o = 0; o < src->rec_size; o += 64)
+			__builtin_prefetch(nr + o);
+		pf++;
+	}
+}
+
 /* Level 0 with codes (hnsw_l0.h): expand the best b pool entries per fetch. */
 static int search_level0_codes(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 			       uint32_t ep, float epd, uint32_t k, uint32_t ef, uint32_t b)
@@ -304,20 +320,8 @@ static int search_level0_codes(struct hnsw_src *src, struct hnsw_searcher *s, co
 			if (rc < 0)
 				return rc;
 		}
-		if (src->blocks) {
-			/* the next expansions' records, whole (ids, codes, vector): the search is
-			 * bound by memory once the estimator is cheap */
-			hnsw_l0_pool_skip(l);
-			uint32_t pf = 0;
-			for (uint32_t i = l->first; i < l->np && pf < HNSW_L0_PF; i++) {
-				if (l->pool[i].st & L0_EXPANDED)
-					continue;
-				const char *nr = (const char *)hnsw_get(src, l->pool[i].id);
-				for (uint32_t o = 0; o < src->rec_size; o += 64)
-					__builtin_prefetch(nr + o);
-				pf++;
-			}
-		}
+		if (src->blocks)
+			prefetch_next(src, l, HNSW_L0_PF);
 	}
 	src->hops += l->hops;
 	src->dist_evals += l->dist_evals;
