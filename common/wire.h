@@ -331,8 +331,11 @@ struct dm_wire_ctl_obj {       /* object descriptor: ALLOC, COMMIT, LOOKUP, DROP
 	uint64_t key;
 	uint64_t len;
 	uint64_t addr;
-	uint64_t aux;              /* crc32 (COMMIT, LOOKUP) or key mask (DROP) */
+	uint64_t aux;              /* crc32 (COMMIT, LOOKUP; COMMIT may add
+				      DM_CTL_COMMIT_MUTABLE) or key mask (DROP) */
 };
+/* COMMIT: the object changes after its commit (HNSW blocks of an index written online). */
+#define DM_CTL_COMMIT_MUTABLE (UINT64_C(1) << 32)
 _Static_assert(sizeof(struct dm_wire_ctl_obj) == 32, "ctl_obj layout");
 
 /* Fixed body length of a control message, or -EPROTO for an unknown control op. */
@@ -361,6 +364,9 @@ int dm_wire_ctl_gen_state_decode(const uint8_t *buf, size_t len,
  *   Q_SEARCH  search{qid, k, ef, dim} + dim f32        -> result{qid, n, counters} + n hits
  *   Q_CONFIG  config{cache bytes, admission ppm, flags} -> {}    (flags: CLEAR the cache)
  *   Q_STATS   {}                                        -> stats{cache and query counters}
+ *   Q_INSERT  insert{n, dim, ef} + n x dim f32          -> inserted{n, counters} + n u64 ids
+ *             (admin: online inserts into the loaded index, cn_insert.h; rows 0..n-1 got
+ *             ids[0..n-1]; on an error the first `n` rows of the answer were inserted)
  * A failed search answers Q_SEARCH+1 with status -errno and a result body whose n is 0
  * (so that the client still learns the qid).
  */
@@ -368,6 +374,7 @@ enum dm_wire_q_op {
 	DM_OP_Q_SEARCH = 0x3000,
 	DM_OP_Q_CONFIG = 0x3002,
 	DM_OP_Q_STATS  = 0x3004,
+	DM_OP_Q_INSERT = 0x3006,
 	/* responses: request op + 1 */
 };
 
@@ -428,6 +435,29 @@ struct dm_wire_q_stats {       /* Q_STATS response */
 };
 _Static_assert(sizeof(struct dm_wire_q_stats) == 112, "q_stats layout");
 
+#define DM_Q_MAX_INSERT 256u   /* rows per Q_INSERT (and its message must fit the CN's
+				  receive buffers, 16 KiB) */
+
+struct dm_wire_q_insert {      /* Q_INSERT request, followed by n x dim little-endian f32 */
+	uint32_t n;                /* 1..DM_Q_MAX_INSERT */
+	uint32_t dim;              /* 1..DM_Q_MAX_DIM */
+	uint32_t ef;               /* efConstruction of the insert's search (0: 100) */
+	uint32_t flags;            /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_q_insert) == 16, "q_insert layout");
+
+struct dm_wire_q_inserted {    /* Q_INSERT response, followed by n u64 ids */
+	uint32_t n;                /* rows inserted (all of them on success) */
+	uint32_t links;            /* back-links written into neighbours' records */
+	uint32_t links_dropped;    /* back-links not made (neighbour's list kept, or its lock
+				      not taken in time) */
+	uint32_t lock_retries;     /* CAS attempts that found the record held or changed */
+	uint32_t rereads;          /* records read again after failing validation */
+	uint32_t reads;            /* records read */
+	uint64_t latency_ns;       /* time the CN spent on the batch */
+};
+_Static_assert(sizeof(struct dm_wire_q_inserted) == 32, "q_inserted layout");
+
 /* Check a query-protocol message (header decoded from a buffer of buflen bytes): known op,
  * length consistent with the body (SEARCH: dim floats; result: n hits). 0 or -EBADMSG /
  * -EPROTO. */
@@ -441,6 +471,10 @@ int dm_wire_q_hit_decode(const uint8_t *buf, size_t len, struct dm_wire_q_hit *m
 void dm_wire_q_config_encode(uint8_t *buf, const struct dm_wire_q_config *m);
 int dm_wire_q_config_decode(const uint8_t *buf, size_t len, struct dm_wire_q_config *m);
 void dm_wire_q_stats_encode(uint8_t *buf, const struct dm_wire_q_stats *m);
+void dm_wire_q_insert_encode(uint8_t *buf, const struct dm_wire_q_insert *m);
+int dm_wire_q_insert_decode(const uint8_t *buf, size_t len, struct dm_wire_q_insert *m);
+void dm_wire_q_inserted_encode(uint8_t *buf, const struct dm_wire_q_inserted *m);
+int dm_wire_q_inserted_decode(const uint8_t *buf, size_t len, struct dm_wire_q_inserted *m);
 int dm_wire_q_stats_decode(const uint8_t *buf, size_t len, struct dm_wire_q_stats *m);
 /* dim floats after the search body (little-endian on the wire, as on every host we run). */
 void dm_wire_put_f32s(uint8_t *buf, const float *v, uint32_t n);

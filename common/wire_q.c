@@ -31,6 +31,22 @@ int dm_wire_q_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t bufl
 		}
 	case DM_OP_Q_CONFIG:
 		return body == (resp ? 0 : sizeof(struct dm_wire_q_config)) ? 0 : -EBADMSG;
+	case DM_OP_Q_INSERT:
+		if (!resp) {
+			struct dm_wire_q_insert s;
+
+			if (dm_wire_q_insert_decode(buf + DM_WIRE_HDR_LEN, body, &s))
+				return -EBADMSG;
+			return body == sizeof(s) + 4ull * s.n * s.dim ? 0 : -EBADMSG;
+		} else {
+			struct dm_wire_q_inserted r;
+
+			if (h->status && body == 0)
+				return 0;
+			if (dm_wire_q_inserted_decode(buf + DM_WIRE_HDR_LEN, body, &r))
+				return -EBADMSG;
+			return body == sizeof(r) + 8ull * r.n ? 0 : -EBADMSG;
+		}
 	case DM_OP_Q_STATS:
 		if (resp && h->status)
 			return body == 0 ? 0 : -EBADMSG;
@@ -186,4 +202,51 @@ void dm_wire_get_f32s(const uint8_t *b, float *v, uint32_t n)
 
 		memcpy(&v[i], &u, 4);
 	}
+}
+
+void dm_wire_q_insert_encode(uint8_t *b, const struct dm_wire_q_insert *m)
+{
+	dm_put_le32(b, m->n);
+	dm_put_le32(b + 4, m->dim);
+	dm_put_le32(b + 8, m->ef);
+	dm_put_le32(b + 12, m->flags);
+}
+
+int dm_wire_q_insert_decode(const uint8_t *b, size_t len, struct dm_wire_q_insert *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->n = dm_get_le32(b);
+	m->dim = dm_get_le32(b + 4);
+	m->ef = dm_get_le32(b + 8);
+	m->flags = dm_get_le32(b + 12);
+	if (m->n == 0 || m->n > DM_Q_MAX_INSERT || m->dim == 0 || m->dim > DM_Q_MAX_DIM ||
+	    m->ef > DM_Q_MAX_EF || m->flags)
+		return -EBADMSG;
+	return 0;
+}
+
+void dm_wire_q_inserted_encode(uint8_t *b, const struct dm_wire_q_inserted *m)
+{
+	dm_put_le32(b, m->n);
+	dm_put_le32(b + 4, m->links);
+	dm_put_le32(b + 8, m->links_dropped);
+	dm_put_le32(b + 12, m->lock_retries);
+	dm_put_le32(b + 16, m->rereads);
+	dm_put_le32(b + 20, m->reads);
+	dm_put_le64(b + 24, m->latency_ns);
+}
+
+int dm_wire_q_inserted_decode(const uint8_t *b, size_t len, struct dm_wire_q_inserted *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->n = dm_get_le32(b);
+	m->links = dm_get_le32(b + 4);
+	m->links_dropped = dm_get_le32(b + 8);
+	m->lock_retries = dm_get_le32(b + 12);
+	m->rereads = dm_get_le32(b + 16);
+	m->reads = dm_get_le32(b + 20);
+	m->latency_ns = dm_get_le64(b + 24);
+	return m->n <= DM_Q_MAX_INSERT ? 0 : -EBADMSG;
 }

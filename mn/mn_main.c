@@ -138,9 +138,11 @@ static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body
 			.addr = (uint64_t)(uintptr_t)m->st->region.addr + off };
 		break;
 	case DM_OP_CTL_COMMIT:
-		if (o.aux > UINT32_MAX)
+		/* aux: crc32 | DM_CTL_COMMIT_MUTABLE */
+		if (o.aux & ~(UINT64_C(0xffffffff) | DM_CTL_COMMIT_MUTABLE))
 			return -EINVAL;
-		return mn_store_commit(m->st, o.key, o.len, (uint32_t)o.aux);
+		return mn_store_commit(m->st, o.key, o.len, (uint32_t)o.aux,
+				       (o.aux & DM_CTL_COMMIT_MUTABLE) ? MN_OBJ_MUTABLE : 0);
 	case DM_OP_CTL_LOOKUP:
 		rc = mn_store_lookup(m->st, o.key, &mo);
 		if (rc)

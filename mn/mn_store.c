@@ -70,6 +70,7 @@ static int place(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off)
 		hole->key = key;
 		hole->state = MN_OBJ_WRITING;
 		hole->crc = 0;
+		hole->flags = 0;
 		*off = hole->off;
 		return 0;
 	}
@@ -107,7 +108,8 @@ int mn_store_alloc(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *of
 	return rc;
 }
 
-int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t crc)
+int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t crc,
+		    uint32_t flags)
 {
 	struct mn_obj *o;
 	uint32_t got;
@@ -119,7 +121,8 @@ int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t cr
 		rc = -ENOENT;
 	} else if (o->state == MN_OBJ_COMMITTED) {
 		rc = -EEXIST;
-	} else if (len == 0 || DM_ALIGN_UP(len, MN_OBJ_ALIGN) > o->len) {
+	} else if (len == 0 || DM_ALIGN_UP(len, MN_OBJ_ALIGN) > o->len ||
+		   (flags & ~MN_OBJ_MUTABLE)) {
 		rc = -EINVAL;
 	} else {
 		got = (uint32_t)crc32_z(0, (const Bytef *)st->region.addr + o->off, len);
@@ -128,6 +131,7 @@ int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t cr
 		} else {
 			o->len = len;
 			o->crc = crc;
+			o->flags = flags;
 			o->state = MN_OBJ_COMMITTED;
 		}
 	}
@@ -354,7 +358,7 @@ void mn_store_stats(struct mn_store *st, uint32_t *objects, uint64_t *bytes)
  * then each object's len bytes in table order. Little-endian (x86 and arm64 only). */
 struct snap_ent {
 	uint64_t key, off, len;
-	uint32_t crc, zero;
+	uint32_t crc, flags;    /* MN_OBJ_MUTABLE (0 in snapshots before it existed) */
 };
 _Static_assert(sizeof(struct snap_ent) == 32, "snapshot entry layout");
 
@@ -395,7 +399,8 @@ int mn_store_snapshot(struct mn_store *st, const char *path)
 	for (uint32_t i = 0; i < st->nobj; i++)
 		if (st->objs[i].state == MN_OBJ_COMMITTED)
 			ents[count++] = (struct snap_ent){ st->objs[i].key, st->objs[i].off,
-							   st->objs[i].len, st->objs[i].crc, 0 };
+							   st->objs[i].len, st->objs[i].crc,
+							   st->objs[i].flags };
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
@@ -487,7 +492,15 @@ int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t er
 			snprintf(err, errlen, "%s: truncated in object %u", path, i);
 			goto out_free;
 		}
-		if ((uint32_t)crc32_z(0, (const Bytef *)st->region.addr + e->off, e->len) != e->crc) {
+		if (e->flags & ~MN_OBJ_MUTABLE) {
+			snprintf(err, errlen, "%s: object %u has unknown flags %#x", path, i,
+				 e->flags);
+			goto out_free;
+		}
+		/* a mutable object (HNSW blocks written online) changed after its commit: its
+		 * records carry their own checksums */
+		if (!(e->flags & MN_OBJ_MUTABLE) &&
+		    (uint32_t)crc32_z(0, (const Bytef *)st->region.addr + e->off, e->len) != e->crc) {
 			snprintf(err, errlen, "%s: object %u checksum mismatch", path, i);
 			goto out_free;
 		}
@@ -496,7 +509,7 @@ int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t er
 	pthread_mutex_lock(&st->lock);
 	for (uint32_t i = 0; i < count; i++)
 		st->objs[i] = (struct mn_obj){ ents[i].key, ents[i].off, ents[i].len, ents[i].crc,
-					       MN_OBJ_COMMITTED };
+					       MN_OBJ_COMMITTED, ents[i].flags };
 	st->nobj = count;
 	st->used = DM_ALIGN_UP(end, MN_OBJ_ALIGN);
 	gen_rebuild(st);

@@ -24,9 +24,15 @@ struct mn_obj {
 	uint64_t key;
 	uint64_t off;       /* offset in the region */
 	uint64_t len;
-	uint32_t crc;       /* zlib crc32 of the contents, valid once committed */
+	uint32_t crc;       /* zlib crc32 of the contents at commit */
 	uint32_t state;     /* enum mn_obj_state */
+	uint32_t flags;     /* MN_OBJ_MUTABLE */
 };
+
+/* Object flag: its contents change after the commit (one-sided WRITEs of online inserts
+ * into HNSW blocks, a counter word), so its crc describes the commit only and is not
+ * checked when a snapshot is restored. */
+#define MN_OBJ_MUTABLE 1u
 
 /* Index generations (wire.h CTL_GEN_*, docs/architecture.md "Index generations"): per
  * HNSW index, the current generation, the retired one whose objects are still held, and
@@ -74,7 +80,8 @@ void mn_store_free(struct mn_store *st);
 int mn_store_alloc(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off);
 /* Verify the contents against crc and mark committed: -ENOENT, -EBADMSG on mismatch (the
  * object stays uncommitted), -EINVAL if len differs from the allocation. */
-int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t crc);
+int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t crc,
+		    uint32_t flags);
 /* Find a committed object. -ENOENT if none. */
 int mn_store_lookup(struct mn_store *st, uint64_t key, struct mn_obj *out);
 /* Drop every object whose key & mask == key_value & mask; returns how many. */

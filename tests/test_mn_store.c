@@ -33,15 +33,15 @@ Test(mn_store, alloc_commit_lookup)
 	cr_assert_eq(off % MN_OBJ_ALIGN, 0);
 	fill(st, off, 1000, 1);
 	cr_assert_eq(mn_store_lookup(st, 7, &o), -ENOENT, "uncommitted objects are invisible");
-	cr_assert_eq(mn_store_commit(st, 7, 1000, crc_of(st, off, 1000) ^ 1), -EBADMSG);
-	cr_assert_eq(mn_store_commit(st, 7, 1000, crc_of(st, off, 1000)), 0);
+	cr_assert_eq(mn_store_commit(st, 7, 1000, crc_of(st, off, 1000) ^ 1, 0), -EBADMSG);
+	cr_assert_eq(mn_store_commit(st, 7, 1000, crc_of(st, off, 1000), 0), 0);
 	cr_assert_eq(mn_store_lookup(st, 7, &o), 0);
 	cr_assert_eq(o.off, off);
 	cr_assert_eq(o.len, 1000);
 	cr_assert_eq(mn_store_alloc(st, 7, 10, &off2), -EEXIST);
 	cr_assert_eq(mn_store_alloc(st, 8, 2 << 20, &off2), -ENOSPC);
 	cr_assert_eq(mn_store_alloc(st, 8, 0, &off2), -EINVAL);
-	cr_assert_eq(mn_store_commit(st, 99, 10, 0), -ENOENT);
+	cr_assert_eq(mn_store_commit(st, 99, 10, 0, 0), -ENOENT);
 	mn_store_free(st);
 }
 
@@ -58,9 +58,9 @@ Test(mn_store, drop_and_reuse)
 	fill(st, a, 4096, 1);
 	fill(st, b, 4096, 2);
 	fill(st, c, 4096, 3);
-	cr_assert_eq(mn_store_commit(st, 0x100, 4096, crc_of(st, a, 4096)), 0);
-	cr_assert_eq(mn_store_commit(st, 0x101, 4096, crc_of(st, b, 4096)), 0);
-	cr_assert_eq(mn_store_commit(st, 0x200, 4096, crc_of(st, c, 4096)), 0);
+	cr_assert_eq(mn_store_commit(st, 0x100, 4096, crc_of(st, a, 4096), 0), 0);
+	cr_assert_eq(mn_store_commit(st, 0x101, 4096, crc_of(st, b, 4096), 0), 0);
+	cr_assert_eq(mn_store_commit(st, 0x200, 4096, crc_of(st, c, 4096), 0), 0);
 	mn_store_stats(st, &n, &bytes);
 	cr_assert_eq(n, 3);
 	cr_assert_eq(bytes, 3 * 4096);
@@ -87,7 +87,7 @@ Test(mn_store, snapshot_round_trip_and_corruption)
 
 		cr_assert_eq(mn_store_alloc(st, i, len, &off[i]), 0);
 		fill(st, off[i], len, i);
-		cr_assert_eq(mn_store_commit(st, i, len, crc_of(st, off[i], len)), 0);
+		cr_assert_eq(mn_store_commit(st, i, len, crc_of(st, off[i], len), 0), 0);
 	}
 	cr_assert_eq(mn_store_snapshot(st, path), 0);
 
@@ -138,7 +138,7 @@ static void put(struct mn_store *st, uint64_t key, size_t len)
 
 	cr_assert_eq(mn_store_alloc(st, key, len, &off), 0);
 	fill(st, off, len, (unsigned)key);
-	cr_assert_eq(mn_store_commit(st, key, len, crc_of(st, off, len)), 0);
+	cr_assert_eq(mn_store_commit(st, key, len, crc_of(st, off, len), 0), 0);
 }
 
 /* One generation: metadata + two blocks. */

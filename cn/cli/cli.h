@@ -37,6 +37,8 @@ int dm_cmd_load(int argc, char **argv);
 int dm_cmd_bench(int argc, char **argv);
 int dm_cmd_status(int argc, char **argv);
 int dm_cmd_demo(int argc, char **argv);
+/* cli_insert.c: online inserts into the loaded index. */
+int dm_cmd_insert(int argc, char **argv);
 /* cli_client.c: put, get, delete, query (argv[0] names which) over libdmann. */
 int dm_cmd_vectors(int argc, char **argv);
 

@@ -39,14 +39,16 @@ static struct dm_cluster_cfg *load_cfg(const char *cmd, const char *path)
 
 static void load_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann load --config C --index INDEX [--no-snapshot] [--no-wait]\n\n"
+	fprintf(f, "usage: dmann load --config C --index INDEX [--spare N] [--no-snapshot] [--no-wait]\n\n"
 		   "Place the index image INDEX on the memory nodes of cluster C as the index's next\n"
 		   "generation: every block on the memory nodes the placement function picks for\n"
 		   "it, the metadata on all of them; then publish it, ask every memory node to\n"
 		   "snapshot (so a restart keeps the index) and wait until every compute node moved\n"
 		   "to it and the previous generation is freed (--no-wait: do not wait; the memory\n"
 		   "nodes free it on their own). Compute nodes keep answering queries throughout:\n"
-		   "each query runs on one generation.\n");
+		   "each query runs on one generation.\n\n"
+		   "  --spare N      room for N more records, written online by `dmann insert`\n"
+		   "                 (default 0: a read-only index)\n");
 }
 
 static void load_progress(void *arg, uint64_t done)
@@ -59,6 +61,7 @@ int dm_cmd_load(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "config", required_argument, 0, 'c' }, { "index", required_argument, 0, 'i' },
 		{ "no-snapshot", no_argument, 0, 'n' }, { "no-wait", no_argument, 0, 'w' },
+		{ "spare", required_argument, 0, 's' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *index = NULL;
@@ -70,6 +73,7 @@ int dm_cmd_load(int argc, char **argv)
 	bool snap = true, wait = true;
 	char err[1024];
 	uint64_t t0, gen = 0;
+	unsigned long long spare = 0;
 	struct dgen_view v;
 	int c, rc, status = 1;
 
@@ -80,6 +84,10 @@ int dm_cmd_load(int argc, char **argv)
 		case 'i': index = optarg; break;
 		case 'n': snap = false; break;
 		case 'w': wait = false; break;
+		case 's':
+			if (dm_cli_parse_u64("load", "--spare", optarg, 0, DINDEX_MAX_CAP, &spare))
+				return 2;
+			break;
 		case 'h': load_usage(stdout); return 0;
 		default: dm_cli_bad_option("load", c, argv, optind); return 2;
 		}
@@ -107,7 +115,7 @@ int dm_cmd_load(int argc, char **argv)
 	}
 	t0 = dm_now_ns();
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
-	rc = dindex_load(s, idx, &gen, load_progress, prog, err, sizeof(err));
+	rc = dindex_load(s, idx, (uint32_t)spare, &gen, load_progress, prog, err, sizeof(err));
 	dm_progress_end(prog);
 	if (rc) {
 		fprintf(stderr, "dmann load: %s\n", err);
@@ -115,10 +123,12 @@ int dm_cmd_load(int argc, char **argv)
 	}
 	if (snap && (rc = mn_set_snapshot(s)))
 		fprintf(stderr, "dmann load: warning: snapshot failed: %s\n", strerror(-rc));
-	printf("dmann load: generation %llu: %u records (%.1f MiB) in %u blocks on %u memory nodes, "
-	       "redundancy %u, %.2f s\n", (unsigned long long)gen, idx->n,
-	       (double)idx->n * idx->rec_size / 1048576.0, idx->nblocks, cfg->n_mn,
-	       cfg->redundancy, (double)(dm_now_ns() - t0) / 1e9);
+	printf("dmann load: generation %llu: %u records (%.1f MiB) in %llu blocks on %u memory "
+	       "nodes, redundancy %u, room for %llu more, %.2f s\n", (unsigned long long)gen,
+	       idx->n, (double)idx->n * idx->rec_size / 1048576.0,
+	       (unsigned long long)(((uint64_t)idx->n + spare + (1ull << idx->p.block_shift) - 1) >>
+				    idx->p.block_shift), cfg->n_mn, cfg->redundancy,
+	       (unsigned long long)spare, (double)(dm_now_ns() - t0) / 1e9);
 	status = 0;
 	if (wait) {
 		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up

@@ -13,6 +13,7 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "search", "search an index image locally: recall, QPS, latency", dm_cmd_search },
 	{ "local", "start or stop a local cluster (loopback or network namespaces)", dm_cmd_local },
 	{ "load", "place an index image on the memory nodes", dm_cmd_load },
+	{ "insert", "insert vectors online into the loaded index", dm_cmd_insert },
 	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },
 	{ "status", "show every node of a cluster", dm_cmd_status },
 	{ "demo", "local cluster + index + queries + summary, then stop everything", dm_cmd_demo },

@@ -53,6 +53,8 @@ struct cn {
 	uint32_t rejoin_ms[DM_MAX_NODES];  /* ctl_lock: its back-off */
 	atomic_ulong failovers;           /* READs reissued to another replica */
 	atomic_ulong mn_downs, mn_ups;    /* memory nodes marked down / up again */
+	/* online inserts (cn_insert.h): rows, back-links made and dropped, lock retries */
+	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
 
 	struct router *rt;                /* oracle, routing, forwarding (router.c) */
 	atomic_uint qlen;                 /* local queue: queries admitted, not answered */

@@ -311,7 +311,7 @@ static int bind_index(struct worker *w)
 	w->src.vdim = d->vdim;
 	w->src.quant = d->quant;
 	w->src.block_shift = d->p.block_shift;
-	w->src.n = d->n;
+	w->src.n = d->cap;   /* ids up to the spare room: online inserts link them */
 	w->src.metric = d->p.metric;
 	w->src.upl = d->upl;
 	w->src.uvec = d->uvec;
@@ -702,6 +702,58 @@ static void reply_router(struct worker *w, const uint8_t *buf, uint32_t len, uin
 
 /* Q_CONFIG: pick up a newly loaded index and resize / clear the shared cache (the size
  * then stays what dmann bench asked for, instead of the cluster file's [cn] cache). */
+/* Q_INSERT (admin): online inserts into the current index view, synchronously on this
+ * worker's thread (a client that inserts and queries uses two connections). */
+static void reply_insert(struct worker *w, const uint8_t *buf, uint32_t len, uint64_t req_id)
+{
+	struct cn *cn = w->cn;
+	struct dm_wire_q_insert m;
+	struct dm_wire_q_inserted r = { 0 };
+	struct cn_insert_stats st = { 0 };
+	uint64_t ids[DM_Q_MAX_INSERT], t0 = dm_now_ns();
+	uint8_t body[sizeof(r) + 8 * DM_Q_MAX_INSERT];
+	float *v;
+	int rc;
+
+	if (dm_wire_q_insert_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &m)) {
+		send_ctl(w, DM_OP_Q_INSERT + 1, req_id, -EBADMSG, NULL, 0);
+		return;
+	}
+	v = malloc((size_t)m.n * m.dim * sizeof(float));
+	if (!w->ins)
+		w->ins = cn_insert_new(cn);
+	if (!v || !w->ins) {
+		free(v);
+		send_ctl(w, DM_OP_Q_INSERT + 1, req_id, -ENOMEM, NULL, 0);
+		return;
+	}
+	dm_wire_get_f32s(buf + DM_WIRE_HDR_LEN + sizeof(m), v, m.n * m.dim);
+	pthread_rwlock_rdlock(&cn->lock);
+	rc = cn->idx ? cn_insert_run(w->ins, cn->idx, v, m.n, m.dim, m.ef, ids, &st) : -ENOENT;
+	pthread_rwlock_unlock(&cn->lock);
+	free(v);
+	atomic_fetch_add(&cn->inserts, st.inserted);
+	atomic_fetch_add(&cn->insert_links, st.links);
+	atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
+	atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
+	if (rc <= 0) {
+		if (rc < 0 && rc != -ENOSPC && rc != -ENOENT)
+			dm_warn("cn%u: insert failed: %s", cn->node->id, strerror(-rc));
+		send_ctl(w, DM_OP_Q_INSERT + 1, req_id, rc ? rc : -EIO, NULL, 0);
+		return;
+	}
+	r = (struct dm_wire_q_inserted){ .n = (uint32_t)rc, .links = (uint32_t)st.links,
+		.links_dropped = (uint32_t)st.links_dropped,
+		.lock_retries = (uint32_t)st.lock_retries, .rereads = (uint32_t)st.rereads,
+		.reads = (uint32_t)st.reads, .latency_ns = dm_now_ns() - t0 };
+	dm_wire_q_inserted_encode(body, &r);
+	for (uint32_t i = 0; i < r.n; i++)
+		dm_put_le64(body + sizeof(r) + 8 * i, ids[i]);
+	/* rows inserted before an error are acknowledged with their ids and that error */
+	send_ctl(w, DM_OP_Q_INSERT + 1, req_id, r.n < m.n ? st.err : 0, body,
+		 (uint32_t)(sizeof(r) + 8 * r.n));
+}
+
 static void reply_config(struct worker *w, const uint8_t *buf, uint32_t len, uint64_t req_id)
 {
 	struct cn *cn = w->cn;
@@ -878,6 +930,8 @@ void *cn_worker(void *arg)
 				send_ctl(w, (uint16_t)(h.op + 1), h.req_id, -EPERM, NULL, 0);
 			else if (h.op == DM_OP_Q_CONFIG)
 				reply_config(w, b, cr.len, h.req_id);
+			else if (h.op == DM_OP_Q_INSERT)
+				reply_insert(w, b, cr.len, h.req_id);
 			else if (h.op == DM_OP_FWD_ROUTER)
 				reply_router(w, b, cr.len, h.req_id);
 			else
@@ -921,6 +975,7 @@ void *cn_worker(void *arg)
 	free(w->wrs);
 	dm_xport_dereg(cn->x, w->smr);
 	cn_call_fini(cn, &w->call);
+	cn_insert_free(w->ins);
 out_free:
 	free(w->sbuf);
 	atomic_fetch_sub(&cn->workers, 1);

@@ -5,6 +5,7 @@
 #define DM_CN_WORKER_INT_H
 
 #include "cn.h"
+#include "cn_insert.h"
 #include "hnsw/hnsw_query.h"
 
 #define DEPTH 32
@@ -95,6 +96,7 @@ struct worker {
 	} ctlq[64];                  /* libdmann keeps up to 32 C_CALLs in flight */
 	uint32_t nctl;
 	struct cn_call call;         /* answer buffer of C_CALL */
+	struct cn_insert *ins;       /* Q_INSERT engine (cn_insert.h), made on first use */
 	bool serve;                  /* client is a memory node's SERVE connection */
 	bool hello[DM_MAX_NODES];    /* FWD_HELLO sent on mc[m] */
 	uint32_t rng;

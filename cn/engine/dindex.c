@@ -213,7 +213,8 @@ static int xfer(struct mn_link *l, bool write, void *local, struct dm_mr *mr, ui
 
 /* Allocate, WRITE and commit one object on memory node l. */
 static int put_object(struct mn_set *s, struct mn_link *l, uint64_t key, void *data,
-		      uint64_t len, void (*progress)(void *, uint64_t), void *parg, uint64_t *done)
+		      uint64_t len, uint64_t cflags, void (*progress)(void *, uint64_t),
+		      void *parg, uint64_t *done)
 {
 	struct dm_wire_ctl_obj o = { .key = key, .len = len };
 	struct dm_mr *mr;
@@ -231,7 +232,7 @@ static int put_object(struct mn_set *s, struct mn_link *l, uint64_t key, void *d
 	dm_xport_dereg(s->x, mr);
 	if (rc)
 		return rc;
-	o = (struct dm_wire_ctl_obj){ .key = key, .len = len, .aux = crc(data, len) };
+	o = (struct dm_wire_ctl_obj){ .key = key, .len = len, .aux = crc(data, len) | cflags };
 	return obj_call(l, DM_OP_CTL_COMMIT, &o);
 }
 
@@ -247,8 +248,9 @@ static int block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32
 	return dm_place(b, nodes, s->n, r, out);
 }
 
-int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_out,
-		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
+int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
+		uint64_t *gen_out, void (*progress)(void *, uint64_t), void *parg, char *err,
+		size_t errlen)
 {
 	uint32_t r = s->cfg->redundancy ? s->cfg->redundancy : 1;
 	uint64_t done = 0, up_words = 0;
@@ -291,7 +293,7 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 				(unsigned long long)v.min_current, (unsigned long long)v.current, err,
 				(unsigned long long)v.current + 1);
 		else
-			return dindex_load(s, idx, gen_out, progress, parg, err, errlen);
+			return dindex_load(s, idx, spare, gen_out, progress, parg, err, errlen);
 	}
 	gen = v.has_current ? v.current + 1 : 1;
 	/* Leftovers of an interrupted load of this generation (never published). The current
@@ -311,21 +313,63 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 			return rc;
 		}
 	}
-	for (uint32_t b = 0; b < idx->nblocks; b++) {
+	uint64_t cap = (uint64_t)idx->n + spare;
+	uint64_t bsz = 1ull << idx->p.block_shift;
+	uint32_t nblocks = (uint32_t)((cap + bsz - 1) >> idx->p.block_shift);
+	uint64_t cflags = spare ? DM_CTL_COMMIT_MUTABLE : 0;
+	uint8_t *blk = NULL;
+
+	if (cap > DINDEX_MAX_CAP) {
+		snprintf(err, errlen, "%llu records with the spare room: more than %u",
+			 (unsigned long long)cap, DINDEX_MAX_CAP);
+		return -EINVAL;
+	}
+	if (spare) {
+		blk = calloc(bsz, idx->rec_size);
+		if (!blk) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+	}
+	for (uint32_t b = 0; b < nblocks; b++) {
 		uint32_t reps[16];
 		uint64_t first = (uint64_t)b << idx->p.block_shift;
-		uint64_t nrec = DM_MIN(1ull << idx->p.block_shift, idx->n - first);
+		uint64_t nrec = DM_MIN(bsz, cap - first);
+		uint64_t have = first < idx->n ? DM_MIN(bsz, idx->n - first) : 0;
 		int nr = block_replicas(s, b, r, reps);
+		void *data = b < idx->nblocks ? idx->blocks[b] : NULL;
 
+		if (have < nrec) {
+			/* room for online inserts: the records that exist, then zeroes */
+			memset(blk, 0, nrec * idx->rec_size);
+			if (have)
+				memcpy(blk, idx->blocks[b], have * idx->rec_size);
+			data = blk;
+		}
 		for (int j = 0; j < nr; j++) {
-			rc = put_object(s, &s->link[reps[j]], dm_gen_block_key(0, gen, b),
-					idx->blocks[b], nrec * idx->rec_size, progress, parg, &done);
+			rc = put_object(s, &s->link[reps[j]], dm_gen_block_key(0, gen, b), data,
+					nrec * idx->rec_size, cflags, progress, parg, &done);
 			if (rc) {
 				snprintf(err, errlen, "block %u on memory node %u: %s%s", b, reps[j],
 					 strerror(-rc), rc == -ENOSPC ?
 					 " (region too small: raise region_mb)" : "");
+				free(blk);
 				return rc;
 			}
+		}
+	}
+	free(blk);
+	if (spare) {
+		/* the id counter, on the first placement node of its pseudo-block */
+		uint64_t ctr[8] = { idx->n };
+		uint32_t cm;
+
+		block_replicas(s, DINDEX_CTR_BLOCK, 1, &cm);
+		rc = put_object(s, &s->link[cm], dm_gen_block_key(0, gen, DINDEX_CTR_BLOCK), ctr,
+				sizeof(ctr), DM_CTL_COMMIT_MUTABLE, NULL, NULL, &done);
+		if (rc) {
+			snprintf(err, errlen, "id counter on memory node %u: %s", cm, strerror(-rc));
+			return rc;
 		}
 	}
 	up = hnsw_upper_serialize(idx, &up_words);
@@ -352,7 +396,8 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 	h->n = idx->n;
 	h->rec_size = idx->rec_size;
 	h->block_shift = idx->p.block_shift;
-	h->nblocks = idx->nblocks;
+	h->nblocks = nblocks;
+	h->capacity = (uint32_t)cap;
 	h->entry = idx->entry;
 	h->max_level = idx->max_level;
 	h->redundancy = r;
@@ -387,7 +432,7 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_ou
 	/* Metadata last, then the publication: a compute node that sees generation gen sees
 	 * a complete index; the previous generation stays intact until it is released. */
 	for (uint32_t i = 0; i < s->n && !rc; i++) {
-		rc = put_object(s, &s->link[i], dm_gen_meta_key(0, gen), meta, mlen, NULL, NULL,
+		rc = put_object(s, &s->link[i], dm_gen_meta_key(0, gen), meta, mlen, 0, NULL, NULL,
 				&done);
 		if (rc)
 			snprintf(err, errlen, "metadata on memory node %u: %s", i, strerror(-rc));
@@ -433,7 +478,6 @@ void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, flo
 	memcpy(out, tmp, d->p.dim * sizeof(float));
 }
 
-/* Validate the header and upper area and build the upper-list pointers. */
 /* The stored vector of a level >= 1 node (hnsw_upq_build's source). */
 static const float *uvec_of(void *arg, uint32_t id)
 {
@@ -442,6 +486,7 @@ static const float *uvec_of(void *arg, uint32_t id)
 	return d->uvec[id];
 }
 
+/* Validate the header and upper area and build the upper-list pointers. */
 static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, size_t errlen)
 {
 	struct dindex_meta_hdr h;
@@ -478,7 +523,9 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	    (codes && (!h.q_len || h.q_len > len || h.vdim < h.dim || h.vdim > h.dim + 4096 ||
 		       h.code_bytes > (64u << 20))) ||
 	    h.rec_size != hnsw_rec_size(h.M, h.vdim, h.code_bytes) || h.n == 0 ||
-	    h.nblocks != ((uint64_t)h.n + (1ull << h.block_shift) - 1) >> h.block_shift ||
+	    (h.capacity && (h.capacity < h.n || h.capacity > DINDEX_MAX_CAP)) ||
+	    h.nblocks != ((uint64_t)(h.capacity ? h.capacity : h.n) + (1ull << h.block_shift) - 1) >>
+			 h.block_shift ||
 	    h.entry >= h.n || h.max_level < 0 || h.max_level > (int)HNSW_MAX_LEVEL ||
 	    h.up_words > (len - sizeof(h)) / 4 || h.uv_nodes > h.n ||
 	    len != sizeof(h) + h.up_words * 4 + h.q_len + (uint64_t)h.uv_nodes * h.vdim * 4 ||
@@ -518,6 +565,7 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	d->vec_off = hnsw_rec_vec_off(h.M, h.code_bytes);
 	d->p = p;
 	d->n = h.n;
+	d->cap = h.capacity ? h.capacity : h.n;
 	d->rec_size = h.rec_size;
 	d->nblocks = h.nblocks;
 	d->entry = h.entry;
@@ -616,7 +664,7 @@ static int lookup_block(struct mn_set *s, const struct dindex *d, uint32_t b, ui
 {
 	struct mn_link *bl = &s->link[m];
 	uint64_t first = (uint64_t)b << d->p.block_shift;
-	uint64_t want = DM_MIN(1ull << d->p.block_shift, d->n - first) * d->rec_size;
+	uint64_t want = DM_MIN(1ull << d->p.block_shift, d->cap - first) * d->rec_size;
 	struct dm_wire_ctl_obj o = { .key = dm_gen_block_key(0, d->gen, b) };
 	int rc = obj_call(bl, DM_OP_CTL_LOOKUP, &o);
 
@@ -739,6 +787,19 @@ int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, 
 			rc = rc ? rc : -EHOSTUNREACH;
 			goto out;
 		}
+	}
+	if (d->cap > d->n) {
+		/* the id counter of online inserts (a reader can do without it: inserts then
+		 * fail with -EHOSTUNREACH until the view is read again) */
+		uint32_t cm;
+
+		block_replicas(s, DINDEX_CTR_BLOCK, 1, &cm);
+		d->ctr_mn = cm;
+		o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, DINDEX_CTR_BLOCK) };
+		if (s->link[cm].up && !obj_call(&s->link[cm], DM_OP_CTL_LOOKUP, &o) &&
+		    o.len == 64 && o.addr >= s->link[cm].info.region_addr &&
+		    o.addr - s->link[cm].info.region_addr + 64 <= s->link[cm].info.region_len)
+			d->ctr_addr = o.addr;
 	}
 	rc = 0;
 	*out = d;

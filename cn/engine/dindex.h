@@ -16,6 +16,12 @@
  * READ (about 1/M of the vectors). The header carries the record layout version and the code
  * kind: a compute node refuses any other layout.
  *
+ * An index loaded with spare capacity (capacity > n) has blocks for every id below
+ * capacity (records past n zeroed), committed as mutable objects (online inserts WRITE
+ * them), and an id counter: a 64-byte object (dm_gen_block_key(0, gen, DINDEX_CTR_BLOCK))
+ * on the first placement node of that pseudo-block, whose first 8 bytes (u64, host order
+ * of the memory node) are the next free id, taken with one FAA per insert.
+ *
  * This module also holds the connections a process keeps to every memory node (a control
  * channel each) and the block table a compute node uses to turn a node id into
  * (memory node, remote address). */
@@ -33,6 +39,8 @@
 #define DINDEX_VERSION 2u         /* 1: record layout v1, no codes */
 #define DINDEX_MAX_REP 8u         /* replicas per block a compute node tracks */
 #define DINDEX_NO_MN 0xffu        /* block_mn of a replica that does not exist */
+#define DINDEX_CTR_BLOCK 0xffffffffu   /* block number of the id counter object */
+#define DINDEX_MAX_CAP 0x7fffffffu     /* records of an index (ids are u32) */
 
 struct dindex_meta_hdr {
 	char magic[8];
@@ -49,7 +57,8 @@ struct dindex_meta_hdr {
 	uint64_t q_len;            /* quantizer blob after the upper area */
 	uint32_t uv_nodes;         /* upper-level vectors after the blob */
 	uint32_t uv_crc;
-	uint32_t reserved;
+	uint32_t capacity;         /* records the blocks have room for (>= n; 0: n): ids
+				      n .. capacity-1 are taken by online inserts (cn_insert.h) */
 	uint32_t hdr_crc;          /* crc32 of the bytes before it */
 };
 _Static_assert(sizeof(struct dindex_meta_hdr) == 112, "meta header layout");
@@ -91,8 +100,9 @@ int mn_set_snapshot(struct mn_set *s);
  * until every compute node released it (waits first for an older one to be released:
  * -EBUSY after the lease). *gen_out (may be NULL) gets the new generation. progress (may
  * be NULL) gets bytes written. 0 or -errno with a message in err. */
-int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint64_t *gen_out,
-		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen);
+int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
+		uint64_t *gen_out, void (*progress)(void *, uint64_t), void *parg, char *err,
+		size_t errlen);
 
 /* A compute node's view of the placed index. */
 struct dindex {
@@ -119,6 +129,9 @@ struct dindex {
 	 * view's addresses on it were read; a worker reads from node m only while they match. */
 	uint32_t mn_epoch[DM_MAX_NODES];
 	uint64_t index_bytes;      /* n * rec_size */
+	uint32_t cap;              /* ids below it have a record slot (n without spare room) */
+	uint32_t ctr_mn;           /* cap > n: the id counter's memory node and address */
+	uint64_t ctr_addr;
 	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1; [0] unused) */
 };
 

@@ -88,6 +88,18 @@ void hnsw_quant_encode_list(const struct hnsw_quant *q, uint32_t M, const float 
 		rbq_list_set(q->rbq, list, 2 * M, j, u_rot, v_rot[j]);
 }
 
+void hnsw_quant_set_slot(const struct hnsw_quant *q, uint32_t M, uint8_t *list, uint32_t slot,
+			 const float *u_rot, const float *v_rot)
+{
+	rbq_list_set(q->rbq, list, 2 * M, slot, u_rot, v_rot);
+}
+
+void hnsw_quant_move_slot(const struct hnsw_quant *q, uint32_t M, uint8_t *list, uint32_t dst,
+			  uint32_t src)
+{
+	rbq_list_move(q->rbq, list, 2 * M, dst, src);
+}
+
 size_t hnsw_quant_blob_size(const struct hnsw_quant *q)
 {
 	return rbq_save_size(q->rbq);

@@ -37,6 +37,13 @@ void hnsw_quant_unrotate(const struct hnsw_quant *q, const float *in, float *out
 void hnsw_quant_encode_list(const struct hnsw_quant *q, uint32_t M, const float *u_rot,
 			    const float *const *v_rot, uint32_t n, uint8_t *list);
 
+/* Write the code of neighbour v_rot into slot (< 2M) of u's list, touching only that slot
+ * (an online insert under the record's lock); and copy slot src to slot dst. */
+void hnsw_quant_set_slot(const struct hnsw_quant *q, uint32_t M, uint8_t *list, uint32_t slot,
+			 const float *u_rot, const float *v_rot);
+void hnsw_quant_move_slot(const struct hnsw_quant *q, uint32_t M, uint8_t *list, uint32_t dst,
+			  uint32_t src);
+
 /* Serialised quantizer (the index metadata / image carries it). */
 size_t hnsw_quant_blob_size(const struct hnsw_quant *q);
 void hnsw_quant_blob(const struct hnsw_quant *q, void *out);

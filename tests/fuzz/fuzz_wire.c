@@ -3,7 +3,8 @@
  *   0: a stream of messages framed by their headers, each checked and its body decoded;
  *   1: a server-side handshake fed the messages in turn;
  *   2: a client-side handshake fed the messages after its HELLO;
- *      (C_CALL, the native client data op, through dm_wire_c_check);
+ *      (C_CALL, the native client data op, through dm_wire_c_check; the native query
+ *      protocol Q_SEARCH..Q_INSERT through dm_wire_q_check);
  *   3: an S3 flat-index RPC payload (wire.h, FL section; the second byte picks which one)
  *      read with the dm_rbuf reader along its grammar, as mn_flat.c / cn_s3.c read them.
  * Decoders must reject bad input with -errno and never read outside the buffer (ASan). */
@@ -204,6 +205,18 @@ static int check_one(void *arg, const uint8_t *msg, size_t len)
 				__builtin_trap();   /* fl_check accepted a chunk past its stream */
 			fl_payload((unsigned)(h.op - DM_OP_FL_FIRST) / 2 + (h.op & 1) * 3,
 				   msg + DM_WIRE_HDR_LEN + sizeof(c), len - DM_WIRE_HDR_LEN - sizeof(c));
+		}
+		return 0;
+	}
+	if ((h.op & ~1u) >= DM_OP_Q_SEARCH && (h.op & ~1u) <= DM_OP_Q_INSERT) {
+		/* the native query protocol: an accepted message's counts match its length */
+		if (!dm_wire_q_check(&h, msg, len) && h.op == DM_OP_Q_INSERT) {
+			struct dm_wire_q_insert qi;
+
+			if (dm_wire_q_insert_decode(msg + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN,
+						    &qi) ||
+			    len != DM_WIRE_HDR_LEN + sizeof(qi) + 4ull * qi.n * qi.dim)
+				__builtin_trap();
 		}
 		return 0;
 	}

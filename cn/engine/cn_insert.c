@@ -1,0 +1,701 @@
+/* cn_insert.c: online inserts into the remote HNSW graph (cn_insert.h): the engine's
+ * memory-node connections and synchronous one-sided operations, the level-0 search through
+ * the resumable query, neighbour selection, the new record and the locked back-links. */
+#include "cn_insert.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hnsw/hnsw_codes.h"
+#include "hnsw/hnsw_query.h"
+#include "xport/xport.h"
+
+#define INS_BEAM 4u            /* level-0 candidates expanded per READ round */
+#define INS_REREADS 3u         /* torn reads of a record from one replica, then the next */
+#define INS_WAIT_MS 5000
+
+struct ins_cand {
+	float d;                     /* raw score to the new node */
+	uint32_t id;
+};
+
+struct cn_insert {
+	struct cn *cn;
+	struct dm_conn *mc[DM_MAX_NODES];
+	uint64_t wr;                 /* wr_id counter */
+	/* registered buffer: stage (stage_recs records) | rec (one record) | word (8 bytes) */
+	uint8_t *buf;
+	size_t buf_len;
+	struct dm_mr *mr;
+	uint32_t rec_size, stage_recs;
+	uint8_t *stage, *rec;
+	uint64_t *word;
+	uint32_t *staged;            /* ids of the records in stage */
+	uint32_t nstaged;
+	struct hnsw_query *q;
+	uint32_t qdim;
+	struct hnsw_qest *qe;
+	/* vectors of the records read by one insert's search: id -> row of kvec */
+	uint32_t *kid, *khash;
+	float *kvec;
+	uint32_t nk, kcap, khcap, kvdim;
+	float *xbuf, *xr, *est;
+	struct dm_hit *hits;
+	struct ins_cand *w, *sel;
+	uint32_t wcap;
+	struct hnsw_src src;
+	const struct dindex *d;
+	struct cn_insert_stats *st;
+};
+
+struct cn_insert *cn_insert_new(struct cn *cn)
+{
+	struct cn_insert *e = calloc(1, sizeof(*e));
+
+	if (!e) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	e->cn = cn;
+	return e;
+}
+
+static void free_buffers(struct cn_insert *e)
+{
+	if (e->mr)
+		dm_xport_dereg(e->cn->x, e->mr);
+	e->mr = NULL;
+	free(e->buf);
+	free(e->staged);
+	free(e->kid);
+	free(e->khash);
+	free(e->kvec);
+	free(e->xbuf);
+	free(e->xr);
+	free(e->est);
+	free(e->hits);
+	free(e->w);
+	free(e->sel);
+	e->buf = NULL;
+	e->staged = e->kid = e->khash = NULL;
+	e->kvec = e->xbuf = e->xr = e->est = NULL;
+	e->hits = NULL;
+	e->w = e->sel = NULL;
+	e->rec_size = 0;
+}
+
+void cn_insert_free(struct cn_insert *e)
+{
+	if (!e)
+		return;
+	for (uint32_t m = 0; m < DM_MAX_NODES; m++)
+		if (e->mc[m])
+			dm_conn_close(e->mc[m]);
+	free_buffers(e);
+	hnsw_query_free(e->q);
+	hnsw_qest_free(e->qe);
+	free(e);
+}
+
+/* Buffers for the geometry of view d. 0 or -ENOMEM. */
+static int fit(struct cn_insert *e, const struct dindex *d, uint32_t ef)
+{
+	uint32_t recs = DM_MAX(2 * d->p.M + 1, 64u);
+	uint32_t wcap = DM_MAX(ef, 2 * d->p.M) + 1;
+
+	if (e->rec_size != d->rec_size || e->stage_recs < recs || e->kvdim != d->vdim ||
+	    e->wcap < wcap) {
+		free_buffers(e);
+		e->rec_size = d->rec_size;
+		e->stage_recs = recs;
+		e->kvdim = d->vdim;
+		e->wcap = wcap;
+		e->buf_len = (size_t)(recs + 1) * d->rec_size + 64;
+		e->buf = aligned_alloc(64, DM_ALIGN_UP(e->buf_len, 64));
+		e->staged = malloc(recs * sizeof(*e->staged));
+		e->xbuf = malloc((size_t)DM_MAX(d->vdim, d->p.dim) * sizeof(float));
+		e->xr = malloc((size_t)d->vdim * sizeof(float));
+		e->est = malloc((size_t)2 * d->p.M * sizeof(float));
+		e->hits = malloc((size_t)wcap * sizeof(*e->hits));
+		e->w = malloc((size_t)wcap * sizeof(*e->w));
+		e->sel = malloc((size_t)wcap * sizeof(*e->sel));
+		if (!e->buf || !e->staged || !e->xbuf || !e->xr || !e->est || !e->hits || !e->w ||
+		    !e->sel)
+			goto err_free;
+		memset(e->buf, 0, e->buf_len);
+		e->stage = e->buf;
+		e->rec = e->buf + (size_t)recs * d->rec_size;
+		e->word = (uint64_t *)(void *)(e->rec + d->rec_size + (64 - d->rec_size % 64) % 64);
+		if ((uint8_t *)(e->word + 1) > e->buf + e->buf_len)
+			goto err_free;
+		if (dm_xport_reg(e->cn->x, e->buf, e->buf_len, 0, &e->mr))
+			goto err_free;
+	}
+	if (!e->q || e->qdim != d->p.dim) {
+		hnsw_query_free(e->q);
+		e->q = hnsw_query_new(d->p.dim);
+		e->qdim = d->p.dim;
+		if (!e->q)
+			return -ENOMEM;
+	}
+	if (d->quant && !hnsw_qest_fits(e->qe, d->quant, d->p.M)) {
+		hnsw_qest_free(e->qe);
+		e->qe = hnsw_qest_new(d->quant, d->p.M);
+		if (!e->qe)
+			return -ENOMEM;
+	}
+	return 0;
+
+err_free:
+	free_buffers(e);
+	return -ENOMEM;
+}
+
+/* ---- memory-node connections and synchronous one-sided operations --------------------- */
+
+static struct dm_conn *conn(struct cn_insert *e, uint32_t m)
+{
+	if (!e->mc[m] && dm_xport_connect(e->cn->x, e->cn->cfg->mn[m].address, 2000, &e->mc[m]))
+		e->mc[m] = NULL;
+	return e->mc[m];
+}
+
+static void conn_failed(struct cn_insert *e, uint32_t m)
+{
+	if (e->mc[m])
+		dm_conn_close(e->mc[m]);
+	e->mc[m] = NULL;
+}
+
+/* Wait for the completions of wr_ids first .. last on connection m (any order). */
+static int wait_range(struct cn_insert *e, uint32_t m, uint64_t first, uint64_t last)
+{
+	uint64_t need = last - first + 1;
+	int err = 0;
+
+	while (need) {
+		struct dm_wc wc;
+		int n = dm_conn_wait(e->mc[m], &wc, 1, INS_WAIT_MS);
+
+		if (n <= 0) {
+			conn_failed(e, m);
+			return n < 0 ? n : -ETIMEDOUT;
+		}
+		if (wc.wr_id < first || wc.wr_id > last)
+			continue;   /* a late completion of an abandoned operation */
+		if (wc.status && !err)
+			err = wc.status;
+		need--;
+	}
+	if (err)
+		conn_failed(e, m);
+	return err;
+}
+
+/* One READ or WRITE of len bytes between local and remote on memory node m. */
+static int rw(struct cn_insert *e, bool write, uint32_t m, void *local, uint64_t remote,
+	      uint32_t rkey, uint32_t len)
+{
+	struct dm_conn *c = conn(e, m);
+	struct dm_rdma_wr w = { .wr_id = ++e->wr, .local = local, .mr = e->mr, .remote = remote,
+				.rkey = rkey, .len = len, .flags = DM_WR_SIGNALED };
+	int rc;
+
+	if (!c)
+		return -EHOSTUNREACH;
+	rc = write ? dm_conn_write_batch(c, &w, 1) : dm_conn_read_batch(c, &w, 1);
+	if (rc) {
+		conn_failed(e, m);
+		return rc;
+	}
+	return wait_range(e, m, w.wr_id, w.wr_id);
+}
+
+/* CAS (expect -> desired) or, with faa, FAA (+desired) of the 8 bytes at remote; the old
+ * value in *old. */
+static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote, uint32_t rkey,
+		     uint64_t expect, uint64_t desired, uint64_t *old)
+{
+	struct dm_conn *c = conn(e, m);
+	uint64_t id = ++e->wr;
+	int rc;
+
+	if (!c)
+		return -EHOSTUNREACH;
+	rc = faa ? dm_conn_faa(c, id, e->word, e->mr, remote, rkey, desired, DM_WR_SIGNALED) :
+		   dm_conn_cas(c, id, e->word, e->mr, remote, rkey, expect, desired,
+			       DM_WR_SIGNALED);
+	if (rc) {
+		conn_failed(e, m);
+		return rc;
+	}
+	rc = wait_range(e, m, id, id);
+	*old = *e->word;
+	return rc;
+}
+
+/* Replica j of id's block, if its node is up and its address known. */
+static bool replica(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m, uint64_t *addr,
+		    uint32_t *rkey)
+{
+	dindex_locate_rep(e->d, e->cn->mns, id, j, m, addr, rkey);
+	return *m != DINDEX_NO_MN && *addr && !cn_mn_is_down(e->cn, *m);
+}
+
+/* READ id's record into dst, validated, from its first replica that gives a stable copy
+ * within INS_REREADS tries (*prim: that replica). 0, -EAGAIN (every copy held by a
+ * writer or torn), -EHOSTUNREACH. */
+static int read_rec(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
+{
+	int rc = -EHOSTUNREACH;
+
+	for (uint32_t j = 0; j < e->d->nrep; j++) {
+		uint32_t m, rkey;
+		uint64_t addr;
+
+		if (!replica(e, id, j, &m, &addr, &rkey))
+			continue;
+		for (uint32_t t = 0; t < INS_REREADS; t++) {
+			int r = rw(e, false, m, dst, addr, rkey, e->d->rec_size);
+
+			e->st->reads++;
+			if (r) {
+				rc = r;
+				break;
+			}
+			if (dindex_rec_ok(e->d, (const struct hnsw_rec_hdr *)dst)) {
+				*prim = j;
+				return 0;
+			}
+			e->st->rereads++;
+			rc = -EAGAIN;
+		}
+	}
+	return rc;
+}
+
+/* ---- kept vectors of one insert's search ----------------------------------------------- */
+
+static void keep_reset(struct cn_insert *e)
+{
+	e->nk = 0;
+	if (e->khash)
+		memset(e->khash, 0xff, (size_t)e->khcap * sizeof(*e->khash));
+}
+
+static const float *kept(const struct cn_insert *e, uint32_t id)
+{
+	if (!e->khcap)
+		return NULL;
+	for (uint32_t p = (id * 2654435761u) & (e->khcap - 1);; p = (p + 1) & (e->khcap - 1)) {
+		uint32_t k = e->khash[p];
+
+		if (k == UINT32_MAX)
+			return NULL;
+		if (e->kid[k] == id)
+			return e->kvec + (size_t)k * e->kvdim;
+	}
+}
+
+static int keep(struct cn_insert *e, uint32_t id, const float *v)
+{
+	if (kept(e, id))
+		return 0;
+	if (e->nk == e->kcap) {
+		uint32_t cap = e->kcap ? 2 * e->kcap : 256, hcap = 2 * cap;
+		uint32_t *kid = realloc(e->kid, cap * sizeof(*kid));
+		float *kvec = kid ? realloc(e->kvec, (size_t)cap * e->kvdim * sizeof(float)) : NULL;
+		uint32_t *kh = malloc(hcap * sizeof(*kh));
+
+		if (kid)
+			e->kid = kid;
+		if (kvec)
+			e->kvec = kvec;
+		if (!kid || !kvec || !kh) {
+			free(kh);
+			return -ENOMEM;
+		}
+		free(e->khash);
+		e->khash = kh;
+		e->kcap = cap;
+		e->khcap = hcap;
+		memset(kh, 0xff, hcap * sizeof(*kh));
+		for (uint32_t k = 0; k < e->nk; k++) {
+			uint32_t p = (e->kid[k] * 2654435761u) & (hcap - 1);
+
+			while (kh[p] != UINT32_MAX)
+				p = (p + 1) & (hcap - 1);
+			kh[p] = k;
+		}
+	}
+	uint32_t k = e->nk++, p = (id * 2654435761u) & (e->khcap - 1);
+
+	e->kid[k] = id;
+	memcpy(e->kvec + (size_t)k * e->kvdim, v, (size_t)e->kvdim * sizeof(float));
+	while (e->khash[p] != UINT32_MAX)
+		p = (p + 1) & (e->khcap - 1);
+	e->khash[p] = k;
+	return 0;
+}
+
+/* ---- the search --------------------------------------------------------------------------- */
+
+static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
+{
+	struct cn_insert *e = s->ctx;
+
+	for (uint32_t j = 0; j < e->nstaged; j++)
+		if (e->staged[j] == id)
+			return (const struct hnsw_rec_hdr *)(e->stage + (size_t)j * e->rec_size);
+	return NULL;
+}
+
+/* READ the records of the query's batch into the stage (one READ round, then validated
+ * re-reads of the few that fail) and keep their vectors. */
+static int fetch(struct cn_insert *e, const uint32_t *ids, uint32_t n)
+{
+	struct dm_rdma_wr wr[DM_MAX_NODES][8];
+	uint32_t cnt[DM_MAX_NODES] = { 0 };
+	uint64_t first[DM_MAX_NODES];
+	bool ok[64];
+	int rc;
+
+	if (n > e->stage_recs || n > 64)
+		return -EINVAL;
+	e->nstaged = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t m = DINDEX_NO_MN, rkey = 0;
+		uint64_t addr = 0;
+
+		ok[j] = false;
+		e->staged[j] = ids[j];
+		if (ids[j] >= e->d->cap)
+			return -EIO;
+		for (uint32_t r = 0; r < e->d->nrep && !replica(e, ids[j], r, &m, &addr, &rkey); r++)
+			m = DINDEX_NO_MN;
+		if (m == DINDEX_NO_MN || cnt[m] == 8 || !conn(e, m))
+			continue;   /* read alone below */
+		wr[m][cnt[m]++] = (struct dm_rdma_wr){ .local = e->stage + (size_t)j * e->rec_size,
+			.mr = e->mr, .remote = addr, .rkey = rkey, .len = e->rec_size,
+			.flags = DM_WR_SIGNALED, .wr_id = j };
+	}
+	e->nstaged = n;
+	for (uint32_t m = 0; m < DM_MAX_NODES; m++) {
+		if (!cnt[m])
+			continue;
+		first[m] = e->wr + 1;
+		for (uint32_t i = 0; i < cnt[m]; i++) {
+			uint32_t j = (uint32_t)wr[m][i].wr_id;
+
+			wr[m][i].wr_id = ++e->wr;
+			ok[j] = true;   /* posted; validated below */
+		}
+		if (dm_conn_read_batch(e->mc[m], wr[m], (int)cnt[m])) {
+			conn_failed(e, m);
+			for (uint32_t i = 0; i < cnt[m]; i++)
+				ok[(uintptr_t)((uint8_t *)wr[m][i].local - e->stage) / e->rec_size] = false;
+			cnt[m] = 0;
+		}
+		e->st->reads += cnt[m];
+	}
+	for (uint32_t m = 0; m < DM_MAX_NODES; m++) {
+		if (!cnt[m] || !e->mc[m])
+			continue;
+		if (wait_range(e, m, first[m], first[m] + cnt[m] - 1))
+			for (uint32_t i = 0; i < cnt[m]; i++)
+				ok[(uintptr_t)((uint8_t *)wr[m][i].local - e->stage) / e->rec_size] = false;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		uint8_t *r = e->stage + (size_t)j * e->rec_size;
+		uint32_t prim;
+
+		if (!ok[j] || !dindex_rec_ok(e->d, (const struct hnsw_rec_hdr *)r)) {
+			if (ok[j])
+				e->st->rereads++;
+			rc = read_rec(e, ids[j], r, &prim);
+			if (rc)
+				return rc == -EAGAIN ? -EIO : rc;
+		}
+		rc = keep(e, ids[j], hnsw_rec_vec((const struct hnsw_rec_hdr *)r, e->d->vec_off));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct ins_cand *x = a, *y = b;
+
+	return x->d < y->d ? -1 : x->d > y->d ? 1 : (x->id > y->id) - (x->id < y->id);
+}
+
+/* Algorithm 4 (as the local build's select_heuristic): c sorted ascending by distance to
+ * the new node; keep one only if it is closer to the new node than to every kept one. */
+static uint32_t select_neighbours(struct cn_insert *e, hnsw_kernel_fn kern,
+				  const struct ins_cand *c, uint32_t nc, uint32_t M,
+				  struct ins_cand *out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < nc && n < M; i++) {
+		const float *v = kept(e, c[i].id);
+		bool good = v != NULL;
+
+		for (uint32_t j = 0; j < n && good; j++)
+			if (kern(v, kept(e, out[j].id), e->kvdim) < c[i].d)
+				good = false;
+		if (good)
+			out[n++] = c[i];
+	}
+	return n;
+}
+
+/* ---- the back-link under the neighbour's lock --------------------------------------- */
+
+static inline uint64_t hdr_word(const uint8_t *r)
+{
+	uint64_t w;
+
+	memcpy(&w, r, 8);
+	return w;
+}
+
+/* Add id (rotated vector xr, raw score dx to e's node) to node nb's list. */
+static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint32_t id,
+		     const float *xr)
+{
+	const struct dindex *d = e->d;
+	uint32_t M = d->p.M, holder = e->cn->node->id + 1;
+
+	for (uint32_t t = 0; t < CN_INSERT_LOCK_TRIES; t++) {
+		struct hnsw_rec_hdr *h = (struct hnsw_rec_hdr *)e->rec;
+		uint32_t j0, pm, prk, seq;
+		uint64_t paddr, word, want, old;
+		int rc;
+
+		if (t)
+			usleep(20u << DM_MIN(t, 8u));
+		rc = read_rec(e, nb, e->rec, &j0);
+		if (rc == -EAGAIN) {
+			e->st->lock_retries++;
+			continue;
+		}
+		if (rc)
+			return rc;
+		if (!replica(e, nb, j0, &pm, &paddr, &prk))
+			continue;
+		/* The lock lives on the first replica that answered (the primary while it is
+		 * up): the CAS must see exactly the stable word just read. */
+		word = hdr_word(e->rec);
+		seq = (uint32_t)word;
+		want = (word & ~UINT64_C(0xffffffffffff)) | ((uint64_t)(holder & 0xffff) << 32) |
+		       (uint32_t)(seq + 1);
+		rc = atomic_op(e, false, pm, paddr, prk, word, want, &old);
+		if (rc)
+			return rc;
+		if (old != word) {
+			e->st->lock_retries++;
+			continue;
+		}
+		/* Locked: the record read is the current one (every writer bumps seq). */
+		uint32_t *ids = (uint32_t *)(e->rec + hnsw_rec_nbr_off());
+		uint32_t cnt = DM_MIN(h->n0, 2 * M), slot = UINT32_MAX;
+		const float *ev = hnsw_rec_vec(h, d->vec_off);
+		bool dup = false;
+
+		for (uint32_t j = 0; j < cnt; j++)
+			dup |= ids[j] == id;
+		if (!dup && cnt < 2 * M) {
+			slot = cnt;
+		} else if (!dup && d->quant) {
+			/* full: x replaces the farthest neighbour if it is closer (distances from
+			 * e's own codes: with u itself as the query the residual norms are exact) */
+			uint32_t far = 0;
+
+			hnsw_qest_list(e->qe, ev, ev, kern(ev, ev, d->vdim),
+				       hnsw_rec_codes(h, M), cnt, e->est, NULL);
+			for (uint32_t j = 1; j < cnt; j++)
+				if (e->est[j] > e->est[far])
+					far = j;
+			if (kern(ev, xr, d->vdim) < e->est[far])
+				slot = far;
+		}
+		h->seq = seq + 2;
+		h->holder = 0;
+		if (slot != UINT32_MAX) {
+			ids[slot] = id;
+			if (d->quant)
+				hnsw_quant_set_slot(d->quant, M, e->rec + hnsw_rec_code_off(M), slot,
+						    ev, xr);
+			if (slot == cnt)
+				h->n0 = cnt + 1;
+			h->crc = hnsw_rec_crc(h, d->rec_size);
+		}
+		/* the other replicas whole (stable at once), then the primary's body and last
+		 * its header word: the release */
+		for (uint32_t j = 0; j < d->nrep && slot != UINT32_MAX; j++) {
+			uint32_t m, rk;
+			uint64_t a;
+
+			if (j != j0 && replica(e, nb, j, &m, &a, &rk))
+				(void)rw(e, true, m, e->rec, a, rk, d->rec_size);
+		}
+		if (slot != UINT32_MAX)
+			rc = rw(e, true, pm, e->rec + 8, paddr + 8, prk, d->rec_size - 8);
+		if (!rc)
+			rc = rw(e, true, pm, e->rec, paddr, prk, 8);
+		if (rc)
+			return rc;
+		if (slot == UINT32_MAX)
+			e->st->links_dropped++;
+		else
+			e->st->links++;
+		return 0;
+	}
+	e->st->links_dropped++;
+	return 0;
+}
+
+/* ---- one insert ------------------------------------------------------------------------ */
+
+static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t *out_id)
+{
+	const struct dindex *d = e->d;
+	hnsw_kernel_fn kern = hnsw_kernel_for(d->p.metric);
+	uint32_t M = d->p.M, dim = d->p.dim, vdim = d->vdim, nw = 0, ns, ctr_rkey;
+	uint64_t id;
+	int rc, nh;
+
+	/* the stored form of x: normalised for cos, rotated with codes */
+	memcpy(e->xbuf, x, (size_t)dim * sizeof(float));
+	for (uint32_t i = 0; i < dim; i++)
+		if (!isfinite(e->xbuf[i]))
+			return -EINVAL;
+	if (d->p.metric == DM_METRIC_COS && dm_normalize(e->xbuf, dim) < 0)
+		return -EINVAL;
+	if (d->quant)
+		hnsw_quant_rotate(d->quant, e->xbuf, e->xr);
+	else
+		memcpy(e->xr, e->xbuf, (size_t)dim * sizeof(float));
+
+	/* 1. the id */
+	if (!d->ctr_addr || cn_mn_is_down(e->cn, d->ctr_mn))
+		return -EHOSTUNREACH;
+	ctr_rkey = e->cn->mns->link[d->ctr_mn].info.rkey;
+	rc = atomic_op(e, true, d->ctr_mn, d->ctr_addr, ctr_rkey, 0, 1, &id);
+	if (rc)
+		return rc;
+	if (id >= d->cap)
+		return -ENOSPC;
+
+	/* 2. SEARCH-LAYER on level 0, ef = efConstruction */
+	keep_reset(e);
+	rc = hnsw_query_start_b(e->q, &e->src, x, ef, ef, d->quant ? INS_BEAM : 1);
+	while (!rc) {
+		rc = hnsw_query_step(e->q, &e->src);
+		if (rc == HNSW_Q_FETCH)
+			rc = fetch(e, e->q->batch, e->q->nbatch);
+		else if (rc == HNSW_Q_DONE)
+			break;
+	}
+	if (rc < 0)
+		return rc;
+	nh = hnsw_query_results(e->q, e->hits);
+	for (int i = 0; i < nh && nw < e->wcap; i++) {
+		const float *v = kept(e, (uint32_t)e->hits[i].id);
+
+		if (v)
+			e->w[nw++] = (struct ins_cand){ kern(e->xr, v, vdim), (uint32_t)e->hits[i].id };
+	}
+	qsort(e->w, nw, sizeof(*e->w), cand_cmp);
+
+	/* 3. neighbours */
+	ns = select_neighbours(e, kern, e->w, nw, M, e->sel);
+
+	/* 4. x's record, on every replica of its block */
+	struct hnsw_rec_hdr *h = (struct hnsw_rec_hdr *)e->rec;
+	uint32_t *ids = (uint32_t *)(e->rec + hnsw_rec_nbr_off());
+	const float *vp[2 * HNSW_MAX_M];
+	uint32_t written = 0;
+
+	memset(e->rec, 0, d->rec_size);
+	h->n0 = ns;
+	for (uint32_t j = 0; j < ns; j++) {
+		ids[j] = e->sel[j].id;
+		vp[j] = kept(e, e->sel[j].id);
+	}
+	if (d->quant)
+		hnsw_quant_encode_list(d->quant, M, e->xr, vp, ns, e->rec + hnsw_rec_code_off(M));
+	memcpy(e->rec + d->vec_off, e->xr, (size_t)vdim * sizeof(float));
+	h->crc = hnsw_rec_crc(h, d->rec_size);
+	for (uint32_t j = 0; j < d->nrep; j++) {
+		uint32_t m, rk;
+		uint64_t a;
+
+		if (replica(e, (uint32_t)id, j, &m, &a, &rk) &&
+		    !rw(e, true, m, e->rec, a, rk, d->rec_size))
+			written++;
+	}
+	if (!written)
+		return -EHOSTUNREACH;
+
+	/* 5. back-links, nearest first */
+	float xcopy[vdim];
+
+	memcpy(xcopy, e->xr, (size_t)vdim * sizeof(float));
+	for (uint32_t j = 0; j < ns; j++) {
+		rc = link_back(e, kern, e->sel[j].id, (uint32_t)id, xcopy);
+		if (rc)
+			return rc;
+	}
+	*out_id = id;
+	return 0;
+}
+
+int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs, uint32_t n,
+		  uint32_t dim, uint32_t ef, uint64_t *ids, struct cn_insert_stats *st)
+{
+	uint32_t i;
+	int rc;
+
+	if (d->cap <= d->n)
+		return -ENOENT;
+	if (dim != d->p.dim)
+		return -EINVAL;
+	if (!ef)
+		ef = CN_INSERT_EF_DEFAULT;
+	rc = fit(e, d, ef);
+	if (rc)
+		return rc;
+	e->d = d;
+	e->st = st;
+	memset(&e->src, 0, sizeof(e->src));
+	e->src.dim = d->p.dim;
+	e->src.M = d->p.M;
+	e->src.rec_size = d->rec_size;
+	e->src.vec_off = d->vec_off;
+	e->src.vdim = d->vdim;
+	e->src.quant = d->quant;
+	e->src.block_shift = d->p.block_shift;
+	e->src.n = d->cap;
+	e->src.metric = d->p.metric;
+	e->src.upl = d->upl;
+	e->src.uvec = d->uvec;
+	e->src.upq = d->upq;
+	e->src.entry = d->entry;
+	e->src.max_level = d->max_level;
+	e->src.get = stage_get;
+	e->src.ctx = e;
+	for (i = 0; i < n; i++) {
+		rc = insert_one(e, vecs + (size_t)i * dim, ef, &ids[i]);
+		if (rc) {
+			st->err = rc;
+			break;
+		}
+		st->inserted++;
+	}
+	return i ? (int)i : rc;
+}

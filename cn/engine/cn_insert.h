@@ -1,0 +1,61 @@
+/* cn_insert.h: online inserts from a compute node into the HNSW graph on the memory nodes
+ * (INSERT, Algorithm 1 of Malkov & Yashunin, against remote memory; DESIGN §4), for indexes
+ * loaded with spare room (`dmann load --spare N`, dindex.h).
+ *
+ * One insert of a vector x:
+ *   1. its id: one FAA on the index's id counter (ids n .. capacity-1; -ENOSPC past it);
+ *   2. SEARCH-LAYER on level 0 with ef = efConstruction through the resumable query
+ *      (hnsw_query.h, the search the workers run: upper levels from the compute node's copy,
+ *      one READ per expanded node with codes), the expanded nodes' vectors kept;
+ *   3. SELECT-NEIGHBORS-HEURISTIC (Algorithm 4) down to M of them, exact distances;
+ *   4. x's record (level 0, its list, the codes of its neighbours, its rotated vector, CRC)
+ *      WRITTEN to every replica of its block: nothing links to it yet, so no lock;
+ *   5. for each neighbour e, the back-link under e's record lock: READ e (primary replica),
+ *      CAS its 8-byte header word from the stable value read to seq + 1 with this CN's id
+ *      as holder, add x to e's list (a free slot, else x replaces e's farthest neighbour
+ *      when x is closer; distances from e's own codes, whose residual norms are exact),
+ *      with x's code in that slot; WRITE the record with seq + 2 to the other replicas,
+ *      then the body and last the header word to the primary (the release). A lock is
+ *      never held across more than one READ round, and never two at once.
+ * Readers (cn_read.c) accept a record only with an even seq and a matching CRC32C, so a
+ * torn or in-progress record is read again (then from another replica).
+ *
+ * Not built yet (issue 13): new nodes are level-0 only (upper levels and the entry point
+ * stay those of the import); a lock whose holder died stays held (its record is still read
+ * from a replica, but gets no more back-links); inserted records live in memory-node
+ * memory until the next snapshot (no tail/WAL behind them); the compute nodes' caches may
+ * keep a neighbour's record without its new back-link.
+ *
+ * Thread-safety: one engine per thread (a worker owns one); engines of any number of
+ * compute nodes insert into the same index concurrently. */
+#ifndef DM_CN_INSERT_H
+#define DM_CN_INSERT_H
+
+#include "cn.h"
+#include "dindex.h"
+
+#define CN_INSERT_EF_DEFAULT 100u
+#define CN_INSERT_LOCK_TRIES 64u   /* CAS attempts on one neighbour before the link is dropped */
+
+struct cn_insert;
+
+struct cn_insert_stats {
+	uint64_t inserted, links, links_dropped, lock_retries, rereads, reads;
+	int err;            /* what stopped a batch early (0: all inserted) */
+};
+
+/* An engine for compute node cn (its transport and cluster file). NULL + errno. */
+struct cn_insert *cn_insert_new(struct cn *cn);
+void cn_insert_free(struct cn_insert *e);
+
+/* Insert rows vecs[0 .. n) (dim floats each, the index's dimension) into index view d (the
+ * caller holds cn->lock for reading) with search breadth ef (0: CN_INSERT_EF_DEFAULT);
+ * ids[i] gets row i's id. Returns the rows inserted (all n on success) or -errno when none
+ * was: -ENOENT no spare room (a read-only index), -ENOSPC the index is full, -EINVAL a bad
+ * dimension or a zero/non-finite vector under cos, -EHOSTUNREACH a block's replicas or the
+ * id counter unreachable, -EIO a record that stays torn; when some rows were inserted
+ * and then one failed, st->err says why. Counters add into st. */
+int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs, uint32_t n,
+		  uint32_t dim, uint32_t ef, uint64_t *ids, struct cn_insert_stats *st);
+
+#endif

@@ -1,0 +1,232 @@
+/* test_insert.c: online inserts from compute nodes into the remote graph (cn_insert.h), on
+ * a local cluster (2 memory + 2 compute nodes, R = 2, tcp, loopback):
+ *   - an index built offline on 6,000 of 9,000 generated vectors is loaded with room for
+ *     4,000 more; the other 3,000 are inserted online through both compute nodes (2
+ *     connections each) while a query stream runs: no query fails, every answer's ids are
+ *     in range;
+ *   - every inserted vector finds itself first (recall@1 against its own id, ef 64);
+ *   - recall@10 of 200 queries against brute force over all 9,000 (the inserted rows
+ *     mapped to the ids they got) >= 0.95, next to the offline build of all 9,000;
+ *   - a full index refuses more: 1,000 of another 3,000 rows fit, the rest get "no space",
+ *     and the ids of those that fit are written (the others -1);
+ *   - the insert rate is printed next to the local build rate of the same rows. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cluster_util.h"
+#include "vecfile.h"
+
+#define NB 6000
+#define NI 3000
+#define SPARE 4000
+#define K 10
+
+static char dir[128], dmann[300];
+
+static void setup(void)
+{
+	const char *root = getenv("DMANN_BUILD_ROOT");
+	char p[256], err[256];
+	struct dm_vecs v;
+
+	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
+	snprintf(dir, sizeof(dir), "/tmp/dmann-insert-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(sh("%s gen --kind sift --n %d --nq 200 --seed 3 --out %s/d >/dev/null",
+			dmann, NB + NI, dir), 0);
+	/* a: the first NB rows (built offline), b: the other NI (inserted online) */
+	snprintf(p, sizeof(p), "%s/d/base.fbin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &v, err, sizeof(err)), 0, "%s", err);
+	snprintf(p, sizeof(p), "%s/a.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, v.data, DM_VT_F32, NB, v.dim), 0);
+	snprintf(p, sizeof(p), "%s/b.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)NB * v.dim,
+				   DM_VT_F32, NI, v.dim), 0);
+	dm_vecs_free(&v);
+	cr_assert_eq(sh("%s build --base %s/a.fbin --metric l2 --M 16 --efc 100 --threads 2 "
+			"--block-shift 10 --out %s/a.hnsw >/dev/null", dmann, dir, dir), 0);
+}
+
+static void teardown(void)
+{
+	sh("%s local down --dir %s/lc", dmann, dir);
+	if (getenv("DMANN_KEEP_TEST_DIR"))
+		return;
+	sh("rm -rf %s", dir);
+}
+
+TestSuite(insert, .init = setup, .fini = teardown, .timeout = 900);
+
+static struct dm_vecs read_file(const char *name)
+{
+	char p[256], err[256];
+	struct dm_vecs v;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &v, err, sizeof(err)), 0, "%s", err);
+	return v;
+}
+
+/* The number after `"key":` in a one-line JSON file. */
+static double json_num(const char *name, const char *key)
+{
+	char p[256], buf[4096], pat[64];
+	double x = -1;
+	FILE *f;
+	size_t n;
+	char *s;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	f = fopen(p, "r");
+	cr_assert_not_null(f, "%s", p);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	s = strstr(buf, pat);
+	cr_assert_not_null(s, "%s has no %s: %s", name, key, buf);
+	cr_assert_eq(sscanf(s + strlen(pat), "%lf", &x), 1);
+	return x;
+}
+
+/* Self-find: each row of vectors (file) queried, its id (ids file) first. */
+static double self_find(const char *vectors, const char *ids, const char *tag)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "self-%s.json", tag);
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/%s --gt %s/%s --k 1 "
+			"--ef 64 --cache-ratio keep --json >%s/%s", dmann, dir, dir, vectors, dir,
+			ids, dir, name), 0);
+	cr_assert_eq(json_num(name, "errors"), 0);
+	return json_num(name, "recall");
+}
+
+Test(insert, online_inserts_under_queries)
+{
+	struct dm_vecs gt, res, ids;
+	uint64_t t0;
+	pid_t qs;
+	int st;
+
+	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --redundancy 2 --dir %s/lc --region-mb 64",
+			dmann, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
+			">/dev/null", dmann, dir, dir, SPARE), 0);
+	/* the compute nodes read the new index within [cn] refresh_ms */
+	t0 = dm_now_ns();
+	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
+		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
+		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
+		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
+	/* the query stream: rounds of the 200 queries until the inserts are done */
+	qs = fork();
+	cr_assert_geq(qs, 0);
+	if (qs == 0) {
+		char stop[256];
+		int bad = 0, rounds = 0;
+
+		snprintf(stop, sizeof(stop), "%s/stop", dir);
+		while (access(stop, F_OK) != 0 || rounds == 0) {
+			bad |= sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin "
+				  "--gt %s/d/gt.ibin --k %d --ef 64 --cache-ratio keep --json "
+				  "--out %s/stream-%d.ibin >%s/stream-%d.json", dmann, dir, dir, dir,
+				  K, dir, rounds, dir, rounds) != 0;
+			rounds++;
+		}
+		_exit(bad ? 1 : rounds > 250 ? 250 : rounds);
+	}
+	t0 = dm_now_ns();
+	cr_assert_eq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/b.fbin --ef 100 "
+			"--out %s/ids.ibin --json >%s/insert.json", dmann, dir, dir, dir, dir), 0);
+	double secs = (double)(dm_now_ns() - t0) / 1e9;
+	sh("touch %s/stop", dir);
+	cr_assert_eq(waitpid(qs, &st, 0), qs);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) >= 1, "the query stream failed (status %d)", st);
+	int rounds = WEXITSTATUS(st);
+
+	cr_assert_eq(json_num("insert.json", "inserted"), NI);
+	double rate = json_num("insert.json", "rate");
+
+	/* every stream answer: no error, ids in range (below the index's capacity) */
+	for (int r = 0; r < rounds; r++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "stream-%d.json", r);
+		cr_assert_eq(json_num(name, "errors"), 0, "round %d had failed queries", r);
+		snprintf(name, sizeof(name), "stream-%d.ibin", r);
+		res = read_file(name);
+		for (uint64_t i = 0; i < res.n * res.dim; i++)
+			cr_assert(((int32_t *)res.data)[i] >= -1 &&
+				  ((int32_t *)res.data)[i] < NB + SPARE, "round %d: id %d", r,
+				  ((int32_t *)res.data)[i]);
+		dm_vecs_free(&res);
+	}
+
+	/* each inserted vector finds itself first */
+	double self = self_find("b.fbin", "ids.ibin", "b");
+
+	cr_log_info("self-find of %d inserted vectors: %.4f", NI, self);
+	cr_assert_geq(self, 0.999, "self-find %.4f", self);
+
+	/* recall@10 over all 9,000 rows: brute force ids >= NB are rows of b, mapped */
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt "
+			"%s/d/gt.ibin --k %d --ef 64 --cache-ratio keep --out %s/res.ibin "
+			">/dev/null", dmann, dir, dir, dir, K, dir), 0);
+	gt = read_file("d/gt.ibin");
+	res = read_file("res.ibin");
+	ids = read_file("ids.ibin");
+	cr_assert_eq(res.n, gt.n);
+	uint64_t hit = 0;
+
+	for (uint64_t q = 0; q < res.n; q++)
+		for (int a = 0; a < K; a++) {
+			int32_t g = ((int32_t *)gt.data)[q * gt.dim + a];
+
+			if (g >= NB)
+				g = ((int32_t *)ids.data)[g - NB];
+			for (int b = 0; b < K; b++)
+				hit += ((int32_t *)res.data)[q * K + b] == g;
+		}
+	double recall = (double)hit / (double)(res.n * K);
+
+	/* the offline build of all rows, for reference */
+	cr_assert_eq(sh("%s build --base %s/d/base.fbin --metric l2 --M 16 --efc 100 --threads 1 "
+			"--block-shift 10 --json --out %s/all.hnsw >%s/build.json", dmann, dir, dir,
+			dir), 0);
+	double bsecs = json_num("build.json", "build_s");
+
+	cr_log_info("online inserts: %d rows in %.2f s (%.0f rows/s, 2 CNs x 2 connections, "
+		    "while %d query rounds ran); local build of all %d rows, 1 thread: %.2f s "
+		    "(%.0f rows/s); recall@10 after the inserts %.4f", NI, secs, rate, rounds,
+		    NB + NI, bsecs, (NB + NI) / bsecs, recall);
+	cr_assert_geq(recall, 0.95, "recall@10 %.4f over the whole set", recall);
+	dm_vecs_free(&gt);
+	dm_vecs_free(&res);
+	dm_vecs_free(&ids);
+
+	/* full: SPARE - NI more rows fit, then "no space" */
+	cr_assert_eq(sh("%s gen --kind sift --n %d --nq 10 --seed 9 --out %s/c >/dev/null", dmann,
+			NI, dir), 0);
+	cr_assert_eq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/c/base.fbin --out "
+			"%s/ids-c.ibin --conns 1 >%s/insert-c.out 2>&1", dmann, dir, dir, dir, dir),
+		     1, "an insert into a full index must fail");
+	cr_assert_eq(sh("grep -q 'No space left' %s/insert-c.out", dir), 0);
+	ids = read_file("ids-c.ibin");
+	uint64_t got = 0;
+
+	for (uint64_t i = 0; i < ids.n; i++) {
+		int32_t id = ((int32_t *)ids.data)[i];
+
+		cr_assert(id == -1 || (id >= NB + NI && id < NB + SPARE), "row %llu: id %d",
+			  (unsigned long long)i, id);
+		got += id != -1;
+	}
+	cr_assert_eq(got, SPARE - NI, "%llu rows fit the spare room", (unsigned long long)got);
+	dm_vecs_free(&ids);
+}
