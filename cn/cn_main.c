@@ -136,6 +136,23 @@ static void cn_metrics(void *arg, FILE *out)
 			     "dmann_cn_mn_down{node=\"%u\"} %u\n",
 			id, atomic_load(&cn->failovers), id, atomic_load(&cn->mn_downs), id,
 			atomic_load(&cn->mn_ups), id, down);
+		fprintf(out, "# HELP dmann_cn_inserts_total Rows inserted online into the graph.\n"
+			     "# TYPE dmann_cn_inserts_total counter\n"
+			     "dmann_cn_inserts_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_links_total Back-links written by online inserts.\n"
+			     "# TYPE dmann_cn_insert_links_total counter\n"
+			     "dmann_cn_insert_links_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_links_dropped_total Back-links not made (the "
+			     "neighbour kept its list, or its lock was not taken in time).\n"
+			     "# TYPE dmann_cn_insert_links_dropped_total counter\n"
+			     "dmann_cn_insert_links_dropped_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_lock_retries_total Record locks found held or "
+			     "changed.\n"
+			     "# TYPE dmann_cn_insert_lock_retries_total counter\n"
+			     "dmann_cn_insert_lock_retries_total{node=\"%u\"} %lu\n",
+			id, atomic_load(&cn->inserts), id, atomic_load(&cn->insert_links), id,
+			atomic_load(&cn->insert_links_dropped), id,
+			atomic_load(&cn->insert_lock_retries));
 	}
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"

@@ -635,11 +635,15 @@ int dm_cmd_bench(int argc, char **argv)
 	b.pool = dm_msgpool_new(b.x, b.nconns * ((uint32_t)depth + 4), 16384 + 64);
 	if (!b.conns || !b.pool)
 		goto out;
-	/* Connections round-robin over the compute nodes: query i goes to CN i mod n. */
+	/* Connections round-robin over the compute nodes: query i goes to CN i mod n (with
+	 * --only-cn only that one's connections are opened and used). */
+#define OTHER_CN(i) (b.only_cn >= 0 && (uint32_t)(i) != (uint32_t)b.only_cn)
 	for (uint32_t i = 0; i < b.nconns; i++) {
 		struct bconn *bc = &b.conns[i];
 
 		bc->cn = i % cfg->n_cn;
+		if (OTHER_CN(bc->cn))
+			continue;   /* --only-cn: the others may be down */
 		rc = dm_xport_connect(b.x, cfg->cn[bc->cn].address, 5000, &bc->conn);
 		if (!rc)
 			rc = dm_rpc_chan_init(&bc->ch, bc->conn, b.pool,
@@ -656,6 +660,9 @@ int dm_cmd_bench(int argc, char **argv)
 	st1 = calloc(cfg->n_cn, sizeof(*st1));
 	for (uint32_t i = 0; i < cfg->n_cn; i++) {
 		struct dm_wire_q_config qc;
+
+		if (OTHER_CN(i))
+			continue;
 		uint8_t body[sizeof(qc)];
 
 		rc = keep ? 0 : dm_rpc_call(&b.conns[i].ch, DM_OP_Q_CONFIG, (uint8_t[16]){ 0 }, 16,
@@ -665,7 +672,8 @@ int dm_cmd_bench(int argc, char **argv)
 		if (!rc && !st0[i].index_bytes)
 			rc = -ENOENT;
 		if (!rc && keep) {
-			ratio += (double)st0[i].capacity_bytes / (double)st0[i].index_bytes / cfg->n_cn;
+			ratio += (double)st0[i].capacity_bytes / (double)st0[i].index_bytes /
+				 (b.only_cn >= 0 ? 1 : cfg->n_cn);
 		} else if (!rc) {
 			qc = (struct dm_wire_q_config){
 				.cache_bytes = cache_mib >= 0 ? (uint64_t)(cache_mib * 1048576.0) :
@@ -687,6 +695,8 @@ int dm_cmd_bench(int argc, char **argv)
 						   .spill_cache = spill };
 		struct dm_wire_fwd_rstats rs;
 
+		if (OTHER_CN(i))
+			continue;
 		rc = router_call(&b.conns[i], &rc_cfg, &rs);
 		if (rc) {
 			fprintf(stderr, "dmann bench: setting routing %s on compute node %u: %s\n",
@@ -711,7 +721,7 @@ int dm_cmd_bench(int argc, char **argv)
 		atomic_store(&b.rereads, 0);
 	}
 	for (uint32_t i = 0; i < cfg->n_cn; i++)
-		if ((rc = get_stats(&b.conns[i], &st0[i]))) {
+		if (!OTHER_CN(i) && (rc = get_stats(&b.conns[i], &st0[i]))) {
 			fprintf(stderr, "dmann bench: stats of compute node %u: %s\n", i, strerror(-rc));
 			goto out;
 		}
@@ -727,14 +737,15 @@ int dm_cmd_bench(int argc, char **argv)
 		/* Forwarding counters, and a CSP estimate made after the run ended (the compute
 		 * nodes exchange cache samples every half second). */
 		for (uint32_t i = 0; i < cfg->n_cn; i++)
-			if (!router_call(&b.conns[i], &(struct dm_wire_fwd_rcfg){ 0 }, &rs)) {
+			if (!OTHER_CN(i) && !router_call(&b.conns[i], &(struct dm_wire_fwd_rcfg){ 0 }, &rs)) {
 				fwd += rs.forwarded;
 				ran += rs.local + rs.forwarded;
 				pauses += rs.paused;
 				spill_on |= (int)rs.spill_cache;
 			}
 		for (int tries = 0; tries < 40; tries++) {
-			if (router_call(&b.conns[0], &(struct dm_wire_fwd_rcfg){ 0 }, &rs))
+			if (router_call(&b.conns[b.only_cn >= 0 ? b.only_cn : 0],
+					&(struct dm_wire_fwd_rcfg){ 0 }, &rs))
 				break;
 			if (rs.csp_ppm != DM_FWD_CSP_NONE &&
 			    rs.csp_age_ms * 1000000 < dm_now_ns() - t_end) {
@@ -748,7 +759,7 @@ int dm_cmd_bench(int argc, char **argv)
 		size_t nl = 0;
 
 		for (uint32_t i = 0; i < cfg->n_cn; i++)
-			if (!get_stats(&b.conns[i], &st1[i])) {
+			if (!OTHER_CN(i) && !get_stats(&b.conns[i], &st1[i])) {
 				hits += (double)(st1[i].hits - st0[i].hits);
 				lookups += (double)(st1[i].hits - st0[i].hits + st1[i].misses - st0[i].misses);
 			}
@@ -773,7 +784,7 @@ int dm_cmd_bench(int argc, char **argv)
 			       "\"queries\": %llu, \"errors\": %llu, \"compute_nodes\": %u, "
 			       "\"memory_nodes\": %u, \"routing\": \"%s\", \"zipf\": %.2f, "
 			       "\"pauses\": %llu, \"spill_cache\": %s, \"only_cn\": %d, \"beam\": %llu, "
-			       "\"cache_mib\": %.1f, \"index_bytes\": %llu}\n",
+			       "\"cache_mib\": %.1f, \"index_bytes\": %llu, \"rereads\": %lu}\n",
 			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
 			       atomic_load(&b.reads) / dq,
 			       atomic_load(&b.bytes) / dq, atomic_load(&b.rtrips) / dq,
@@ -781,8 +792,10 @@ int dm_cmd_bench(int argc, char **argv)
 			       (unsigned long long)errs, cfg->n_cn, cfg->n_mn,
 			       dm_route_name((uint32_t)routing), zipf, (unsigned long long)pauses,
 			       spill_on ? "true" : "false", b.only_cn, beam,
-			       cache_mib >= 0 ? cache_mib : ratio * (double)st0[0].index_bytes / 1048576.0,
-			       (unsigned long long)st0[0].index_bytes);
+			       cache_mib >= 0 ? cache_mib :
+			       ratio * (double)st0[b.only_cn >= 0 ? b.only_cn : 0].index_bytes / 1048576.0,
+			       (unsigned long long)st0[b.only_cn >= 0 ? b.only_cn : 0].index_bytes,
+			       atomic_load(&b.rereads));
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
 			       "csp %s  routing %s (%.1f%% forwarded)  "

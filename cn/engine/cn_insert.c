@@ -4,6 +4,7 @@
 #include "cn_insert.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #define INS_BEAM 4u            /* level-0 candidates expanded per READ round */
 #define INS_REREADS 3u         /* torn reads of a record from one replica, then the next */
 #define INS_WAIT_MS 5000
+#define INS_TORN_WAIT_NS 5000000000ull   /* a record held or torn on every copy this long:
+					    -EIO */
 
 struct ins_cand {
 	float d;                     /* raw score to the new node */
@@ -25,6 +28,7 @@ struct cn_insert {
 	struct cn *cn;
 	struct dm_conn *mc[DM_MAX_NODES];
 	uint64_t wr;                 /* wr_id counter */
+	bool torn;                   /* test mode: records written in 64-byte pieces */
 	/* registered buffer: stage (stage_recs records) | rec (one record) | word (8 bytes) */
 	uint8_t *buf;
 	size_t buf_len;
@@ -59,6 +63,12 @@ struct cn_insert *cn_insert_new(struct cn *cn)
 		return NULL;
 	}
 	e->cn = cn;
+	/* Test-only (documented in docs/operations.md): every record WRITE in 64-byte pieces
+	 * with a pause between, so that readers meet torn records. */
+	e->torn = getenv("DMANN_TEST_TORN_WRITES") != NULL;
+	if (e->torn)
+		dm_warn("cn%u: DMANN_TEST_TORN_WRITES: records are written in 64-byte pieces "
+			"(a test mode)", cn->node->id);
 	return e;
 }
 
@@ -194,9 +204,31 @@ static int wait_range(struct cn_insert *e, uint32_t m, uint64_t first, uint64_t 
 	return err;
 }
 
-/* One READ or WRITE of len bytes between local and remote on memory node m. */
+/* One READ or WRITE of len bytes between local and remote on memory node m; in the
+ * torn-write test mode a WRITE of a whole record goes in 64-byte pieces with pauses. */
+static int rw_piece(struct cn_insert *e, bool write, uint32_t m, void *local, uint64_t remote,
+		    uint32_t rkey, uint32_t len);
+
 static int rw(struct cn_insert *e, bool write, uint32_t m, void *local, uint64_t remote,
 	      uint32_t rkey, uint32_t len)
+{
+	if (write && e->torn && len > 64) {
+		for (uint32_t o = 0; o < len; o += 64) {
+			int rc = rw_piece(e, true, m, (uint8_t *)local + o, remote + o, rkey,
+					  DM_MIN(64u, len - o));
+
+			if (rc)
+				return rc;
+			sched_yield();
+			usleep(100);
+		}
+		return 0;
+	}
+	return rw_piece(e, write, m, local, remote, rkey, len);
+}
+
+static int rw_piece(struct cn_insert *e, bool write, uint32_t m, void *local, uint64_t remote,
+		    uint32_t rkey, uint32_t len)
 {
 	struct dm_conn *c = conn(e, m);
 	struct dm_rdma_wr w = { .wr_id = ++e->wr, .local = local, .mr = e->mr, .remote = remote,
@@ -247,7 +279,24 @@ static bool replica(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m, u
 /* READ id's record into dst, validated, from its first replica that gives a stable copy
  * within INS_REREADS tries (*prim: that replica). 0, -EAGAIN (every copy held by a
  * writer or torn), -EHOSTUNREACH. */
-static int read_rec(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
+static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim);
+
+/* The same, waiting (with back-off, up to INS_TORN_WAIT_NS) while a writer holds every
+ * copy. */
+static int read_rec_wait(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
+{
+	uint64_t t0 = dm_now_ns();
+	int rc;
+
+	for (uint32_t t = 0;; t++) {
+		rc = read_rec_once(e, id, dst, prim);
+		if (rc != -EAGAIN || dm_now_ns() - t0 > INS_TORN_WAIT_NS)
+			return rc;
+		usleep(20u << DM_MIN(t, 8u));
+	}
+}
+
+static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
 {
 	int rc = -EHOSTUNREACH;
 
@@ -414,7 +463,7 @@ static int fetch(struct cn_insert *e, const uint32_t *ids, uint32_t n)
 		if (!ok[j] || !dindex_rec_ok(e->d, (const struct hnsw_rec_hdr *)r)) {
 			if (ok[j])
 				e->st->rereads++;
-			rc = read_rec(e, ids[j], r, &prim);
+			rc = read_rec_wait(e, ids[j], r, &prim);
 			if (rc)
 				return rc == -EAGAIN ? -EIO : rc;
 		}
@@ -478,17 +527,21 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 
 		if (t)
 			usleep(20u << DM_MIN(t, 8u));
-		rc = read_rec(e, nb, e->rec, &j0);
-		if (rc == -EAGAIN) {
+		/* The lock lives on the primary: the first replica whose node is up. */
+		for (j0 = 0; j0 < d->nrep && !replica(e, nb, j0, &pm, &paddr, &prk); j0++)
+			;
+		if (j0 == d->nrep)
+			return -EHOSTUNREACH;
+		rc = rw(e, false, pm, e->rec, paddr, prk, d->rec_size);
+		e->st->reads++;
+		if (rc)
+			return rc;
+		if (!hnsw_rec_stable(h, d->rec_size) || !dindex_rec_ok(d, h)) {
+			/* held by another writer (or one that died holding it), or torn */
 			e->st->lock_retries++;
 			continue;
 		}
-		if (rc)
-			return rc;
-		if (!replica(e, nb, j0, &pm, &paddr, &prk))
-			continue;
-		/* The lock lives on the first replica that answered (the primary while it is
-		 * up): the CAS must see exactly the stable word just read. */
+		/* the CAS must see exactly the stable word just read */
 		word = hdr_word(e->rec);
 		seq = (uint32_t)word;
 		want = (word & ~UINT64_C(0xffffffffffff)) | ((uint64_t)(holder & 0xffff) << 32) |

@@ -17,8 +17,10 @@
  *      with x's code in that slot; WRITE the record with seq + 2 to the other replicas,
  *      then the body and last the header word to the primary (the release). A lock is
  *      never held across more than one READ round, and never two at once.
- * Readers (cn_read.c) accept a record only with an even seq and a matching CRC32C, so a
- * torn or in-progress record is read again (then from another replica).
+ * Readers (cn_read.c) accept a record whose CRC32C matches (hnsw_rec_intact: a whole old or
+ * new body, even while a writer holds it), so a torn record is read again, then from
+ * another replica; the order of the WRITEs keeps one copy whole at every instant (the
+ * other replicas are rewritten before the primary's body), also when the writer dies.
  *
  * Not built yet (issue 13): new nodes are level-0 only (upper levels and the entry point
  * stay those of the import); a lock whose holder died stays held (its record is still read

@@ -198,9 +198,10 @@ void cn_read_issue(struct worker *w, struct qslot *q)
 		if (r < 0) {
 			if (now - w->noreplica_log > 1000000000ull) {
 				w->noreplica_log = now;
-				dm_warn("cn%u: record %u: no live replica of block %u (%s); query fails",
-					w->cn->node->id, q->q->batch[j],
-					q->q->batch[j] >> d->p.block_shift, strerror(-r));
+				dm_warn("cn%u: record %u: no live replica of block %u (%s; tried %#x "
+					"of %u); query fails", w->cn->node->id, q->q->batch[j],
+					q->q->batch[j] >> d->p.block_shift, strerror(-r), q->tried[j],
+					d->nrep);
 			}
 			fail(q, r);
 			break;

@@ -170,12 +170,27 @@ void cn_worker_advance(struct worker *w, struct qslot *q)
 	if (again) {
 		if (q->rereads_left-- == 0) {
 			/* Torn every time on this replica: the next one. */
-			for (uint32_t j = 0; j < q->q->nbatch; j++)
-				if (q->remote[j] == 3) {
-					q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
-					atomic_fetch_add_explicit(&w->cn->failovers, 1,
-								  memory_order_relaxed);
-				}
+			const struct dindex *d = w->idx;
+			bool young = dm_now_ns() - q->t0 < READ_TIMEOUT_NS;
+
+			for (uint32_t j = 0; j < q->q->nbatch; j++) {
+				size_t b = (size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep;
+				bool left = false;
+
+				if (q->remote[j] != 3)
+					continue;
+				q->tried[j] |= (uint8_t)(1u << q->rrep[j]);
+				atomic_fetch_add_explicit(&w->cn->failovers, 1,
+							  memory_order_relaxed);
+				for (uint32_t r = 0; r < d->nrep; r++)
+					left |= d->block_mn[b + r] != DINDEX_NO_MN &&
+						d->block_addr[b + r] && !((q->tried[j] >> r) & 1);
+				/* Torn on every replica: a writer holds the record (an online
+				 * insert's back-link); read it again from the first, for as long
+				 * as a READ may take. */
+				if (!left && young)
+					q->tried[j] = 0;
+			}
 			q->rereads_left = MAX_REREADS;
 		}
 		q->repost = true;

@@ -181,12 +181,13 @@ static inline void dindex_locate(const struct dindex *d, const struct mn_set *s,
  * one record READ from it and validated (the probe). 0 or -errno. */
 int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
 
-/* Check a record read from a memory node: stable (even seq), CRC32C of the body, level
- * and neighbour count bounds. A torn or half-written record fails and is read again. */
+/* Check a record read from a memory node: CRC32C of the body (hnsw_rec_intact: a record
+ * held by a writer is accepted while its body is whole), level and neighbour count bounds.
+ * A torn or half-written record fails and is read again. */
 static inline bool dindex_rec_ok(const struct dindex *d, const struct hnsw_rec_hdr *r)
 {
 	return r->level <= HNSW_MAX_LEVEL && r->n0 <= 2 * d->p.M &&
-	       hnsw_rec_stable(r, d->rec_size);
+	       hnsw_rec_intact(r, d->rec_size);
 }
 
 /* The original vector (dim floats) of a record's stored one (rotated with codes). */

@@ -101,10 +101,19 @@ static inline uint32_t hnsw_rec_crc(const struct hnsw_rec_hdr *r, uint32_t rec_s
 	return hnsw_crc32c(c, (const char *)r + sizeof(*r), rec_size - sizeof(*r));
 }
 
-/* A reader's acceptance test of a record it READ: stable (even seq) and intact. */
+/* A record at rest: stable (even seq) and intact (images, a writer's lock test). */
 static inline bool hnsw_rec_stable(const struct hnsw_rec_hdr *r, uint32_t rec_size)
 {
 	return !(r->seq & 1u) && hnsw_rec_crc(r, rec_size) == r->crc;
+}
+
+/* A remote reader's acceptance test of a record it READ: intact, whatever seq says. A
+ * writer changes only the body (and its CRC) while it holds the lock, so a held record
+ * whose CRC matches is a whole old or new version; a torn one fails the CRC and is read
+ * again. This keeps a record readable when its writer died holding the lock. */
+static inline bool hnsw_rec_intact(const struct hnsw_rec_hdr *r, uint32_t rec_size)
+{
+	return hnsw_rec_crc(r, rec_size) == r->crc;
 }
 
 /* Words of one upper-level list, and of a whole upper-area entry of a node of level L. */
