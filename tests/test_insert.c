@@ -9,7 +9,10 @@
  *     mapped to the ids they got) >= 0.95, next to the offline build of all 9,000;
  *   - a full index refuses more: 1,000 of another 3,000 rows fit, the rest get "no space",
  *     and the ids of those that fit are written (the others -1);
- *   - the insert rate is printed next to the local build rate of the same rows. */
+ *   - the insert rate is printed next to the local build rate of the same rows;
+ *   - with R = 1 and regions of about 0.7 x the index, the same on an index larger than any
+ *     single memory node's region;
+ *   - torn writes and a compute node SIGKILLed mid-insert (the last test). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +24,27 @@
 #include "cluster_util.h"
 #include "vecfile.h"
 
-#define NB 6000
-#define NI 3000
-#define SPARE 4000
 #define K 10
 
+/* Sizes and cluster shape: 6,000 + 3,000 rows on 2 MN + 2 CN over tcp by default; the
+ * soft-RoCE VM (tests/rxe) sets DMANN_CLUSTER_TRANSPORT=verbs, DMANN_TEST_HOST,
+ * DMANN_INSERT_NODES="MN CN" and DMANN_INSERT_ROWS (rows inserted; NB = 2 x that). */
+static int NB = 6000, NI = 3000, SPARE = 4000;
+static unsigned nmn = 2, ncn = 2;
+static const char *transport = "tcp", *host = "127.0.0.1";
 static char dir[128], dmann[300];
+
+static void cluster_up_r(unsigned r, unsigned region_mb)
+{
+	cr_assert_eq(sh("%s local up --mn %u --cn %u --redundancy %u --dir %s/lc --region-mb %u "
+			"--transport %s --host %s", dmann, nmn, ncn, r, dir, region_mb, transport,
+			host), 0);
+}
+
+static void cluster_up(void)
+{
+	cluster_up_r(nmn < 2 ? 1 : 2, 64);
+}
 
 static void setup(void)
 {
@@ -34,7 +52,21 @@ static void setup(void)
 	char p[256], err[256];
 	struct dm_vecs v;
 
+	const char *nodes = getenv("DMANN_INSERT_NODES"), *rows = getenv("DMANN_INSERT_ROWS");
+
 	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	if (getenv("DMANN_CLUSTER_TRANSPORT"))
+		transport = getenv("DMANN_CLUSTER_TRANSPORT");
+	if (getenv("DMANN_TEST_HOST"))
+		host = getenv("DMANN_TEST_HOST");
+	if (nodes)
+		cr_assert_eq(sscanf(nodes, "%u %u", &nmn, &ncn), 2, "DMANN_INSERT_NODES=\"MN CN\"");
+	if (rows) {
+		NI = atoi(rows);
+		cr_assert(NI >= 100 && NI <= 100000, "DMANN_INSERT_ROWS=%s", rows);
+		NB = 2 * NI;
+		SPARE = NI + NI / 3;
+	}
 	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
 	snprintf(dir, sizeof(dir), "/tmp/dmann-insert-XXXXXX");
 	cr_assert_not_null(mkdtemp(dir));
@@ -50,7 +82,7 @@ static void setup(void)
 				   DM_VT_F32, NI, v.dim), 0);
 	dm_vecs_free(&v);
 	cr_assert_eq(sh("%s build --base %s/a.fbin --metric l2 --M 16 --efc 100 --threads 2 "
-			"--block-shift 10 --out %s/a.hnsw >/dev/null", dmann, dir, dir), 0);
+			"--block-shift 10 --json --out %s/a.hnsw >%s/a.json", dmann, dir, dir, dir), 0);
 }
 
 static void teardown(void)
@@ -123,15 +155,15 @@ static double self_find(const char *vectors, const char *ids, const char *tag)
 	return json_num(name, "recall");
 }
 
-Test(insert, online_inserts_under_queries)
+/* The inserts of NI rows under a query stream on a cluster started by the caller: the
+ * checks of the file comment; returns recall@10 over the whole set. */
+static double inserts_under_queries(bool full_index_check)
 {
 	struct dm_vecs gt, res, ids;
 	uint64_t t0;
 	pid_t qs;
 	int st;
 
-	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --redundancy 2 --dir %s/lc --region-mb 64",
-			dmann, dir), 0);
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
 			">/dev/null", dmann, dir, dir, SPARE), 0);
 	/* the compute nodes read the new index within [cn] refresh_ms */
@@ -225,6 +257,8 @@ Test(insert, online_inserts_under_queries)
 	dm_vecs_free(&gt);
 	dm_vecs_free(&res);
 	dm_vecs_free(&ids);
+	if (!full_index_check)
+		return recall;
 
 	/* full: SPARE - NI more rows fit, then "no space" */
 	cr_assert_eq(sh("%s gen --kind sift --n %d --nq 10 --seed 9 --out %s/c >/dev/null", dmann,
@@ -245,6 +279,30 @@ Test(insert, online_inserts_under_queries)
 	}
 	cr_assert_eq(got, SPARE - NI, "%llu rows fit the spare room", (unsigned long long)got);
 	dm_vecs_free(&ids);
+	return recall;
+}
+
+Test(insert, online_inserts_under_queries)
+{
+	cluster_up();
+	inserts_under_queries(true);
+}
+
+/* R = 1 and regions that hold about two thirds of the index each: the blocks (the spare
+ * room's too) are spread over both memory nodes, so the index is larger than any single
+ * region, and is written online, indexed and queried all the same. */
+Test(insert, index_larger_than_one_region)
+{
+	double index_mib = (double)(NB + SPARE) * json_num("a.json", "rec_size") / 1048576.0;
+	unsigned region = (unsigned)(index_mib * 0.7) + 1;
+
+	cr_assert_geq(nmn, 2, "the index must spread over two memory nodes");
+	cr_assert_lt(region, index_mib, "the region must be smaller than the index");
+	cluster_up_r(1, region);
+	double recall = inserts_under_queries(false);
+
+	cr_log_info("an index of %.1f MiB on memory nodes of %u MiB each (R=1): recall@10 %.4f",
+		    index_mib, region, recall);
 }
 
 /* Torn writes (test mode: every record WRITE in 64-byte pieces with pauses) and a compute
@@ -260,8 +318,7 @@ Test(insert, torn_writes_and_killed_compute_node)
 	int st;
 
 	setenv("DMANN_TEST_TORN_WRITES", "1", 1);
-	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --redundancy 2 --dir %s/lc --region-mb 64",
-			dmann, dir), 0);
+	cluster_up();
 	unsetenv("DMANN_TEST_TORN_WRITES");
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
 			">/dev/null", dmann, dir, dir, SPARE), 0);
@@ -351,7 +408,7 @@ Test(insert, torn_writes_and_killed_compute_node)
 	uint32_t na = 0;
 
 	cr_assert(av && aid);
-	for (uint32_t i = 0; i < NI; i++)
+	for (uint32_t i = 0; i < (uint32_t)NI; i++)
 		if (((int32_t *)ids.data)[i] >= 0) {
 			memcpy(av + (size_t)na * b.dim, (float *)b.data + (size_t)i * b.dim,
 			       sizeof(float) * b.dim);

@@ -475,7 +475,7 @@ static int cmd_up(int argc, char **argv)
 		case 'd': dir = optarg; break;
 		case 'n': netns = true; break;
 		case 'r': rate = optarg; break;
-		case 'R': if (dm_cli_parse_u64("local up", "--region-mb", optarg, 16, 1 << 20, &region)) return 2; break;
+		case 'R': if (dm_cli_parse_u64("local up", "--region-mb", optarg, 4, 1 << 20, &region)) return 2; break;
 		case 'D': if (dm_cli_parse_u64("local up", "--redundancy", optarg, 1, 16, &redundancy)) return 2; break;
 		case 'p': if (dm_cli_parse_u64("local up", "--base-port", optarg, 1024, 65000, &base)) return 2; break;
 		case 't':
