@@ -149,10 +149,15 @@ static void cn_metrics(void *arg, FILE *out)
 			     "# HELP dmann_cn_insert_lock_retries_total Record locks found held or "
 			     "changed.\n"
 			     "# TYPE dmann_cn_insert_lock_retries_total counter\n"
-			     "dmann_cn_insert_lock_retries_total{node=\"%u\"} %lu\n",
+			     "dmann_cn_insert_lock_retries_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_locks_broken_total Record locks of gone holders "
+			     "broken (held past the lease) and their records restored.\n"
+			     "# TYPE dmann_cn_insert_locks_broken_total counter\n"
+			     "dmann_cn_insert_locks_broken_total{node=\"%u\"} %lu\n",
 			id, atomic_load(&cn->inserts), id, atomic_load(&cn->insert_links), id,
 			atomic_load(&cn->insert_links_dropped), id,
-			atomic_load(&cn->insert_lock_retries));
+			atomic_load(&cn->insert_lock_retries), id,
+			atomic_load(&cn->insert_locks_broken));
 	}
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"

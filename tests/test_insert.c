@@ -12,7 +12,8 @@
  *   - the insert rate is printed next to the local build rate of the same rows;
  *   - with R = 1 and regions of about 0.7 x the index, the same on an index larger than any
  *     single memory node's region;
- *   - torn writes and a compute node SIGKILLed mid-insert (the last test). */
+ *   - torn writes and a compute node SIGKILLed mid-insert;
+ *   - the lock of a compute node killed while holding it is broken by the other. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,8 +430,69 @@ Test(insert, torn_writes_and_killed_compute_node)
 
 	cr_log_info("self-find of the %u acknowledged rows: %.4f", na, self);
 	cr_assert_geq(self, 0.999, "self-find %.4f", self);
+
+	/* more inserts through cn0 alone: locks cn1 left held are broken after the lease */
+	cr_assert_eq(sh("%s gen --kind sift --n 200 --nq 10 --seed 11 --out %s/e >/dev/null",
+			dmann, dir), 0);
+	cr_assert_eq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/e/base.fbin --only-cn 0 "
+			"--out %s/ids-e.ibin >/dev/null", dmann, dir, dir, dir), 0);
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/e/base.fbin --gt "
+			"%s/ids-e.ibin --k 1 --ef 64 --cache-ratio keep --only-cn 0 --json "
+			">%s/self-e.json", dmann, dir, dir, dir, dir), 0);
+	double self_e = json_num("self-e.json", "recall");
+	char mbuf[65536], *ms;
+	double broken = -1;
+
+	if (!cluster_metrics(lc, 0, mbuf, sizeof(mbuf)) &&
+	    (ms = strstr(mbuf, "\ndmann_cn_insert_locks_broken_total{")) && (ms = strchr(ms, '}')))
+		sscanf(ms + 1, "%lf", &broken);
+	cr_log_info("200 more rows through cn0 after the kill: self-find %.4f; locks of the "
+		    "killed cn1 broken: %.0f", self_e, broken);
+	cr_assert_geq(self_e, 0.99, "self-find %.4f after the kill", self_e);
 	free(av);
 	free(aid);
 	dm_vecs_free(&b);
 	dm_vecs_free(&ids);
+}
+
+/* A compute node killed while it holds a record lock (test mode DMANN_TEST_DIE_HOLDING_LOCK:
+ * cn1 SIGKILLs itself right after taking its 200th lock): the record stays readable (a
+ * whole copy), and the other compute node, inserting the same rows again, breaks the lock
+ * once it is older than the lease (dmann_cn_insert_locks_broken_total >= 1), with no failed
+ * insert or query. */
+Test(insert, lock_of_a_killed_holder_is_broken)
+{
+	char lc[160], mbuf[65536], *ms;
+	double broken = -1;
+	uint64_t t0;
+
+	cr_assert_geq(ncn, 2, "needs a second compute node");
+	setenv("DMANN_TEST_DIE_HOLDING_LOCK", "1:200", 1);
+	cluster_up();
+	unsetenv("DMANN_TEST_DIE_HOLDING_LOCK");
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
+			">/dev/null", dmann, dir, dir, 2 * NI + 100), 0);
+	t0 = dm_now_ns();
+	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
+		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
+		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
+		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
+	/* through both: cn1 dies holding a lock, so this insert fails */
+	cr_assert_neq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/b.fbin >%s/die.out 2>&1",
+			 dmann, dir, dir, dir), 0);
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	cr_assert_eq(sh("grep -q 'killing myself holding the lock' %s/cn1.log", lc), 0);
+	/* the same rows again through cn0: their neighbourhoods include the held record */
+	cr_assert_eq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/b.fbin --only-cn 0 "
+			"--out %s/ids-again.ibin >%s/again.out 2>&1", dmann, dir, dir, dir, dir), 0);
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt "
+			"%s/d/gt.ibin --k %d --ef 64 --cache-ratio keep --only-cn 0 --json "
+			">%s/after.json", dmann, dir, dir, dir, K, dir), 0);
+	cr_assert_eq(json_num("after.json", "errors"), 0);
+	if (!cluster_metrics(lc, 0, mbuf, sizeof(mbuf)) &&
+	    (ms = strstr(mbuf, "\ndmann_cn_insert_locks_broken_total{")) && (ms = strchr(ms, '}')))
+		sscanf(ms + 1, "%lf", &broken);
+	cr_log_info("locks of the killed holder broken by cn0: %.0f", broken);
+	cr_assert_geq(broken, 1, "the killed holder's lock was not broken");
+	cr_assert_eq(sh("grep -q 'broke the lock of gone holder 1' %s/cn0.log", lc), 0);
 }

@@ -18,7 +18,7 @@
 static void insert_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann insert --config C --vectors F [--ef E] [--batch B] [--conns N]\n"
-		   "                    [--out IDS] [--json]\n\n"
+		   "                    [--only-cn I] [--out IDS] [--json]\n\n"
 		   "Insert every row of F (fbin, fvecs, ...) online into the index loaded on cluster\n"
 		   "C (it needs spare room: dmann load --spare N). Batches go to the compute nodes in\n"
 		   "turn, over N connections per compute node; each compute node links its rows\n"
@@ -27,6 +27,7 @@ static void insert_usage(FILE *f)
 		   "  --ef E      efConstruction of the inserts' searches (1..65536, default 100)\n"
 		   "  --batch B   rows per request (default: as many as fit one message, <= 256)\n"
 		   "  --conns N   connections per compute node (1..16, default 2)\n"
+		   "  --only-cn I send every batch to compute node I (as listed in C)\n"
 		   "  --out IDS   write the id each row got (ibin, one column; -1 for a row not\n"
 		   "              inserted when a request failed)\n"
 		   "  --json      one JSON object with the figures\n");
@@ -139,10 +140,11 @@ int dm_cmd_insert(int argc, char **argv)
 		{ "config", required_argument, 0, 'c' }, { "vectors", required_argument, 0, 'v' },
 		{ "ef", required_argument, 0, 'e' }, { "batch", required_argument, 0, 'b' },
 		{ "conns", required_argument, 0, 'n' }, { "out", required_argument, 0, 'o' },
-		{ "json", no_argument, 0, 'j' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "json", no_argument, 0, 'j' }, { "only-cn", required_argument, 0, 'O' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *vecs = NULL, *out = NULL;
-	unsigned long long ef = 100, batch = 0, conns = 2;
+	unsigned long long ef = 100, batch = 0, conns = 2, only = ~0ull;
 	struct dm_cluster_cfg *cfg = NULL;
 	struct dm_vecs v = { 0 };
 	struct ins_thread *th = NULL;
@@ -163,6 +165,7 @@ int dm_cmd_insert(int argc, char **argv)
 		case 'b': if (dm_cli_parse_u64("insert", "--batch", optarg, 1, DM_Q_MAX_INSERT, &batch)) return 2; break;
 		case 'n': if (dm_cli_parse_u64("insert", "--conns", optarg, 1, 16, &conns)) return 2; break;
 		case 'o': out = optarg; break;
+		case 'O': if (dm_cli_parse_u64("insert", "--only-cn", optarg, 0, DM_MAX_NODES - 1, &only)) return 2; break;
 		case 'j': json = true; break;
 		case 'h': insert_usage(stdout); return 0;
 		default: dm_cli_bad_option("insert", c, argv, optind); return 2;
@@ -179,6 +182,12 @@ int dm_cmd_insert(int argc, char **argv)
 	}
 	if (!cfg->n_cn) {
 		fprintf(stderr, "dmann insert: %s lists no compute node\n", config);
+		goto out;
+	}
+	if (only != ~0ull && only >= cfg->n_cn) {
+		fprintf(stderr, "dmann insert: --only-cn %llu: %s has %u compute nodes\n", only,
+			config, cfg->n_cn);
+		status = 2;
 		goto out;
 	}
 	if (dm_vecs_read(vecs, DM_VF_AUTO, &v, err, sizeof(err))) {
@@ -225,6 +234,8 @@ int dm_cmd_insert(int argc, char **argv)
 	t0 = dm_now_ns();
 	for (uint32_t k = 0; k < conns; k++)
 		for (uint32_t i = 0; i < cfg->n_cn; i++) {
+			if (only != ~0ull && i != only)
+				continue;
 			th[nt] = (struct ins_thread){ .j = &j, .cn = i };
 			if (pthread_create(&th[nt].t, NULL, ins_main, &th[nt]) == 0)
 				nt++;

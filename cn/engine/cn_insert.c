@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@ struct cn_insert {
 	struct dm_conn *mc[DM_MAX_NODES];
 	uint64_t wr;                 /* wr_id counter */
 	bool torn;                   /* test mode: records written in 64-byte pieces */
+	uint64_t die_after, locks;   /* test mode: SIGKILL ourselves holding lock die_after */
 	/* registered buffer: stage (stage_recs records) | rec (one record) | word (8 bytes) */
 	uint8_t *buf;
 	size_t buf_len;
@@ -66,6 +68,14 @@ struct cn_insert *cn_insert_new(struct cn *cn)
 	/* Test-only (documented in docs/operations.md): every record WRITE in 64-byte pieces
 	 * with a pause between, so that readers meet torn records. */
 	e->torn = getenv("DMANN_TEST_TORN_WRITES") != NULL;
+	/* Test-only: DMANN_TEST_DIE_HOLDING_LOCK=ID:N makes compute node ID kill itself right
+	 * after it took its N-th record lock in one engine (a holder gone for good). */
+	const char *die = getenv("DMANN_TEST_DIE_HOLDING_LOCK");
+	unsigned did;
+	unsigned long long n;
+
+	if (die && sscanf(die, "%u:%llu", &did, &n) == 2 && did == cn->node->id && n)
+		e->die_after = n;
 	if (e->torn)
 		dm_warn("cn%u: DMANN_TEST_TORN_WRITES: records are written in 64-byte pieces "
 			"(a test mode)", cn->node->id);
@@ -513,13 +523,64 @@ static inline uint64_t hdr_word(const uint8_t *r)
 }
 
 /* Add id (rotated vector xr, raw score dx to e's node) to node nb's list. */
+/* Break the lock of record nb on its primary (pm, paddr), whose header word has stayed
+ * `word` (held, or torn) for longer than the lease: take it over (seq + 2, still odd, this
+ * CN the holder), WRITE back a whole copy (the primary's own if its CRC matches, else a
+ * replica's), release with seq + 3. 0 (also when someone else moved first: the caller
+ * retries), or -errno. */
+static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm,
+		      uint64_t paddr, uint32_t prk, uint64_t word, uint32_t holder)
+{
+	const struct dindex *d = e->d;
+	struct hnsw_rec_hdr *h = (struct hnsw_rec_hdr *)e->rec;
+	uint32_t seq = (uint32_t)word | 1u;   /* a torn even word is taken over as held */
+	uint64_t mine = (word & UINT64_C(0xffff000000000000)) |
+			((uint64_t)(holder & 0xffff) << 32) | (uint32_t)(seq + 2), old;
+	int rc = atomic_op(e, false, pm, paddr, prk, word, mine, &old);
+
+	if (rc || old != word)
+		return rc;
+	if (!dindex_rec_ok(d, h)) {
+		bool whole = false;
+
+		for (uint32_t j = 0; j < d->nrep && !whole; j++) {
+			uint32_t m, rk;
+			uint64_t a;
+
+			if (j == j0 || !replica(e, nb, j, &m, &a, &rk))
+				continue;
+			whole = !rw(e, false, m, e->rec, a, rk, d->rec_size) && dindex_rec_ok(d, h);
+			e->st->reads++;
+		}
+		if (!whole) {
+			dm_warn("cn%u: record %u: lock of a gone holder, and no whole copy to "
+				"restore; left held", e->cn->node->id, nb);
+			return 0;
+		}
+	}
+	h->seq = seq + 3;
+	h->holder = 0;
+	rc = rw(e, true, pm, e->rec + 8, paddr + 8, prk, d->rec_size - 8);
+	if (!rc)
+		rc = rw(e, true, pm, e->rec, paddr, prk, 8);
+	if (!rc) {
+		e->st->locks_broken++;
+		dm_info("cn%u: record %u: broke the lock of gone holder %u (held over %u ms)",
+			e->cn->node->id, nb, (unsigned)((word >> 32) & 0xffff) - 1,
+			(unsigned)(CN_INSERT_LOCK_LEASE_NS / 1000000));
+	}
+	return rc;
+}
+
 static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint32_t id,
 		     const float *xr)
 {
 	const struct dindex *d = e->d;
 	uint32_t M = d->p.M, holder = e->cn->node->id + 1;
+	uint64_t held_word = 0, held_since = 0;
 
-	for (uint32_t t = 0; t < CN_INSERT_LOCK_TRIES; t++) {
+	/* CN_INSERT_LOCK_TRIES attempts, and longer while one held word is waited out */
+	for (uint32_t t = 0; t < CN_INSERT_LOCK_TRIES || held_since; t++) {
 		struct hnsw_rec_hdr *h = (struct hnsw_rec_hdr *)e->rec;
 		uint32_t j0, pm, prk, seq;
 		uint64_t paddr, word, want, old;
@@ -537,10 +598,26 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 		if (rc)
 			return rc;
 		if (!hnsw_rec_stable(h, d->rec_size) || !dindex_rec_ok(d, h)) {
-			/* held by another writer (or one that died holding it), or torn */
+			/* held by another writer (or one that died holding it), or torn: the
+			 * same word for longer than the lease is a gone holder's */
+			uint64_t now = dm_now_ns();
+
+			word = hdr_word(e->rec);
 			e->st->lock_retries++;
+			if (word != held_word || !held_since) {
+				held_word = word;
+				held_since = now;
+			} else if (now - held_since > CN_INSERT_LOCK_LEASE_NS) {
+				rc = break_lock(e, nb, j0, pm, paddr, prk, word, holder);
+				if (rc)
+					return rc;
+				held_since = 0;
+				if (t >= CN_INSERT_LOCK_TRIES)
+					t = CN_INSERT_LOCK_TRIES - 1;   /* one more try */
+			}
 			continue;
 		}
+		held_since = 0;
 		/* the CAS must see exactly the stable word just read */
 		word = hdr_word(e->rec);
 		seq = (uint32_t)word;
@@ -552,6 +629,11 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 		if (old != word) {
 			e->st->lock_retries++;
 			continue;
+		}
+		if (dm_unlikely(e->die_after) && ++e->locks == e->die_after) {
+			dm_warn("cn%u: DMANN_TEST_DIE_HOLDING_LOCK: killing myself holding the lock of "
+				"record %u", e->cn->node->id, nb);
+			raise(SIGKILL);
 		}
 		/* Locked: the record read is the current one (every writer bumps seq). */
 		uint32_t *ids = (uint32_t *)(e->rec + hnsw_rec_nbr_off());

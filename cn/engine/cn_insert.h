@@ -16,15 +16,16 @@
  *      when x is closer; distances from e's own codes, whose residual norms are exact),
  *      with x's code in that slot; WRITE the record with seq + 2 to the other replicas,
  *      then the body and last the header word to the primary (the release). A lock is
- *      never held across more than one READ round, and never two at once.
+ *      never held across more than one READ round, and never two at once. A header word
+ *      that stays held (or torn) for CN_INSERT_LOCK_LEASE_NS is a gone holder's: the lock
+ *      is taken over, a whole copy (the primary's or a replica's) written back, released.
  * Readers (cn_read.c) accept a record whose CRC32C matches (hnsw_rec_intact: a whole old or
  * new body, even while a writer holds it), so a torn record is read again, then from
  * another replica; the order of the WRITEs keeps one copy whole at every instant (the
  * other replicas are rewritten before the primary's body), also when the writer dies.
  *
  * Not built yet (issue 13): new nodes are level-0 only (upper levels and the entry point
- * stay those of the import); a lock whose holder died stays held (its record is still read
- * from a replica, but gets no more back-links); inserted records live in memory-node
+ * stay those of the import); inserted records live in memory-node
  * memory until the next snapshot (no tail/WAL behind them); the compute nodes' caches may
  * keep a neighbour's record without its new back-link.
  *
@@ -38,11 +39,14 @@
 
 #define CN_INSERT_EF_DEFAULT 100u
 #define CN_INSERT_LOCK_TRIES 64u   /* CAS attempts on one neighbour before the link is dropped */
+/* A record whose header word stays held (or torn) this long is a gone holder's: its lock
+ * is broken and a whole copy written back (a live writer holds one for milliseconds). */
+#define CN_INSERT_LOCK_LEASE_NS 2000000000ull
 
 struct cn_insert;
 
 struct cn_insert_stats {
-	uint64_t inserted, links, links_dropped, lock_retries, rereads, reads;
+	uint64_t inserted, links, links_dropped, lock_retries, rereads, reads, locks_broken;
 	int err;            /* what stopped a batch early (0: all inserted) */
 };
 

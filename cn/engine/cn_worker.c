@@ -751,6 +751,7 @@ static void reply_insert(struct worker *w, const uint8_t *buf, uint32_t len, uin
 	atomic_fetch_add(&cn->insert_links, st.links);
 	atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
 	atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
+	atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
 	if (rc <= 0) {
 		if (rc < 0 && rc != -ENOSPC && rc != -ENOENT)
 			dm_warn("cn%u: insert failed: %s", cn->node->id, strerror(-rc));
