@@ -156,6 +156,92 @@ static double self_find(const char *vectors, const char *ids, const char *tag)
 	return json_num(name, "recall");
 }
 
+/* Load the index with `spare` rows of room and wait until the compute nodes serve it
+ * (they read a new index within [cn] refresh_ms). */
+static void load_and_wait(int spare)
+{
+	uint64_t t0;
+
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
+			">/dev/null", dmann, dir, dir, spare), 0);
+	t0 = dm_now_ns();
+	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
+		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
+		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
+		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
+}
+
+/* A query stream in a child: rounds of the 200 queries (bench options `opts`), round r's
+ * answers in NAME-r.json / NAME-r.ibin, until the file `stop` exists (at most 250 rounds).
+ * end_stream waits for it (at most 120 s) and returns the rounds, 0 if one failed. */
+static pid_t start_stream(const char *name, const char *opts)
+{
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char stop[256];
+		int bad = 0, rounds = 0;
+
+		snprintf(stop, sizeof(stop), "%s/stop", dir);
+		while ((access(stop, F_OK) != 0 || rounds == 0) && rounds < 250) {
+			bad |= sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin "
+				  "--gt %s/d/gt.ibin --k %d --ef 64 --cache-ratio keep %s --json "
+				  "--out %s/%s-%d.ibin >%s/%s-%d.json", dmann, dir, dir, dir, K, opts,
+				  dir, name, rounds, dir, name, rounds) != 0;
+			rounds++;
+		}
+		_exit(bad ? 0 : rounds);
+	}
+	return pid;
+}
+
+static int end_stream(pid_t pid)
+{
+	uint64_t t0 = dm_now_ns();
+	int st;
+
+	sh("touch %s/stop", dir);
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(120), "the query stream hangs");
+		usleep(100000);
+	}
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) >= 1, "a query of the stream failed (status %d)",
+		  st);
+	sh("rm -f %s/stop", dir);
+	return WEXITSTATUS(st);
+}
+
+/* Every round of a stream: no failed query, every id in range, no id twice in an answer;
+ * returns the re-reads the rounds reported. */
+static unsigned long long check_stream(const char *name, int rounds)
+{
+	unsigned long long rereads = 0;
+
+	for (int r = 0; r < rounds; r++) {
+		char f[64];
+		struct dm_vecs res;
+
+		snprintf(f, sizeof(f), "%s-%d.json", name, r);
+		cr_assert_eq(json_num(f, "errors"), 0, "round %d had failed queries", r);
+		rereads += (unsigned long long)json_num(f, "rereads");
+		snprintf(f, sizeof(f), "%s-%d.ibin", name, r);
+		res = read_file(f);
+		for (uint64_t q = 0; q < res.n; q++)
+			for (uint32_t a = 0; a < res.dim; a++) {
+				int32_t id = ((int32_t *)res.data)[q * res.dim + a];
+
+				cr_assert(id >= -1 && id < NB + SPARE, "round %d: id %d", r, id);
+				for (uint32_t c = a + 1; c < res.dim; c++)
+					cr_assert(id == -1 || id != ((int32_t *)res.data)[q * res.dim + c],
+						  "round %d query %llu: id %d twice", r,
+						  (unsigned long long)q, id);
+			}
+		dm_vecs_free(&res);
+	}
+	return rereads;
+}
+
 /* The inserts of NI rows under a query stream on a cluster started by the caller: the
  * checks of the file comment; returns recall@10 over the whole set. */
 static double inserts_under_queries(bool full_index_check)
@@ -163,59 +249,20 @@ static double inserts_under_queries(bool full_index_check)
 	struct dm_vecs gt, res, ids;
 	uint64_t t0;
 	pid_t qs;
-	int st;
 
-	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
-			">/dev/null", dmann, dir, dir, SPARE), 0);
-	/* the compute nodes read the new index within [cn] refresh_ms */
-	t0 = dm_now_ns();
-	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
-		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
-		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
-		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
-	/* the query stream: rounds of the 200 queries until the inserts are done */
-	qs = fork();
-	cr_assert_geq(qs, 0);
-	if (qs == 0) {
-		char stop[256];
-		int bad = 0, rounds = 0;
-
-		snprintf(stop, sizeof(stop), "%s/stop", dir);
-		while (access(stop, F_OK) != 0 || rounds == 0) {
-			bad |= sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin "
-				  "--gt %s/d/gt.ibin --k %d --ef 64 --cache-ratio keep --json "
-				  "--out %s/stream-%d.ibin >%s/stream-%d.json", dmann, dir, dir, dir,
-				  K, dir, rounds, dir, rounds) != 0;
-			rounds++;
-		}
-		_exit(bad ? 1 : rounds > 250 ? 250 : rounds);
-	}
+	load_and_wait(SPARE);
+	qs = start_stream("stream", "");
 	t0 = dm_now_ns();
 	cr_assert_eq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/b.fbin --ef 100 "
 			"--out %s/ids.ibin --json >%s/insert.json", dmann, dir, dir, dir, dir), 0);
 	double secs = (double)(dm_now_ns() - t0) / 1e9;
-	sh("touch %s/stop", dir);
-	cr_assert_eq(waitpid(qs, &st, 0), qs);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) >= 1, "the query stream failed (status %d)", st);
-	int rounds = WEXITSTATUS(st);
+	int rounds = end_stream(qs);
 
 	cr_assert_eq(json_num("insert.json", "inserted"), NI);
 	double rate = json_num("insert.json", "rate");
 
 	/* every stream answer: no error, ids in range (below the index's capacity) */
-	for (int r = 0; r < rounds; r++) {
-		char name[64];
-
-		snprintf(name, sizeof(name), "stream-%d.json", r);
-		cr_assert_eq(json_num(name, "errors"), 0, "round %d had failed queries", r);
-		snprintf(name, sizeof(name), "stream-%d.ibin", r);
-		res = read_file(name);
-		for (uint64_t i = 0; i < res.n * res.dim; i++)
-			cr_assert(((int32_t *)res.data)[i] >= -1 &&
-				  ((int32_t *)res.data)[i] < NB + SPARE, "round %d: id %d", r,
-				  ((int32_t *)res.data)[i]);
-		dm_vecs_free(&res);
-	}
+	check_stream("stream", rounds);
 
 	/* each inserted vector finds itself first */
 	double self = self_find("b.fbin", "ids.ibin", "b");
@@ -313,7 +360,7 @@ Test(insert, index_larger_than_one_region)
 Test(insert, torn_writes_and_killed_compute_node)
 {
 	char p[256];
-	struct dm_vecs b, ids, res;
+	struct dm_vecs b, ids;
 	uint64_t t0;
 	pid_t qs, ins;
 	int st;
@@ -321,30 +368,9 @@ Test(insert, torn_writes_and_killed_compute_node)
 	setenv("DMANN_TEST_TORN_WRITES", "1", 1);
 	cluster_up();
 	unsetenv("DMANN_TEST_TORN_WRITES");
-	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
-			">/dev/null", dmann, dir, dir, SPARE), 0);
-	t0 = dm_now_ns();
-	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
-		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
-		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
-		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
+	load_and_wait(SPARE);
 	/* queries on cn0 only (cn1 is killed) until told to stop */
-	qs = fork();
-	cr_assert_geq(qs, 0);
-	if (qs == 0) {
-		char stop[256];
-		int bad = 0, rounds = 0;
-
-		snprintf(stop, sizeof(stop), "%s/stop", dir);
-		while ((access(stop, F_OK) != 0 || rounds == 0) && rounds < 250) {
-			bad |= sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin "
-				  "--gt %s/d/gt.ibin --k %d --ef 64 --cache-ratio keep --only-cn 0 "
-				  "--json --out %s/tstream-%d.ibin >%s/tstream-%d.json", dmann, dir,
-				  dir, dir, K, dir, rounds, dir, rounds) != 0;
-			rounds++;
-		}
-		_exit(bad ? 0 : rounds);
-	}
+	qs = start_stream("tstream", "--only-cn 0");
 	ins = fork();
 	cr_assert_geq(ins, 0);
 	if (ins == 0)
@@ -368,39 +394,9 @@ Test(insert, torn_writes_and_killed_compute_node)
 		usleep(100000);
 	}
 	sleep(2);   /* queries on cn0 go on after the kill (locks of cn1 may be left held) */
-	sh("touch %s/stop", dir);
-	t0 = dm_now_ns();
-	while (waitpid(qs, &st, WNOHANG) == 0) {
-		cr_assert_lt(dm_now_ns() - t0, bound_s(120), "the query stream hangs after the kill");
-		usleep(100000);
-	}
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) >= 1, "a query on cn0 failed (status %d)", st);
-	int rounds = WEXITSTATUS(st);
-	unsigned long long rereads = 0;
+	int rounds = end_stream(qs);
+	unsigned long long rereads = check_stream("tstream", rounds);
 
-	for (int r = 0; r < rounds; r++) {
-		char name[64];
-
-		snprintf(name, sizeof(name), "tstream-%d.json", r);
-		cr_assert_eq(json_num(name, "errors"), 0, "round %d had failed queries", r);
-		rereads += (unsigned long long)json_num(name, "rereads");
-		snprintf(name, sizeof(name), "tstream-%d.ibin", r);
-		res = read_file(name);
-		for (uint64_t i = 0; i < res.n * res.dim; i++)
-			cr_assert(((int32_t *)res.data)[i] >= -1 &&
-				  ((int32_t *)res.data)[i] < NB + SPARE, "round %d: id %d", r,
-				  ((int32_t *)res.data)[i]);
-		/* no id twice in one answer */
-		for (uint64_t q = 0; q < res.n; q++)
-			for (uint32_t a = 0; a < res.dim; a++)
-				for (uint32_t c = a + 1; c < res.dim; c++)
-					cr_assert(((int32_t *)res.data)[q * res.dim + a] == -1 ||
-						  ((int32_t *)res.data)[q * res.dim + a] !=
-						  ((int32_t *)res.data)[q * res.dim + c],
-						  "round %d query %llu: an id twice", r,
-						  (unsigned long long)q);
-		dm_vecs_free(&res);
-	}
 	/* the rows acknowledged before the kill, and their ids */
 	b = read_file("b.fbin");
 	ids = read_file("tids.ibin");
@@ -464,19 +460,12 @@ Test(insert, lock_of_a_killed_holder_is_broken)
 {
 	char lc[160], mbuf[65536], *ms;
 	double broken = -1;
-	uint64_t t0;
 
 	cr_assert_geq(ncn, 2, "needs a second compute node");
 	setenv("DMANN_TEST_DIE_HOLDING_LOCK", "1:200", 1);
 	cluster_up();
 	unsetenv("DMANN_TEST_DIE_HOLDING_LOCK");
-	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
-			">/dev/null", dmann, dir, dir, 2 * NI + 100), 0);
-	t0 = dm_now_ns();
-	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
-		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
-		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
-		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
+	load_and_wait(2 * NI + 100);
 	/* through both: cn1 dies holding a lock, so this insert fails */
 	cr_assert_neq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/b.fbin >%s/die.out 2>&1",
 			 dmann, dir, dir, dir), 0);

@@ -807,21 +807,7 @@ int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs
 		return rc;
 	e->d = d;
 	e->st = st;
-	memset(&e->src, 0, sizeof(e->src));
-	e->src.dim = d->p.dim;
-	e->src.M = d->p.M;
-	e->src.rec_size = d->rec_size;
-	e->src.vec_off = d->vec_off;
-	e->src.vdim = d->vdim;
-	e->src.quant = d->quant;
-	e->src.block_shift = d->p.block_shift;
-	e->src.n = d->cap;
-	e->src.metric = d->p.metric;
-	e->src.upl = d->upl;
-	e->src.uvec = d->uvec;
-	e->src.upq = d->upq;
-	e->src.entry = d->entry;
-	e->src.max_level = d->max_level;
+	dindex_src(d, &e->src);
 	e->src.get = stage_get;
 	e->src.ctx = e;
 	for (i = 0; i < n; i++) {

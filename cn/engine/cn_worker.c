@@ -318,21 +318,7 @@ static int bind_index(struct worker *w)
 		    !w->slot[i].hits)
 			return -ENOMEM;
 	}
-	memset(&w->src, 0, sizeof(w->src));
-	w->src.dim = d->p.dim;
-	w->src.M = d->p.M;
-	w->src.rec_size = d->rec_size;
-	w->src.vec_off = d->vec_off;
-	w->src.vdim = d->vdim;
-	w->src.quant = d->quant;
-	w->src.block_shift = d->p.block_shift;
-	w->src.n = d->cap;   /* ids up to the spare room: online inserts link them */
-	w->src.metric = d->p.metric;
-	w->src.upl = d->upl;
-	w->src.uvec = d->uvec;
-	w->src.upq = d->upq;
-	w->src.entry = d->entry;
-	w->src.max_level = d->max_level;
+	dindex_src(d, &w->src);
 	w->src.get = stage_get;
 	w->src.ctx = w;
 	return dm_xport_reg(cn->x, w->stage_mem, DEPTH * w->stage_size, 0, &w->stage_mr);

@@ -464,6 +464,25 @@ void dindex_free(struct dindex *d)
 	free(d);
 }
 
+void dindex_src(const struct dindex *d, struct hnsw_src *src)
+{
+	memset(src, 0, sizeof(*src));
+	src->dim = d->p.dim;
+	src->M = d->p.M;
+	src->rec_size = d->rec_size;
+	src->vec_off = d->vec_off;
+	src->vdim = d->vdim;
+	src->quant = d->quant;
+	src->block_shift = d->p.block_shift;
+	src->n = d->cap;
+	src->metric = d->p.metric;
+	src->upl = d->upl;
+	src->uvec = d->uvec;
+	src->upq = d->upq;
+	src->entry = d->entry;
+	src->max_level = d->max_level;
+}
+
 void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out)
 {
 	const float *v = hnsw_rec_vec(r, d->vec_off);

@@ -190,6 +190,11 @@ static inline bool dindex_rec_ok(const struct dindex *d, const struct hnsw_rec_h
 	       hnsw_rec_intact(r, d->rec_size);
 }
 
+/* A remote record source over view d (hnsw.h struct hnsw_src: geometry, quantizer, upper
+ * lists and vectors, upper-level codes; n = the capacity, so that online inserts' ids are in
+ * range); the caller sets get and ctx. */
+void dindex_src(const struct dindex *d, struct hnsw_src *src);
+
 /* The original vector (dim floats) of a record's stored one (rotated with codes). */
 void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out);
 
