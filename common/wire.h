@@ -246,6 +246,10 @@ int dm_wire_cluster_check(const char name[DM_HS_CLUSTER_LEN]);
  *   CTL_GEN_PUBLISH  gen{index, gen, cn=NONE} -> gen_state   (loader: make gen current)
  *   CTL_GEN_REPORT   gen{index, gen, cn}      -> gen_state   (CN: the oldest generation it
  *                                              still uses; cn = NONE only reads the state)
+ *   CTL_ATOMIC    atomic{addr, compare, value, op} -> atomic{old in compare}: an 8-byte CAS
+ *                 (op 0) or FAA (op 1) at a region address, done by the memory node's CPU,
+ *                 for transports whose device has no atomics (-EFAULT: outside the region
+ *                 or not 8-aligned)
  * Error responses have no body.
  *
  * Index generations (docs/architecture.md, "Index generations"): every HNSW index has a
@@ -267,6 +271,7 @@ enum dm_wire_ctl_op {
 	DM_OP_CTL_SNAPSHOT = 0x100a,
 	DM_OP_CTL_GEN_PUBLISH = 0x100c,
 	DM_OP_CTL_GEN_REPORT  = 0x100e,
+	DM_OP_CTL_ATOMIC      = 0x1010,
 	/* responses: request op + 1 */
 };
 
@@ -334,6 +339,17 @@ struct dm_wire_ctl_obj {       /* object descriptor: ALLOC, COMMIT, LOOKUP, DROP
 	uint64_t aux;              /* crc32 (COMMIT, LOOKUP; COMMIT may add
 				      DM_CTL_COMMIT_MUTABLE) or key mask (DROP) */
 };
+struct dm_wire_ctl_atomic {    /* CTL_ATOMIC request and response */
+	uint64_t addr;             /* region address (as CTL_INFO gives it), 8-aligned */
+	uint64_t compare;          /* CAS: expected; response: the old value */
+	uint64_t value;            /* CAS: the new value; FAA: what is added */
+	uint32_t op;               /* DM_CTL_ATOMIC_CAS or _FAA */
+	uint32_t reserved;         /* 0 */
+};
+_Static_assert(sizeof(struct dm_wire_ctl_atomic) == 32, "ctl_atomic layout");
+#define DM_CTL_ATOMIC_CAS 0u
+#define DM_CTL_ATOMIC_FAA 1u
+
 /* COMMIT: the object changes after its commit (HNSW blocks of an index written online). */
 #define DM_CTL_COMMIT_MUTABLE (UINT64_C(1) << 32)
 _Static_assert(sizeof(struct dm_wire_ctl_obj) == 32, "ctl_obj layout");
@@ -346,6 +362,9 @@ int dm_wire_ctl_check(const struct dm_wire_hdr *h, size_t buflen);
 void dm_wire_ctl_info_encode(uint8_t *buf, const struct dm_wire_ctl_info *m);
 int dm_wire_ctl_info_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_info *m);
 void dm_wire_ctl_obj_encode(uint8_t *buf, const struct dm_wire_ctl_obj *m);
+void dm_wire_ctl_atomic_encode(uint8_t *buf, const struct dm_wire_ctl_atomic *m);
+/* op CAS or FAA, reserved 0. */
+int dm_wire_ctl_atomic_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_atomic *m);
 int dm_wire_ctl_obj_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_obj *m);
 /* gen decode: index <= DM_GEN_MAX_INDEX, cn < DM_MAX_NODES_WIRE or DM_GEN_NO_CN. state
  * decode: known flags, RETIRED only with CURRENT and retired < current, waiting 0 without

@@ -7,7 +7,7 @@ int dm_wire_ctl_body_len(uint16_t op, int32_t status)
 {
 	bool resp = op & 1;
 
-	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_GEN_REPORT + 1)
+	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_ATOMIC + 1)
 		return -EPROTO;
 	if (resp && status)
 		return 0;
@@ -22,6 +22,8 @@ int dm_wire_ctl_body_len(uint16_t op, int32_t status)
 		return resp ? 0 : (int)sizeof(struct dm_wire_ctl_obj);
 	case DM_OP_CTL_SNAPSHOT:
 		return 0;
+	case DM_OP_CTL_ATOMIC:
+		return sizeof(struct dm_wire_ctl_atomic);
 	case DM_OP_CTL_GEN_PUBLISH:
 	case DM_OP_CTL_GEN_REPORT:
 		return resp ? (int)sizeof(struct dm_wire_ctl_gen_state) :
@@ -94,6 +96,27 @@ int dm_wire_ctl_obj_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_obj 
 	m->addr = dm_get_le64(b + 16);
 	m->aux = dm_get_le64(b + 24);
 	return 0;
+}
+
+void dm_wire_ctl_atomic_encode(uint8_t *b, const struct dm_wire_ctl_atomic *m)
+{
+	dm_put_le64(b + 0, m->addr);
+	dm_put_le64(b + 8, m->compare);
+	dm_put_le64(b + 16, m->value);
+	dm_put_le32(b + 24, m->op);
+	dm_put_le32(b + 28, m->reserved);
+}
+
+int dm_wire_ctl_atomic_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_atomic *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->addr = dm_get_le64(b + 0);
+	m->compare = dm_get_le64(b + 8);
+	m->value = dm_get_le64(b + 16);
+	m->op = dm_get_le32(b + 24);
+	m->reserved = dm_get_le32(b + 28);
+	return m->op > DM_CTL_ATOMIC_FAA || m->reserved ? -EBADMSG : 0;
 }
 
 void dm_wire_ctl_gen_encode(uint8_t *b, const struct dm_wire_ctl_gen *m)

@@ -109,6 +109,34 @@ static int handle_gen(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *
 	return 0;
 }
 
+/* CTL_ATOMIC: a CAS or FAA by this CPU, for devices without remote atomics (what the tcp
+ * backend's progress thread does for its one-sided atomics). */
+static int handle_atomic(struct mn *m, const uint8_t *body, uint8_t *out, uint32_t *olen)
+{
+	struct dm_wire_ctl_atomic a;
+	uintptr_t base = (uintptr_t)m->st->region.addr;
+	uint64_t *p;
+	int rc = dm_wire_ctl_atomic_decode(body, sizeof(a), &a);
+
+	if (rc)
+		return rc;
+	if (a.addr < base || a.addr % 8 || a.addr - base > m->st->region.len - 8)
+		return -EFAULT;
+	p = (uint64_t *)(uintptr_t)a.addr;
+	if (a.op == DM_CTL_ATOMIC_CAS) {
+		uint64_t old = a.compare;
+
+		__atomic_compare_exchange_n(p, &old, a.value, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+		a.compare = old;
+	} else {
+		a.compare = __atomic_fetch_add(p, a.value, __ATOMIC_SEQ_CST);
+	}
+	dm_wire_ctl_atomic_encode(out, &a);
+	*olen = sizeof(a);
+	return 0;
+}
+
 /* Serve one control request; writes the response body into out. Returns its status. */
 static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body,
 		  uint8_t *out, uint32_t *olen)
@@ -122,6 +150,8 @@ static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body
 	*olen = 0;
 	if (h->op == DM_OP_CTL_GEN_PUBLISH || h->op == DM_OP_CTL_GEN_REPORT)
 		return handle_gen(m, h, body, out, olen);
+	if (h->op == DM_OP_CTL_ATOMIC)
+		return handle_atomic(m, body, out, olen);
 	if (h->op != DM_OP_CTL_INFO && h->op != DM_OP_CTL_SNAPSHOT)
 		dm_wire_ctl_obj_decode(body, sizeof(o), &o);
 	switch (h->op) {

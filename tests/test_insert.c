@@ -13,7 +13,8 @@
  *   - with R = 1 and regions of about 0.7 x the index, the same on an index larger than any
  *     single memory node's region;
  *   - torn writes and a compute node SIGKILLed mid-insert;
- *   - the lock of a compute node killed while holding it is broken by the other. */
+ *   - the lock of a compute node killed while holding it is broken by the other;
+ *   - without remote atomics (forced), locks and ids through the memory nodes' CPUs. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -484,4 +485,20 @@ Test(insert, lock_of_a_killed_holder_is_broken)
 	cr_log_info("locks of the killed holder broken by cn0: %.0f", broken);
 	cr_assert_geq(broken, 1, "the killed holder's lock was not broken");
 	cr_assert_eq(sh("grep -q 'broke the lock of gone holder 1' %s/cn0.log", lc), 0);
+}
+
+/* A device without remote atomics (forced: DMANN_TEST_MN_ATOMICS): locks and ids go through
+ * the memory nodes' CPUs (CTL_ATOMIC), with a warning, and the inserts behave the same. */
+Test(insert, locks_through_memory_nodes)
+{
+	char lc[160];
+
+	setenv("DMANN_TEST_MN_ATOMICS", "1", 1);
+	cluster_up();
+	unsetenv("DMANN_TEST_MN_ATOMICS");
+	double recall = inserts_under_queries(false);
+
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	cr_assert_eq(sh("grep -q \"go through the memory nodes' CPUs\" %s/cn0.log", lc), 0);
+	cr_log_info("locks and ids through the memory nodes: recall@10 %.4f", recall);
 }

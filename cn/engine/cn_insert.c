@@ -12,6 +12,8 @@
 
 #include "hnsw/hnsw_codes.h"
 #include "hnsw/hnsw_query.h"
+#include "rpc.h"
+#include "wire.h"
 #include "xport/xport.h"
 
 #define INS_BEAM 4u            /* level-0 candidates expanded per READ round */
@@ -30,6 +32,9 @@ struct cn_insert {
 	struct dm_conn *mc[DM_MAX_NODES];
 	uint64_t wr;                 /* wr_id counter */
 	bool torn;                   /* test mode: records written in 64-byte pieces */
+	bool mn_atomics;             /* the device has no atomics: CTL_ATOMIC to the MN's CPU */
+	struct dm_rpc_chan ch[DM_MAX_NODES];   /* with mn_atomics: one per connection */
+	bool has_ch[DM_MAX_NODES];
 	uint64_t die_after, locks;   /* test mode: SIGKILL ourselves holding lock die_after */
 	/* registered buffer: stage (stage_recs records) | rec (one record) | word (8 bytes) */
 	uint8_t *buf;
@@ -56,6 +61,8 @@ struct cn_insert {
 	struct cn_insert_stats *st;
 };
 
+static void conn_failed(struct cn_insert *e, uint32_t m);
+
 struct cn_insert *cn_insert_new(struct cn *cn)
 {
 	struct cn_insert *e = calloc(1, sizeof(*e));
@@ -76,6 +83,15 @@ struct cn_insert *cn_insert_new(struct cn *cn)
 
 	if (die && sscanf(die, "%u:%llu", &did, &n) == 2 && did == cn->node->id && n)
 		e->die_after = n;
+	/* Without remote atomics (a device whose atomic_cap is NONE; DMANN_TEST_MN_ATOMICS
+	 * forces it) every CAS and FAA goes to the memory node's CPU. Every compute node must
+	 * then do so: a device's atomics are not atomic against a CPU's. */
+	e->mn_atomics = !(dm_xport_caps(cn->x) & DM_XCAP_ATOMIC) ||
+			getenv("DMANN_TEST_MN_ATOMICS") != NULL;
+	if (e->mn_atomics)
+		dm_warn("cn%u: %s: record locks and ids go through the memory nodes' CPUs "
+			"(slower)", cn->node->id, getenv("DMANN_TEST_MN_ATOMICS") ?
+			"DMANN_TEST_MN_ATOMICS" : "the transport has no remote atomics");
 	if (e->torn)
 		dm_warn("cn%u: DMANN_TEST_TORN_WRITES: records are written in 64-byte pieces "
 			"(a test mode)", cn->node->id);
@@ -111,8 +127,7 @@ void cn_insert_free(struct cn_insert *e)
 	if (!e)
 		return;
 	for (uint32_t m = 0; m < DM_MAX_NODES; m++)
-		if (e->mc[m])
-			dm_conn_close(e->mc[m]);
+		conn_failed(e, m);
 	free_buffers(e);
 	hnsw_query_free(e->q);
 	hnsw_qest_free(e->qe);
@@ -179,11 +194,22 @@ static struct dm_conn *conn(struct cn_insert *e, uint32_t m)
 {
 	if (!e->mc[m] && dm_xport_connect(e->cn->x, e->cn->cfg->mn[m].address, 2000, &e->mc[m]))
 		e->mc[m] = NULL;
+	if (e->mc[m] && e->mn_atomics && !e->has_ch[m]) {
+		if (dm_rpc_chan_init(&e->ch[m], e->mc[m], e->cn->pool, 256, INS_WAIT_MS)) {
+			dm_conn_close(e->mc[m]);
+			e->mc[m] = NULL;
+		} else {
+			e->has_ch[m] = true;
+		}
+	}
 	return e->mc[m];
 }
 
 static void conn_failed(struct cn_insert *e, uint32_t m)
 {
+	if (e->has_ch[m])
+		dm_rpc_chan_fini(&e->ch[m]);
+	e->has_ch[m] = false;
 	if (e->mc[m])
 		dm_conn_close(e->mc[m]);
 	e->mc[m] = NULL;
@@ -266,6 +292,26 @@ static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote,
 
 	if (!c)
 		return -EHOSTUNREACH;
+	if (e->mn_atomics) {
+		struct dm_wire_ctl_atomic a = { .addr = remote, .compare = expect, .value = desired,
+						.op = faa ? DM_CTL_ATOMIC_FAA : DM_CTL_ATOMIC_CAS };
+		uint8_t req[sizeof(a)], resp[sizeof(a)];
+		uint32_t rlen = 0;
+
+		(void)rkey;
+		dm_wire_ctl_atomic_encode(req, &a);
+		rc = dm_rpc_call(&e->ch[m], DM_OP_CTL_ATOMIC, req, sizeof(req), resp, sizeof(resp),
+				 &rlen);
+		if (!rc)
+			rc = dm_wire_ctl_atomic_decode(resp, rlen, &a);
+		if (rc) {
+			if (rc != -EFAULT)
+				conn_failed(e, m);
+			return rc;
+		}
+		*old = a.compare;
+		return 0;
+	}
 	rc = faa ? dm_conn_faa(c, id, e->word, e->mr, remote, rkey, desired, DM_WR_SIGNALED) :
 		   dm_conn_cas(c, id, e->word, e->mr, remote, rkey, expect, desired,
 			       DM_WR_SIGNALED);

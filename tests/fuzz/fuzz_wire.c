@@ -34,6 +34,7 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 		struct dm_wire_ctl_obj obj;
 		struct dm_wire_ctl_gen gen;
 		struct dm_wire_ctl_gen_state gst;
+		struct dm_wire_ctl_atomic atomic;
 	} m;
 	uint8_t out[256];
 
@@ -97,6 +98,14 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 			dm_wire_ctl_gen_state_encode(out, &m.gst);
 			if (memcmp(out, body, sizeof(m.gst)))
 				__builtin_trap();
+		}
+		break;
+	case DM_OP_CTL_ATOMIC:
+	case DM_OP_CTL_ATOMIC + 1:
+		if (!dm_wire_ctl_atomic_decode(body, len, &m.atomic)) {
+			dm_wire_ctl_atomic_encode(out, &m.atomic);
+			if (memcmp(out, body, sizeof(m.atomic)))
+				__builtin_trap();   /* decode/encode must round-trip */
 		}
 		break;
 	default:
