@@ -49,7 +49,7 @@ static void local_usage(FILE *f)
 		"  --netns         one network namespace per node, joined by rate-limited veth\n"
 		"                  links to a bridge (needs root, iproute2 and tc)\n"
 		"  --rate RATE     tc rate of every link with --netns (default 1gbit)\n"
-		"  --region-mb MB  memory-node region size (default 512)\n"
+		"  --region-mb MB  memory-node region size (1..1048576, default 512)\n"
 		"  --redundancy R  replicas of every index block ([cluster] redundancy, 1..N,\n"
 		"                  default 1)\n"
 		"  --base-port P   first port (default: a free range chosen at random, below the\n"
@@ -475,7 +475,7 @@ static int cmd_up(int argc, char **argv)
 		case 'd': dir = optarg; break;
 		case 'n': netns = true; break;
 		case 'r': rate = optarg; break;
-		case 'R': if (dm_cli_parse_u64("local up", "--region-mb", optarg, 4, 1 << 20, &region)) return 2; break;
+		case 'R': if (dm_cli_parse_u64("local up", "--region-mb", optarg, 1, 1 << 20, &region)) return 2; break;
 		case 'D': if (dm_cli_parse_u64("local up", "--redundancy", optarg, 1, 16, &redundancy)) return 2; break;
 		case 'p': if (dm_cli_parse_u64("local up", "--base-port", optarg, 1024, 65000, &base)) return 2; break;
 		case 't':
