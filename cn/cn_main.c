@@ -285,7 +285,7 @@ int main(int argc, char **argv)
 	cn.x = cn_xport(cn.cfg, cn.node);
 	if (!cn.x)
 		goto out_free_cfg;
-	cn.pool = dm_msgpool_new(cn.x, 1024, 16384);
+	cn.pool = dm_msgpool_new(cn.x, 1024, DM_CN_RECV_BUF);
 	if (!cn.pool) {
 		dm_err("cn%u: cannot post receive buffers: %s", cn.node->id, strerror(errno));
 		goto out_close_x;

@@ -455,7 +455,9 @@ struct dm_wire_q_stats {       /* Q_STATS response */
 _Static_assert(sizeof(struct dm_wire_q_stats) == 112, "q_stats layout");
 
 #define DM_Q_MAX_INSERT 256u   /* rows per Q_INSERT (and its message must fit the CN's
-				  receive buffers, 16 KiB) */
+				  receive buffers, DM_CN_RECV_BUF) */
+#define DM_CN_RECV_BUF 16384u  /* a compute node's receive buffer: the longest message a
+				  client may send it */
 
 struct dm_wire_q_insert {      /* Q_INSERT request, followed by n x dim little-endian f32 */
 	uint32_t n;                /* 1..DM_Q_MAX_INSERT */

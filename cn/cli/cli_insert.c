@@ -200,8 +200,8 @@ int dm_cmd_insert(int argc, char **argv)
 			vecs, DM_Q_MAX_DIM);
 		goto out;
 	}
-	/* a request must fit the compute node's 16 KiB receive buffers */
-	uint64_t fit = (16384 - DM_WIRE_HDR_LEN - sizeof(struct dm_wire_q_insert)) / (4ull * v.dim);
+	/* a request must fit the compute node's receive buffers */
+	uint64_t fit = (DM_CN_RECV_BUF - DM_WIRE_HDR_LEN - sizeof(struct dm_wire_q_insert)) / (4ull * v.dim);
 
 	if (!fit) {
 		fprintf(stderr, "dmann insert: %u dimensions do not fit one request\n", v.dim);
