@@ -246,11 +246,12 @@ Test(hnsw, codes_error_bound, .timeout = 120)
 	double err2 = 0, d2 = 0;
 	for (uint32_t i = 0; i < nq; i++) {
 		hnsw_quant_rotate(idx->quant, x + (size_t)(n + i) * dim, qr);
+		hnsw_qest_query(e, qr);
 		for (uint32_t u = i; u < n; u += 97) {
 			const struct hnsw_rec_hdr *r = hnsw_rec(idx, u);
 			const float *uv = hnsw_rec_vec(r, idx->vec_off);
 			float du = dm_l2sq(qr, uv, idx->vdim);
-			hnsw_qest_list(e, qr, uv, du, hnsw_rec_codes(r, p.M), r->n0, est, lb);
+			hnsw_qest_list(e, uv, du, hnsw_rec_codes(r, p.M), r->n0, est, lb);
 			for (uint32_t j = 0; j < r->n0; j++) {
 				uint32_t v = hnsw_rec_nbrs(r)[j];
 				float d = dm_l2sq(x + (size_t)(n + i) * dim, x + (size_t)v * dim, dim);

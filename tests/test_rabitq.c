@@ -145,9 +145,20 @@ Test(rabitq, deterministic)
 	float x[784], y[832];
 	for (int i = 0; i < 784; i++)
 		x[i] = (float)((i * 37) % 101 - 50) / 16.0f;
-	uint32_t cq = crc(ba, n);
+	/* the checksum of all but the blob's own trailing crc (over the whole blob, any CRC-32
+	 * gives the same residue constant, which checks nothing) */
+	uint32_t cq = crc(ba, n - 4);
 	fprintf(stderr, "rabitq: golden crc quantizer %08x\n", cq);
-	cr_assert_eq(cq, 0x2144df1cu, "quantizer bytes changed: %08x", cq);
+	cr_assert_eq(cq, 0xf94d58d3u, "quantizer bytes changed: %08x", cq);
+	/* format 1 (images built before format 2): the bytes the previous code wrote */
+	struct rbq *a1 = rbq_train_v1(784, NULL, 0, 42);
+	size_t n1 = rbq_save_size(a1);
+	uint8_t *b1 = malloc(n1);
+	cr_assert_eq(n1, 452);
+	cr_assert_eq(rbq_save(a1, b1, n1), 0);
+	cr_assert_eq(crc(b1, n1 - 4), 0x333abfbeu, "format-1 bytes changed: %08x", crc(b1, n1 - 4));
+	free(b1);
+	rbq_free(a1);
 	/* the rotation at every ISA this CPU has (SSE, AVX2, AVX-512 butterflies) */
 	const char *orig = rbq_isa(), *isas[] = { "scalar", "avx2", "avx512" };
 	for (int k = 0; k < 3; k++) {
@@ -176,9 +187,31 @@ static void refix_crc(uint8_t *buf, size_t n)
 	wr32(buf + n - 4, crc(buf, n - 4));
 }
 
+static void check_save_load(struct rbq *a, uint32_t version);
+
 Test(rabitq, save_load)
 {
-	struct rbq *a = rbq_train(200, NULL, 0, 5), *b = NULL;
+	/* format 2 with a centre from a sample, format 2 without one, format 1 */
+	float *sample = malloc(sizeof(float) * 200 * 16);
+	rng_state = 17;
+	for (size_t i = 0; i < 200 * 16; i++)
+		sample[i] = 3.0f + gauss();
+	check_save_load(rbq_train(200, sample, 16, 5), 2);
+	check_save_load(rbq_train(200, NULL, 0, 5), 2);
+	check_save_load(rbq_train_v1(200, sample, 16, 5), 1);
+	free(sample);
+	cr_assert_null(rbq_train(0, NULL, 0, 1));
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_null(rbq_train(RBQ_MAX_DIM + 1, NULL, 0, 1));
+	float nan_row[4] = { 0, NAN, 0, 0 };
+	cr_assert_null(rbq_train(4, nan_row, 1, 1));
+}
+
+static void check_save_load(struct rbq *a, uint32_t version)
+{
+	struct rbq *b = NULL;
+	cr_assert_not_null(a);
+	cr_assert_eq(rbq_version(a), version);
 	size_t n = rbq_save_size(a);
 	uint8_t *buf = malloc(n + 8), *buf2 = malloc(n);
 	cr_assert_eq(rbq_save(a, buf, n - 1), -ENOSPC);
@@ -187,6 +220,7 @@ Test(rabitq, save_load)
 	cr_assert_eq(rbq_dim(b), 200);
 	cr_assert_eq(rbq_dim_padded(b), 256);
 	cr_assert_eq(rbq_seed(b), 5);
+	cr_assert_eq(rbq_version(b), version);
 	cr_assert_eq(rbq_save(b, buf2, n), 0);
 	cr_assert_eq(memcmp(buf, buf2, n), 0);
 	rbq_free(b);
@@ -204,9 +238,12 @@ Test(rabitq, save_load)
 			buf[i] ^= (uint8_t)(1u << bit);
 		}
 	/* bad fields behind a valid checksum */
-	static const struct { size_t off; uint32_t v; } bad[] = {
-		{ 0, 0x31514253u }, { 4, 2 }, { 8, 0 }, { 8, 4097 }, { 8, 100 }, { 12, 192 },
-		{ 12, 0 }, { 16, 2 }, { 20, 3 },
+	const struct { size_t off; uint32_t v; } bad[] = {
+		{ 0, 0x31514253u }, { 4, 0 }, { 4, 3 }, { 4, version == 1 ? 2 : 1 }, { 8, 0 },
+		{ 8, 4097 }, { 8, 100 }, { 12, 192 }, { 12, 0 }, { 16, 2 }, { 20, 3 },
+		/* format 2: a non-finite first centre coordinate (at 32 + the sign bits); format
+		 * 1: a bad magic again (there is no centre) */
+		{ version == 2 ? 32 + 4 * 256 / 8 : 0, version == 2 ? 0x7fc00000u : 0 },
 	};
 	for (size_t k = 0; k < DM_ARRAY_SIZE(bad); k++) {
 		memcpy(buf2, buf, n);
@@ -219,11 +256,6 @@ Test(rabitq, save_load)
 	refix_crc(buf2, n);
 	cr_assert_eq(rbq_load(buf2, n, &b), 0);
 	rbq_free(b);
-	cr_assert_null(rbq_train(0, NULL, 0, 1));
-	cr_assert_eq(errno, EINVAL);
-	cr_assert_null(rbq_train(RBQ_MAX_DIM + 1, NULL, 0, 1));
-	float nan_row[4] = { 0, NAN, 0, 0 };
-	cr_assert_null(rbq_train(4, nan_row, 1, 1));
 	free(buf);
 	free(buf2);
 	rbq_free(a);
@@ -239,12 +271,19 @@ struct fixture {
 	size_t lb;
 };
 
-static void fixture_init(struct fixture *f, uint32_t dim, uint32_t cap, uint64_t seed)
+/* fmt 1: rbq_train_v1; 2: rbq_train with a sample (a centre away from 0) */
+static void fixture_init_fmt(struct fixture *f, uint32_t dim, uint32_t cap, uint64_t seed,
+			     uint32_t fmt)
 {
 	rng_state = seed;
 	f->dim = dim;
 	f->cap = cap;
-	f->q = rbq_train(dim, NULL, 0, seed);
+	float *sample = malloc(sizeof(float) * dim * 8);
+	for (size_t i = 0; i < (size_t)dim * 8; i++)
+		sample[i] = 1.0f + gauss();
+	f->q = fmt == 1 ? rbq_train_v1(dim, NULL, 0, seed) : rbq_train(dim, sample, 8, seed);
+	free(sample);
+	cr_assert_not_null(f->q);
 	f->D = rbq_dim_padded(f->q);
 	f->u = calloc(f->D, sizeof(float));
 	f->v = calloc((size_t)cap * f->D, sizeof(float));
@@ -267,6 +306,11 @@ static void fixture_init(struct fixture *f, uint32_t dim, uint32_t cap, uint64_t
 		rbq_list_set(f->q, f->list, cap, s, f->u, f->v + (size_t)s * f->D);
 }
 
+static void fixture_init(struct fixture *f, uint32_t dim, uint32_t cap, uint64_t seed)
+{
+	fixture_init_fmt(f, dim, cap, seed, 2);
+}
+
 static void fixture_fini(struct fixture *f)
 {
 	free(f->u);
@@ -279,7 +323,7 @@ Test(rabitq, list_set_one_slot)
 {
 	struct fixture f;
 	fixture_init(&f, 100, 40, 11);
-	cr_assert_eq(f.lb, 2 * (size_t)f.D * 4 + 8 * 40);
+	cr_assert_eq(f.lb, 2 * (size_t)f.D * 4 + 12 * 40);
 	uint8_t *before = malloc(f.lb);
 	float *w = calloc(f.D, sizeof(float));
 	for (uint32_t i = 0; i < f.D; i++)
@@ -294,7 +338,10 @@ Test(rabitq, list_set_one_slot)
 				continue;
 			changed++;
 			size_t norm_off = 2 * (size_t)f.D * 4, ip_off = norm_off + 4 * 40;
-			if (i >= ip_off)
+			size_t w_off = ip_off + 4 * 40;
+			if (i >= w_off)
+				cr_assert_eq((i - w_off) / 4, slot);
+			else if (i >= ip_off)
 				cr_assert_eq((i - ip_off) / 4, slot);
 			else if (i >= norm_off)
 				cr_assert_eq((i - norm_off) / 4, slot);
@@ -381,17 +428,25 @@ static void mixture_point(const float *centres, uint32_t dim, uint32_t c, float 
 		x[i] = centres[(size_t)c * dim + i] + sigma * gauss();
 }
 
-static void check_estimator(uint32_t dim, enum dm_metric m)
+/* fmt 1: format 1; 2: format 2 with the centre of 64 mixture points (tables per query) */
+static void check_estimator_fmt(uint32_t dim, enum dm_metric m, uint32_t fmt)
 {
 	rng_state = 1000 + dim * 3 + m;
-	struct rbq *q = rbq_train(dim, NULL, 0, 77);
-	uint32_t D = rbq_dim_padded(q), cap = 32;
-	struct rbq_qctx *ctx = rbq_qctx_new(q);
 	float *centres = malloc(sizeof(float) * NCLUST * dim), *x = malloc(4 * (size_t)dim);
-	float *u = malloc(4 * (size_t)D), *v = malloc(4 * (size_t)D * cap), *qr = malloc(4 * (size_t)D);
-	uint8_t *list = malloc(rbq_list_bytes(q, cap));
 	for (size_t i = 0; i < (size_t)NCLUST * dim; i++)
 		centres[i] = gauss();
+	float *sample = malloc(sizeof(float) * 64 * dim);
+	for (uint32_t t = 0; t < 64; t++) {
+		mixture_point(centres, dim, (uint32_t)(rng_next() % NCLUST), 0.5f, sample + t * dim);
+		if (m == DM_METRIC_COS)
+			dm_normalize(sample + t * dim, dim);
+	}
+	struct rbq *q = fmt == 1 ? rbq_train_v1(dim, NULL, 0, 77) : rbq_train(dim, sample, 64, 77);
+	free(sample);
+	uint32_t D = rbq_dim_padded(q), cap = 32;
+	struct rbq_qctx *ctx = rbq_qctx_new(q);
+	float *u = malloc(4 * (size_t)D), *v = malloc(4 * (size_t)D * cap), *qr = malloc(4 * (size_t)D);
+	uint8_t *list = malloc(rbq_list_bytes(q, cap));
 	static const double eps[NEPS] = { 1.9, 2.6, 3.0 };
 	double sum_err = 0, sum_abs = 0, sum_exact = 0;
 	long covered[NEPS] = { 0 }, above_low = 0, total = 0;
@@ -449,9 +504,9 @@ static void check_estimator(uint32_t dim, enum dm_metric m)
 	double cov[NEPS], bias = sum_err / sum_exact, mre = sum_abs / sum_exact;
 	for (int e = 0; e < NEPS; e++)
 		cov[e] = (double)covered[e] / total;
-	fprintf(stderr, "rabitq: dim %4u %-3s: %ld estimates, mean |err| %.4f and bias %+.5f "
-		"of mean |d|; coverage of est +- bound at eps0 1.9: %.2f%% (exact >= lower: "
-		"%.2f%%), 2.6: %.2f%%, 3.0: %.2f%%\n", dim, dm_metric_name(m), total, mre, bias,
+	fprintf(stderr, "rabitq: format %u dim %4u %-3s: %ld estimates, mean |err| %.4f and bias "
+		"%+.5f of mean |d|; coverage of est +- bound at eps0 1.9: %.2f%% (exact >= lower: "
+		"%.2f%%), 2.6: %.2f%%, 3.0: %.2f%%\n", fmt, dim, dm_metric_name(m), total, mre, bias,
 		cov[0] * 100.0, 100.0 * above_low / total, cov[1] * 100.0, cov[2] * 100.0);
 	cr_assert_lt(fabs(bias), 0.01, "dim %u %s: biased (%g)", dim, dm_metric_name(m), bias);
 	cr_assert_lt(mre, 0.1, "dim %u %s: mean error %g", dim, dm_metric_name(m), mre);
@@ -470,14 +525,28 @@ static void check_estimator(uint32_t dim, enum dm_metric m)
 	rbq_free(q);
 }
 
+static void check_estimator(uint32_t dim, enum dm_metric m)
+{
+	check_estimator_fmt(dim, m, 2);
+	check_estimator_fmt(dim, m, 1);
+}
+
 Test(rabitq, estimator_l2) { check_estimator(128, DM_METRIC_L2); check_estimator(384, DM_METRIC_L2); check_estimator(784, DM_METRIC_L2); }
 Test(rabitq, estimator_ip) { check_estimator(128, DM_METRIC_IP); check_estimator(384, DM_METRIC_IP); check_estimator(784, DM_METRIC_IP); }
 Test(rabitq, estimator_cos) { check_estimator(128, DM_METRIC_COS); check_estimator(384, DM_METRIC_COS); check_estimator(784, DM_METRIC_COS); }
 
+static void check_exact_cases(uint32_t fmt);
+
 Test(rabitq, exact_cases)
 {
+	check_exact_cases(1);
+	check_exact_cases(2);
+}
+
+static void check_exact_cases(uint32_t fmt)
+{
 	struct fixture f;
-	fixture_init(&f, 64, 32, 3);
+	fixture_init_fmt(&f, 64, 32, 3, fmt);
 	struct rbq_qctx *ctx = rbq_qctx_new(f.q);
 	float est[32], low[32];
 	/* v == u: distance of u, bound 0 */
@@ -495,7 +564,9 @@ Test(rabitq, exact_cases)
 	cr_assert_eq(rbq_qctx_set_eps0(ctx, -1.0f), -EINVAL);
 	cr_assert_eq(rbq_qctx_set_eps0(ctx, NAN), -EINVAL);
 	cr_assert_eq(rbq_prep(f.q, ctx, f.v, f.u, (enum dm_metric)7), -EINVAL);
-	/* query == u: q' = 0, every estimate exact */
+	/* query == u: q' = 0, every estimate exact (format 1); format 2 builds its tables
+	 * from q - c, so only their rounding remains: inside the bound, which is that
+	 * rounding's term alone (|q'| = 0) */
 	cr_assert_eq(rbq_qctx_set_eps0(ctx, RBQ_EPS0_DEFAULT), 0);
 	cr_assert_eq(rbq_prep(f.q, ctx, f.u, f.u, DM_METRIC_L2), 0);
 	rbq_list_estimate(f.q, ctx, f.list, 32, 32, 0.0f, est, low);
@@ -505,9 +576,16 @@ Test(rabitq, exact_cases)
 			double d = (double)f.u[i] - f.v[(size_t)s * f.D + i];
 			ex += d * d;
 		}
-		if (s != 5)
+		if (s == 5)
+			continue;
+		if (fmt == 1)
 			cr_assert_float_eq(est[s], ex, 1e-3 * ex);
+		else
+			cr_assert(fabs(est[s] - ex) <= 2.0 * (est[s] - low[s]) + 1e-4 * ex,
+				  "slot %d: est %g exact %g bound %g", s, est[s], ex, est[s] - low[s]);
 	}
+	cr_assert_eq(rbq_prep_per_query(f.q, DM_METRIC_L2), fmt == 2);
+	cr_assert(rbq_prep_per_query(f.q, DM_METRIC_IP));
 	/* ip: the context does not depend on u (u_rot may be NULL) */
 	float e2[32];
 	cr_assert_eq(rbq_prep(f.q, ctx, f.v, f.u, DM_METRIC_IP), 0);

@@ -693,10 +693,12 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 			slot = cnt;
 		} else if (!dup && d->quant) {
 			/* full: x replaces the farthest neighbour if it is closer (distances from
-			 * e's own codes: with u itself as the query the residual norms are exact) */
+			 * e's own codes: with u itself as the query the estimate is |r|^2 up to
+			 * the rounding of the query tables) */
 			uint32_t far = 0;
 
-			hnsw_qest_list(e->qe, ev, ev, kern(ev, ev, d->vdim),
+			hnsw_qest_query(e->qe, ev);
+			hnsw_qest_list(e->qe, ev, kern(ev, ev, d->vdim),
 				       hnsw_rec_codes(h, M), cnt, e->est, NULL);
 			for (uint32_t j = 1; j < cnt; j++)
 				if (e->est[j] > e->est[far])

@@ -18,6 +18,8 @@ struct hnsw_qest {
 	const struct hnsw_quant *q;
 	struct rbq_qctx *ctx;
 	uint32_t M;
+	bool per_query;     /* the quantizer's tables do not depend on the expanded node */
+	const float *q_rot; /* the query of hnsw_qest_query */
 };
 
 static struct hnsw_quant *wrap(struct rbq *r, uint32_t dim, enum dm_metric metric)
@@ -139,6 +141,7 @@ struct hnsw_qest *hnsw_qest_new(const struct hnsw_quant *q, uint32_t M)
 		return NULL;
 	e->q = q;
 	e->M = M;
+	e->per_query = rbq_prep_per_query(q->rbq, q->metric);
 	e->ctx = rbq_qctx_new(q->rbq);
 	if (!e->ctx) {
 		free(e);
@@ -161,13 +164,21 @@ bool hnsw_qest_fits(const struct hnsw_qest *e, const struct hnsw_quant *q, uint3
 	return e && e->q == q && e->M == M;
 }
 
-void hnsw_qest_list(struct hnsw_qest *e, const float *q_rot, const float *u_rot, float d_qu,
-		    const uint8_t *list, uint32_t n, float *est, float *lb)
+void hnsw_qest_query(struct hnsw_qest *e, const float *q_rot)
+{
+	e->q_rot = q_rot;
+	if (e->per_query)
+		rbq_prep(e->q->rbq, e->ctx, q_rot, NULL, e->q->metric);
+}
+
+void hnsw_qest_list(struct hnsw_qest *e, const float *u_rot, float d_qu, const uint8_t *list,
+		    uint32_t n, float *est, float *lb)
 {
 	const struct hnsw_quant *q = e->q;
 	/* raw score -> rabitq.h's distance convention and back: only cos differs (1 - dot) */
 	float off = q->metric == DM_METRIC_COS ? 1.0f : 0.0f;
-	rbq_prep(q->rbq, e->ctx, q_rot, u_rot, q->metric);
+	if (!e->per_query)
+		rbq_prep(q->rbq, e->ctx, e->q_rot, u_rot, q->metric);
 	rbq_list_estimate(q->rbq, e->ctx, list, 2 * e->M, n, d_qu + off, est, lb);
 	if (off != 0.0f) {
 		for (uint32_t j = 0; j < n; j++)

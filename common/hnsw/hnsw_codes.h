@@ -59,10 +59,14 @@ struct hnsw_qest *hnsw_qest_new(const struct hnsw_quant *q, uint32_t M);
 void hnsw_qest_free(struct hnsw_qest *e);
 /* Whether e serves quantizer q with lists of 2M slots. */
 bool hnsw_qest_fits(const struct hnsw_qest *e, const struct hnsw_quant *q, uint32_t M);
-/* Estimate the raw scores of the n first slots of u's code list for the rotated query
- * q_rot (u_rot: u's stored vector, d_qu: the exact raw score of u) into est[0..n), and
- * their lower bounds into lb (may be NULL). */
-void hnsw_qest_list(struct hnsw_qest *e, const float *q_rot, const float *u_rot, float d_qu,
-		    const uint8_t *list, uint32_t n, float *est, float *lb);
+/* Start a query: q_rot (rotated, kept by pointer until the next call) is the query every
+ * hnsw_qest_list scores against until the next hnsw_qest_query. With a format-2 quantizer
+ * (or ip) this builds the look-up tables once for the whole query. */
+void hnsw_qest_query(struct hnsw_qest *e, const float *q_rot);
+/* Estimate the raw scores of the n first slots of u's code list for the query of
+ * hnsw_qest_query (u_rot: u's stored vector, d_qu: the exact raw score of u) into
+ * est[0..n), and their lower bounds into lb (may be NULL). */
+void hnsw_qest_list(struct hnsw_qest *e, const float *u_rot, float d_qu, const uint8_t *list,
+		    uint32_t n, float *est, float *lb);
 
 #endif

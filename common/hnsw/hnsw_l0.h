@@ -132,7 +132,7 @@ static inline int hnsw_l0_expand(struct hnsw_l0 *l, uint32_t id, const struct hn
 	if (!cnt)
 		return 0;
 	const uint32_t *nb = hnsw_rec_nbrs(r);
-	hnsw_qest_list(l->qe, l->q, u, d, hnsw_rec_codes(r, l->M), cnt, l->est,
+	hnsw_qest_list(l->qe, u, d, hnsw_rec_codes(r, l->M), cnt, l->est,
 		       l->prune ? l->lb : NULL);
 	l->est_evals += cnt;
 	for (uint32_t j = 0; j < cnt; j++) {

@@ -84,6 +84,7 @@ int hnsw_l0_start(struct hnsw_l0 *l, const struct hnsw_src *src, hnsw_kernel_fn 
 	l->res.n = 0;
 	l->k = k;
 	l->q = q;
+	hnsw_qest_query(l->qe, q);
 	l->kern = kern;
 	l->vdim = src->vdim;
 	l->vec_off = src->vec_off;

@@ -21,8 +21,13 @@
  * splitmix64 seeded with the seed (1 = flip).
  *
  * Serialised form (little-endian):
- *     u32 magic "RBQ1"  u32 version (1)  u32 dim  u32 D  u32 kind (1 = FHT-Kac)
- *     u32 rounds (4)  u64 seed  u8 bits[rounds * D / 8]  u32 crc32 (zlib) of all before
+ *     u32 magic "RBQ1"  u32 version (1 or 2)  u32 dim  u32 D  u32 kind (1 = FHT-Kac)
+ *     u32 rounds (4)  u64 seed  u8 bits[rounds * D / 8]
+ *     version 2 only: f32 center[D] (the rotated centre c, |c_i| <= RBQ_CENTER_MAX: so that
+ *                     |q - c|^2 stays finite for any sane query)
+ *     u32 crc32 (zlib) of all before
+ * Version 2 is what rbq_train makes; version 1 (no centre, two floats per slot) is still
+ * read and estimated, so images built before it keep working.
  */
 #include "rabitq_int.h"
 
@@ -38,8 +43,9 @@
 #include <zlib.h>
 
 #define RBQ_MAGIC   0x31514252u   /* "RBQ1" */
-#define RBQ_VERSION 1u
+#define RBQ_VERSION 2u   /* the newest format, what rbq_train writes */
 #define RBQ_HDR     32u
+#define RBQ_CENTER_MAX 1e15f  /* largest centre coordinate: D * (2e15)^2 < FLT_MAX */
 
 static uint64_t splitmix64(uint64_t *s)
 {
@@ -61,18 +67,21 @@ static uint32_t pow2_floor(uint32_t x)
 
 /* Allocate a quantizer for dim with the sign bits to be filled in; sign floats derived by
  * rbq_finish. */
-static struct rbq *rbq_alloc(uint32_t dim, uint64_t seed)
+static struct rbq *rbq_alloc(uint32_t dim, uint64_t seed, uint32_t version)
 {
 	struct rbq *q = calloc(1, sizeof(*q));
 	if (!q)
 		return NULL;
+	q->version = version;
 	q->dim = dim;
 	q->D = pad_dim(dim);
 	q->L = pow2_floor(q->D);
 	q->seed = seed;
 	q->bits = calloc(RBQ_ROUNDS, q->D / 8);
 	q->sign = malloc(sizeof(float) * RBQ_ROUNDS * q->D);
-	if (!q->bits || !q->sign) {
+	if (version >= 2)
+		q->center = calloc(q->D, sizeof(float));
+	if (!q->bits || !q->sign || (version >= 2 && !q->center)) {
 		rbq_free(q);
 		errno = ENOMEM;
 		return NULL;
@@ -86,7 +95,8 @@ static void rbq_finish(struct rbq *q)
 		q->sign[i] = (q->bits[i / 8] >> (i % 8)) & 1u ? -1.0f : 1.0f;
 }
 
-struct rbq *rbq_train(uint32_t dim, const float *sample, size_t nsample, uint64_t seed)
+static struct rbq *train(uint32_t dim, const float *sample, size_t nsample, uint64_t seed,
+			 uint32_t version)
 {
 	if (dim == 0 || dim > RBQ_MAX_DIM || (nsample > 0 && !sample)) {
 		errno = EINVAL;
@@ -97,7 +107,7 @@ struct rbq *rbq_train(uint32_t dim, const float *sample, size_t nsample, uint64_
 			errno = EINVAL;
 			return NULL;
 		}
-	struct rbq *q = rbq_alloc(dim, seed);
+	struct rbq *q = rbq_alloc(dim, seed, version);
 	if (!q)
 		return NULL;
 	uint64_t s = seed;
@@ -108,7 +118,39 @@ struct rbq *rbq_train(uint32_t dim, const float *sample, size_t nsample, uint64_
 			q->bits[w * 8 + b] = (uint8_t)(r >> (8 * b));
 	}
 	rbq_finish(q);
+	if (q->center && nsample > 0) {
+		/* c = mean of the sample (double sums), zero-padded to D, rotated */
+		double *acc = calloc(dim, sizeof(double));
+		if (!acc) {
+			rbq_free(q);
+			errno = ENOMEM;
+			return NULL;
+		}
+		for (size_t i = 0; i < nsample; i++)
+			for (uint32_t j = 0; j < dim; j++)
+				acc[j] += sample[i * dim + j];
+		for (uint32_t j = 0; j < dim; j++)
+			q->center[j] = (float)(acc[j] / (double)nsample);
+		free(acc);
+		rbq_rotate(q, q->center, q->center);
+		for (uint32_t j = 0; j < q->D; j++)
+			if (!(fabsf(q->center[j]) <= RBQ_CENTER_MAX)) {
+				/* no use centring data this large: the tables' sums would overflow */
+				memset(q->center, 0, sizeof(float) * q->D);
+				break;
+			}
+	}
 	return q;
+}
+
+struct rbq *rbq_train(uint32_t dim, const float *sample, size_t nsample, uint64_t seed)
+{
+	return train(dim, sample, nsample, seed, RBQ_VERSION);
+}
+
+struct rbq *rbq_train_v1(uint32_t dim, const float *sample, size_t nsample, uint64_t seed)
+{
+	return train(dim, sample, nsample, seed, 1);
 }
 
 void rbq_free(struct rbq *q)
@@ -117,8 +159,11 @@ void rbq_free(struct rbq *q)
 		return;
 	free(q->bits);
 	free(q->sign);
+	free(q->center);
 	free(q);
 }
+
+uint32_t rbq_version(const struct rbq *q) { return q->version; }
 
 uint32_t rbq_dim(const struct rbq *q) { return q->dim; }
 uint32_t rbq_dim_padded(const struct rbq *q) { return q->D; }
@@ -276,27 +321,35 @@ static uint32_t crc(const void *p, size_t len)
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
+static size_t center_bytes(uint32_t version, uint32_t D)
+{
+	return version >= 2 ? sizeof(float) * (size_t)D : 0;
+}
+
 size_t rbq_save_size(const struct rbq *q)
 {
-	return RBQ_HDR + (size_t)RBQ_ROUNDS * q->D / 8 + 4;
+	return RBQ_HDR + (size_t)RBQ_ROUNDS * q->D / 8 + center_bytes(q->version, q->D) + 4;
 }
 
 int rbq_save(const struct rbq *q, void *buf, size_t len)
 {
 	size_t need = rbq_save_size(q), nbits = (size_t)RBQ_ROUNDS * q->D / 8;
+	size_t body = RBQ_HDR + nbits + center_bytes(q->version, q->D);
 	uint8_t *p = buf;
 
 	if (len < need)
 		return -ENOSPC;
 	wr32(p, RBQ_MAGIC);
-	wr32(p + 4, RBQ_VERSION);
+	wr32(p + 4, q->version);
 	wr32(p + 8, q->dim);
 	wr32(p + 12, q->D);
 	wr32(p + 16, RBQ_ROT_FHT_KAC);
 	wr32(p + 20, RBQ_ROUNDS);
 	memcpy(p + 24, &q->seed, 8);
 	memcpy(p + RBQ_HDR, q->bits, nbits);
-	wr32(p + RBQ_HDR + nbits, crc(p, RBQ_HDR + nbits));
+	for (uint32_t i = 0; q->center && i < q->D; i++)
+		memcpy(p + RBQ_HDR + nbits + 4u * i, &q->center[i], 4);
+	wr32(p + body, crc(p, body));
 	return 0;
 }
 
@@ -307,20 +360,28 @@ int rbq_load(const void *buf, size_t len, struct rbq **out)
 	*out = NULL;
 	if (!buf || len < RBQ_HDR + 4)
 		return -EINVAL;
-	uint32_t dim = rd32(p + 8), D = rd32(p + 12);
-	if (rd32(p) != RBQ_MAGIC || rd32(p + 4) != RBQ_VERSION || dim == 0 ||
+	uint32_t version = rd32(p + 4), dim = rd32(p + 8), D = rd32(p + 12);
+	if (rd32(p) != RBQ_MAGIC || version < 1 || version > RBQ_VERSION || dim == 0 ||
 	    dim > RBQ_MAX_DIM || D != pad_dim(dim) || rd32(p + 16) != RBQ_ROT_FHT_KAC ||
 	    rd32(p + 20) != RBQ_ROUNDS)
 		return -EINVAL;
 	size_t nbits = (size_t)RBQ_ROUNDS * D / 8;
-	if (len != RBQ_HDR + nbits + 4 || rd32(p + RBQ_HDR + nbits) != crc(p, RBQ_HDR + nbits))
+	size_t body = RBQ_HDR + nbits + center_bytes(version, D);
+	if (len != body + 4 || rd32(p + body) != crc(p, body))
 		return -EINVAL;
 	uint64_t seed;
 	memcpy(&seed, p + 24, 8);
-	struct rbq *q = rbq_alloc(dim, seed);
+	struct rbq *q = rbq_alloc(dim, seed, version);
 	if (!q)
 		return -ENOMEM;
 	memcpy(q->bits, p + RBQ_HDR, nbits);
+	for (uint32_t i = 0; q->center && i < D; i++) {
+		memcpy(&q->center[i], p + RBQ_HDR + nbits + 4u * i, 4);
+		if (!(fabsf(q->center[i]) <= RBQ_CENTER_MAX)) {   /* also NaN */
+			rbq_free(q);
+			return -EINVAL;
+		}
+	}
 	rbq_finish(q);
 	*out = q;
 	return 0;
@@ -332,7 +393,7 @@ int rbq_load(const void *buf, size_t len, struct rbq **out)
 
 size_t rbq_list_bytes(const struct rbq *q, uint32_t cap)
 {
-	return rbq_ipob_off(q, cap) + 4u * (size_t)cap;
+	return rbq_ipob_off(q, cap) + (q->version >= 2 ? 8u : 4u) * (size_t)cap;
 }
 
 void rbq_list_clear(const struct rbq *q, uint8_t *list, uint32_t cap)
@@ -354,15 +415,21 @@ void rbq_list_set(const struct rbq *q, uint8_t *list, uint32_t cap, uint32_t slo
 	unsigned sh;
 	uint8_t *b = slot_byte0(q, list, slot, &sh);
 	uint8_t keep = sh ? 0x0f : 0xf0;
-	double n2 = 0.0, n1 = 0.0;
+	double n2 = 0.0, n1 = 0.0, w = 0.0;   /* w: sqrt(D) <o_bar, u - c> */
+	const float *c = q->center;
 
 	for (uint32_t g = 0; g < q->D / 4; g++) {
 		unsigned nib = 0;
 		for (unsigned k = 0; k < 4; k++) {
-			float r = v_rot[4 * g + k] - u_rot[4 * g + k];
+			uint32_t i = 4 * g + k;
+			float r = v_rot[i] - u_rot[i];
 			n2 += (double)r * r;
 			n1 += fabs((double)r);
 			nib |= (r > 0.0f ? 1u : 0u) << k;
+			if (c) {
+				double uc = (double)u_rot[i] - c[i];
+				w += r > 0.0f ? uc : -uc;
+			}
 		}
 		b[16 * g] = (uint8_t)((b[16 * g] & keep) | (nib << sh));
 	}
@@ -373,6 +440,9 @@ void rbq_list_set(const struct rbq *q, uint8_t *list, uint32_t cap, uint32_t slo
 		norm = 0.0f;
 	rbq_stf(list + rbq_norm_off(q, cap) + 4u * slot, norm);
 	rbq_stf(list + rbq_ipob_off(q, cap) + 4u * slot, ipob);
+	if (c)
+		rbq_stf(list + rbq_w_off(q, cap) + 4u * slot,
+			isfinite(w) ? (float)(w / sqrt((double)q->D)) : 0.0f);
 }
 
 void rbq_list_move(const struct rbq *q, uint8_t *list, uint32_t cap, uint32_t dst,
@@ -391,4 +461,8 @@ void rbq_list_move(const struct rbq *q, uint8_t *list, uint32_t cap, uint32_t ds
 	size_t no = rbq_norm_off(q, cap), io = rbq_ipob_off(q, cap);
 	memmove(list + no + 4u * dst, list + no + 4u * src, 4);
 	memmove(list + io + 4u * dst, list + io + 4u * src, 4);
+	if (q->center) {
+		size_t wo = rbq_w_off(q, cap);
+		memmove(list + wo + 4u * dst, list + wo + 4u * src, 4);
+	}
 }

@@ -42,9 +42,19 @@
  *     cos: q' = q - u   1-<q,v> = 1-<q,u> + |r|^2/2 - <q', r>        (unit vectors, so
  *                                                   <u, r> = -|r|^2/2 exactly)
  *     ip:  q' = q       -<q,v>  = -<q,u> - <q', r>                   (<q,v> = <q,u> + <q,r>)
- * <o_bar, q'> is computed with FastScan: q' is turned into one 16-entry u8 look-up table per
- * 4 dimensions (LUT entries quantised with one scale and a per-table bias), the codes of 32
- * neighbours are interleaved by 4-dimension groups, and one vpshufb per group scores them all.
+ * <o_bar, q'> is computed with FastScan: a vector x is turned into one 16-entry u8 look-up
+ * table per 4 dimensions (LUT entries quantised with one scale and a per-table bias), the
+ * codes of 32 neighbours are interleaved by 4-dimension groups, and one vpshufb per group
+ * scores them all.
+ * Format 2 (what rbq_train makes): the quantizer holds a centre c (the rotated mean of the
+ * training sample, 0 without one) and each slot a third float w = <o_bar, u - c>, so that
+ *     <o_bar, q - u> = <o_bar, q - c> - w
+ * and the tables are built ONCE PER QUERY from x = q - c (l2, cos) or x = q (ip) instead
+ * of once per expansion from q - u: rbq_prep costs ~3.5x a list estimate, so per-expansion
+ * tables were most of the estimator's time. The price is a coarser table scale (the range
+ * of q - c instead of q - u), part of the bound's table-rounding term, and 4 bytes per slot.
+ * Format 1 (images built before; rbq_train_v1): tables per expansion from x = q - u, two
+ * floats per slot. rbq_prep_per_query says which applies.
  *
  * List layout (rbq_list_bytes(cap) bytes, any alignment, 64 recommended), little-endian:
  *     codes:   ceil(cap/32) blocks of D/4 groups x 16 bytes; in block b, group g, byte j
@@ -52,6 +62,7 @@
  *              high nibble = the same dims of slot 32b+16+j
  *     f32 norm[cap]     |r| of each slot
  *     f32 ip_ob[cap]    <o_bar, o> of each slot
+ *     f32 w[cap]        format 2 only: <o_bar, u - c> of each slot
  * A list holds no validity state: the caller knows how many slots are filled (n0). Any bytes
  * are safe to estimate over (garbage gives garbage numbers, never a fault).
  *
@@ -61,9 +72,10 @@
  * integer LUT sums are exact, and the rest is shared SSE code (the x86-64-v2 baseline), so
  * every ISA gives bit-identical estimates.
  *
- * Cost (bench/quant_bench, AVX-512 machine, D = 832 for dim 784): rbq_rotate ~3.2 us per
- * query; per expansion rbq_prep ~0.29 us + rbq_list_estimate of 32 neighbours ~0.08 us
- * (AVX2: 0.65 + 0.13 us), against ~0.87 us for 32 exact l2 distances over vectors the
+ * Cost (bench/quant_bench, AVX-512 machine, D = 832 for dim 784): rbq_rotate ~1.4 us per
+ * query; rbq_prep ~0.29 us (format 1: per expansion; format 2: per query) and
+ * rbq_list_estimate of 32 neighbours ~0.08 us, so an expansion costs ~0.36 us in format 1
+ * and ~0.08 us in format 2, against ~0.88 us for 32 exact l2 distances over vectors the
  * search would first have to READ.
  *
  * Thread safety: a struct rbq is immutable after rbq_train/rbq_load and may be shared by any
@@ -94,11 +106,15 @@ struct rbq_qctx;  /* per-thread, per-expansion scratch (LUT, residual, norms) */
  * (finite values; -EINVAL otherwise); it is part of the API so that a data-dependent
  * variant needs no caller change. NULL + errno (EINVAL, ENOMEM). */
 struct rbq *rbq_train(uint32_t dim, const float *sample, size_t nsample, uint64_t seed);
+/* The same quantizer in format 1 (no centre, tables per expansion): what images built
+ * before format 2 carry; for tests of that path. */
+struct rbq *rbq_train_v1(uint32_t dim, const float *sample, size_t nsample, uint64_t seed);
 void rbq_free(struct rbq *q);
 
 uint32_t rbq_dim(const struct rbq *q);         /* dim of the original vectors */
 uint32_t rbq_dim_padded(const struct rbq *q);  /* D: floats of a rotated vector */
 uint64_t rbq_seed(const struct rbq *q);
+uint32_t rbq_version(const struct rbq *q);     /* serialised format, 1 or 2 */
 
 /* Serialisation: rbq_save_size bytes, written by rbq_save (0, or -ENOSPC when len is too
  * small). rbq_load validates everything (magic, version, sizes, checksum: a fuzzable
@@ -141,10 +157,13 @@ void rbq_qctx_free(struct rbq_qctx *ctx);
  * lower == est. -EINVAL for a negative or non-finite value. */
 int rbq_qctx_set_eps0(struct rbq_qctx *ctx, float eps0);
 
-/* Prepare the expansion of node u for query q (both rotated, D floats): q' = q - u
- * (l2, cos) or q (ip), its norm and its quantised FastScan LUT. 0, or -EINVAL (ctx of another
- * quantizer, unknown metric, non-finite input). For ip, q' = q does not depend on u: one
- * rbq_prep per query then serves every expansion (u_rot is not read and may be NULL). */
+/* Prepare the expansion of node u for query q (both rotated, D floats): the vector x of
+ * the tables (format 1: q - u for l2 and cos; format 2: q - c; ip: q), its norm and its
+ * quantised FastScan LUT. 0, or -EINVAL (ctx of another quantizer, unknown metric,
+ * non-finite input). When rbq_prep_per_query(q, m) (format 2, or ip) the tables do not
+ * depend on u: one rbq_prep per query then serves every expansion (u_rot is not read and
+ * may be NULL). */
+bool rbq_prep_per_query(const struct rbq *q, enum dm_metric m);
 int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 	     const float *u_rot, enum dm_metric m);
 

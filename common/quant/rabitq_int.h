@@ -11,6 +11,7 @@
 #define RBQ_ROT_FHT_KAC 1u /* rotation kind in the serialised form */
 
 struct rbq {
+	uint32_t version;  /* serialised format: 1 = tables per expansion, 2 = per query */
 	uint32_t dim;      /* original dimension */
 	uint32_t D;        /* padded dimension, multiple of 64 */
 	uint32_t L;        /* largest power of two <= D: the FWHT window */
@@ -18,6 +19,7 @@ struct rbq {
 	uint8_t *bits;     /* RBQ_ROUNDS * D/8 bytes: sign bit (1 = flip) of dim i, round t
 			      at bit i of bits[t * D/8 ...] (LSB first) */
 	float *sign;       /* RBQ_ROUNDS * D floats: +1 / -1 from bits */
+	float *center;     /* format 2: D floats, the rotated centre c (sample mean); NULL in 1 */
 };
 
 /* Geometry of a list of cap slots. */
@@ -31,6 +33,12 @@ static inline size_t rbq_norm_off(const struct rbq *q, uint32_t cap)
 static inline size_t rbq_ipob_off(const struct rbq *q, uint32_t cap)
 {
 	return rbq_norm_off(q, cap) + 4u * (size_t)cap;
+}
+
+/* Format 2: f32 w[cap] = <o_bar, u - c> of each slot. */
+static inline size_t rbq_w_off(const struct rbq *q, uint32_t cap)
+{
+	return rbq_ipob_off(q, cap) + 4u * (size_t)cap;
 }
 
 /* Unaligned little-endian float access (lists may sit at any offset of a record). */

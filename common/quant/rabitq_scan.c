@@ -41,7 +41,8 @@ struct rbq_qctx {
 	float delta;             /* LUT scale */
 	float bias;              /* sum_g min_g */
 	float sum_q;             /* sum of q' */
-	float c_rbq;             /* |q'| / sqrt(D - 1) */
+	float c_rbq;             /* |q'| / sqrt(D - 1) (format 2, l2 / cos: per list, from dist_qu) */
+	bool centred;            /* format 2, l2 / cos: tables of q - c, per-slot w subtracted */
 	float c_lut;             /* 2 delta sqrt(G / 12) / sqrt(D): LUT rounding, per |r|/ipob */
 	float inv_sqrt_D;
 	uint8_t *lut;            /* G * 16 bytes, 64-aligned */
@@ -417,6 +418,11 @@ static AVX512_TARGET struct pass1 pass1_avx512(const float *q, const float *u, b
 		hmax4(vmax), hsum4(vbias) };
 }
 
+bool rbq_prep_per_query(const struct rbq *q, enum dm_metric m)
+{
+	return q->center != NULL || m == DM_METRIC_IP;
+}
+
 int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 	     const float *u_rot, enum dm_metric m)
 {
@@ -424,6 +430,10 @@ int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 
 	if (ctx->q != q || (m != DM_METRIC_L2 && m != DM_METRIC_IP && m != DM_METRIC_COS))
 		return -EINVAL;
+	/* format 2: q' = q - u is handled as (q - c) - (u - c), the second part per slot */
+	bool centred = q->center && m != DM_METRIC_IP;
+	if (centred)
+		u_rot = q->center;
 	pass1_fn p1 = cur_isa == 2 ? pass1_avx512 : pass1_sse;   /* 2: "avx512" in isas[] */
 	struct pass1 r = p1(q_rot, u_rot, m != DM_METRIC_IP, G, ctx->x, ctx->mn);
 	if (!isfinite(r.n2) || !isfinite(r.sum) || !isfinite(r.rmax))
@@ -431,6 +441,7 @@ int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 	float inv = r.rmax > 0.0f ? 255.0f / r.rmax : 0.0f;
 	isas[cur_isa].lut(ctx->x, ctx->mn, G, inv, ctx->lut);
 	ctx->m = m;
+	ctx->centred = centred;
 	ctx->delta = r.rmax / 255.0f;
 	ctx->bias = r.bias;
 	ctx->sum_q = r.sum;
@@ -447,14 +458,24 @@ int rbq_prep(const struct rbq *q, struct rbq_qctx *ctx, const float *q_rot,
 /* Estimates of the cnt slots of a block from their LUT sums, in 4-lane SSE (the x86-64-v2
  * baseline, so the same instructions for every ISA: bit-identical results). */
 static void epilogue(const struct rbq_qctx *c, const uint8_t *norms, const uint8_t *ipobs,
-		     const uint32_t *tot, uint32_t cnt, float dist_qu, float *est, float *lower)
+		     const uint8_t *ws, const uint32_t *tot, uint32_t cnt, float dist_qu,
+		     float *est, float *lower)
 {
-	float e[RBQ_BLOCK], b[RBQ_BLOCK], nrs[RBQ_BLOCK], obs[RBQ_BLOCK];
+	static const float wzero[RBQ_BLOCK];
+	float e[RBQ_BLOCK], b[RBQ_BLOCK], nrs[RBQ_BLOCK], obs[RBQ_BLOCK], wss[RBQ_BLOCK];
 	const float *pn = (const float *)(const void *)norms, *po = (const float *)(const void *)ipobs;
+	const float *pw = ws ? (const float *)(const void *)ws : wzero;
 	float *pe = est, *pb = lower;
+	/* |q'| of this list: format 2 (l2, cos) from the exact distance of u, |q - u|^2 being
+	 * dist_qu (l2) or 2 dist_qu (cos: 1 - <q,u> of unit vectors) */
+	float c_rbq = c->c_rbq;
+	if (c->centred) {
+		float q2 = (c->m == DM_METRIC_COS ? 2.0f : 1.0f) * dist_qu;
+		c_rbq = (float)(sqrt(q2 > 0.0f ? (double)q2 : 0.0) / sqrt((double)c->D - 1.0));
+	}
 	const __m128 delta = _mm_set1_ps(c->delta), bias = _mm_set1_ps(c->bias);
 	const __m128 sumq = _mm_set1_ps(c->sum_q), isd = _mm_set1_ps(c->inv_sqrt_D);
-	const __m128 crbq = _mm_set1_ps(c->c_rbq), clut = _mm_set1_ps(c->c_lut);
+	const __m128 crbq = _mm_set1_ps(c_rbq), clut = _mm_set1_ps(c->c_lut);
 	const __m128 eps0 = _mm_set1_ps(c->eps0), one = _mm_set1_ps(1.0f);
 	const __m128 two = _mm_set1_ps(2.0f), dqu = _mm_set1_ps(dist_qu), zero = _mm_setzero_ps();
 	/* l2: d + nr^2 - 2 ip, bound 2 err; cos: d + nr^2 / 2 - ip, err; ip: d - ip, err */
@@ -466,20 +487,26 @@ static void epilogue(const struct rbq_qctx *c, const uint8_t *norms, const uint8
 		/* a partial last vector: work on copies (the list ends after ipobs[cap - 1]) */
 		memset(nrs, 0, sizeof(nrs));
 		memset(obs, 0, sizeof(obs));
+		memset(wss, 0, sizeof(wss));
 		memcpy(nrs, norms, sizeof(float) * cnt);
 		memcpy(obs, ipobs, sizeof(float) * cnt);
+		if (ws)
+			memcpy(wss, ws, sizeof(float) * cnt);
 		pn = nrs;
 		po = obs;
+		pw = wss;
 		pe = e;
 		pb = b;
 	}
 	for (uint32_t j = 0; j < cnt; j += 4) {
 		__m128 nr = _mm_loadu_ps(pn + j), ob = _mm_loadu_ps(po + j);
-		/* <x_b, q'>, then <q', r> = |r| / ob * (2 <x_b, q'> - sum q') / sqrt(D) */
+		/* <x_b, x> (x: the tables' vector), then <q', r> = |r| / ob * <o_bar, q'> with
+		 * <o_bar, q'> = (2 <x_b, x> - sum x) / sqrt(D) - w (w = 0 but in format 2) */
 		__m128 xq = _mm_add_ps(_mm_mul_ps(delta, _mm_cvtepi32_ps(_mm_loadu_si128(
 						(const __m128i *)(tot + j)))), bias);
 		__m128 k = _mm_div_ps(nr, ob);
-		__m128 ip = _mm_mul_ps(k, _mm_mul_ps(_mm_sub_ps(_mm_mul_ps(two, xq), sumq), isd));
+		__m128 ip = _mm_mul_ps(k, _mm_sub_ps(_mm_mul_ps(_mm_sub_ps(_mm_mul_ps(two, xq), sumq),
+								isd), _mm_loadu_ps(pw + j)));
 		__m128 s = _mm_max_ps(_mm_sub_ps(one, _mm_mul_ps(ob, ob)), zero);
 		__m128 err = _mm_mul_ps(_mm_mul_ps(eps0, k),
 					_mm_add_ps(_mm_mul_ps(crbq, _mm_sqrt_ps(s)), clut));
@@ -507,13 +534,14 @@ void rbq_list_estimate(const struct rbq *q, const struct rbq_qctx *ctx, const ui
 	uint32_t tot[RBQ_BLOCK];
 	size_t bb = rbq_block_bytes(q);
 	const uint8_t *norms = list + rbq_norm_off(q, cap), *ipobs = list + rbq_ipob_off(q, cap);
+	const uint8_t *ws = ctx->centred ? list + rbq_w_off(q, cap) : NULL;
 
 	if (n > cap)
 		n = cap;
 	for (uint32_t s0 = 0; s0 < n; s0 += RBQ_BLOCK) {
 		uint32_t cnt = DM_MIN(RBQ_BLOCK, n - s0);
 		fn(list + (size_t)(s0 / RBQ_BLOCK) * bb, ctx->lut, ctx->G, tot);
-		epilogue(ctx, norms + 4u * s0, ipobs + 4u * s0, tot, cnt, dist_qu, est + s0,
-			 lower ? lower + s0 : NULL);
+		epilogue(ctx, norms + 4u * s0, ipobs + 4u * s0, ws ? ws + 4u * s0 : NULL, tot, cnt,
+			 dist_qu, est + s0, lower ? lower + s0 : NULL);
 	}
 }

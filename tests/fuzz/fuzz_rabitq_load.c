@@ -1,8 +1,9 @@
 /* fuzz_rabitq_load.c: libFuzzer target for the RaBitQ quantizer loader (rbq_load). Random
  * bytes rarely pass the checksum, so the first input byte picks a mode: 0, the rest is
- * loaded as is; otherwise the rest is a list of (u8 offset, u8 xor) patches applied to a
- * small valid serialised quantizer whose checksum is then recomputed, which reaches the
- * field validation behind it. An accepted quantizer must save back to the same bytes and
+ * loaded as is; otherwise the rest is a list of (u16 offset, u8 xor) patches applied to a
+ * small valid serialised quantizer (format 2 with a centre when the mode byte is odd,
+ * format 1 when even) whose checksum is then recomputed, which reaches the field
+ * validation behind it. An accepted quantizer must save back to the same bytes and
  * is exercised (rotate, a list, an estimate) so that ASan sees any size the loader let
  * through. */
 #include <stdlib.h>
@@ -11,17 +12,24 @@
 
 #include "quant/rabitq.h"
 
-static uint8_t *base;
-static size_t base_len;
+static uint8_t *base[2];   /* [0]: format 1, [1]: format 2 */
+static size_t base_len[2];
 
 static void init(void)
 {
-	struct rbq *q = rbq_train(70, NULL, 0, 3);   /* D = 128 */
-	base_len = rbq_save_size(q);
-	base = malloc(base_len);
-	if (!base || rbq_save(q, base, base_len) != 0)
-		abort();
-	rbq_free(q);
+	float sample[2 * 70];
+	for (int i = 0; i < 2 * 70; i++)
+		sample[i] = (float)(i % 5) + 0.5f;
+	for (int f = 0; f < 2; f++) {
+		struct rbq *q = f ? rbq_train(70, sample, 2, 3) : rbq_train_v1(70, NULL, 0, 3);
+		if (!q)
+			abort();   /* D = 128 */
+		base_len[f] = rbq_save_size(q);
+		base[f] = malloc(base_len[f]);
+		if (!base[f] || rbq_save(q, base[f], base_len[f]) != 0)
+			abort();
+		rbq_free(q);
+	}
 }
 
 static void exercise(const struct rbq *q, const uint8_t *img, size_t len)
@@ -63,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *img;
 	size_t len;
 
-	if (!base)
+	if (!base[0])
 		init();
 	if (size == 0)
 		return 0;
@@ -72,11 +80,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		img = malloc(len ? len : 1);
 		memcpy(img, data + 1, len);
 	} else {
-		len = base_len;
+		int f = data[0] & 1;
+		len = base_len[f];
 		img = malloc(len);
-		memcpy(img, base, len);
-		for (size_t i = 1; i + 1 < size; i += 2)
-			img[data[i] % (len - 4)] ^= data[i + 1];
+		memcpy(img, base[f], len);
+		for (size_t i = 1; i + 2 < size; i += 3)   /* u16 offset, u8 xor */
+			img[(data[i] | (size_t)data[i + 1] << 8) % (len - 4)] ^= data[i + 2];
 		/* a few patches also change the length (truncate / extend) */
 		if (data[0] & 0x80)
 			len -= data[0] & 0x3f;
