@@ -425,11 +425,10 @@ void rbq_list_set(const struct rbq *q, uint8_t *list, uint32_t cap, uint32_t slo
 			float r = v_rot[i] - u_rot[i];
 			n2 += (double)r * r;
 			n1 += fabs((double)r);
-			nib |= (r > 0.0f ? 1u : 0u) << k;
-			if (c) {
-				double uc = (double)u_rot[i] - c[i];
-				w += r > 0.0f ? uc : -uc;
-			}
+			unsigned bit = r > 0.0f;
+			nib |= bit << k;
+			if (c)   /* +-(u - c) without a branch: the signs are random */
+				w += (double)((float)(2 * (int)bit - 1) * (u_rot[i] - c[i]));
 		}
 		b[16 * g] = (uint8_t)((b[16 * g] & keep) | (nib << sh));
 	}
