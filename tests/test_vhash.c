@@ -1,0 +1,758 @@
+/* test_vhash.c: the VHash semantic key space (oracle/vhash.c) stage by stage: ring order,
+ * key intervals (exact sum, largest-remainder bound), radial CDFs, keys (inside their
+ * interval, monotone in radius, grouped by region in key order), region ranking and
+ * ambiguity gap, determinism (byte-identical fits, a golden CRC), and the validating loader
+ * (every truncation, every bit flip, field-level corruptions with the CRC recomputed).
+ */
+#include <criterion/criterion.h>
+
+#include "vhash.h"
+#include "oracle.h"
+#include "util/dm_buf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+typedef unsigned __int128 u128;
+
+/* ---- test data ---------------------------------------------------------------------------- */
+
+static uint64_t lcg(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 11;
+}
+
+static double u01(uint64_t *s)
+{
+	return (double)lcg(s) * 0x1.0p-53;
+}
+
+/* Box-Muller normal (only to generate data; its exactness does not matter). */
+static double normal(uint64_t *s)
+{
+	double u = u01(s) + 1e-300, v = u01(s);
+	return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+/* n points in dim dimensions around nc centres, unit noise. The centres form `groups`
+ * clusters of clusters: group g's centre is uniform in a box of side sep, its members are
+ * within sep / 4 of it (groups = nc: plain uniform centres). skew: the centre of a point is
+ * floor(nc u^2) (dense low centres) instead of round-robin. */
+static float *mixture_g(uint64_t seed, size_t n, size_t dim, size_t nc, size_t groups,
+			double sep, bool skew)
+{
+	uint64_t s = seed;
+	float *c = malloc(nc * dim * sizeof(float)), *x = malloc(n * dim * sizeof(float));
+	double *g = malloc(groups * dim * sizeof(double));
+	cr_assert(c && x && g);
+	for (size_t j = 0; j < groups * dim; j++)
+		g[j] = u01(&s) * sep;
+	for (size_t j = 0; j < nc; j++)
+		for (size_t d = 0; d < dim; d++)
+			c[j * dim + d] = groups == nc ? (float)g[j * dim + d]
+				: (float)(g[(j % groups) * dim + d] + u01(&s) * sep / 4);
+	free(g);
+	for (size_t i = 0; i < n; i++) {
+		double u = u01(&s);
+		size_t j = skew ? DM_MIN((size_t)(nc * u * u), nc - 1) : i % nc;
+		for (size_t d = 0; d < dim; d++)
+			x[i * dim + d] = c[j * dim + d] + (float)normal(&s);
+	}
+	free(c);
+	return x;
+}
+
+static float *mixture(uint64_t seed, size_t n, size_t dim, size_t nc, double sep, bool skew)
+{
+	return mixture_g(seed, n, dim, nc, nc, sep, skew);
+}
+
+#define N 2400
+#define DIM 12
+#define NC 24
+#define K 24
+#define SEED 7
+
+static struct dm_vhash *fit_std(bool skew, float **xout)
+{
+	float *x = mixture(42, N, DIM, NC, 12.0, skew);
+	struct dm_vhash *vh = dm_vhash_fit(x, N, DIM, K, SEED, NULL);
+	cr_assert(vh, "fit failed: errno %d", errno);
+	if (xout)
+		*xout = x;
+	else
+		free(x);
+	return vh;
+}
+
+static unsigned char *save_blob(const struct dm_vhash *vh, size_t *len)
+{
+	*len = dm_vhash_save_size(vh);
+	unsigned char *b = malloc(*len);
+	cr_assert(b);
+	cr_assert_eq(dm_vhash_save(vh, b, *len), 0);
+	return b;
+}
+
+static uint32_t crc_before_trailer(const unsigned char *b, size_t len)
+{
+	return (uint32_t)crc32(0L, b, (uInt)(len - 4));
+}
+
+/* ---- ring order --------------------------------------------------------------------------- */
+
+Test(vhash, ring_is_local_permutation)
+{
+	/* 24 clusters in 4 groups of 6: ring neighbours should mostly be in the same group */
+	float *x = mixture_g(17, N, DIM, NC, 4, 40.0, false);
+	struct dm_vhash *vh = dm_vhash_fit(x, N, DIM, K, SEED, NULL);
+	bool seen[K] = { false };
+	double adj = 0, all = 0;
+	size_t nall = 0;
+
+	cr_assert(vh);
+	cr_assert_eq(vh->k, K);
+	for (uint32_t t = 0; t < K; t++) {
+		uint32_t r = vh->ring[t];
+		cr_assert_lt(r, K);
+		cr_assert_not(seen[r], "region %u twice in the ring", r);
+		seen[r] = true;
+		cr_assert_eq(vh->ring_pos[r], t);
+	}
+	/* ring neighbours are much closer than random pairs of regions */
+	for (uint32_t t = 0; t + 1 < K; t++)
+		adj += sqrt(dm_oracle_l2_exact(vh->centroids + (size_t)vh->ring[t] * DIM,
+					       vh->centroids + (size_t)vh->ring[t + 1] * DIM, DIM));
+	adj /= K - 1;
+	for (uint32_t a = 0; a < K; a++)
+		for (uint32_t b = a + 1; b < K; b++, nall++)
+			all += sqrt(dm_oracle_l2_exact(vh->centroids + (size_t)a * DIM,
+						       vh->centroids + (size_t)b * DIM, DIM));
+	all /= (double)nall;
+	cr_log_info("ring: mean adjacent centroid distance %.3f, mean over all pairs %.3f", adj,
+		    all);
+	cr_assert_lt(adj, 0.5 * all);
+	free(x);
+	dm_vhash_free(vh);
+}
+
+/* ---- intervals ---------------------------------------------------------------------------- */
+
+static void check_intervals(const struct dm_vhash *vh)
+{
+	const uint32_t k = vh->k;
+	const uint64_t M = (1ull << DM_VHASH_MIN_SHARE_LOG2) / k, n = vh->n;
+	const u128 R = ((u128)1 << 64) - (u128)k * M;
+	u128 sum = 0, next = 0;
+	uint64_t msum = 0;
+
+	for (uint32_t t = 0; t < k; t++) {
+		uint32_t r = vh->ring[t];
+		cr_assert_leq(vh->lo[r], vh->hi[r], "empty interval");
+		cr_assert(vh->lo[r] == (uint64_t)next, "interval %u not contiguous", t);
+		u128 len = (u128)(vh->hi[r] - vh->lo[r]) + 1;
+		sum += len;
+		next = sum;
+		msum += vh->mass[r];
+		/* |len - (M + R m / n)| < 1, i.e. |len n - (M n + R m)| < n, exactly */
+		u128 a = len * n, b = (u128)M * n + R * vh->mass[r];
+		cr_assert_lt(a > b ? a - b : b - a, n, "region %u off the largest-remainder bound", r);
+		cr_assert_geq(len, M);
+	}
+	cr_assert(sum == (u128)1 << 64, "intervals do not sum to 2^64");
+	cr_assert_eq(vh->hi[vh->ring[k - 1]], UINT64_MAX);
+	cr_assert_eq(msum, n);
+}
+
+Test(vhash, intervals_exact_and_proportional)
+{
+	for (int skew = 0; skew <= 1; skew++) {
+		struct dm_vhash *vh = fit_std(skew, NULL);
+		uint64_t mn = UINT64_MAX, mx = 0;
+		uint32_t rmn = 0, rmx = 0;
+		check_intervals(vh);
+		for (uint32_t r = 0; r < vh->k; r++) {
+			if (vh->mass[r] < mn) {
+				mn = vh->mass[r];
+				rmn = r;
+			}
+			if (vh->mass[r] > mx) {
+				mx = vh->mass[r];
+				rmx = r;
+			}
+		}
+		cr_log_info("intervals (skew %d): masses %llu .. %llu of %d", skew,
+			    (unsigned long long)mn, (unsigned long long)mx, N);
+		if (mx > mn)
+			cr_assert_gt(vh->hi[rmx] - vh->lo[rmx], vh->hi[rmn] - vh->lo[rmn]);
+		dm_vhash_free(vh);
+	}
+}
+
+/* ---- radial CDF --------------------------------------------------------------------------- */
+
+Test(vhash, cdf_monotone_in_unit_interval)
+{
+	struct dm_vhash *vh = fit_std(true, NULL);
+
+	for (uint32_t r = 0; r < vh->k; r++) {
+		const double *q = vh->cdf + (size_t)r * vh->knots;
+		double top = q[vh->knots - 1], prev = -1;
+		for (uint32_t i = 1; i < vh->knots; i++)
+			cr_assert_geq(q[i], q[i - 1]);
+		cr_assert_eq(dm_vhash_cdf(vh, r, top), 1.0);
+		cr_assert_eq(dm_vhash_cdf(vh, r, NAN), 0.0);
+		if (q[0] > 0)
+			cr_assert_eq(dm_vhash_cdf(vh, r, nextafter(q[0], 0)), 0.0);
+		for (int s = 0; s <= 4000; s++) {
+			double d = top * 1.25 * s / 4000;
+			double f = dm_vhash_cdf(vh, r, d);
+			cr_assert(f >= 0 && f <= 1, "F = %g out of [0,1]", f);
+			cr_assert_geq(f, prev, "F decreases at %g", d);
+			prev = f;
+		}
+		/* at the knots themselves and just around them */
+		prev = -1;
+		for (uint32_t i = 0; i < vh->knots; i++) {
+			double pts[3] = { nextafter(q[i], -INFINITY), q[i], nextafter(q[i], INFINITY) };
+			for (int j = 0; j < 3; j++) {
+				double f = dm_vhash_cdf(vh, r, pts[j]);
+				cr_assert(f >= 0 && f <= 1);
+				cr_assert_geq(f, prev);
+				prev = f;
+			}
+		}
+	}
+	dm_vhash_free(vh);
+}
+
+/* ---- keys --------------------------------------------------------------------------------- */
+
+struct kr {
+	uint64_t key;
+	double d2;
+	uint32_t region;
+};
+
+static int by_region_d2(const void *a, const void *b)
+{
+	const struct kr *x = a, *y = b;
+	if (x->region != y->region)
+		return x->region < y->region ? -1 : 1;
+	return x->d2 < y->d2 ? -1 : x->d2 > y->d2;
+}
+
+static int by_key(const void *a, const void *b)
+{
+	const struct kr *x = a, *y = b;
+	return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Keys of n points: inside their region's interval, key_region inverts them, monotone in
+ * radius within a region, and in key order the regions come in ring order, each contiguous. */
+static void check_keys(const struct dm_vhash *vh, const float *x, size_t n)
+{
+	struct kr *a = malloc(n * sizeof(*a));
+	cr_assert(a);
+	for (size_t i = 0; i < n; i++) {
+		a[i].key = dm_vhash_key(vh, x + i * vh->dim, &a[i].region);
+		cr_assert_eq(dm_vhash_nearest(vh, x + i * vh->dim, &a[i].d2), a[i].region);
+		cr_assert(a[i].key >= vh->lo[a[i].region] && a[i].key <= vh->hi[a[i].region]);
+		cr_assert_eq(dm_vhash_key_region(vh, a[i].key), a[i].region);
+	}
+	qsort(a, n, sizeof(*a), by_region_d2);
+	for (size_t i = 1; i < n; i++)
+		if (a[i].region == a[i - 1].region)
+			cr_assert_geq(a[i].key, a[i - 1].key, "key not monotone in radius");
+	qsort(a, n, sizeof(*a), by_key);
+	for (size_t i = 1; i < n; i++)
+		cr_assert_geq(vh->ring_pos[a[i].region], vh->ring_pos[a[i - 1].region],
+			      "regions not contiguous in key order");
+	free(a);
+}
+
+Test(vhash, keys_in_interval_monotone_grouped)
+{
+	float *x;
+	struct dm_vhash *vh = fit_std(true, &x);
+	check_keys(vh, x, N);
+	free(x);
+	/* held-out points from the same mixture */
+	x = mixture(42, 3 * N, DIM, NC, 12.0, true);
+	check_keys(vh, x + (size_t)N * DIM, 2 * N);
+	free(x);
+	/* along rays from a centroid: keys grow with the radius while the region holds */
+	uint64_t s = 99;
+	for (uint32_t r = 0; r < vh->k; r++) {
+		float u[DIM], p[DIM];
+		double nu = 0;
+		for (int d = 0; d < DIM; d++) {
+			u[d] = (float)normal(&s);
+			nu += (double)u[d] * u[d];
+		}
+		uint64_t prev = 0;
+		for (int step = 0; step < 400; step++) {
+			double t = 0.02 * step / sqrt(nu);
+			uint32_t reg;
+			for (int d = 0; d < DIM; d++)
+				p[d] = vh->centroids[(size_t)r * DIM + d] + (float)(t * u[d]);
+			uint64_t key = dm_vhash_key(vh, p, &reg);
+			if (reg != r)
+				break;
+			cr_assert_geq(key, prev);
+			prev = key;
+		}
+	}
+	/* the radial CDF spreads a region's members over most of its interval */
+	x = mixture(42, N, DIM, NC, 12.0, true);
+	for (uint32_t r = 0; r < vh->k; r++) {
+		uint64_t kmin = UINT64_MAX, kmax = 0;
+		uint32_t reg;
+		if (vh->mass[r] < 20)
+			continue;
+		for (size_t i = 0; i < N; i++) {
+			uint64_t key = dm_vhash_key(vh, x + i * DIM, &reg);
+			if (reg != r)
+				continue;
+			kmin = DM_MIN(kmin, key);
+			kmax = DM_MAX(kmax, key);
+		}
+		cr_assert_eq(kmin, vh->lo[r]); /* the nearest member sits at F = 0 */
+		cr_assert_geq((double)(kmax - kmin), 0.9 * (double)(vh->hi[r] - vh->lo[r]));
+	}
+	free(x);
+	dm_vhash_free(vh);
+}
+
+/* ---- ranking and gap ---------------------------------------------------------------------- */
+
+Test(vhash, rank_matches_brute_force)
+{
+	struct dm_vhash *vh = fit_std(false, NULL);
+	float *q = mixture(5, 200, DIM, NC, 12.0, false);
+	uint32_t reg[K + 4];
+	double dist[K + 4];
+
+	for (size_t i = 0; i < 200; i++) {
+		const float *x = q + i * DIM;
+		uint32_t kr;
+		dm_vhash_key(vh, x, &kr);
+		cr_assert_eq(dm_vhash_rank(vh, x, reg, dist, K + 4), K);
+		cr_assert_eq(reg[0], kr);
+		for (uint32_t j = 0; j < K; j++) {
+			cr_assert_eq(dist[j], dm_oracle_l2_exact(x, vh->centroids + (size_t)reg[j] * DIM,
+								 DIM));
+			if (j)
+				cr_assert(dist[j] > dist[j - 1] ||
+					  (dist[j] == dist[j - 1] && reg[j] > reg[j - 1]));
+		}
+		/* a shorter ranking is a prefix of the full one */
+		uint32_t reg3[3];
+		double dist3[3];
+		cr_assert_eq(dm_vhash_rank(vh, x, reg3, dist3, 3), 3);
+		cr_assert_arr_eq(reg3, reg, sizeof(reg3));
+		double rel, g = dm_vhash_gap(dist, 2, &rel);
+		cr_assert_eq(g, dist[1] - dist[0]);
+		cr_assert(g >= 0 && rel >= 0 && rel <= 1);
+	}
+	cr_assert_eq(dm_vhash_rank(vh, q, reg, dist, 0), 0);
+	cr_assert_eq(dm_vhash_rank(vh, q, NULL, dist, 2), -EINVAL);
+	double rel = 0;
+	cr_assert(isinf(dm_vhash_gap(dist, 1, &rel)));
+	cr_assert_eq(rel, 1.0);
+	free(q);
+	dm_vhash_free(vh);
+}
+
+/* ---- degenerate fits ---------------------------------------------------------------------- */
+
+Test(vhash, degenerate_fits)
+{
+	/* one region: the whole key space */
+	float *x = mixture(3, 300, 4, 3, 5.0, false);
+	struct dm_vhash *vh = dm_vhash_fit(x, 300, 4, 1, 1, NULL);
+	cr_assert(vh);
+	cr_assert_eq(vh->lo[0], 0);
+	cr_assert_eq(vh->hi[0], UINT64_MAX);
+	check_intervals(vh);
+	check_keys(vh, x, 300);
+	dm_vhash_free(vh);
+	free(x);
+
+	/* n == K with duplicate points: regions with 0 or 1 member, all still valid */
+	float d[8 * 2] = { 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 5, 5, 5, 5, 5, 5 };
+	vh = dm_vhash_fit(d, 8, 2, 8, 3, NULL);
+	cr_assert(vh, "errno %d", errno);
+	uint32_t empty = 0;
+	for (uint32_t r = 0; r < vh->k; r++)
+		empty += vh->mass[r] == 0;
+	cr_log_info("degenerate: %u of 8 regions without members", empty);
+	check_intervals(vh);
+	check_keys(vh, d, 8);
+	size_t len;
+	unsigned char *b = save_blob(vh, &len);
+	struct dm_vhash *l;
+	cr_assert_eq(dm_vhash_load(b, len, &l), 0);
+	free(b);
+	dm_vhash_free(l);
+	dm_vhash_free(vh);
+}
+
+/* ---- determinism -------------------------------------------------------------------------- */
+
+Test(vhash, deterministic_fit_and_roundtrip)
+{
+	float *x;
+	struct dm_vhash *a = fit_std(true, &x), *b = fit_std(true, NULL), *l;
+	size_t la, lb, ll;
+	unsigned char *ba = save_blob(a, &la), *bb = save_blob(b, &lb), *bl;
+
+	cr_assert_eq(la, lb);
+	cr_assert(memcmp(ba, bb, la) == 0, "two fits of the same sample differ");
+	a->epoch = 0x1122334455667788ull;
+	free(ba);
+	ba = save_blob(a, &la);
+	cr_assert_eq(dm_vhash_load(ba, la, &l), 0);
+	cr_assert_eq(l->epoch, a->epoch);
+	bl = save_blob(l, &ll);
+	cr_assert_eq(ll, la);
+	cr_assert(memcmp(bl, ba, la) == 0, "save -> load -> save changed the bytes");
+	for (size_t i = 0; i < N; i++) {
+		uint64_t ka = dm_vhash_key(a, x + i * DIM, NULL);
+		cr_assert_eq(ka, dm_vhash_key(b, x + i * DIM, NULL));
+		cr_assert_eq(ka, dm_vhash_key(l, x + i * DIM, NULL));
+	}
+	/* another seed gives another model */
+	struct dm_vhash *c = dm_vhash_fit(x, N, DIM, K, SEED + 1, NULL);
+	unsigned char *bc;
+	size_t lc;
+	cr_assert(c);
+	bc = save_blob(c, &lc);
+	cr_assert(memcmp(bc, bb, lb) != 0);
+	free(bc);
+	dm_vhash_free(c);
+	/* a short buffer */
+	cr_assert_eq(dm_vhash_save(a, ba, la - 1), -ENOSPC);
+	free(x);
+	free(ba);
+	free(bb);
+	free(bl);
+	dm_vhash_free(a);
+	dm_vhash_free(b);
+	dm_vhash_free(l);
+}
+
+/* The CRC of the saved bytes (before the trailing CRC field) for a fixed input: changes
+ * whenever anything in the fit or the format changes. Update it only on purpose. */
+#define GOLDEN_CRC 0x4c9e38e9u
+
+Test(vhash, golden_crc)
+{
+	float *x = mixture(2024, 1200, 8, 12, 10.0, true);
+	struct dm_vhash *vh = dm_vhash_fit(x, 1200, 8, 12, 0x53454d4f5244ull /* "SEMORD" */, NULL);
+	size_t len;
+	cr_assert(vh);
+	vh->epoch = 1;
+	unsigned char *b = save_blob(vh, &len);
+	uint32_t crc = crc_before_trailer(b, len);
+	cr_assert_eq(dm_get_le32(b + len - 4), crc);
+	cr_log_info("golden CRC 0x%08x (%zu bytes)", crc, len);
+	fprintf(stderr, "vhash golden CRC 0x%08x (%zu bytes)\n", crc, len);
+	cr_assert_eq(crc, GOLDEN_CRC, "golden CRC 0x%08x, expected 0x%08x", crc, GOLDEN_CRC);
+	free(b);
+	free(x);
+	dm_vhash_free(vh);
+}
+
+/* ---- loader ------------------------------------------------------------------------------- */
+
+/* A small model for the exhaustive loader tests. */
+static unsigned char *small_blob(size_t *len, struct dm_vhash **vh_out)
+{
+	float *x = mixture(11, 400, 4, 8, 8.0, false);
+	struct dm_vhash *vh = dm_vhash_fit(x, 400, 4, 8, 5, NULL);
+	cr_assert(vh);
+	free(x);
+	vh->epoch = 77;
+	unsigned char *b = save_blob(vh, len);
+	if (vh_out)
+		*vh_out = vh;
+	else
+		dm_vhash_free(vh);
+	return b;
+}
+
+Test(vhash, load_rejects_every_truncation)
+{
+	size_t len;
+	unsigned char *b = small_blob(&len, NULL), *c = malloc(len + 1);
+	struct dm_vhash *l = (struct dm_vhash *)1;
+
+	cr_assert(c);
+	for (size_t n = 0; n < len; n++) {
+		/* a fresh, exactly sized copy: ASan catches any read past the given length */
+		unsigned char *t = malloc(n ? n : 1);
+		cr_assert(t);
+		memcpy(t, b, n);
+		cr_assert_eq(dm_vhash_load(t, n, &l), -EINVAL, "truncated to %zu accepted", n);
+		cr_assert_null(l);
+		free(t);
+	}
+	memcpy(c, b, len);
+	c[len] = 0;
+	cr_assert_eq(dm_vhash_load(c, len + 1, &l), -EINVAL); /* trailing garbage */
+	cr_assert_eq(dm_vhash_load(c, len, &l), 0);
+	dm_vhash_free(l);
+	cr_assert_eq(dm_vhash_load(NULL, len, &l), -EINVAL);
+	free(b);
+	free(c);
+}
+
+Test(vhash, load_rejects_every_bit_flip)
+{
+	size_t len;
+	unsigned char *b = small_blob(&len, NULL);
+	struct dm_vhash *l;
+
+	cr_log_info("bit flips over %zu bytes", len);
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			b[i] ^= (unsigned char)(1u << bit);
+			cr_assert_eq(dm_vhash_load(b, len, &l), -EINVAL, "flip of bit %d of byte %zu "
+				     "accepted", bit, i);
+			b[i] ^= (unsigned char)(1u << bit);
+		}
+	}
+	cr_assert_eq(dm_vhash_load(b, len, &l), 0);
+	dm_vhash_free(l);
+	free(b);
+}
+
+/* Offsets of the arrays in a blob of this model (vhash.h). */
+struct layout {
+	size_t cent, ring, mass, iv, cdf, crc;
+};
+
+static struct layout layout_of(const struct dm_vhash *vh)
+{
+	struct layout o;
+	o.cent = DM_VHASH_HDR;
+	o.ring = o.cent + (size_t)vh->k * vh->dim * 4;
+	o.mass = o.ring + (size_t)vh->k * 4;
+	o.iv = o.mass + (size_t)vh->k * 8;
+	o.cdf = o.iv + (size_t)vh->k * 16;
+	o.crc = o.cdf + (size_t)vh->k * vh->knots * 8;
+	return o;
+}
+
+/* Load a copy of b with the CRC recomputed after `edit`; returns dm_vhash_load's result. */
+static int load_edited(const unsigned char *b, size_t len, void (*edit)(unsigned char *,
+	const struct layout *, const struct dm_vhash *), const struct layout *o,
+	const struct dm_vhash *vh)
+{
+	unsigned char *c = malloc(len);
+	struct dm_vhash *l;
+	cr_assert(c);
+	memcpy(c, b, len);
+	edit(c, o, vh);
+	dm_put_le32(c + len - 4, crc_before_trailer(c, len));
+	int ret = dm_vhash_load(c, len, &l);
+	if (ret == 0)
+		dm_vhash_free(l);
+	else
+		cr_assert_null(l);
+	free(c);
+	return ret;
+}
+
+static void put_f64(unsigned char *p, double v)
+{
+	uint64_t u;
+	memcpy(&u, &v, 8);
+	dm_put_le64(p, u);
+}
+
+static void ed_none(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)c; (void)o; (void)vh; }
+static void ed_epoch(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le64(c + 8, 12345); }
+static void ed_magic(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; c[0] ^= 1; }
+static void ed_version0(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 4, 0); }
+static void ed_version2(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 4, DM_VHASH_VERSION + 1); }
+static void ed_dim0(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 16, 0); }
+static void ed_k0(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 20, 0); }
+static void ed_kbig(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 20, DM_VHASH_K_MAX + 1); }
+static void ed_kplus1(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; dm_put_le32(c + 20, vh->k + 1); }
+static void ed_knots1(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 24, 1); }
+static void ed_flags(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; (void)vh; dm_put_le32(c + 28, 1); }
+static void ed_n_small(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)o; dm_put_le64(c + 32, vh->n - 1); }
+static void ed_mass_over(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)vh; dm_put_le64(c + o->mass, UINT64_MAX); }
+static void ed_cent_nan(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	float f = NAN;
+	uint32_t u;
+	(void)vh;
+	memcpy(&u, &f, 4);
+	dm_put_le32(c + o->cent + 4, u);
+}
+static void ed_ring_dup(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)vh; dm_put_le32(c + o->ring + 4, dm_get_le32(c + o->ring)); }
+static void ed_ring_range(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ dm_put_le32(c + o->ring, vh->k); }
+/* region of ring position t, read from the blob */
+static uint32_t blob_ring(const unsigned char *c, const struct layout *o, uint32_t t)
+{ return dm_get_le32(c + o->ring + 4 * (size_t)t); }
+static void ed_iv_short(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	/* the last interval ends one key early: the intervals sum to 2^64 - 1 */
+	uint32_t r = blob_ring(c, o, vh->k - 1);
+	dm_put_le64(c + o->iv + 16 * (size_t)r + 8, UINT64_MAX - 1);
+}
+static void ed_iv_gap(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	/* the second interval starts one key late */
+	uint32_t r = blob_ring(c, o, 1);
+	(void)vh;
+	dm_put_le64(c + o->iv + 16 * (size_t)r, dm_get_le64(c + o->iv + 16 * (size_t)r) + 1);
+}
+static void ed_iv_overlap(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	uint32_t r = blob_ring(c, o, 1);
+	(void)vh;
+	dm_put_le64(c + o->iv + 16 * (size_t)r, dm_get_le64(c + o->iv + 16 * (size_t)r) - 1);
+}
+static void ed_iv_first(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	uint32_t r = blob_ring(c, o, 0);
+	(void)vh;
+	dm_put_le64(c + o->iv + 16 * (size_t)r, 1);
+}
+static void ed_iv_empty(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	/* position 1 becomes [lo, lo - 1] and position 2 starts at its lo: contiguous but
+	 * empty */
+	uint32_t r1 = blob_ring(c, o, 1), r2 = blob_ring(c, o, 2);
+	uint64_t lo1 = dm_get_le64(c + o->iv + 16 * (size_t)r1);
+	(void)vh;
+	dm_put_le64(c + o->iv + 16 * (size_t)r1 + 8, lo1 - 1);
+	dm_put_le64(c + o->iv + 16 * (size_t)r2, lo1);
+}
+static void ed_cdf_down(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{
+	/* knot 5 of region 3 below knot 4 */
+	size_t at = o->cdf + (3 * (size_t)vh->knots + 5) * 8;
+	uint64_t u = dm_get_le64(c + at - 8);
+	double prev;
+	memcpy(&prev, &u, 8);
+	put_f64(c + at, prev * 0.5 - 1.0);
+}
+static void ed_cdf_neg(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ (void)vh; put_f64(c + o->cdf, -1.0); }
+static void ed_cdf_nan(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ put_f64(c + o->cdf + ((size_t)vh->knots - 1) * 8, NAN); }
+static void ed_cdf_inf(unsigned char *c, const struct layout *o, const struct dm_vhash *vh)
+{ put_f64(c + o->cdf + ((size_t)vh->knots - 1) * 8, INFINITY); }
+
+Test(vhash, load_rejects_bad_fields)
+{
+	struct dm_vhash *vh;
+	size_t len;
+	unsigned char *b = small_blob(&len, &vh);
+	struct layout o = layout_of(vh);
+	static const struct {
+		const char *what;
+		void (*edit)(unsigned char *, const struct layout *, const struct dm_vhash *);
+		int want;
+	} cases[] = {
+		{ "unchanged", ed_none, 0 },
+		{ "another epoch", ed_epoch, 0 },
+		{ "bad magic", ed_magic, -EINVAL },
+		{ "version 0", ed_version0, -EINVAL },
+		{ "newer version", ed_version2, -EINVAL },
+		{ "dim 0", ed_dim0, -EINVAL },
+		{ "K = 0", ed_k0, -EINVAL },
+		{ "K > DM_VHASH_K_MAX", ed_kbig, -EINVAL },
+		{ "K + 1 (length mismatch)", ed_kplus1, -EINVAL },
+		{ "one knot", ed_knots1, -EINVAL },
+		{ "flags", ed_flags, -EINVAL },
+		{ "masses do not sum to n", ed_n_small, -EINVAL },
+		{ "mass overflows", ed_mass_over, -EINVAL },
+		{ "NaN centroid", ed_cent_nan, -EINVAL },
+		{ "ring has a duplicate", ed_ring_dup, -EINVAL },
+		{ "ring region out of range", ed_ring_range, -EINVAL },
+		{ "intervals sum to 2^64 - 1", ed_iv_short, -EINVAL },
+		{ "gap between intervals", ed_iv_gap, -EINVAL },
+		{ "overlapping intervals", ed_iv_overlap, -EINVAL },
+		{ "first interval not at 0", ed_iv_first, -EINVAL },
+		{ "empty interval", ed_iv_empty, -EINVAL },
+		{ "non-monotone CDF", ed_cdf_down, -EINVAL },
+		{ "negative CDF knot", ed_cdf_neg, -EINVAL },
+		{ "NaN CDF knot", ed_cdf_nan, -EINVAL },
+		{ "infinite CDF knot", ed_cdf_inf, -EINVAL },
+	};
+
+	cr_assert_eq(o.crc + 4, len);
+	for (size_t i = 0; i < DM_ARRAY_SIZE(cases); i++)
+		cr_assert_eq(load_edited(b, len, cases[i].edit, &o, vh), cases[i].want,
+			     "case '%s'", cases[i].what);
+	free(b);
+	dm_vhash_free(vh);
+}
+
+/* ---- bad input to fit --------------------------------------------------------------------- */
+
+Test(vhash, fit_rejects_bad_input)
+{
+	float *x = mixture(1, 64, 4, 4, 5.0, false);
+	struct dm_vhash_opts op;
+	struct dm_vhash *vh;
+
+#define FAILS(expr) do { errno = 0; vh = (expr); cr_assert_null(vh, #expr); \
+			 cr_assert_eq(errno, EINVAL, #expr); } while (0)
+	FAILS(dm_vhash_fit(NULL, 64, 4, 4, 1, NULL));
+	FAILS(dm_vhash_fit(x, 64, 0, 4, 1, NULL));                   /* dim 0 */
+	FAILS(dm_vhash_fit(x, 64, DM_VHASH_DIM_MAX + 1, 4, 1, NULL));
+	FAILS(dm_vhash_fit(x, 64, 4, 0, 1, NULL));                   /* K = 0 */
+	FAILS(dm_vhash_fit(x, 3, 4, 4, 1, NULL));                    /* n < K */
+	FAILS(dm_vhash_fit(x, 64, 4, DM_VHASH_K_MAX + 1, 1, NULL));
+	dm_vhash_opts_default(&op);
+	op.knots = 1;
+	FAILS(dm_vhash_fit(x, 64, 4, 4, 1, &op));
+	op.knots = DM_VHASH_KNOTS_MAX + 1;
+	FAILS(dm_vhash_fit(x, 64, 4, 4, 1, &op));
+	dm_vhash_opts_default(&op);
+	op.balance_eps = NAN;
+	FAILS(dm_vhash_fit(x, 64, 4, 4, 1, &op));
+	float keep = x[37];
+	x[37] = NAN;
+	FAILS(dm_vhash_fit(x, 64, 4, 4, 1, NULL));
+	x[37] = INFINITY;
+	FAILS(dm_vhash_fit(x, 64, 4, 4, 1, NULL));
+	x[37] = 1e16f;
+	FAILS(dm_vhash_fit(x, 64, 4, 4, 1, NULL));
+#undef FAILS
+	x[37] = keep;
+	dm_vhash_opts_default(&op);
+	op.knots = 2;
+	vh = dm_vhash_fit(x, 64, 4, 4, 1, &op);
+	cr_assert(vh);
+	check_intervals(vh);
+	check_keys(vh, x, 64);
+	dm_vhash_free(vh);
+	free(x);
+}
