@@ -1,7 +1,8 @@
 /* cli_insert.c: `dmann insert`: online inserts of a vector file into the loaded index
  * through the compute nodes (Q_INSERT, cn/engine/cn_insert.h), in batches over C
- * connections per compute node, each its own thread; prints the rate and writes the ids
- * the rows got. */
+ * connections per compute node, each its own thread; then (unless --no-snapshot) every
+ * memory node snapshots its region, so that the rows are durable when the command succeeds;
+ * prints the rate and writes the ids the rows got. */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -12,28 +13,36 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "dindex.h"
 #include "rpc.h"
 #include "vecfile.h"
 
 static void insert_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann insert --config C --vectors F [--ef E] [--batch B] [--conns N]\n"
-		   "                    [--only-cn I] [--out IDS] [--json]\n\n"
+		   "                    [--only-cn I] [--out IDS] [--no-snapshot] [--json]\n\n"
 		   "Insert every row of F (fbin, fvecs, ...) online into the index loaded on cluster\n"
 		   "C (it needs spare room: dmann load --spare N). Batches go to the compute nodes in\n"
 		   "turn, over N connections per compute node; each compute node links its rows\n"
 		   "into the graph on the memory nodes (remote CAS locks and WRITEs) while queries\n"
-		   "run. The rows are in memory-node memory, not yet durable (see docs/status.md).\n\n"
+		   "run. Then every memory node snapshots its region: the command succeeds (exit 0)\n"
+		   "only once the inserted rows are on disk on every memory node, so they survive\n"
+		   "a restart of the whole cluster. The snapshot copies whole regions: records that\n"
+		   "other writers change meanwhile may be torn in it (see docs/operations.md).\n\n"
 		   "  --ef E      efConstruction of the inserts' searches (1..65536, default 100)\n"
 		   "  --batch B   rows per request (default: as many as fit one message, <= 256)\n"
 		   "  --conns N   connections per compute node (1..16, default 2)\n"
 		   "  --only-cn I send every batch to compute node I (as listed in C)\n"
 		   "  --out IDS   write the id each row got (ibin, one column; -1 for a row not\n"
 		   "              inserted when a request failed)\n"
+		   "  --no-snapshot  no snapshot: the rows live in memory-node memory only until\n"
+		   "              the next snapshot (dmann load, a memory node's SIGTERM, or a\n"
+		   "              later dmann insert); a crash of every memory node loses them\n"
 		   "  --json      one JSON object with the figures\n");
 }
 
 #define ENOENT_WAIT_NS 10000000000ull
+#define SNAPSHOT_TIMEOUT_MS 120000   /* a snapshot writes a whole region */
 
 struct ins_job {
 	const struct dm_cluster_cfg *cfg;
@@ -141,6 +150,7 @@ int dm_cmd_insert(int argc, char **argv)
 		{ "ef", required_argument, 0, 'e' }, { "batch", required_argument, 0, 'b' },
 		{ "conns", required_argument, 0, 'n' }, { "out", required_argument, 0, 'o' },
 		{ "json", no_argument, 0, 'j' }, { "only-cn", required_argument, 0, 'O' },
+		{ "no-snapshot", no_argument, 0, 'S' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *vecs = NULL, *out = NULL;
@@ -149,7 +159,9 @@ int dm_cmd_insert(int argc, char **argv)
 	struct dm_vecs v = { 0 };
 	struct ins_thread *th = NULL;
 	struct ins_job j = { 0 };
-	bool json = false;
+	bool json = false, snap = true;
+	double snap_s = 0;
+	int snap_rc = 0;
 	char err[1024];
 	int c, status = 1;
 	uint32_t nt = 0;
@@ -167,6 +179,7 @@ int dm_cmd_insert(int argc, char **argv)
 		case 'o': out = optarg; break;
 		case 'O': if (dm_cli_parse_u64("insert", "--only-cn", optarg, 0, DM_MAX_NODES - 1, &only)) return 2; break;
 		case 'j': json = true; break;
+		case 'S': snap = false; break;
 		case 'h': insert_usage(stdout); return 0;
 		default: dm_cli_bad_option("insert", c, argv, optind); return 2;
 		}
@@ -243,27 +256,45 @@ int dm_cmd_insert(int argc, char **argv)
 	for (uint32_t i = 0; i < nt; i++)
 		pthread_join(th[i].t, NULL);
 	s = (double)(dm_now_ns() - t0) / 1e9;
+	/* Durability: every memory node writes its region (with the rows just inserted) to
+	 * its snapshot; the rows a failed request did write are snapshotted too. */
+	if (snap && atomic_load(&j.done)) {
+		uint64_t t1 = dm_now_ns();
+		struct mn_set *ms = mn_set_open(cfg, j.x, j.pool, true, SNAPSHOT_TIMEOUT_MS);
+
+		snap_rc = ms ? mn_set_snapshot(ms) : -errno;
+		if (ms)
+			mn_set_close(ms);
+		snap_s = (double)(dm_now_ns() - t1) / 1e9;
+		if (snap_rc)
+			fprintf(stderr, "dmann insert: the rows are inserted but NOT durable: the "
+				"snapshot of the memory nodes failed (%s); they are lost if every "
+				"memory node stops before its next snapshot\n", strerror(-snap_rc));
+	}
 	if (json)
 		printf("{\"inserted\": %lu, \"rows\": %llu, \"seconds\": %.3f, \"rate\": %.1f, "
 		       "\"links\": %lu, \"links_dropped\": %lu, \"lock_retries\": %lu, "
 		       "\"rereads\": %lu, \"reads\": %lu, \"compute_nodes\": %u, \"conns\": %llu, "
-		       "\"ef\": %llu}\n", atomic_load(&j.done), (unsigned long long)v.n, s,
+		       "\"ef\": %llu, \"durable\": %s, \"snapshot_seconds\": %.3f}\n",
+		       atomic_load(&j.done), (unsigned long long)v.n, s,
 		       atomic_load(&j.done) / s, atomic_load(&j.links), atomic_load(&j.dropped),
 		       atomic_load(&j.retries), atomic_load(&j.rereads), atomic_load(&j.reads),
-		       cfg->n_cn, conns, ef);
+		       cfg->n_cn, conns, ef, snap && !snap_rc ? "true" : "false", snap_s);
 	else
 		printf("dmann insert: %lu of %llu rows in %.2f s (%.0f rows/s) through %u compute "
 		       "nodes x %llu connections; back-links %lu made, %lu dropped; lock retries "
-		       "%lu; records read %lu (%lu again after a torn read)\n", atomic_load(&j.done),
-		       (unsigned long long)v.n, s, atomic_load(&j.done) / s, cfg->n_cn, conns,
-		       atomic_load(&j.links), atomic_load(&j.dropped), atomic_load(&j.retries),
-		       atomic_load(&j.reads), atomic_load(&j.rereads));
+		       "%lu; records read %lu (%lu again after a torn read); %s\n",
+		       atomic_load(&j.done), (unsigned long long)v.n, s, atomic_load(&j.done) / s,
+		       cfg->n_cn, conns, atomic_load(&j.links), atomic_load(&j.dropped),
+		       atomic_load(&j.retries), atomic_load(&j.reads), atomic_load(&j.rereads),
+		       !snap ? "not snapshotted (--no-snapshot)" :
+		       snap_rc ? "snapshot FAILED" : "snapshotted on every memory node");
 	/* the ids of what was inserted even when something failed (-1: a row that was not) */
 	if (out && dm_vecs_write(out, DM_VF_AUTO, j.ids, DM_VT_I32, v.n, 1)) {
 		fprintf(stderr, "dmann insert: writing %s: %s\n", out, strerror(errno));
 		goto out;
 	}
-	status = atomic_load(&j.err) ? 1 : 0;
+	status = atomic_load(&j.err) || snap_rc ? 1 : 0;
 out:
 	if (j.pool)
 		dm_msgpool_free(j.pool);
