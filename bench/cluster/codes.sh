@@ -39,14 +39,15 @@ mkdir -p "$WORK"
 START=$(date +%s)
 [ -f "$DATA/gt.ibin" ] || "$DMANN" fmnist --out "$DATA"
 for c in rabitq none; do
-	[ -f "$WORK/fmnist.$c.v2.hnsw" ] || "$DMANN" build --base "$DATA/base.fbin" --metric l2 --M 16 \
+	# rebuilt when dmann is newer than the image (a cached image would measure old code)
+	[ "$WORK/fmnist.$c.v2.hnsw" -nt "$DMANN" ] || "$DMANN" build --base "$DATA/base.fbin" --metric l2 --M 16 \
 		--efc 200 --threads 1 --codes $c --out "$WORK/fmnist.$c.v2.hnsw"
 done
 
 "$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true
 rm -rf "$LC"
 trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
-"$DMANN" local up --mn 2 --cn 2 --dir "$LC" --netns --rate "$RATE" --region-mb 320
+"$DMANN" local up --mn 2 --cn 2 --dir "$LC" --netns --rate "$RATE" --region-mb 640
 
 : >"$OUT"
 run() {   # LAYOUT LABEL ARGS...
