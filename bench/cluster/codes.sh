@@ -5,7 +5,8 @@
 # compute nodes, each node in its own network namespace joined by veth links rate-limited
 # with tc (default 1gbit), tcp transport. For each layout and cache setting (0%, 10% of that
 # layout's index, and 10% of the no-codes index in bytes for both: equal bytes) it runs a
-# warm-up pass and a measured pass of the same query stream with `dmann bench --json` (and
+# warm-up pass of NQ queries and a measured pass of the NQ after them (no query measured was
+# warmed with) with `dmann bench --json` (and
 # at 10% once more with admission probability 1.0 instead of the default 0.1), and for codes
 # also beams b = 1, 2, 4 (candidates expanded per round trip) at cache 0% and 10%, loaded
 # (16 queries in flight per compute node) and idle (one in flight: latency without queueing). Writes
@@ -87,12 +88,15 @@ import json, sys, re, datetime
 out, doc, rate, nq, ef, elapsed, isa, commit = sys.argv[1:9]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 by = {(r["layout"], r["label"]): r for r in rows}
+warmed = max(r.get("warmed_queries", 0) for r in rows)   # measured queries also warmed with
 L = [
     f"Fashion-MNIST (60000 x 784, L2), HNSW M=16 efConstruction=200 built with one thread (the "
     f"same graph with and without codes), k=10, ef={ef} (without/with codes: recall with codes at "
     f"least that without); 2 memory nodes + 2 compute nodes, each "
     f"in its own network namespace, every link rate-limited to {rate} with tc tbf; tcp "
-    f"transport; {nq} queries after a warm-up pass of the same stream, 2 connections x 8 "
+    f"transport; {nq} queries after a warm-up pass of {nq} other queries "
+    f"(the stream positions before them; measured queries also in the warm-up: {warmed}), "
+    f"2 connections x 8 "
     f"queries in flight per compute node, routing none. Compute nodes hold the upper-level "
     f"lists and the upper-level nodes' vectors (both layouts), so READs are level-0 records: "
     f"hops/query counts the upper-level greedy steps (no READ) and the level-0 expansions; "

@@ -187,7 +187,10 @@ static void bench_usage(FILE *f)
 		   "  --conns N        connections per compute node (default 2)\n"
 		   "  --depth D        queries in flight per connection (default 8)\n"
 		   "  --admit P        cache admission probability once full (default 0.1)\n"
-		   "  --warmup N       queries sent (and not measured) before the run (default 0)\n"
+		   "  --warmup N       queries sent (and not measured) before the run (default 0):\n"
+		   "                   the stream's first N positions, the run the next ones (so\n"
+		   "                   it measures queries it did not warm with when N + the\n"
+		   "                   run fit the query file; --json: warmed_queries)\n"
 		   "  --batch N        routing batch: queries a compute node routes between two\n"
 		   "                   limit updates (default: the nodes' [router] batch, 1000)\n"
 		   "  --pause N        local queue length that pauses routing (default: the\n"
@@ -216,7 +219,8 @@ struct bench {
 	const float *queries;
 	const int32_t *gt;
 	uint32_t gt_k;
-	const uint32_t *stream;      /* query index of each position */
+	const uint32_t *stream;      /* query index of each position (warm-up, then measured) */
+	uint64_t first;              /* stream position of this run's position 0 */
 	uint64_t nstream;
 	atomic_ulong next;           /* next stream position to send */
 	/* results, per stream position */
@@ -274,7 +278,7 @@ static void *bench_thread(void *arg)
 						       .ef = b->ef, .dim = b->dim,
 						       .flags = b->beam > 1 ? b->beam : 0 };
 			dm_wire_q_search_encode(msg, &s);
-			dm_wire_put_f32s(msg + sizeof(s), b->queries + (size_t)b->stream[pos] * b->dim,
+			dm_wire_put_f32s(msg + sizeof(s), b->queries + (size_t)b->stream[b->first + pos] * b->dim,
 					 b->dim);
 			fl[slot] = (struct inflight){ .pos = pos, .t0 = dm_now_ns(), .used = true };
 			rc = dm_rpc_send(&bc->ch, DM_OP_Q_SEARCH, ++seq, 0, msg,
@@ -344,7 +348,7 @@ static void *bench_thread(void *arg)
 				for (uint32_t i = 0; b->out_ids && i < b->k; i++)
 					b->out_ids[pos * b->k + i] = -1;   /* failed */
 			} else {
-				uint32_t q = b->stream[pos], hit = 0;
+				uint32_t q = b->stream[b->first + pos], hit = 0;
 
 				for (uint32_t i = 0; i < r.n && i < b->k; i++) {
 					struct dm_wire_q_hit qh;
@@ -457,13 +461,14 @@ static uint32_t *zipf_stream(uint32_t nq, uint64_t len, double s, uint64_t seed)
 	return out;
 }
 
-/* Run the stream [from, to) of b over all connections; returns seconds. */
-static double run_stream(struct bench *b, uint64_t nstream)
+/* Run stream positions [first, first + nstream) of b over all connections; returns seconds. */
+static double run_stream(struct bench *b, uint64_t first, uint64_t nstream)
 {
 	pthread_t *th = calloc(b->nconns, sizeof(*th));
 	struct bthread *bt = calloc(b->nconns, sizeof(*bt));
 	uint64_t t0;
 
+	b->first = first;
 	b->nstream = nstream;
 	atomic_store(&b->next, 0);
 	t0 = dm_now_ns();
@@ -498,6 +503,7 @@ int dm_cmd_bench(int argc, char **argv)
 	};
 	const char *config = NULL, *qpath = NULL, *gtpath = NULL, *outpath = NULL;
 	unsigned long long k = 10, ef = 64, nq = 0, conns = 2, depth = 8, warmup = 0;
+	uint64_t warmed = 0;   /* measured stream positions whose query the warm-up sent */
 	unsigned long long rbatch = 0, rpause = 0;   /* 0: keep the compute nodes' setting */
 	unsigned long long only_cn = ~0ull, beam = 1;
 	double cache_mib = -1;
@@ -616,11 +622,23 @@ int dm_cmd_bench(int argc, char **argv)
 	b.gt = gv.data;
 	b.gt_k = gv.dim;
 	if (zipf > 0) {
-		stream = zipf_stream((uint32_t)qv.n, DM_MAX(nq, warmup), zipf, 12345);
+		stream = zipf_stream((uint32_t)qv.n, warmup + nq, zipf, 12345);
 	} else {
-		stream = malloc(DM_MAX(nq, warmup) * sizeof(*stream));
-		for (uint64_t i = 0; stream && i < DM_MAX(nq, warmup); i++)
+		stream = malloc((warmup + nq) * sizeof(*stream));
+		for (uint64_t i = 0; stream && i < warmup + nq; i++)
 			stream[i] = (uint32_t)(i % qv.n);
+	}
+	/* The warm-up is the stream's first `warmup` positions and the run the next nq: with a
+	 * uniform stream and warmup + nq <= the queries, no measured query was warmed with;
+	 * otherwise the JSON's warmed_queries says how many were. */
+	if (stream && warmup) {
+		uint8_t *seen = calloc(qv.n, 1);
+
+		for (uint64_t i = 0; seen && i < warmup; i++)
+			seen[stream[i]] = 1;
+		for (uint64_t i = 0; seen && i < nq; i++)
+			warmed += seen[stream[warmup + i]];
+		free(seen);
 	}
 	b.stream = stream;
 	b.lat_us = calloc(DM_MAX(nq, warmup), sizeof(float));
@@ -708,7 +726,11 @@ int dm_cmd_bench(int argc, char **argv)
 				"runs its queries itself)\n", i);
 	}
 	if (warmup) {
-		run_stream(&b, warmup);
+		int32_t *out_ids = b.out_ids;   /* sized for the measured run only */
+
+		b.out_ids = NULL;
+		run_stream(&b, 0, warmup);
+		b.out_ids = out_ids;
 		if (atomic_load(&b.errors)) {
 			fprintf(stderr, "dmann bench: warm-up failed: %s\n", b.first_err);
 			goto out;
@@ -726,7 +748,7 @@ int dm_cmd_bench(int argc, char **argv)
 			goto out;
 		}
 	{
-		double secs = run_stream(&b, nq), rsum = 0, hits = 0, lookups = 0;
+		double secs = run_stream(&b, warmup, nq), rsum = 0, hits = 0, lookups = 0;
 		uint64_t ok = 0, errs = atomic_load(&b.errors), fwd = 0, ran = 0, pauses = 0;
 		int spill_on = 0;
 		uint64_t t_end = dm_now_ns();
@@ -784,7 +806,8 @@ int dm_cmd_bench(int argc, char **argv)
 			       "\"queries\": %llu, \"errors\": %llu, \"compute_nodes\": %u, "
 			       "\"memory_nodes\": %u, \"routing\": \"%s\", \"zipf\": %.2f, "
 			       "\"pauses\": %llu, \"spill_cache\": %s, \"only_cn\": %d, \"beam\": %llu, "
-			       "\"cache_mib\": %.1f, \"index_bytes\": %llu, \"rereads\": %lu}\n",
+			       "\"cache_mib\": %.1f, \"index_bytes\": %llu, \"rereads\": %lu, "
+			       "\"warmup\": %llu, \"warmed_queries\": %llu}\n",
 			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
 			       atomic_load(&b.reads) / dq,
 			       atomic_load(&b.bytes) / dq, atomic_load(&b.rtrips) / dq,
@@ -795,7 +818,7 @@ int dm_cmd_bench(int argc, char **argv)
 			       cache_mib >= 0 ? cache_mib :
 			       ratio * (double)st0[b.only_cn >= 0 ? b.only_cn : 0].index_bytes / 1048576.0,
 			       (unsigned long long)st0[b.only_cn >= 0 ? b.only_cn : 0].index_bytes,
-			       atomic_load(&b.rereads));
+			       atomic_load(&b.rereads), warmup, (unsigned long long)warmed);
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
 			       "csp %s  routing %s (%.1f%% forwarded)  "
