@@ -158,19 +158,24 @@ static double self_find(const char *vectors, const char *ids, const char *tag)
 	return json_num(name, "recall");
 }
 
+/* Wait (at most `secs`, scaled) until the compute nodes answer queries without errors. */
+static void wait_served(unsigned secs, const char *what)
+{
+	uint64_t t0 = dm_now_ns();
+
+	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
+		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
+		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
+		cr_assert_lt(dm_now_ns() - t0, bound_s(secs), "%s", what);
+}
+
 /* Load the index with `spare` rows of room and wait until the compute nodes serve it
  * (they read a new index within [cn] refresh_ms). */
 static void load_and_wait(int spare)
 {
-	uint64_t t0;
-
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/a.hnsw --spare %d "
 			">/dev/null", dmann, dir, dir, spare), 0);
-	t0 = dm_now_ns();
-	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
-		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
-		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
-		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "the compute nodes did not take the index");
+	wait_served(30, "the compute nodes did not take the index");
 }
 
 /* A query stream in a child: rounds of the 200 queries (bench options `opts`), round r's
@@ -513,7 +518,6 @@ Test(insert, acknowledged_rows_survive_a_full_cluster_kill)
 {
 	char lc[160], name[8];
 	struct dm_vecs pre, post, ids, more;
-	uint64_t t0;
 
 	cluster_up();
 	load_and_wait(SPARE);
@@ -537,11 +541,7 @@ Test(insert, acknowledged_rows_survive_a_full_cluster_kill)
 	sleep(1);
 	cr_assert_eq(sh("%s local down --dir %s/lc >/dev/null 2>&1", dmann, dir), 0);
 	cluster_up();
-	t0 = dm_now_ns();
-	while (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt %s/d/gt.ibin "
-		  "--k %d --ef 64 --cache-ratio keep --nq 10 --json 2>/dev/null | grep -q "
-		  "'\"errors\": 0,'", dmann, dir, dir, dir, K))
-		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "the restarted cluster serves no index");
+	wait_served(60, "the restarted cluster serves no index");
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/b.fbin --gt %s/ids.ibin "
 			"--k 1 --ef 64 --cache-ratio keep --out %s/post.ibin --json >%s/post.json",
 			dmann, dir, dir, dir, dir, dir), 0);

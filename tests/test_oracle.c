@@ -22,27 +22,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_rng.h"
+
 extern char **environ;
 
 /* ---- test data ---------------------------------------------------------------------------- */
 
-static uint64_t lcg(uint64_t *s)
-{
-	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
-	return *s >> 11;
-}
-
-static double u01(uint64_t *s)
-{
-	return (double)lcg(s) * 0x1.0p-53;
-}
-
-/* Box-Muller normal (only to generate data; its exactness does not matter). */
-static double normal(uint64_t *s)
-{
-	double u = u01(s) + 1e-300, v = u01(s);
-	return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
+/* lcg, u01, normal: test_rng.h */
 
 /* n points in dim dimensions around nc centres (spread `sep`), unit noise; label[] optional.
  * Points go to centres round-robin, so each centre gets n/nc points. */

@@ -16,27 +16,13 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "test_rng.h"
+
 typedef unsigned __int128 u128;
 
 /* ---- test data ---------------------------------------------------------------------------- */
 
-static uint64_t lcg(uint64_t *s)
-{
-	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
-	return *s >> 11;
-}
-
-static double u01(uint64_t *s)
-{
-	return (double)lcg(s) * 0x1.0p-53;
-}
-
-/* Box-Muller normal (only to generate data; its exactness does not matter). */
-static double normal(uint64_t *s)
-{
-	double u = u01(s) + 1e-300, v = u01(s);
-	return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
+/* lcg, u01, normal: test_rng.h */
 
 /* n points in dim dimensions around nc centres, unit noise. The centres form `groups`
  * clusters of clusters: group g's centre is uniform in a box of side sep, its members are

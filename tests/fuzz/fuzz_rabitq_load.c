@@ -1,15 +1,12 @@
-/* fuzz_rabitq_load.c: libFuzzer target for the RaBitQ quantizer loader (rbq_load). Random
- * bytes rarely pass the checksum, so the first input byte picks a mode: 0, the rest is
- * loaded as is; otherwise the rest is a list of (u16 offset, u8 xor) patches applied to a
- * small valid serialised quantizer (format 2 with a centre when the mode byte is odd,
- * format 1 when even) whose checksum is then recomputed, which reaches the field
- * validation behind it. An accepted quantizer must save back to the same bytes and
- * is exercised (rotate, a list, an estimate) so that ASan sees any size the loader let
- * through. */
+/* fuzz_rabitq_load.c: libFuzzer target for the RaBitQ quantizer loader (rbq_load). Inputs
+ * as fuzz_patch.h: raw images, or patches of a small valid serialised quantizer (format 2
+ * with a centre when the mode byte is odd, format 1 when even) with the checksum
+ * recomputed. An accepted quantizer must save back to the same bytes and is exercised
+ * (rotate, a list, an estimate) so that ASan sees any size the loader let through. */
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "fuzz_patch.h"
 #include "quant/rabitq.h"
 
 static uint8_t *base[2];   /* [0]: format 1, [1]: format 2 */
@@ -75,26 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		init();
 	if (size == 0)
 		return 0;
-	if (data[0] == 0) {
-		len = size - 1;
-		img = malloc(len ? len : 1);
-		memcpy(img, data + 1, len);
-	} else {
-		int f = data[0] & 1;
-		len = base_len[f];
-		img = malloc(len);
-		memcpy(img, base[f], len);
-		for (size_t i = 1; i + 2 < size; i += 3)   /* u16 offset, u8 xor */
-			img[(data[i] | (size_t)data[i + 1] << 8) % (len - 4)] ^= data[i + 2];
-		/* a few patches also change the length (truncate / extend) */
-		if (data[0] & 0x80)
-			len -= data[0] & 0x3f;
-		if (len >= 4) {
-			uLong c = crc32_z(crc32_z(0, Z_NULL, 0), img, len - 4);
-			uint32_t c32 = (uint32_t)c;
-			memcpy(img + len - 4, &c32, 4);
-		}
-	}
+	img = fuzz_patch_image(data, size, base[data[0] & 1], base_len[data[0] & 1], &len);
 	int rc = rbq_load(img, len, &q);
 	if (rc == 0) {
 		exercise(q, img, len);

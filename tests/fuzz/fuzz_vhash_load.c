@@ -1,14 +1,12 @@
 /* fuzz_vhash_load.c: libFuzzer target for the VHash loader (dm_vhash_load, oracle/vhash.h).
- * Random bytes rarely pass the checksum, so the first input byte picks a mode: 0, the rest
- * is loaded as is; otherwise the rest is a list of (u16 offset, u8 xor) patches applied to a
- * small valid serialised VHash (8 dims, 4 regions, 5 knots) whose checksum is then
- * recomputed, which reaches the field validation behind it. An accepted model must save back
- * to the same bytes and is exercised (key, key -> region, ranking, gap) so that ASan and
- * UBSan see any size or value the loader let through. */
+ * Inputs as fuzz_patch.h: raw images, or patches of a small valid serialised VHash (8 dims,
+ * 4 regions, 5 knots) with the checksum recomputed. An accepted model must save back to the
+ * same bytes and is exercised (key, key -> region, ranking, gap) so that ASan and UBSan see
+ * any size or value the loader let through. */
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "fuzz_patch.h"
 #include "vhash.h"
 
 #define DIM 8
@@ -71,23 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		init();
 	if (size == 0)
 		return 0;
-	if (data[0] == 0) {
-		len = size - 1;
-		img = malloc(len ? len : 1);
-		memcpy(img, data + 1, len);
-	} else {
-		len = base_len;
-		img = malloc(len);
-		memcpy(img, base, len);
-		for (size_t i = 1; i + 2 < size; i += 3)
-			img[(data[i] | (size_t)data[i + 1] << 8) % (len - 4)] ^= data[i + 2];
-		if (data[0] & 0x80)   /* also change the length (truncate) */
-			len -= data[0] & 0x3f;
-		if (len >= 4) {
-			uint32_t c = (uint32_t)crc32_z(crc32_z(0, Z_NULL, 0), img, len - 4);
-			memcpy(img + len - 4, &c, 4);
-		}
-	}
+	img = fuzz_patch_image(data, size, base, base_len, &len);
 	int rc = dm_vhash_load(img, len, &vh);
 	if (rc == 0) {
 		exercise(vh, img, len);
