@@ -71,7 +71,7 @@
 #include "util/dm_buf.h"
 
 #define DM_WIRE_MAGIC   0x4e414d44u   /* "DMAN" as little-endian bytes */
-#define DM_WIRE_VERSION 1
+#define DM_WIRE_VERSION 2   /* 2: Q_SEARCH epoch, Q_SEARCH+1 cn/epoch/qlen/rflags, Q_ROUTER */
 #define DM_WIRE_HDR_LEN 24u
 /* Largest message any decoder accepts (header + payload). */
 #define DM_WIRE_MAX_LEN (1u << 30)
@@ -380,7 +380,16 @@ int dm_wire_ctl_gen_state_decode(const uint8_t *buf, size_t len,
  * Carried as transport SEND payloads on a client's connection to a CN; a client may keep
  * many SEARCH requests in flight (answers can come back in any order; qid matches them).
  *
- *   Q_SEARCH  search{qid, k, ef, dim} + dim f32        -> result{qid, n, counters} + n hits
+ *   Q_SEARCH  search{qid, k, ef, dim, flags, epoch} + dim f32
+ *                                                    -> result{qid, n, counters, cn, epoch,
+ *                                                       qlen, rflags} + n hits
+ *             (flags: beam; ROUTED when a client picked this CN with the oracle of `epoch`,
+ *             SPILLED when that CN is not the query's top-ranked one. The answer names the
+ *             CN that ran the query, its routing epoch and local queue length: what a
+ *             client-side router follows, cn/client/dmann_route.c)
+ *   Q_ROUTER  {}                                        -> router{epoch, strategy, batch,
+ *                                                       ncn, self, hash} + the oracle's wire
+ *                                                       form (oracle.h; client-allowed)
  *   Q_CONFIG  config{cache bytes, admission ppm, flags} -> {}    (flags: CLEAR the cache)
  *   Q_STATS   {}                                        -> stats{cache and query counters}
  *   Q_INSERT  insert{n, dim, ef} + n x dim f32          -> inserted{n, counters} + n u64 ids
@@ -394,6 +403,7 @@ enum dm_wire_q_op {
 	DM_OP_Q_CONFIG = 0x3002,
 	DM_OP_Q_STATS  = 0x3004,
 	DM_OP_Q_INSERT = 0x3006,
+	DM_OP_Q_ROUTER = 0x3008,
 	/* responses: request op + 1 */
 };
 
@@ -408,11 +418,16 @@ struct dm_wire_q_search {      /* Q_SEARCH request, followed by dim little-endia
 	uint32_t ef;
 	uint32_t dim;
 	uint32_t flags;            /* bits 0-6: beam b (0 = 1; level-0 candidates expanded per
-				      round trip with neighbour codes), other bits 0 */
+				      round trip with neighbour codes), DM_Q_F_ROUTED,
+				      DM_Q_F_SPILLED (only with ROUTED), other bits 0 */
+	uint32_t epoch;            /* ROUTED: the routing epoch of the client's oracle, else 0 */
+	uint32_t reserved;         /* 0 */
 };
-_Static_assert(sizeof(struct dm_wire_q_search) == 24, "q_search layout");
+_Static_assert(sizeof(struct dm_wire_q_search) == 32, "q_search layout");
 #define DM_Q_BEAM_MASK 0x7fu
 #define DM_Q_MAX_BEAM  16u
+#define DM_Q_F_ROUTED  0x80u   /* the client routed it here (client-side routing) */
+#define DM_Q_F_SPILLED 0x100u  /* ... to a CN other than its top-ranked one */
 
 struct dm_wire_q_result {      /* Q_SEARCH response, followed by n hits */
 	uint64_t qid;
@@ -424,8 +439,27 @@ struct dm_wire_q_result {      /* Q_SEARCH response, followed by n hits */
 	uint32_t rereads;          /* records read again after failing validation */
 	uint64_t bytes;            /* bytes read from memory nodes */
 	uint64_t latency_ns;       /* time the CN spent on the query */
+	uint32_t cn;               /* node id of the CN that ran it */
+	uint32_t epoch;            /* that CN's routing epoch (DM_Q_R_ORACLE) */
+	uint32_t qlen;             /* that CN's local queue length when it answered */
+	uint32_t rflags;           /* DM_Q_R_* */
 };
-_Static_assert(sizeof(struct dm_wire_q_result) == 48, "q_result layout");
+_Static_assert(sizeof(struct dm_wire_q_result) == 64, "q_result layout");
+#define DM_Q_R_ORACLE  1u      /* the CN routes with an oracle of `epoch` */
+#define DM_Q_R_RELAYED 2u      /* the query was relayed to it through a memory node */
+#define DM_Q_R_STRATEGY_SHIFT 4 /* bits 4-6: the CN's enum dm_route_strategy */
+#define DM_Q_R_MASK    0x73u
+
+struct dm_wire_q_router {      /* Q_ROUTER response, followed by the oracle's wire form */
+	uint32_t epoch;            /* routing epoch of the oracle */
+	uint32_t strategy;         /* enum dm_route_strategy the CN routes with */
+	uint32_t batch;            /* routing batch (queries between two limit updates) */
+	uint32_t ncn;              /* compute nodes = oracle groups */
+	uint32_t self;             /* node id of the answering CN */
+	uint32_t metric;           /* the index's enum dm_metric (cosine: ranked normalised) */
+	uint64_t centroid_hash;    /* as FWD_ROUTER reports it */
+};
+_Static_assert(sizeof(struct dm_wire_q_router) == 32, "q_router layout");
 
 struct dm_wire_q_hit {
 	uint64_t id;
@@ -487,6 +521,10 @@ void dm_wire_q_search_encode(uint8_t *buf, const struct dm_wire_q_search *m);
 int dm_wire_q_search_decode(const uint8_t *buf, size_t len, struct dm_wire_q_search *m);
 void dm_wire_q_result_encode(uint8_t *buf, const struct dm_wire_q_result *m);
 int dm_wire_q_result_decode(const uint8_t *buf, size_t len, struct dm_wire_q_result *m);
+void dm_wire_q_router_encode(uint8_t *buf, const struct dm_wire_q_router *m);
+/* q_router decode: strategy and metric known, batch >= 1, 1 <= ncn <= DM_MAX_NODES_WIRE,
+ * self < DM_MAX_NODES_WIRE. */
+int dm_wire_q_router_decode(const uint8_t *buf, size_t len, struct dm_wire_q_router *m);
 void dm_wire_q_hit_encode(uint8_t *buf, const struct dm_wire_q_hit *m);
 int dm_wire_q_hit_decode(const uint8_t *buf, size_t len, struct dm_wire_q_hit *m);
 void dm_wire_q_config_encode(uint8_t *buf, const struct dm_wire_q_config *m);
@@ -621,8 +659,9 @@ struct dm_wire_fwd_rstats {    /* FWD_ROUTER response */
 	uint64_t paused;           /* queries that waited in the intake: routing paused */
 	uint32_t spill_cache;      /* 1: spilled queries fill the cache */
 	uint32_t reserved;
+	uint64_t admitted;         /* client-routed queries run where the client sent them */
 };
-_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 104, "fwd_rstats layout");
+_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 112, "fwd_rstats layout");
 
 /* Check a forwarding message (header decoded from a buffer of buflen bytes): known op,
  * length consistent with the body, and for QUERY/RESULT/BOUNCE a valid inner query

@@ -47,6 +47,15 @@ int dm_wire_q_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t bufl
 				return -EBADMSG;
 			return body == sizeof(r) + 8ull * r.n ? 0 : -EBADMSG;
 		}
+	case DM_OP_Q_ROUTER:
+		/* The oracle after the fixed part is checked by dm_oracle_decode. */
+		if (!resp || h->status)
+			return body == 0 ? 0 : -EBADMSG;
+		{
+			struct dm_wire_q_router r;
+
+			return dm_wire_q_router_decode(buf + DM_WIRE_HDR_LEN, body, &r);
+		}
 	case DM_OP_Q_STATS:
 		if (resp && h->status)
 			return body == 0 ? 0 : -EBADMSG;
@@ -63,6 +72,8 @@ void dm_wire_q_search_encode(uint8_t *b, const struct dm_wire_q_search *m)
 	dm_put_le32(b + 12, m->ef);
 	dm_put_le32(b + 16, m->dim);
 	dm_put_le32(b + 20, m->flags);
+	dm_put_le32(b + 24, m->epoch);
+	dm_put_le32(b + 28, 0);
 }
 
 int dm_wire_q_search_decode(const uint8_t *b, size_t len, struct dm_wire_q_search *m)
@@ -74,9 +85,14 @@ int dm_wire_q_search_decode(const uint8_t *b, size_t len, struct dm_wire_q_searc
 	m->ef = dm_get_le32(b + 12);
 	m->dim = dm_get_le32(b + 16);
 	m->flags = dm_get_le32(b + 20);
+	m->epoch = dm_get_le32(b + 24);
+	m->reserved = dm_get_le32(b + 28);
 	if (m->k == 0 || m->k > DM_Q_MAX_K || m->ef > DM_Q_MAX_EF || m->dim == 0 ||
-	    m->dim > DM_Q_MAX_DIM || (m->flags & ~DM_Q_BEAM_MASK) ||
-	    (m->flags & DM_Q_BEAM_MASK) > DM_Q_MAX_BEAM)
+	    m->dim > DM_Q_MAX_DIM ||
+	    (m->flags & ~(DM_Q_BEAM_MASK | DM_Q_F_ROUTED | DM_Q_F_SPILLED)) ||
+	    (m->flags & DM_Q_BEAM_MASK) > DM_Q_MAX_BEAM ||
+	    ((m->flags & DM_Q_F_SPILLED) && !(m->flags & DM_Q_F_ROUTED)) ||
+	    (!(m->flags & DM_Q_F_ROUTED) && m->epoch) || m->reserved)
 		return -EBADMSG;
 	return 0;
 }
@@ -92,6 +108,10 @@ void dm_wire_q_result_encode(uint8_t *b, const struct dm_wire_q_result *m)
 	dm_put_le32(b + 28, m->rereads);
 	dm_put_le64(b + 32, m->bytes);
 	dm_put_le64(b + 40, m->latency_ns);
+	dm_put_le32(b + 48, m->cn);
+	dm_put_le32(b + 52, m->epoch);
+	dm_put_le32(b + 56, m->qlen);
+	dm_put_le32(b + 60, m->rflags);
 }
 
 int dm_wire_q_result_decode(const uint8_t *b, size_t len, struct dm_wire_q_result *m)
@@ -107,7 +127,39 @@ int dm_wire_q_result_decode(const uint8_t *b, size_t len, struct dm_wire_q_resul
 	m->rereads = dm_get_le32(b + 28);
 	m->bytes = dm_get_le64(b + 32);
 	m->latency_ns = dm_get_le64(b + 40);
-	return m->n <= DM_Q_MAX_K ? 0 : -EBADMSG;
+	m->cn = dm_get_le32(b + 48);
+	m->epoch = dm_get_le32(b + 52);
+	m->qlen = dm_get_le32(b + 56);
+	m->rflags = dm_get_le32(b + 60);
+	return m->n <= DM_Q_MAX_K && m->cn < DM_MAX_NODES_WIRE && !(m->rflags & ~DM_Q_R_MASK) &&
+	       (m->rflags >> DM_Q_R_STRATEGY_SHIFT) < DM_ROUTE_COUNT ? 0 : -EBADMSG;
+}
+
+void dm_wire_q_router_encode(uint8_t *b, const struct dm_wire_q_router *m)
+{
+	dm_put_le32(b, m->epoch);
+	dm_put_le32(b + 4, m->strategy);
+	dm_put_le32(b + 8, m->batch);
+	dm_put_le32(b + 12, m->ncn);
+	dm_put_le32(b + 16, m->self);
+	dm_put_le32(b + 20, m->metric);
+	dm_put_le64(b + 24, m->centroid_hash);
+}
+
+int dm_wire_q_router_decode(const uint8_t *b, size_t len, struct dm_wire_q_router *m)
+{
+	if (len < sizeof(*m))
+		return -EBADMSG;
+	m->epoch = dm_get_le32(b);
+	m->strategy = dm_get_le32(b + 4);
+	m->batch = dm_get_le32(b + 8);
+	m->ncn = dm_get_le32(b + 12);
+	m->self = dm_get_le32(b + 16);
+	m->metric = dm_get_le32(b + 20);
+	m->centroid_hash = dm_get_le64(b + 24);
+	return m->strategy < DM_ROUTE_COUNT && m->batch && m->ncn >= 1 &&
+	       m->ncn <= DM_MAX_NODES_WIRE && m->self < DM_MAX_NODES_WIRE &&
+	       m->metric <= 2 /* DM_METRIC_COS */ ? 0 : -EBADMSG;
 }
 
 void dm_wire_q_hit_encode(uint8_t *b, const struct dm_wire_q_hit *m)

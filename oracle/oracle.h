@@ -123,4 +123,25 @@ size_t dm_csp_sample(const uint32_t *in, size_t n, uint32_t *out);
 /* CSP over only the sampled ids of each CN (what CNs exchange online). */
 double dm_csp_sampled(const uint32_t *const *ids, const size_t *counts, uint32_t ncn);
 
+/* ---- wire form -------------------------------------------------------------------------- */
+
+/* Wire form of the predictor (what a client needs to rank CNs as the CNs do): little-endian
+ * magic "DMOR", version 1, k, dim, nfine, algo, then fine (nfine x dim f32), fine_group
+ * (nfine u32), bias (nfine f32), centroids (k x dim f32), ring (k u32). */
+#define DM_ORACLE_WIRE_MAX (16u << 20)   /* bytes */
+size_t dm_oracle_wire_size(const struct dm_oracle *o);
+/* Write o into buf (cap bytes). Bytes written, -ENOSPC if cap is too small, -EINVAL (NULL, or
+ * an oracle whose header fields or size the decoder would reject). */
+long dm_oracle_encode(const struct dm_oracle *o, uint8_t *buf, size_t cap);
+/* Decode and validate len bytes: NULL + errno EBADMSG (any inconsistency: wrong magic or
+ * version, k outside 1..DM_MAX_NODES, dim outside 1..DM_Q_MAX_DIM, nfine < k or
+ * nfine > k * 256, algo not a dm_oracle_algo, a size that is not exactly len or over
+ * DM_ORACLE_WIRE_MAX, a fine_group >= k, a group with no fine centroid, a non-finite float,
+ * a ring that is not a permutation of 0..k-1) or ENOMEM.
+ * The result is a full struct dm_oracle usable by dm_oracle_rank, dm_oracle_best,
+ * dm_oracle_spill_order and dm_oracle_ring_prev/next, freed by dm_oracle_free: ring_pos is
+ * rebuilt from ring, sizes is allocated and zeroed (the sample is not sent), sse, n,
+ * iterations and exact_rechecks are 0. Re-encoding it gives back exactly the same bytes. */
+struct dm_oracle *dm_oracle_decode(const uint8_t *buf, size_t len);
+
 #endif /* DM_ORACLE_H */

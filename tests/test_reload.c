@@ -280,7 +280,7 @@ Test(reload, full_send_queue_is_back_pressure)
 	cluster_up("--cn-set send_queue=128");
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/n.hnsw", dmann, dir, dir), 0);
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/a/query.fbin --gt "
-			"%s/a/gt.ibin --k %d --ef %d --cache-ratio 0 --conns 4 --depth 32 --nq %u "
+			"%s/a/gt.ibin --k %d --ef %d --cache-ratio 0 --conns 1 --depth 32 --nq %u "
 			"--out %s/ids.ibin", dmann, dir, dir, dir, K, EF, nq * 5, dir), 0,
 		     "queries failed with a full send queue");
 	got = read_ids("ids.ibin");

@@ -1,5 +1,5 @@
 /* test_route_limits.c: the routing limits of the balanced and adaptive strategies
- * (cn/route_limits.c) and the choice of the pinned HNSW levels (dindex_pin_level). */
+ * (oracle/route_limits.c) and the choice of the pinned HNSW levels (dindex_pin_level). */
 #include <criterion/criterion.h>
 
 #include "dindex.h"

@@ -131,12 +131,10 @@ static double json_num(const char *js, const char *key)
 	return p ? strtod(p + strlen(k), NULL) : -1;
 }
 
-/* About 2 minutes on an idle 2-core machine; much longer under ASan on a loaded one. */
-Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
+/* Wait until the 4 compute nodes have their oracle, then write the reference answers of
+ * the stream without routing (none.ibin). */
+static void reference_answers(void)
 {
-	char cmd[1024], *out;
-	struct dm_vecs a = { 0 }, b = { 0 };
-	char err[256], p[256];
 	unsigned long long h[4] = { 0 };
 
 	for (int i = 0; i < 300; i++)
@@ -144,14 +142,25 @@ Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 			break;
 		else
 			usleep(100000);
-	/* Reference answers of the stream without routing. */
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
 			"%s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 1000 --out %s/none.ibin",
 			dmann, dir, dir, dir, dir), 0);
-	/* 100,000 queries (the 1000 queries 100 times over), 4 connections x 16 in flight. */
+}
+
+/* About 2 minutes on an idle 2-core machine; much longer under ASan on a loaded one. */
+Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
+{
+	char cmd[1024], *out;
+	struct dm_vecs a = { 0 }, b = { 0 };
+	char err[256], p[256];
+
+	reference_answers();
+	/* 100,000 queries (the 1000 queries 100 times over), 16 in flight per compute node,
+	 * sent round robin: the receiving compute node routes (relays). */
 	snprintf(cmd, sizeof(cmd), "%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin "
 		 "--gt %s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 100000 --conns 1 "
-		 "--depth 16 --routing bestfit --out %s/fwd.ibin --json", dmann, dir, dir, dir, dir);
+		 "--depth 16 --routing bestfit --client-routing no --out %s/fwd.ibin --json", dmann,
+		 dir, dir, dir, dir);
 	fprintf(stderr, "+ %s\n", cmd);
 	out = capture(cmd);
 	cr_assert_not_null(out, "the bench with forwarding failed (a lost, duplicate or wrong "
@@ -194,6 +203,49 @@ Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 		cr_expect_eq(fw, rc, "forwarded %llu, received %llu", fw, rc);
 	}
 	free(out);
+}
+
+/* Client-side routing (libdmann holds the oracle): the same answers as without routing,
+ * each query sent straight to the compute node the router picks, almost none relayed. */
+Test(router, client_side_routing_sends_queries_straight, .timeout = 1200)
+{
+	char cmd[1024], *out;
+	struct dm_vecs a = { 0 }, b = { 0 };
+	char err[256], p[256];
+
+	reference_answers();
+	for (int st = 0; st < 2; st++) {
+		const char *strategy = st ? "adaptive" : "bestfit";
+
+		snprintf(cmd, sizeof(cmd), "%s bench --config %s/lc/cluster.ini --query "
+			 "%s/data/query.fbin --gt %s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% "
+			 "--nq 20000 --routing %s --batch 100 --out %s/cli.ibin --json", dmann, dir,
+			 dir, dir, strategy, dir);
+		fprintf(stderr, "+ %s\n", cmd);
+		out = capture(cmd);
+		cr_assert_not_null(out, "the bench with client-side routing failed");
+		fprintf(stderr, "%s", out);
+		cr_expect_eq(json_num(out, "queries"), 20000.0, "%s: every query answered", strategy);
+		cr_expect_eq(json_num(out, "errors"), 0.0, "%s: no query failed", strategy);
+		cr_expect_gt(json_num(out, "client_routed"), 0.99, "%s: the client routed them",
+			     strategy);
+		cr_expect_lt(json_num(out, "relayed"), 0.10, "%s: at most 10%% relayed", strategy);
+		cr_expect_lt(json_num(out, "forwarded"), 0.10, "%s: the CNs forwarded few",
+			     strategy);
+		free(out);
+		snprintf(p, sizeof(p), "%s/none.ibin", dir);
+		cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &a, err, sizeof(err)), 0, "%s", err);
+		snprintf(p, sizeof(p), "%s/cli.ibin", dir);
+		cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &b, err, sizeof(err)), 0, "%s", err);
+		for (size_t i = 0; i < b.n; i++)
+			cr_assert_eq(memcmp((const int32_t *)b.data + i * 10,
+					    (const int32_t *)a.data + (i % 1000) * 10,
+					    10 * sizeof(int32_t)), 0,
+				     "%s: answer %zu is not the answer of query %zu", strategy, i,
+				     i % 1000);
+		dm_vecs_free(&a);
+		dm_vecs_free(&b);
+	}
 }
 
 /* ---- pause threshold and re-clustering (their own cluster: re-clustering on at CSP > 0

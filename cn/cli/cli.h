@@ -22,6 +22,10 @@ int dm_cli_parse_u64(const char *cmd, const char *opt, const char *s, unsigned l
 int dm_cli_parse_double(const char *cmd, const char *opt, const char *s, double min, double max,
 			double *out);
 void dm_cli_bad_option(const char *cmd, int c, char **argv, int optind);
+/* The cluster file at path, read as an admin (dm_config_load), or NULL after printing
+ * "dmann CMD: <file:line: what>". Free with free(). */
+struct dm_cluster_cfg;
+struct dm_cluster_cfg *dm_cli_load_cfg(const char *cmd, const char *path);
 
 /* Data and local-index commands (cli_data.c, cli_index.c). */
 int dm_cmd_gen(int argc, char **argv);
@@ -32,7 +36,7 @@ int dm_cmd_search(int argc, char **argv);
 /* Local clusters (cli_local.c). */
 int dm_cmd_local(int argc, char **argv);
 
-/* Commands on a running cluster (cli_cluster.c). */
+/* Commands on a running cluster (cli_cluster.c; bench: cli_bench.c, over libdmann). */
 int dm_cmd_load(int argc, char **argv);
 int dm_cmd_bench(int argc, char **argv);
 int dm_cmd_status(int argc, char **argv);

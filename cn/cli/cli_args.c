@@ -1,6 +1,7 @@
 /* cli_args.c: argument parsing helpers shared by the dmann subcommands, so that every bad
- * number or option gets the same clear message. */
+ * number or option gets the same clear message; the cluster file as an admin reads it. */
 #include "cli.h"
+#include "config.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -57,4 +58,19 @@ void dm_cli_bad_option(const char *cmd, int c, char **argv, int optind_now)
 		fprintf(stderr, "dmann %s: unknown option '-%c'\n", cmd, optopt);
 	else
 		fprintf(stderr, "dmann %s: unknown option '%s'\n", cmd, arg);
+}
+
+struct dm_cluster_cfg *dm_cli_load_cfg(const char *cmd, const char *path)
+{
+	struct dm_cluster_cfg *cfg = calloc(1, sizeof(*cfg));
+	char err[1024];
+
+	if (!cfg)
+		return NULL;
+	if (dm_config_load(path, cfg, err, sizeof(err))) {
+		fprintf(stderr, "dmann %s: %s\n", cmd, err);
+		free(cfg);
+		return NULL;
+	}
+	return cfg;
 }

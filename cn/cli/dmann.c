@@ -14,10 +14,10 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "local", "start or stop a local cluster (loopback or network namespaces)", dm_cmd_local },
 	{ "load", "place an index image on the memory nodes", dm_cmd_load },
 	{ "insert", "insert vectors online into the loaded index", dm_cmd_insert },
-	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },
 	{ "status", "show every node of a cluster", dm_cmd_status },
 	{ "demo", "local cluster + index + queries + summary, then stop everything", dm_cmd_demo },
 #if DM_HAVE_CLIENT
+	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },
 	{ "put", "put vectors of a file into an S3 Vectors index (libdmann)", dm_cmd_vectors },
 	{ "get", "get vectors by key from an index (libdmann)", dm_cmd_vectors },
 	{ "delete", "delete vectors by key from an index (libdmann)", dm_cmd_vectors },

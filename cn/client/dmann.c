@@ -56,6 +56,9 @@ static dmann_t *open_handle(const char *cluster, const char *const *eps, size_t 
 		return NULL;
 	}
 	pthread_mutex_init(&d->mu, NULL);
+	dmann_route_free(&d->rt);   /* empty: routes nothing */
+	for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
+		d->rt.conn_of[i] = -1;
 	d->x = dm_xport_open(&p);
 	if (!d->x) {
 		err = errno;
@@ -160,6 +163,7 @@ void dmann_close(dmann_t *d)
 	}
 	dm_msgpool_free(d->pool);
 	dm_xport_close(d->x);
+	dmann_route_free(&d->rt);
 	pthread_mutex_destroy(&d->mu);
 	free(d);
 }

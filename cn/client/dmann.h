@@ -120,6 +120,59 @@ int dmann_batch_query(dmann_t *d, const char *bucket, const char *index, const f
  * set them to NULL. */
 void dmann_free_keys(char **keys, size_t n);
 
+/* ---- the cluster's HNSW index: native search ------------------------------------------
+ *
+ * The index bulk-loaded with `dmann load` (and written by `dmann insert`) is searched by the
+ * compute nodes over one-sided READs of the memory nodes (docs/architecture.md). Results
+ * are node ids (the row numbers of the loaded file, then the ids inserts returned) and the
+ * distance docs/api.md defines for the index's metric.
+ *
+ * Routing: with DMANN_ROUTE_CLIENT (the default) the handle holds the compute nodes'
+ * oracle (fetched with the first search and again whenever an answer shows a new routing
+ * epoch or strategy) and sends each query straight to the compute node the router picks
+ * (docs/router.md "Client-side routing"): nothing is relayed through a memory node unless
+ * that CN is too loaded to take it. With DMANN_ROUTE_SERVER queries go round robin and
+ * the receiving CN routes (relaying through a memory node). While the CNs route with
+ * strategy none, or have no oracle yet, both behave as DMANN_ROUTE_SERVER. */
+enum dmann_routing { DMANN_ROUTE_CLIENT = 0, DMANN_ROUTE_SERVER = 1 };
+
+struct dmann_search_params {
+	uint32_t k;                  /* results per query, 1..1024 */
+	uint32_t ef;                 /* search list size (0: 64), at most 65536 */
+	uint32_t beam;               /* level-0 candidates per round trip (0: 1), at most 16 */
+	uint32_t inflight;           /* queries in flight in all (0: 16 per compute node);
+				      * at most 32 per compute node */
+	enum dmann_routing routing;
+};
+
+#define DMANN_SI_ROUTED  1u          /* the client routed it (client-side routing) */
+#define DMANN_SI_SPILLED 2u          /* ... to a compute node other than its top-ranked one */
+#define DMANN_SI_RELAYED 4u          /* a compute node relayed it through a memory node */
+
+struct dmann_search_info {           /* per query (optional) */
+	uint64_t latency_ns;         /* sent to answered, at the client */
+	uint64_t bytes;              /* bytes READ from the memory nodes */
+	uint32_t reads, round_trips, hops, cache_hits, rereads;
+	uint32_t sent_to;            /* node id of the CN it was sent to (routing client-side;
+				      * otherwise the index of its connection) */
+	uint32_t ran_on;             /* node id of the CN that ran it */
+	uint32_t flags;              /* DMANN_SI_* */
+	int32_t status;              /* 0 answered, -errno its failure, -ECANCELED not run
+				      * (or lost with its connection) after a failure */
+};
+
+/* Search nq query vectors (row-major nq x dim float32, dim the index's) with up to
+ * p->inflight queries in flight: query i's ids in ids[i*k ..] and distances in
+ * distances[i*k ..] (distances may be NULL), counts[i] of them (may be NULL; the rest of
+ * the row is UINT64_MAX / +Inf), info[i] (may be NULL). Errors: -EINVAL (see above; also
+ * a dim over what a compute node's receive buffer holds, "too many dimensions"), -ENOENT
+ * (no HNSW index loaded), -EAGAIN (overloaded), -EHOSTDOWN (no live replica of a block);
+ * on the first failed query nothing more is sent, the rest in flight are collected and
+ * the error is returned. Thread-safety: as every call on a handle (serialised). */
+int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
+		 const struct dmann_search_params *p, uint64_t *ids, float *distances,
+		 uint32_t *counts, struct dmann_search_info *info);
+
 #ifdef __cplusplus
 }
 #endif

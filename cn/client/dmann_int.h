@@ -1,5 +1,6 @@
 /* dmann_int.h: libdmann's internals shared by dmann.c (connections, the pipelined C_CALL
- * exchange) and dmann_ops.c (the calls of dmann.h as S3 Vectors request bodies). */
+ * exchange), dmann_ops.c (the calls of dmann.h as S3 Vectors request bodies), dmann_route.c
+ * (client-side routing) and dmann_search.c (the native HNSW search). */
 #ifndef DMANN_INT_H
 #define DMANN_INT_H
 
@@ -7,6 +8,7 @@
 #include <stdbool.h>
 
 #include "dmann.h"
+#include "oracle.h"
 #include "rpc.h"
 #include "wire.h"
 #include "xport/xport.h"
@@ -20,6 +22,22 @@ struct dmann_conn {
 	uint32_t inflight;
 };
 
+/* Client-side routing (dmann_route.c): the compute nodes' oracle and strategy, fetched with
+ * Q_ROUTER, and the router's per-batch state, run here as the CNs run it. */
+struct dmann_route {
+	bool ok;                     /* routes: an oracle of `epoch`, a strategy other than none */
+	bool stale;                  /* an answer showed another epoch or strategy: refresh */
+	uint32_t epoch, strategy, batch, metric, k;
+	uint64_t hash;
+	struct dm_oracle *o;
+	uint32_t *spill;             /* k x (k-1): ring spill order of each CN */
+	int32_t conn_of[DM_MAX_NODES_WIRE]; /* node id -> connection index, -1 */
+	uint32_t node_of[DMANN_MAX_CN];     /* connection index -> node id */
+	uint32_t *hist, *limit, *want, *qlen, *cns, total;
+	double *demand;
+	float *qv;                   /* scratch: a normalised query */
+};
+
 struct dmann {
 	pthread_mutex_t mu;          /* serialises the calls on a handle */
 	struct dm_xport *x;
@@ -28,6 +46,8 @@ struct dmann {
 	uint32_t ncn;
 	uint64_t next_id;
 	uint32_t rr;                 /* first compute node of the next call */
+	struct dmann_route rt;
+	uint64_t rt_checked_ns;      /* when the oracle was last fetched (or tried) */
 };
 
 /* One C_CALL: body is call{op, json_len} + JSON; done() parses the answer (status, JSON)
@@ -45,6 +65,20 @@ struct dmann_req {
 /* Run n requests, up to DMANN_WINDOW in flight per compute node, spread over them. 0 or the
  * first -errno (a transport error, or a done() failure). */
 int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n);
+/* Client-side routing (caller holds d->mu, nothing in flight). refresh: fetch the oracle
+ * and strategy from the compute nodes (Q_ROUTER); 0 when routing client-side now,
+ * -EAGAIN when not (no oracle yet, strategy none, CNs that disagree: the CNs route), other
+ * -errno on a transport failure. */
+int dmann_route_refresh(dmann_t *d);
+/* The connection for query vector v: the router's pick (strategy, batch limits) among
+ * connections with fewer than window[c] in flight, else the next in rank order with
+ * room (*flags DM_Q_F_ROUTED [| DM_Q_F_SPILLED]). -1 when every candidate is full. */
+int dmann_route_pick(dmann_t *d, const float *v, const uint32_t *window, uint32_t *flags);
+/* Follow an answer from connection c: the queue length of the CN that ran it, and stale
+ * when its epoch or strategy differ from ours. */
+void dmann_route_answer(dmann_t *d, const struct dm_wire_q_result *r);
+void dmann_route_free(struct dmann_route *rt);
+
 /* Set the calling thread's error message; returns err. */
 int dmann_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dmann_clear_err(void);

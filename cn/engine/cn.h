@@ -113,6 +113,10 @@ struct cn_call {                  /* one per connection */
  * the connection is gone). 0 or -errno (then drop the connection). */
 int cn_call_run(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, const uint8_t *msg,
 		uint32_t len, bool (*other)(void *, const struct dm_wc *), void *arg);
+/* Q_ROUTER: send the router's fixed part and oracle (router_export) from the answer buffer
+ * (status -EAGAIN before the oracle exists, -ENOSYS without a router). 0 or -errno. */
+int cn_call_router(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, uint64_t req_id,
+		   bool (*other)(void *, const struct dm_wc *), void *arg);
 void cn_call_fini(struct cn *cn, struct cn_call *cc);
 
 #endif

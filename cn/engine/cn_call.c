@@ -1,11 +1,13 @@
-/* cn_call.c: the compute node's side of the native client data ops (C_CALL, wire.h): run
- * the S3 Vectors operation through the gateway (cn->s3_call, i.e. cn_s3_call) and send the
- * answer from the connection's answer buffer (DM_C_MAX_RESP bytes, registered once). */
+/* cn_call.c: the compute node's side of the native client ops with long answers: C_CALL
+ * (wire.h: run the S3 Vectors operation through the gateway, cn->s3_call, i.e. cn_s3_call)
+ * and Q_ROUTER (the router's oracle for client-side routing). Answers go out from the
+ * connection's answer buffer (DM_C_MAX_RESP bytes, registered once). */
 #include "cn.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "router.h"
 #include "wire.h"
 
 /* Wait until the previous answer's SEND completed (other completions go to other()). */
@@ -29,6 +31,44 @@ static int wait_idle(struct cn_call *cc, struct dm_conn *conn,
 	return 0;
 }
 
+/* The answer buffer, allocated and registered on first use. 0 or -ENOMEM. */
+static int ensure_buf(struct cn *cn, struct cn_call *cc)
+{
+	if (cc->buf)
+		return 0;
+	cc->buf = aligned_alloc(64, DM_C_MAX_RESP);
+	if (!cc->buf || dm_xport_reg(cn->x, cc->buf, DM_C_MAX_RESP, 0, &cc->mr)) {
+		free(cc->buf);
+		cc->buf = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int cn_call_router(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, uint64_t req_id,
+		   bool (*other)(void *, const struct dm_wc *), void *arg)
+{
+	struct dm_wire_q_router h;
+	uint32_t off = DM_WIRE_HDR_LEN + (uint32_t)sizeof(h), len = DM_WIRE_HDR_LEN;
+	int n, rc = ensure_buf(cn, cc);
+
+	if (rc)
+		return rc;
+	rc = wait_idle(cc, conn, other, arg);
+	if (rc)
+		return rc;
+	n = cn->rt ? router_export(cn->rt, &h, cc->buf + off, DM_C_MAX_RESP - off) : -ENOSYS;
+	if (n >= 0) {
+		dm_wire_q_router_encode(cc->buf + DM_WIRE_HDR_LEN, &h);
+		len = off + (uint32_t)n;
+	}
+	dm_wire_hdr_encode(cc->buf, DM_OP_Q_ROUTER + 1, len, n < 0 ? n : 0, req_id);
+	rc = dm_conn_send(conn, CN_CALL_WR, cc->buf, len, cc->mr, DM_WR_SIGNALED);
+	if (rc == 0)
+		cc->busy = true;
+	return rc;
+}
+
 int cn_call_run(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, const uint8_t *msg,
 		uint32_t len, bool (*other)(void *, const struct dm_wc *), void *arg)
 {
@@ -41,14 +81,8 @@ int cn_call_run(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, const u
 
 	if (dm_wire_hdr_decode(msg, len, &h) || dm_wire_c_check(&h, msg, len, &m, &json))
 		return -EBADMSG;   /* checked on receipt already */
-	if (!cc->buf) {
-		cc->buf = aligned_alloc(64, DM_C_MAX_RESP);
-		if (!cc->buf || dm_xport_reg(cn->x, cc->buf, DM_C_MAX_RESP, 0, &cc->mr)) {
-			free(cc->buf);
-			cc->buf = NULL;
-			return -ENOMEM;
-		}
-	}
+	if (ensure_buf(cn, cc))
+		return -ENOMEM;
 	if (!cn->s3_call) {
 		err = -ENOSYS;
 	} else {

@@ -97,6 +97,15 @@ static int send_result(struct worker *w, struct qslot *q)
 	}
 	r.n = (uint32_t)q->nhits;
 	r.hops = q->err ? 0 : (uint32_t)q->q->hops;
+	/* What a client-side router follows: who ran it, the epoch, the queue. */
+	r.cn = w->cn->node->id;
+	r.qlen = atomic_load(&w->cn->qlen);
+	{
+		uint32_t strategy;
+
+		r.rflags = (router_epoch(w->cn->rt, &r.epoch, &strategy) ? DM_Q_R_ORACLE : 0) |
+			   (q->fwded ? DM_Q_R_RELAYED : 0) | strategy << DM_Q_R_STRATEGY_SHIFT;
+	}
 	dm_wire_q_result_encode(body, &r);
 	for (int i = 0; i < q->nhits; i++) {
 		struct dm_wire_q_hit h = { .id = q->hits[i].id, .dist = q->hits[i].dist };
@@ -391,6 +400,7 @@ static void fail_lost_forwards(struct worker *w)
 			continue;
 		err = f->failed ? -EHOSTDOWN : -ETIMEDOUT;
 		r.qid = f->qid;
+		r.cn = w->cn->node->id;
 		dm_wire_q_result_encode(body, &r);
 		if (send_msg(w, DM_OP_Q_SEARCH + 1, f->qid, err, body, sizeof(body)) == -EAGAIN)
 			return;
@@ -473,8 +483,13 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len, bool 
 	for (uint32_t i = 0; i < s.dim; i++)
 		if (!(vec[i] == vec[i]) || vec[i] > 3e38f || vec[i] < -3e38f)
 			return false;   /* start() reports the error */
-	f.target = router_route(cn->rt, vec, s.dim, &top);
-	*spilled = top != cn->node->id;
+	if (s.flags & DM_Q_F_ROUTED) {
+		f.target = router_admit(cn->rt, vec, s.dim, s.epoch, s.flags & DM_Q_F_SPILLED,
+					&top, spilled);
+	} else {
+		f.target = router_route(cn->rt, vec, s.dim, &top);
+		*spilled = top != cn->node->id;
+	}
 	if (f.target == cn->node->id || w->nmn == 0)
 		return false;
 	f.flags = (f.target != top ? DM_FWD_F_SPILLED : 0) |
@@ -925,6 +940,15 @@ void *cn_worker(void *arg)
 
 				if (crc) {
 					dm_warn("cn%u: client %s: C_CALL: %s; closing", cn->node->id,
+						w->client->peer, strerror(-crc));
+					w->client_gone = true;
+				}
+			} else if (h.op == DM_OP_Q_ROUTER) {
+				int crc = cn_call_router(cn, &w->call, w->client, h.req_id,
+							 call_other, w);
+
+				if (crc) {
+					dm_warn("cn%u: client %s: Q_ROUTER: %s; closing", cn->node->id,
 						w->client->peer, strerror(-crc));
 					w->client_gone = true;
 				}

@@ -38,6 +38,9 @@ struct router {
 	uint32_t *qlen;              /* last known queue length of each CN */
 	uint32_t *cns;               /* scratch for ranks */
 	float *qv;                   /* scratch for a normalised query */
+	uint32_t metric;             /* the index's (cosine: queries ranked normalised) */
+	uint8_t *owire;              /* the oracle's wire form (Q_ROUTER), owire_len bytes */
+	size_t owire_len;
 	atomic_uint strategy;
 	atomic_bool ready;           /* an oracle exists */
 	atomic_bool spill_cache;     /* spilled queries fill the cache */
@@ -167,6 +170,8 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	uint64_t counts[HNSW_MAX_LEVEL + 1] = { 0 };
 	uint32_t *ids = NULL, *spill = NULL, n = 0;
 	float *sample = NULL;
+	uint8_t *owire;
+	size_t owire_len;
 	int lv, rc;
 
 	pthread_rwlock_rdlock(&cn->lock);
@@ -210,16 +215,27 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	}
 	for (uint32_t c = 0; c < r->ncn; c++)
 		dm_oracle_spill_order(o, c, spill + (size_t)c * (r->ncn - 1));
+	owire_len = dm_oracle_wire_size(o);
+	owire = malloc(owire_len);
+	if (!owire || dm_oracle_encode(o, owire, owire_len) != (long)owire_len) {
+		free(owire);   /* no client-side routing; the CNs still route */
+		owire = NULL;
+		owire_len = 0;
+	}
 	pthread_mutex_lock(&r->mu);
 	dm_oracle_free(r->o);
 	free(r->spill);
 	free(r->qv);
+	free(r->owire);
+	r->owire = owire;
+	r->owire_len = owire_len;
 	r->qv = malloc(d->p.dim * sizeof(float));
 	r->o = o;
 	r->spill = spill;
 	reset_demand(r);   /* group g is another region of the data in the new epoch */
 	set_limits(r);
 	r->hash = oracle_hash(o);
+	r->metric = d->p.metric;
 	r->sample_level = (uint32_t)lv;
 	atomic_store(&r->epoch, epoch);
 	atomic_store(&r->ready, true);
@@ -312,6 +328,90 @@ out:
 	return target;
 }
 
+/* Too loaded to take a client-routed query: the local queue is over the admission band of
+ * the known queues (caller holds mu). Bestfit follows the oracle alone. */
+static bool overloaded(struct router *r, uint32_t s)
+{
+	double sum = 0;
+
+	r->qlen[r->self] = atomic_load(&r->cn->qlen);
+	for (uint32_t c = 0; c < r->ncn; c++)
+		sum += r->qlen[c];
+	return s != DM_ROUTE_BESTFIT &&
+	       r->qlen[r->self] > ROUTE_ADMIT_BAND * sum / r->ncn + ROUTE_ADMIT_ADD;
+}
+
+uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t epoch,
+		      bool client_spilled, uint32_t *top, bool *spilled)
+{
+	uint32_t s = atomic_load(&r->strategy), target;
+
+	pthread_mutex_lock(&r->mu);
+	if (r->o && dim == r->o->dim && s != DM_ROUTE_NONE && epoch == atomic_load(&r->epoch)) {
+		if (!overloaded(r, s)) {
+			pthread_mutex_unlock(&r->mu);
+			atomic_fetch_add(&r->cnt[RC_ADMITTED], 1);
+			*top = r->self;   /* not ranked: the client did */
+			*spilled = client_spilled;
+			return r->self;
+		}
+		/* Overloaded: the first CN in rank order whose queue is under the band. */
+		double sum = 0;
+
+		if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
+			memcpy(r->qv, vec, dim * sizeof(float));
+			dm_normalize(r->qv, dim);
+			vec = r->qv;
+		}
+		dm_oracle_rank(r->o, vec, r->cns, NULL);
+		for (uint32_t c = 0; c < r->ncn; c++)
+			sum += r->qlen[c];
+		*top = r->cns[0];
+		target = r->self;
+		for (uint32_t i = 0; i < r->ncn; i++)
+			if (r->cns[i] != r->self &&
+			    r->qlen[r->cns[i]] <= ROUTE_ADMIT_BAND * sum / r->ncn + ROUTE_ADMIT_ADD) {
+				target = r->cns[i];
+				break;
+			}
+		pthread_mutex_unlock(&r->mu);
+		*spilled = target != *top;
+		return target;
+	}
+	pthread_mutex_unlock(&r->mu);
+	/* Another epoch (the client's oracle is stale) or no oracle: route it as any query. */
+	target = router_route(r, vec, dim, top);
+	*spilled = *top != target;
+	return target;
+}
+
+bool router_epoch(struct router *r, uint32_t *epoch, uint32_t *strategy)
+{
+	*strategy = r ? atomic_load(&r->strategy) : DM_ROUTE_NONE;
+	if (!router_active(r))
+		return false;
+	*epoch = atomic_load(&r->epoch);
+	return true;
+}
+
+int router_export(struct router *r, struct dm_wire_q_router *h, uint8_t *buf, size_t cap)
+{
+	long n;
+
+	if (!r || !atomic_load(&r->ready))
+		return -EAGAIN;   /* no oracle yet */
+	pthread_mutex_lock(&r->mu);
+	*h = (struct dm_wire_q_router){ .epoch = atomic_load(&r->epoch),
+					.strategy = atomic_load(&r->strategy),
+					.batch = r->p.batch, .ncn = r->ncn, .self = r->self,
+					.metric = r->metric, .centroid_hash = r->hash };
+	n = !r->owire ? -ENOMEM : r->owire_len > cap ? -E2BIG : (long)r->owire_len;
+	if (n > 0)
+		memcpy(buf, r->owire, r->owire_len);
+	pthread_mutex_unlock(&r->mu);
+	return (int)n;
+}
+
 bool router_spill_cache(struct router *r)
 {
 	return !r || atomic_load(&r->spill_cache);
@@ -375,6 +475,7 @@ int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
 	st->forwarded = atomic_load(&r->cnt[RC_FORWARDED]);
 	st->received = atomic_load(&r->cnt[RC_RECEIVED]);
 	st->bounced = atomic_load(&r->cnt[RC_BOUNCED]);
+	st->admitted = atomic_load(&r->cnt[RC_ADMITTED]);
 	csp = atomic_load(&r->csp_ppm);
 	st->csp_ppm = csp;
 	st->csp_cns = atomic_load(&r->csp_cns);
@@ -703,6 +804,7 @@ void router_free(struct router *r)
 	dm_oracle_free(r->o);
 	free(r->spill);
 	free(r->qv);
+	free(r->owire);
 	free(r->hist);
 	free(r->want);
 	free(r->demand);

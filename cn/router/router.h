@@ -57,7 +57,21 @@ bool router_active(struct router *r);
 /* The local queue is over the pause threshold (counts each time routing pauses). */
 bool router_paused(struct router *r);
 
-enum router_counter { RC_LOCAL, RC_FORWARDED, RC_RECEIVED, RC_BOUNCED, RC_COUNT };
+/* A query a client routed here with the oracle of `epoch` (client-side routing, DM_Q_F_ROUTED;
+ * client_spilled: the client sent it off its top-ranked CN). The CN stays authoritative:
+ * with the same epoch it runs the query here (*spilled = client_spilled) unless its queue is
+ * over the admission band of the known queues (route_limits.h; never with bestfit), then it
+ * sends it to the first CN in rank order that is not; with another epoch it routes it as router_route does. Returns the target. */
+uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t epoch,
+		      bool client_spilled, uint32_t *top, bool *spilled);
+/* The strategy, and the routing epoch when routing is active (what answers piggyback for
+ * client-side routers). r may be NULL (strategy none, false). */
+bool router_epoch(struct router *r, uint32_t *epoch, uint32_t *strategy);
+/* Q_ROUTER: the fixed part into *h and the oracle's wire form into buf (cap bytes).
+ * Bytes of the oracle, -EAGAIN (no oracle yet), -E2BIG (cap too small), -ENOMEM. */
+int router_export(struct router *r, struct dm_wire_q_router *h, uint8_t *buf, size_t cap);
+
+enum router_counter { RC_LOCAL, RC_FORWARDED, RC_RECEIVED, RC_BOUNCED, RC_ADMITTED, RC_COUNT };
 void router_count(struct router *r, enum router_counter c);
 
 /* FWD_ROUTER: apply a configuration (if set) and fill the statistics. 0 or -errno. */

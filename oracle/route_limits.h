@@ -1,5 +1,6 @@
 /* route_limits.h: the per-batch limits of the balanced and adaptive routing strategies.
- * Pure arithmetic, shared by the router (cn/router.c) and its unit test. */
+ * Pure arithmetic, shared by the compute nodes' router (cn/router/router.c), libdmann's
+ * client-side router (cn/client/dmann_route.c) and its unit test. */
 #ifndef DM_CN_ROUTE_LIMITS_H
 #define DM_CN_ROUTE_LIMITS_H
 
@@ -10,6 +11,11 @@
 #define ROUTE_BAND 1.5
 #define ROUTE_BAND_ADD 4.0
 #define ROUTE_SLACK 1.1
+/* A CN takes a query a client routed to it (client-side routing) unless its queue is longer
+ * than ROUTE_ADMIT_BAND x the mean queue + ROUTE_ADMIT_ADD: the client already followed the
+ * queues the CNs report; this is the safety valve for load it cannot see (other clients). */
+#define ROUTE_ADMIT_BAND 2.0
+#define ROUTE_ADMIT_ADD 16.0
 
 /* Fold one batch into the smoothed demand: demand[c] (share of queries whose top-ranked CN
  * is c) moves halfway to want[c] / total. No change when total is 0. */

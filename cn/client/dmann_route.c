@@ -1,0 +1,204 @@
+/* dmann_route.c: libdmann's client-side router. The compute nodes' router (cn/router/)
+ * ranks every query with the oracle and relays the ones for another CN through a memory
+ * node; a client that holds the same oracle sends each query straight to the CN the router
+ * would pick, so nothing is relayed.
+ *
+ * The oracle and the strategy come from Q_ROUTER (every CN builds the same oracle; the
+ * client checks that the CNs agree on its epoch and centroid hash). The per-batch state is
+ * the CNs' own: rank with dm_oracle_rank, bestfit = the top-ranked CN, balanced / adaptive /
+ * adaptive-ring = the first CN in rank (or ring) order under its batch limit, limits from
+ * oracle/route_limits.c with the demand of this client's stream and the queue lengths the
+ * CNs piggyback on their answers. A CN whose window is full is skipped (the query goes to
+ * the next candidate, marked spilled). Every query says which epoch it was routed with; a
+ * CN stays authoritative and re-routes a query of another epoch, or one it is too loaded
+ * to take. An answer with another epoch or strategy makes the state stale: the next call
+ * fetches it again. A client never gets remote memory access or memory keys. */
+#include "dmann_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distance.h"
+#include "route_limits.h"
+
+void dmann_route_free(struct dmann_route *rt)
+{
+	dm_oracle_free(rt->o);
+	free(rt->spill);
+	free(rt->hist);
+	free(rt->limit);
+	free(rt->want);
+	free(rt->qlen);
+	free(rt->cns);
+	free(rt->demand);
+	free(rt->qv);
+	memset(rt, 0, sizeof(*rt));
+}
+
+/* Q_ROUTER on connection c: the fixed part and, with o, the decoded oracle. */
+static int fetch(dmann_t *d, uint32_t c, uint8_t *buf, struct dm_wire_q_router *h,
+		 struct dm_oracle **o)
+{
+	uint32_t len;
+	int rc = dm_rpc_call(&d->cn[c].ch, DM_OP_Q_ROUTER, NULL, 0, buf, DM_C_MAX_RESP, &len);
+
+	if (rc)
+		return rc;
+	rc = dm_wire_q_router_decode(buf, len, h);
+	if (rc || !o)
+		return rc;
+	*o = dm_oracle_decode(buf + sizeof(*h), len - sizeof(*h));
+	return *o ? 0 : -errno;
+}
+
+int dmann_route_refresh(dmann_t *d)
+{
+	struct dmann_route *rt = &d->rt, n = { 0 };
+	struct dm_wire_q_router h0, h;
+	uint8_t *buf = malloc(DM_C_MAX_RESP);
+	int rc = -EAGAIN;
+
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
+		n.conn_of[i] = -1;
+	for (uint32_t c = 0; c < d->ncn; c++) {
+		int e = fetch(d, c, buf, c ? &h : &h0, c ? NULL : &n.o);
+
+		if (e == -EAGAIN || e == -ENOSYS || e == -E2BIG || e == -EBADMSG || e == -EPROTO) {
+			rc = -EAGAIN;   /* no oracle (yet), or none a client can use */
+			goto out;
+		}
+		if (e) {
+			rc = e;
+			goto out;
+		}
+		if (c && (h.epoch != h0.epoch || h.centroid_hash != h0.centroid_hash ||
+			  h.strategy != h0.strategy))
+			goto out;   /* the CNs disagree (an epoch change in progress) */
+		if (c == 0)
+			h = h0;
+		if (n.conn_of[h.self] >= 0 || h.self >= h0.ncn)
+			goto out;
+		n.conn_of[h.self] = (int32_t)c;
+		n.node_of[c] = h.self;
+	}
+	if (h0.strategy == DM_ROUTE_NONE || h0.ncn != n.o->k || h0.ncn < 2)
+		goto out;
+	n.k = h0.ncn;
+	n.epoch = h0.epoch;
+	n.strategy = h0.strategy;
+	n.batch = h0.batch;
+	n.metric = h0.metric;
+	n.hash = h0.centroid_hash;
+	n.spill = calloc((size_t)n.k * (n.k - 1), sizeof(uint32_t));
+	n.hist = calloc(n.k, sizeof(uint32_t));
+	n.limit = calloc(n.k, sizeof(uint32_t));
+	n.want = calloc(n.k, sizeof(uint32_t));
+	n.qlen = calloc(n.k, sizeof(uint32_t));
+	n.cns = calloc(n.k, sizeof(uint32_t));
+	n.demand = calloc(n.k, sizeof(double));
+	n.qv = malloc(n.o->dim * sizeof(float));
+	if (!n.spill || !n.hist || !n.limit || !n.want || !n.qlen || !n.cns || !n.demand || !n.qv) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t c = 0; c < n.k; c++) {
+		dm_oracle_spill_order(n.o, c, n.spill + (size_t)c * (n.k - 1));
+		n.demand[c] = 1.0 / n.k;
+	}
+	route_limits(n.k, n.batch, n.strategy != DM_ROUTE_BALANCED, n.demand, n.qlen, n.limit);
+	n.ok = true;
+	rc = 0;
+out:
+	free(buf);
+	dmann_route_free(rt);
+	if (rc == 0) {
+		*rt = n;
+	} else {
+		dmann_route_free(&n);
+		for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
+			rt->conn_of[i] = -1;
+	}
+	return rc;
+}
+
+/* End of a batch: new limits from the demand and the queues (as the CNs' set_limits). */
+static void next_batch(struct dmann_route *rt)
+{
+	route_demand_update(rt->k, rt->demand, rt->want, rt->total);
+	route_limits(rt->k, rt->batch, rt->strategy != DM_ROUTE_BALANCED, rt->demand, rt->qlen,
+		     rt->limit);
+	memset(rt->hist, 0, rt->k * sizeof(uint32_t));
+	memset(rt->want, 0, rt->k * sizeof(uint32_t));
+	rt->total = 0;
+}
+
+/* Connection of CN node, or -1 when it has none or its window is full. */
+static int room(const dmann_t *d, uint32_t node, const uint32_t *window)
+{
+	int32_t c = d->rt.conn_of[node];
+
+	return c >= 0 && d->cn[c].inflight < window[c] ? c : -1;
+}
+
+int dmann_route_pick(dmann_t *d, const float *v, const uint32_t *window, uint32_t *flags)
+{
+	struct dmann_route *rt = &d->rt;
+	uint32_t k = rt->k, top, target = UINT32_MAX;
+	int c = -1;
+
+	if (rt->metric == DM_METRIC_COS) {
+		memcpy(rt->qv, v, rt->o->dim * sizeof(float));
+		dm_normalize(rt->qv, rt->o->dim);
+		v = rt->qv;
+	}
+	dm_oracle_rank(rt->o, v, rt->cns, NULL);
+	top = rt->cns[0];
+	/* The router's choice ... */
+	if (rt->strategy == DM_ROUTE_BESTFIT) {
+		target = top;
+	} else {
+		for (uint32_t i = 0; i < k && target == UINT32_MAX; i++) {
+			uint32_t n = rt->strategy == DM_ROUTE_ADAPTIVE_RING && i > 0 ?
+				rt->spill[(size_t)top * (k - 1) + i - 1] : rt->cns[i];
+
+			if (rt->hist[n] < rt->limit[n])
+				target = n;
+		}
+		if (target == UINT32_MAX)
+			target = top;
+	}
+	c = room(d, target, window);
+	/* ... or, its window full, the next candidate in rank order with room. */
+	for (uint32_t i = 0; c < 0 && i < k; i++)
+		if (rt->cns[i] != target && (c = room(d, rt->cns[i], window)) >= 0)
+			target = rt->cns[i];
+	if (c < 0)
+		return -1;   /* counted when it is sent, not now */
+	rt->want[top]++;
+	rt->hist[target]++;
+	if (rt->strategy != DM_ROUTE_BESTFIT && ++rt->total >= rt->batch) {
+		/* Our own queues are fresher than the last answers' reports. */
+		for (uint32_t n = 0; n < k; n++)
+			if (rt->conn_of[n] >= 0)
+				rt->qlen[n] = DM_MAX(rt->qlen[n], d->cn[rt->conn_of[n]].inflight);
+		next_batch(rt);
+	}
+	*flags = DM_Q_F_ROUTED | (target != top ? DM_Q_F_SPILLED : 0);
+	return c;
+}
+
+void dmann_route_answer(dmann_t *d, const struct dm_wire_q_result *r)
+{
+	struct dmann_route *rt = &d->rt;
+
+	if (!rt->ok)
+		return;
+	if (!(r->rflags & DM_Q_R_ORACLE) || r->epoch != rt->epoch ||
+	    r->rflags >> DM_Q_R_STRATEGY_SHIFT != rt->strategy)
+		rt->stale = true;
+	else if (r->cn < rt->k)
+		rt->qlen[r->cn] = r->qlen;
+}
