@@ -463,7 +463,7 @@ _Static_assert(sizeof(struct dm_wire_q_router) == 32, "q_router layout");
 
 struct dm_wire_q_hit {
 	uint64_t id;
-	float dist;
+	float dist;                /* docs/api.md's: L2 (not squared), 1 - cos, -<q, x> */
 	uint32_t reserved;         /* 0 */
 };
 _Static_assert(sizeof(struct dm_wire_q_hit) == 16, "q_hit layout");

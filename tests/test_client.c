@@ -4,6 +4,7 @@
  * index reload, FWD_ROUTER routing change) with -EPERM; memory nodes refuse a client
  * identity in the handshake (so a client can neither load an index nor reach remote
  * memory); a wrong client secret or an unknown identity is refused. */
+#include <math.h>
 #include <string.h>
 
 #include "cluster_util.h"
@@ -92,6 +93,9 @@ Test(client, admin_ops_refused_queries_allowed)
 		cr_assert_eq(dm_rpc_call(&ch, DM_OP_FWD_ROUTER, body, sizeof(rc), resp,
 					 sizeof(resp), &rlen), -EPERM,
 			     "FWD_ROUTER from a client must be -EPERM");
+		/* The router's oracle (client-side routing): allowed; none without an index. */
+		cr_assert_eq(dm_rpc_call(&ch, DM_OP_Q_ROUTER, NULL, 0, resp, sizeof(resp), &rlen),
+			     -EAGAIN, "Q_ROUTER before any index: no oracle yet");
 		/* The connection is still usable afterwards. */
 		cr_assert_eq(dm_rpc_call(&ch, DM_OP_Q_STATS, NULL, 0, resp, sizeof(resp), &rlen), 0);
 		dm_rpc_chan_fini(&ch);
@@ -142,6 +146,33 @@ Test(client, wrong_secret_or_unknown_identity_refused)
 #define DIM 64
 #define NQ 200
 #define KK 10
+
+/* dmann_search (the HNSW index's native search): bad input and no index, clear errors. */
+Test(client, search_bad_input_and_no_index)
+{
+	dmann_t *d = dmann_connect(cfgpath, "local");
+	struct dmann_search_params p = { .k = 10 };
+	float v[8] = { 0 };
+	uint64_t ids[20];
+	uint32_t cnt[2];
+
+	cr_assert_not_null(d, "%s", dmann_errmsg());
+	v[3] = NAN;
+	cr_assert_eq(dmann_search(d, v, 1, 8, &p, ids, NULL, cnt, NULL), -EINVAL);
+	cr_assert(strstr(dmann_errmsg(), "component 3 is not finite"), "%s", dmann_errmsg());
+	v[3] = 0;
+	p.k = 0;
+	cr_assert_eq(dmann_search(d, v, 1, 8, &p, ids, NULL, cnt, NULL), -EINVAL);
+	cr_assert(strstr(dmann_errmsg(), "k 0"), "%s", dmann_errmsg());
+	p.k = 10;
+	cr_assert_eq(dmann_search(d, v, 1, 5000, &p, ids, NULL, cnt, NULL), -EINVAL);
+	cr_assert(strstr(dmann_errmsg(), "too many dimensions"), "%s", dmann_errmsg());
+	cr_assert_eq(dmann_search(d, v, 1, 8, &p, ids, NULL, cnt, NULL), -ENOENT);
+	cr_assert(strstr(dmann_errmsg(), "no HNSW index is loaded"), "%s", dmann_errmsg());
+	cr_assert_eq(ids[0], UINT64_MAX);
+	cr_assert_eq(cnt[0], 0);
+	dmann_close(d);
+}
 
 static float rnd(uint64_t *s)
 {

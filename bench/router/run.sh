@@ -125,6 +125,15 @@ done
 import json, sys, re, datetime
 out, fwd_out, docs, nq, ef, netns, rate, spacev_n, batch = sys.argv[1:10]
 rows = [json.loads(l) for l in open(out) if l.strip()]
+import subprocess
+cpu = open("/proc/cpuinfo").read()
+isa = "+".join(f for f in ("avx512f", "avx2") if re.search(r"\b%s\b" % f, cpu)) or "scalar"
+try:
+    commit = subprocess.run(["git", "-C", docs, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+except OSError:
+    commit = "unknown"
+
 fwd = [json.loads(l) for l in open(fwd_out) if l.strip()]
 for r in rows:
     r.setdefault("variant", r["routing"])
@@ -153,7 +162,8 @@ lines = [
     f"being the `single CN` row (every query to one compute node with a 4x cache). The rows of "
     f"one data set come from one cluster, one after the other (`bench/router/run.sh`, "
     f"{datetime.date.today().isoformat()}); 2-core machine, load average {load_s} during "
-    f"the runs: QPS and latency are noisy, hit rate and CSP much less so.",
+    f"the runs, ISA {isa}, commit {commit}: QPS and latency are noisy, hit rate and CSP "
+    f"much less so.",
     "",
     "| data set | cache | queries | routing | QPS | QPS vs none | predicted | hit rate | CSP (online) | CSP (offline) | relayed | warmed | recall@10 | p50 ms | p99 ms |",
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",

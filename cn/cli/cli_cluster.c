@@ -119,6 +119,13 @@ int dm_cmd_load(int argc, char **argv)
 		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up
 		 * after the lease. */
 		t0 = dm_now_ns();
+		if (dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL) == 0 && !v.has_retired) {
+			/* Nothing to release: no compute node has acknowledged anything yet. */
+			printf("dmann load: no previous generation; the compute nodes pick up "
+			       "generation %llu within their refresh period ([cn] refresh_ms = %u ms)\n",
+			       (unsigned long long)gen, cfg->cn_all.refresh_ms);
+			goto out_s;
+		}
 		rc = dgen_wait_released(s, cfg->cn_all.lease_ms + 5000, &v);
 		if (rc)
 			fprintf(stderr, "dmann load: warning: generation %llu is still held by %u "

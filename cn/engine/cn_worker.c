@@ -12,6 +12,7 @@
  * SERVE connection as its client: it runs the forwarded queries that arrive there and sends
  * their answers back wrapped in FWD_RESULT. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -108,7 +109,12 @@ static int send_result(struct worker *w, struct qslot *q)
 	}
 	dm_wire_q_result_encode(body, &r);
 	for (int i = 0; i < q->nhits; i++) {
-		struct dm_wire_q_hit h = { .id = q->hits[i].id, .dist = q->hits[i].dist };
+		/* The distance docs/api.md defines: L2 (the search ranks by its square), 1 - cos,
+		 * the negated inner product. */
+		float d = q->hits[i].dist;
+		struct dm_wire_q_hit h = { .id = q->hits[i].id,
+					   .dist = w->idx && w->idx->p.metric == DM_METRIC_L2 ?
+						   sqrtf(d > 0 ? d : 0) : d };
 
 		dm_wire_q_hit_encode(body + sizeof(r) + 16 * (size_t)i, &h);
 	}

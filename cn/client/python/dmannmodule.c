@@ -341,6 +341,58 @@ static PyObject *c_batch_query(Conn *c, PyObject *args)
 	return Py_BuildValue("(NN)", klist, dist);
 }
 
+/* search(matrix, k, ef=64, beam=1, inflight=0, routing="client") over the cluster's HNSW
+ * index -> (uint64 ids nq x k, padded with 2**64-1; float32 distances nq x k, +inf pad). */
+static PyObject *c_search(Conn *c, PyObject *args, PyObject *kw)
+{
+	static char *kwl[] = { "vectors", "k", "ef", "beam", "inflight", "routing", NULL };
+	struct dmann_search_params p = { .ef = 64 };
+	const char *routing = "client";
+	PyObject *vecs, *ids = NULL, *dist = NULL;
+	PyArrayObject *a;
+	size_t nq;
+	uint32_t dim;
+	int rc = -ENOMEM;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|IIIs", kwl, &vecs, &p.k, &p.ef, &p.beam,
+					 &p.inflight, &routing))
+		return NULL;
+	if (strcmp(routing, "client") && strcmp(routing, "server")) {
+		PyErr_Format(PyExc_ValueError, "routing '%s': must be 'client' or 'server'", routing);
+		return NULL;
+	}
+	p.routing = routing[0] == 'c' ? DMANN_ROUTE_CLIENT : DMANN_ROUTE_SERVER;
+	if (p.k == 0 || p.k > 1024) {
+		PyErr_Format(PyExc_ValueError, "k = %u is outside 1..1024", p.k);
+		return NULL;
+	}
+	a = as_f32(vecs);
+	if (!a)
+		return NULL;
+	nq = PyArray_NDIM(a) == 2 ? (size_t)PyArray_DIM(a, 0) : 1;
+	dim = (uint32_t)PyArray_DIM(a, PyArray_NDIM(a) - 1);
+	npy_intp sh[2] = { (npy_intp)nq, p.k };
+
+	ids = PyArray_SimpleNew(2, sh, NPY_UINT64);
+	dist = PyArray_SimpleNew(2, sh, NPY_FLOAT32);
+	if (ids && dist) {
+		const float *v = PyArray_DATA(a);
+		uint64_t *io = PyArray_DATA((PyArrayObject *)ids);
+		float *dd = PyArray_DATA((PyArrayObject *)dist);
+
+		Py_BEGIN_ALLOW_THREADS
+		rc = dmann_search(c->d, v, nq, dim, &p, io, dd, NULL, NULL);
+		Py_END_ALLOW_THREADS
+	}
+	Py_DECREF(a);
+	if (rc) {
+		Py_XDECREF(ids);
+		Py_XDECREF(dist);
+		return rc == -ENOMEM && !PyErr_Occurred() ? PyErr_NoMemory() : raise_err(rc);
+	}
+	return Py_BuildValue("(NN)", ids, dist);
+}
+
 /* query -> (keys list, distances float32 array) for one vector. */
 static PyObject *c_query(Conn *c, PyObject *args)
 {
@@ -388,6 +440,9 @@ static PyMethodDef conn_methods[] = {
 	  "query(bucket, name, vector, k) -> (keys, float32 distances)" },
 	{ "batch_query", (PyCFunction)c_batch_query, METH_VARARGS,
 	  "batch_query(bucket, name, matrix, k) -> (list of key lists, float32 nq x k distances)" },
+	{ "search", (PyCFunction)(void (*)(void))c_search, METH_VARARGS | METH_KEYWORDS,
+	  "search(matrix, k, ef=64, beam=1, inflight=0, routing='client') -> (uint64 ids nq x k, "
+	  "float32 nq x k distances) over the cluster's HNSW index (dmann load)" },
 	{ "close", (PyCFunction)c_close, METH_NOARGS, "close the connections" },
 	{ NULL, NULL, 0, NULL },
 };
