@@ -15,6 +15,9 @@
 #include "cn.h"
 #include "dm_config.h"
 #include "metrics.h"
+#if DM_HAVE_ETCD
+#include "member.h"
+#endif
 #if DM_HAVE_HTTP
 #include "cn_s3.h"
 #endif
@@ -245,6 +248,7 @@ int main(int argc, char **argv)
 	const char *config = NULL;
 	struct dm_listener *lis = NULL;
 	struct dm_metrics *metrics = NULL;
+	void *member = NULL;   /* struct dm_member: the node's heartbeat in etcd */
 	char err[1024];
 	uint64_t last_refresh = 0, refresh_ns = 1000000000ull;
 	int accept_ms = 200;
@@ -339,6 +343,14 @@ int main(int argc, char **argv)
 			dm_warn("cn%u: no metrics endpoint on %s: %s", cn.node->id, cn.node->metrics,
 				errno == ENOSYS ? "built without libmicrohttpd" : strerror(errno));
 	}
+	if (cn.cfg->etcd[0]) {
+#if DM_HAVE_ETCD
+		member = dm_member_join(cn.cfg, "cn", cn.node->id, cn.node->address);
+#else
+		dm_warn("cn%u: built without the etcd client (libcurl): not registering in %s",
+			cn.node->id, cn.cfg->etcd);
+#endif
+	}
 
 	while (!got_signal) {
 		struct cn_worker_arg *a;
@@ -375,6 +387,10 @@ int main(int argc, char **argv)
 		pthread_detach(t);
 	}
 	dm_info("cn%u: stopping", cn.node->id);
+#if DM_HAVE_ETCD
+	dm_member_stop(member);   /* leave: the key goes at once */
+#endif
+	(void)member;
 	atomic_store(&cn.stopping, true);
 	dm_metrics_stop(metrics);
 	dm_listener_close(lis);

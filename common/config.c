@@ -411,6 +411,15 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!parse_u64(v, 16, &u) || u == 0)
 				return fail(pc, "redundancy '%s' must be 1..16%s", v, "");
 			cfg->redundancy = (uint32_t)u;
+		} else if (!strcmp(key, "etcd")) {
+			if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
+			    !copy_str(cfg->etcd, sizeof(cfg->etcd), v))
+				return fail(pc, "etcd '%s' must be http(s)://host:port[,...] (at most "
+					    "511 characters)%s", v, "");
+		} else if (!strcmp(key, "member_lease_s")) {
+			if (!parse_u64(v, 60, &u) || u < 2)
+				return fail(pc, "member_lease_s '%s' must be 2..60%s", v, "");
+			cfg->etcd_lease_s = (uint32_t)u;
 		} else {
 			return fail(pc, "unknown key '%s' in section [%s]", key, section);
 		}
@@ -672,6 +681,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->redundancy = 1;
+	cfg->etcd_lease_s = 5;
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
 		.recluster_secs = 60, .recluster_csp = 0.5 };

@@ -6,6 +6,13 @@
  *   secret_file = secret        ; relative paths are relative to the config file
  *   transport = tcp             ; tcp | verbs | auto
  *   redundancy = 1              ; replicas of each block / fragment
+ *   etcd = http://127.0.0.1:2379 ; cluster state (etcd v3 JSON gateway; comma-separated
+ *                               ; endpoints, http:// or https://). Every node registers
+ *                               ; itself there under a lease it keeps alive (its
+ *                               ; heartbeat); `dmann status` shows who is up. Optional;
+ *                               ; `dmann local up` starts a local etcd and sets it
+ *   member_lease_s = 5          ; TTL of that lease, 2..60 s: a node SIGKILLed is seen
+ *                               ; down within about this long
  *
  *   [mn.0]                      ; memory node 0
  *   address = 127.0.0.1:7000
@@ -181,6 +188,8 @@ struct dm_cluster_cfg {
 	uint8_t secret[64];
 	size_t secret_len;
 	uint32_t redundancy;
+	char etcd[512];              /* [cluster] etcd endpoints, "" = no cluster state */
+	uint32_t etcd_lease_s;       /* [cluster] member_lease_s: heartbeat lease TTL */
 	char s3_access_key[128];
 	char s3_secret_key[128];
 	/* S3 identities: the [s3] access_key (named "default") first, then every

@@ -8,7 +8,7 @@ PKGS="
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils
   libnuma-dev libhugetlbfs-dev libopenblas-dev libssl-dev libinih-dev zlib1g-dev
-  libcriterion-dev libmicrohttpd-dev libjansson-dev
+  libcriterion-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev etcd-server
   libhnswlib-dev libfaiss-dev python3 python3-matplotlib python3-numpy python3-dev
   dataset-fashion-mnist
   qemu-system-x86 busybox-static kmod iproute2 cpio bc

@@ -19,6 +19,9 @@
 #include "mn_flat.h"
 #endif
 #include "mn_store.h"
+#if DM_HAVE_ETCD
+#include "member.h"
+#endif
 #include "rpc.h"
 
 struct mn {
@@ -386,6 +389,7 @@ int main(int argc, char **argv)
 	const char *config = NULL;
 	struct dm_listener *lis = NULL;
 	struct dm_metrics *metrics = NULL;
+	void *member = NULL;   /* struct dm_member: the node's heartbeat in etcd */
 	struct sigaction sa = { .sa_handler = on_signal };
 	char err[1024];
 	long id = -1;
@@ -451,6 +455,14 @@ int main(int argc, char **argv)
 			dm_warn("mn%u: no metrics endpoint on %s: %s", m.node->id, m.node->metrics,
 				errno == ENOSYS ? "built without libmicrohttpd" : strerror(errno));
 	}
+	if (m.cfg->etcd[0]) {
+#if DM_HAVE_ETCD
+		member = dm_member_join(m.cfg, "mn", m.node->id, m.node->address);
+#else
+		dm_warn("mn%u: built without the etcd client (libcurl): not registering in %s",
+			m.node->id, m.cfg->etcd);
+#endif
+	}
 
 	while (!stopping) {
 		struct dm_conn *conn;
@@ -486,6 +498,10 @@ int main(int argc, char **argv)
 		pthread_detach(t);
 	}
 	dm_info("mn%u: stopping", m.node->id);
+#if DM_HAVE_ETCD
+	dm_member_stop(member);   /* leave: the key goes at once */
+#endif
+	(void)member;
 	dm_metrics_stop(metrics);
 	dm_listener_close(lis);
 	/* Connection threads notice `stopping` within their 200 ms receive timeout. */

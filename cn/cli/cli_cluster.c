@@ -17,6 +17,9 @@
 #include "hnsw/hnsw.h"
 #include "rpc.h"
 #include "vecfile.h"
+#if DM_HAVE_ETCD
+#include "member.h"
+#endif
 
 #define load_cfg dm_cli_load_cfg
 
@@ -155,6 +158,67 @@ static void status_usage(FILE *f)
 	fprintf(f, "usage: dmann status --config C [--json]\n\n"
 		   "Ask every node of cluster C how it is: memory nodes report their region and\n"
 		   "objects, compute nodes their index, cache and query counters.\n");
+}
+
+/* The members registered in the cluster state (etcd), when the cluster file names one:
+ * which nodes hold a live lease, which do not. Returns the count of nodes not registered
+ * (or 1 when etcd cannot be read). */
+static int etcd_members(const struct dm_cluster_cfg *cfg, bool json)
+{
+	if (!cfg->etcd[0])
+		return 0;
+#if DM_HAVE_ETCD
+	struct dm_member_info *mi = NULL;
+	size_t n = 0;
+	char err[512], missing[1024] = "";
+	int rc = dm_members_list(cfg->etcd, cfg->name, 3000, &mi, &n, err, sizeof(err)), gone = 0;
+
+	if (rc) {
+		if (json)
+			printf(", \"etcd\": {\"endpoints\": \"%s\", \"error\": \"%s\"}", cfg->etcd,
+			       strerror(-rc));
+		else
+			printf("  etcd %s: UNREACHABLE (%s)\n", cfg->etcd, err);
+		free(mi);
+		return 1;
+	}
+	if (json)
+		printf(", \"etcd\": {\"endpoints\": \"%s\", \"members\": [", cfg->etcd);
+	for (size_t i = 0; i < n; i++)
+		if (json)
+			printf("%s{\"role\": \"%s\", \"id\": %u, \"address\": \"%s\", "
+			       "\"pid\": %lld, \"since\": %lld}", i ? ", " : "", mi[i].role,
+			       mi[i].id, mi[i].address, (long long)mi[i].pid, (long long)mi[i].since);
+	for (uint32_t r = 0; r < 2; r++)
+		for (uint32_t id = 0; id < (r ? cfg->n_cn : cfg->n_mn); id++) {
+			bool found = false;
+
+			for (size_t i = 0; i < n && !found; i++)
+				found = mi[i].id == id && !strcmp(mi[i].role, r ? "cn" : "mn");
+			if (!found) {
+				gone++;
+				snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+					 "%s%s%u", missing[0] ? (json ? "\", \"" : " ") : "",
+					 r ? "cn" : "mn", id);
+			}
+		}
+	if (json)
+		printf("], \"missing\": [%s%s%s]}", missing[0] ? "\"" : "", missing,
+		       missing[0] ? "\"" : "");
+	else
+		printf("  etcd %s: %zu members registered (lease alive)%s%s\n", cfg->etcd, n,
+		       gone ? ", not registered: " : "", missing);
+	free(mi);
+	return gone;
+#else
+	if (json)
+		printf(", \"etcd\": {\"endpoints\": \"%s\", \"error\": \"built without the "
+		       "etcd client\"}", cfg->etcd);
+	else
+		printf("  etcd %s: not read (dmann built without the etcd client: libcurl)\n",
+		       cfg->etcd);
+	return 1;
+#endif
 }
 
 int dm_cmd_status(int argc, char **argv)
@@ -332,7 +396,10 @@ int dm_cmd_status(int argc, char **argv)
 		}
 	}
 	if (json)
-		printf("], \"down\": %d}\n", down);
+		printf("]");
+	down += etcd_members(cfg, json);
+	if (json)
+		printf(", \"down\": %d}\n", down);
 	dm_msgpool_free(pool);
 	dm_xport_close(x);
 	free(cfg);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_local.h"
 #include "cluster.h"
 #include "dm.h"
 #include <sched.h>
@@ -65,7 +66,12 @@ static void local_usage(FILE *f)
 		"                  DMANNID<NAME upper-cased>, secret in DIR/s3.NAME.secret\n"
 		"  --https         also serve the gateway over HTTPS (every CN's `https` port) with a\n"
 		"                  self-signed certificate for 127.0.0.1/localhost written to\n"
-		"                  DIR/s3.crt (trust it in clients) and DIR/s3.key (openssl CLI)\n");
+		"                  DIR/s3.crt (trust it in clients) and DIR/s3.key (openssl CLI)\n"
+		"  --no-etcd       no cluster state: by default a local etcd (data on /dev/shm,\n"
+		"                  log DIR/etcd.log) starts first, the cluster file names it\n"
+		"                  ([cluster] etcd) and every node registers there; down stops it\n"
+		"  --member-lease S  [cluster] member_lease_s, the nodes' heartbeat lease (2..60,\n"
+		"                  default 5)\n");
 }
 
 /* Run a shell-free command line (argv) and wait; 0 if it exited 0. */
@@ -450,13 +456,16 @@ static int cmd_up(int argc, char **argv)
 		{ "router", required_argument, NULL, 'o' }, { "cn-set", required_argument, NULL, 'C' },
 		{ "s3-set", required_argument, NULL, 'S' },
 		{ "s3-identity", required_argument, NULL, 'I' }, { "https", no_argument, NULL, 'T' },
+		{ "no-etcd", no_argument, NULL, 'E' }, { "member-lease", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0, redundancy = 1;
+	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0, redundancy = 1, lease_s = 5;
 	const char *rset[16], *cset[16], *sset[16], *ids[8];
 	int nrset = 0, ncset = 0, nsset = 0, nids = 0;
-	bool https = false;
+	bool https = false, etcd = DM_HAVE_ETCD;
+	char etcd_ep[160] = "", etcd_dir[1024] = "";
+	pid_t etcd_pid = -1;
 	const char *dir = NULL, *rate = "1gbit", *transport = "tcp", *host = "127.0.0.1";
 	bool netns = false;
 	struct node_spec nodes[32];
@@ -525,6 +534,11 @@ static int cmd_up(int argc, char **argv)
 			set[(*nset)++] = optarg;
 			break;
 		}
+		case 'E': etcd = false; break;
+		case 'L':
+			if (dm_cli_parse_u64("local up", "--member-lease", optarg, 2, 60, &lease_s))
+				return 2;
+			break;
 		case 'h': local_usage(stdout); return 0;
 		default: dm_cli_bad_option("local up", c, argv, optind); return 2;
 		}
@@ -553,7 +567,7 @@ static int cmd_up(int argc, char **argv)
 	}
 	nn = (int)(nmn + ncn);
 	if (!base) {
-		base = (unsigned long long)pick_ports(4 * nn);
+		base = (unsigned long long)pick_ports(4 * nn + 2);   /* + etcd client, peer */
 		if ((long long)base < 0) {
 			fprintf(stderr, "dmann local up: no free port range on 127.0.0.1\n");
 			return 1;
@@ -598,10 +612,28 @@ static int cmd_up(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/client.secret", dir);
 	write_file(path, s3secret, 0600);
 
+	/* The cluster state: a local etcd, before the nodes (they register at start). */
+	if (etcd) {
+		etcd_pid = dm_local_etcd_start(dir, netns ? "10.213.0.1" : host, (int)base + 4 * nn,
+					       (int)base + 4 * nn + 1, etcd_ep, sizeof(etcd_ep),
+					       etcd_dir, sizeof(etcd_dir));
+		if (etcd_pid < 0 || (rc = dm_local_etcd_wait(etcd_ep, etcd_pid, 20000))) {
+			if (etcd_pid > 0)
+				fprintf(stderr, "dmann local up: etcd did not start (%s); see "
+					"%s/etcd.log\n", strerror(-rc), dir);
+			dm_local_etcd_stop(etcd_pid, etcd_dir);
+			if (netns)
+				netns_down(tag);
+			return 1;
+		}
+	}
 	f = open_memstream(&ini, &inilen);
 	fprintf(f, "; written by dmann local up\n[cluster]\nname = local-%s\nsecret_file = secret\n"
-		   "transport = %s\nredundancy = %llu\n\n[s3]\naccess_key = DMANNLOCALTEST\n"
-		   "secret_key_file = s3.secret\n", tag, transport, redundancy);
+		   "transport = %s\nredundancy = %llu\n", tag, transport, redundancy);
+	if (etcd_ep[0])
+		fprintf(f, "; the cluster state: a local etcd, stopped by local down\n"
+			   "etcd = %s\nmember_lease_s = %llu\n", etcd_ep, lease_s);
+	fprintf(f, "\n[s3]\naccess_key = DMANNLOCALTEST\nsecret_key_file = s3.secret\n");
 	put_sets(f, NULL, sset, nsset);
 	if (https)
 		fprintf(f, "https_cert = s3.crt\nhttps_key = s3.key\n");
@@ -652,6 +684,8 @@ static int cmd_up(int argc, char **argv)
 	}
 	if (netns)
 		fprintf(f, "netns %s\n", tag);
+	if (etcd_pid > 0)
+		fprintf(f, "etcd %d %s\n", (int)etcd_pid, etcd_dir);
 	rc = 0;
 	/* Memory nodes first: compute nodes connect to them at start. */
 	for (int i = 0; i < nn && !rc; i++) {
@@ -694,7 +728,8 @@ static int cmd_down(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *dir = NULL;
-	char path[PATH_MAX], line[128], tag[32] = "";
+	char path[PATH_MAX], line[1200], tag[32] = "", etcd_dir[1024] = "";
+	int etcd_pid = -1;
 	pid_t pids[64];
 	int np = 0, c;
 	FILE *f;
@@ -722,6 +757,8 @@ static int cmd_down(int argc, char **argv)
 
 		if (sscanf(line, "netns %31s", tag) == 1)
 			continue;
+		if (sscanf(line, "etcd %d %1023s", &etcd_pid, etcd_dir) >= 1)
+			continue;
 		if (sscanf(line, "%d", &pid) == 1 && pid > 1 && np < 64)
 			pids[np++] = pid;
 	}
@@ -746,6 +783,11 @@ static int cmd_down(int argc, char **argv)
 			fprintf(stderr, "dmann local: pid %d did not stop in 10 s; killing it\n", pids[i]);
 			kill(pids[i], SIGKILL);
 		}
+	/* etcd last: the nodes revoke their leases as they stop. */
+	if (etcd_pid > 1) {
+		dm_local_etcd_stop(etcd_pid, etcd_dir);
+		np++;
+	}
 	if (tag[0])
 		netns_down(tag);
 	unlink(path);

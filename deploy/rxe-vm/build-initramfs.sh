@@ -31,7 +31,7 @@ cp /bin/busybox "$ST/usr/bin/busybox"
 # host files copied with their shared-library closure. libgcc_s is dlopened by glibc for
 # pthread_cancel/exit (ldd does not list it); the rxe provider is dlopened by libibverbs.
 FILES=(/usr/bin/kmod /usr/bin/ip /usr/bin/rdma /usr/lib/x86_64-linux-gnu/libgcc_s.so.1)
-for b in ibv_devices ibv_devinfo; do
+for b in ibv_devices ibv_devinfo etcd; do   # etcd: the cluster state of local clusters
 	p=$(command -v "$b" || true)
 	[ -n "$p" ] && FILES+=("$p")
 done

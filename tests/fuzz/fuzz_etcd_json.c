@@ -1,0 +1,66 @@
+/* fuzz_etcd_json.c: libFuzzer target for the parsers of etcd's answers (common/etcd): any
+ * input goes through the answer check (HTTP 200 and an error status, with the error
+ * mapping), then the range, write, lease and watch-message parsers; what they accept must
+ * hold their promises (non-empty NUL-terminated keys, ascending range keys, events in
+ * revision order, positive lease ids). The strict base64 decoder runs on the raw input. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd_int.h"
+
+static void check_kv(const struct dm_etcd_kv *kv)
+{
+	if (!kv->key || !kv->key_len || kv->key[kv->key_len] || !kv->val ||
+	    ((char *)kv->val)[kv->len] || kv->mod_revision <= 0)
+		abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct dm_etcd e = { .nep = 0 };
+	struct dm_etcd_kv *kvs;
+	struct dm_etcd_wmsg m;
+	int64_t rev, del, id, ttl;
+	size_t n, bl;
+	json_t *a;
+	bool ok;
+	char *b;
+
+	if (dm_etcd_unb64((const char *)data, size, &b, &bl) == 0) {
+		if (bl > size || b[bl])
+			abort();
+		free(b);
+	}
+	if (dm_etcd_answer(&e, "/fuzz", 400, data, size, &a) == 0 || a)
+		abort();                           /* an error status never gives an answer */
+	if (dm_etcd_answer(&e, "/fuzz", 200, data, size, &a))
+		return 0;
+	if (dm_etcd_ans_range(a, &kvs, &n, &rev) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			check_kv(&kvs[i]);
+			const struct dm_etcd_kv *p = &kvs[i - (i > 0)];
+			int c = memcmp(p->key, kvs[i].key, DM_MIN(p->key_len, kvs[i].key_len));
+
+			if (i && (c > 0 || (c == 0 && p->key_len >= kvs[i].key_len)))
+				abort();
+		}
+		if (rev <= 0 || (n && !kvs) || (!n && kvs))
+			abort();
+		dm_etcd_kvs_free(kvs, n);
+	}
+	if (dm_etcd_ans_write(a, &rev, &del, &ok) == 0 && (rev <= 0 || del < 0))
+		abort();
+	if (dm_etcd_ans_lease(a, &id, &ttl) == 0 && (id <= 0 || ttl < 0))
+		abort();
+	if (dm_etcd_ans_watch(a, &m) == 0) {
+		for (size_t i = 0; i < m.nev; i++) {
+			check_kv(&m.ev[i].kv);
+			if (i && m.ev[i].kv.mod_revision < m.ev[i - 1].kv.mod_revision)
+				abort();
+		}
+		dm_etcd_wmsg_free(&m);
+	}
+	json_decref(a);
+	return 0;
+}

@@ -1,0 +1,556 @@
+/* test_etcd.c: the etcd v3 client (common/etcd) against a real etcd (/usr/bin/etcd, or
+ * $DMANN_ETCD) started for each test: data dir on tmpfs, random loopback ports, SIGKILLed
+ * and removed at the end. Missing etcd fails the test (never a skip).
+ *   - put/get/range/delete with binary values (zero bytes inside), prefixes ending in 0xff,
+ *     the 1 MiB value limit, bad arguments;
+ *   - guarded puts: "must not exist", success on the expected mod_revision, conflicts;
+ *   - leases: grant, keepalive, expiry without keepalive (TTL 2 s), revoke deletes keys;
+ *   - watches: puts and deletes in order with increasing revisions, resuming at
+ *     from_revision, -ESTALE for a compacted start revision;
+ *   - endpoints: -ECONNREFUSED quickly, failover to the second endpoint, -ETIMEDOUT (and no
+ *     retry elsewhere) once a request was sent to an endpoint that does not answer;
+ *   - the answer parsers on malformed input. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "etcd_int.h"
+
+static char dir[64] = "/dev/shm/dmann-etcd-XXXXXX", url[64];
+static pid_t etcd_pid;
+static struct dm_etcd *E;
+
+/* A loopback port nobody listens on (now). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void setup(void)
+{
+	const char *bin = getenv("DMANN_ETCD") ? getenv("DMANN_ETCD") : "/usr/bin/etcd";
+	char curl[64], purl[64], cluster[96], data[96], log[96];
+	int cp = free_port(), pp = free_port(), rc = -1;
+	void *v;
+	size_t n;
+
+	cr_assert(access(bin, X_OK) == 0, "etcd not found at %s: install etcd-server "
+		  "(deploy/install-deps.sh) or set DMANN_ETCD", bin);
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", cp);
+	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pp);
+	snprintf(cluster, sizeof(cluster), "default=%s", purl);
+	snprintf(data, sizeof(data), "%s/data", dir);
+	snprintf(log, sizeof(log), "%s/etcd.log", dir);
+	snprintf(url, sizeof(url), "%s", curl);
+	etcd_pid = fork();
+	cr_assert(etcd_pid >= 0);
+	if (etcd_pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(bin, bin, "--name", "default", "--data-dir", data, "--listen-client-urls", curl,
+		      "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+		      "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+		      (char *)NULL);
+		_exit(127);
+	}
+	E = dm_etcd_open(url, 1000);
+	cr_assert_not_null(E);
+	for (double t0 = now_s(); now_s() - t0 < 20; usleep(50000)) {
+		cr_assert_eq(waitpid(etcd_pid, NULL, WNOHANG), 0, "etcd exited: see %s", log);
+		if ((rc = dm_etcd_get(E, "ping", &v, &n, NULL)) == -ENOENT)
+			break;
+	}
+	cr_assert_eq(rc, -ENOENT, "etcd does not answer on %s: %s", url, dm_etcd_errmsg(E));
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st, (void)flag, (void)f;
+	return remove(p);
+}
+
+static void teardown(void)
+{
+	dm_etcd_close(E);
+	if (etcd_pid > 0) {
+		kill(etcd_pid, SIGKILL);
+		waitpid(etcd_pid, NULL, 0);
+	}
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(etcd, .init = setup, .fini = teardown, .timeout = 60);
+
+static void assert_get(const char *key, const void *val, size_t len)
+{
+	void *v;
+	size_t n;
+
+	cr_assert_eq(dm_etcd_get(E, key, &v, &n, NULL), 0, "%s: %s", key, dm_etcd_errmsg(E));
+	cr_assert_eq(n, len, "%s: %zu bytes, not %zu", key, n, len);
+	cr_assert(memcmp(v, val, len) == 0 && ((char *)v)[n] == 0);
+	free(v);
+}
+
+Test(etcd, kv_round_trips)
+{
+	static const char bin[] = "a\0b\0\0c\xff\x01";
+	char *big = malloc(DM_ETCD_VAL_MAX + 1);
+	struct dm_etcd_kv *kvs;
+	int64_t rev, mod, rrev, del;
+	size_t n;
+	void *v;
+
+	cr_assert_eq(dm_etcd_put(E, "/t/a", bin, sizeof(bin), 0, &rev), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert_eq(dm_etcd_get(E, "/t/a", &v, &n, &mod), 0);
+	cr_assert(n == sizeof(bin) && memcmp(v, bin, n) == 0 && mod == rev);
+	free(v);
+	cr_assert_eq(dm_etcd_put(E, "/t/b", NULL, 0, 0, NULL), 0);
+	assert_get("/t/b", "", 0);
+	cr_assert_eq(dm_etcd_put(E, "/t/c", "\0", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_put(E, "/t0", "x", 1, 0, NULL), 0);         /* just after the prefix */
+	cr_assert_eq(dm_etcd_put(E, "/s/a", "y", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_range(E, "/t/", &kvs, &n, &rrev), 0);
+	cr_assert(n == 3 && rrev > rev);
+	cr_assert_str_eq(kvs[0].key, "/t/a");
+	cr_assert_str_eq(kvs[1].key, "/t/b");
+	cr_assert_str_eq(kvs[2].key, "/t/c");
+	cr_assert(kvs[0].len == sizeof(bin) && memcmp(kvs[0].val, bin, sizeof(bin)) == 0);
+	cr_assert(kvs[1].len == 0 && kvs[2].len == 1 && ((char *)kvs[2].val)[0] == 0);
+	cr_assert(kvs[0].mod_revision == rev && kvs[0].version == 1 && kvs[0].key_len == 4);
+	dm_etcd_kvs_free(kvs, n);
+	cr_assert_eq(dm_etcd_range(E, "", &kvs, &n, NULL), 0);             /* the whole key space */
+	cr_assert_eq(n, 5);
+	dm_etcd_kvs_free(kvs, n);
+
+	/* A prefix ending in 0xff: its range ends at "/u". */
+	cr_assert_eq(dm_etcd_put(E, "/t\xff\x01", "z", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_put(E, "/t\xff", "z", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_put(E, "/u", "z", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_range(E, "/t\xff", &kvs, &n, NULL), 0);
+	cr_assert_eq(n, 2);
+	dm_etcd_kvs_free(kvs, n);
+
+	/* The largest value. */
+	for (size_t i = 0; i < DM_ETCD_VAL_MAX; i++)
+		big[i] = (char)(i * 7);
+	cr_assert_eq(dm_etcd_put(E, "/big", big, DM_ETCD_VAL_MAX, 0, NULL), 0, "%s", dm_etcd_errmsg(E));
+	assert_get("/big", big, DM_ETCD_VAL_MAX);
+
+	/* Delete: one key, a prefix, nothing. */
+	cr_assert_eq(dm_etcd_delete(E, "/t/a", false, &del), 0);
+	cr_assert_eq(del, 1);
+	cr_assert_eq(dm_etcd_get(E, "/t/a", &v, &n, NULL), -ENOENT);
+	cr_assert_eq(dm_etcd_delete(E, "/t/", true, &del), 0);
+	cr_assert_eq(del, 2);
+	cr_assert_eq(dm_etcd_range(E, "/t/", &kvs, &n, NULL), 0);
+	cr_assert(n == 0 && kvs == NULL);
+	cr_assert_eq(dm_etcd_delete(E, "/nothing", false, &del), 0);
+	cr_assert_eq(del, 0);
+	assert_get("/t0", "x", 1);
+
+	/* Bad arguments. */
+	cr_assert_eq(dm_etcd_put(E, NULL, "x", 1, 0, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put(E, "", "x", 1, 0, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put(E, "/k", NULL, 1, 0, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put(E, "/k", big, DM_ETCD_VAL_MAX + 1, 0, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put(E, "/k", "x", 1, -1, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put(NULL, "/k", "x", 1, 0, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_get(E, "", &v, &n, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_delete(E, "", true, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put(E, "/k", "x", 1, 12345, NULL), -ENOENT);  /* no such lease */
+	cr_assert_null(dm_etcd_open("127.0.0.1:2379", 1000));
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_null(dm_etcd_open("http://", 1000));
+	cr_assert_null(dm_etcd_open(url, 0));
+	free(big);
+}
+
+Test(etcd, put_if)
+{
+	int64_t r1, r2, mod;
+	size_t n;
+	void *v;
+	bool ok;
+
+	cr_assert_eq(dm_etcd_put_if(E, "/leader", "a", 1, 0, 0, &ok, &r1), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert(ok && r1 > 0);                                           /* did not exist */
+	cr_assert_eq(dm_etcd_put_if(E, "/leader", "b", 1, 0, 0, &ok, NULL), 0);
+	cr_assert(!ok);                                                    /* exists now */
+	cr_assert_eq(dm_etcd_put_if(E, "/leader", "c", 1, 0, r1, &ok, &r2), 0);
+	cr_assert(ok && r2 > r1);
+	cr_assert_eq(dm_etcd_put_if(E, "/leader", "d", 1, 0, r1, &ok, NULL), 0);
+	cr_assert(!ok);                                                    /* conflict */
+	cr_assert_eq(dm_etcd_get(E, "/leader", &v, &n, &mod), 0);
+	cr_assert(mod == r2 && n == 1 && memcmp(v, "c", 1) == 0);
+	free(v);
+	cr_assert_eq(dm_etcd_put_if(E, "/leader", "e", 1, 0, -1, &ok, NULL), -EINVAL);
+}
+
+Test(etcd, leases)
+{
+	int64_t l, l2;
+	int ttl = 0;
+	void *v;
+	size_t n;
+	double t0;
+	int rc;
+
+	cr_assert_eq(dm_etcd_lease_grant(E, 2, &l), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert(l > 0);
+	cr_assert_eq(dm_etcd_put(E, "/live/a", "1", 1, l, NULL), 0, "%s", dm_etcd_errmsg(E));
+	for (int i = 0; i < 6; i++) {                                      /* 3 s: kept alive */
+		usleep(500000);
+		cr_assert_eq(dm_etcd_lease_keepalive(E, l, &ttl), 0, "%s", dm_etcd_errmsg(E));
+		cr_assert(ttl >= 1 && ttl <= 2, "ttl %d", ttl);
+	}
+	assert_get("/live/a", "1", 1);
+	t0 = now_s();                                                      /* no keepalive now */
+	while ((rc = dm_etcd_get(E, "/live/a", &v, &n, NULL)) == 0 && now_s() - t0 < 6) {
+		free(v);
+		usleep(100000);
+	}
+	cr_assert_eq(rc, -ENOENT, "the key outlived its lease (%.1f s)", now_s() - t0);
+	cr_assert_eq(dm_etcd_lease_keepalive(E, l, &ttl), -ENOENT);
+	cr_assert_eq(dm_etcd_put(E, "/live/b", "1", 1, l, NULL), -ENOENT);
+
+	/* Revoke deletes the attached keys. */
+	cr_assert_eq(dm_etcd_lease_grant(E, 30, &l2), 0);
+	cr_assert_eq(dm_etcd_put(E, "/live/c", "1", 1, l2, NULL), 0);
+	cr_assert_eq(dm_etcd_put(E, "/live/d", "1", 1, l2, NULL), 0);
+	cr_assert_eq(dm_etcd_put(E, "/live/e", "1", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_lease_revoke(E, l2), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert_eq(dm_etcd_get(E, "/live/c", &v, &n, NULL), -ENOENT);
+	cr_assert_eq(dm_etcd_get(E, "/live/d", &v, &n, NULL), -ENOENT);
+	assert_get("/live/e", "1", 1);
+	cr_assert_eq(dm_etcd_lease_revoke(E, l2), -ENOENT);
+	cr_assert_eq(dm_etcd_lease_grant(E, 0, &l2), -EINVAL);
+	cr_assert_eq(dm_etcd_lease_keepalive(E, 0, &ttl), -EINVAL);
+}
+
+struct evs {
+	int n;
+	enum dm_etcd_ev_type type[16];
+	char key[16][32], val[16][32];
+	int64_t rev[16];
+};
+
+static void on_ev(void *arg, const struct dm_etcd_event *ev)
+{
+	struct evs *s = arg;
+
+	cr_assert(s->n < 16);
+	s->type[s->n] = ev->type;
+	snprintf(s->key[s->n], 32, "%s", ev->kv.key);
+	snprintf(s->val[s->n], 32, "%.*s", (int)ev->kv.len, ev->kv.val ? (char *)ev->kv.val : "");
+	s->rev[s->n++] = ev->kv.mod_revision;
+}
+
+/* Poll until want events were collected (or 10 s). */
+static void collect(const char *prefix, int64_t *from, struct evs *s, int want)
+{
+	double t0 = now_s();
+
+	while (s->n < want && now_s() - t0 < 10) {
+		int rc = dm_etcd_watch_poll(E, prefix, from, 2000, on_ev, s);
+
+		cr_assert_geq(rc, 0, "watch: %d %s", rc, dm_etcd_errmsg(E));
+	}
+	cr_assert_eq(s->n, want);
+}
+
+Test(etcd, watch)
+{
+	struct evs s = { 0 }, s2 = { 0 };
+	int64_t rev, from, first, now = 0;
+	struct dm_etcd_kv *kvs;
+	size_t n;
+	double t0;
+
+	cr_assert_eq(dm_etcd_range(E, "/w/", &kvs, &n, &rev), 0);
+	from = first = rev + 1;
+	cr_assert_eq(dm_etcd_put(E, "/w/a", "1", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_put(E, "/x/a", "1", 1, 0, NULL), 0);         /* not watched */
+	cr_assert_eq(dm_etcd_put(E, "/w/b", "2", 1, 0, NULL), 0);
+	cr_assert_eq(dm_etcd_delete(E, "/w/a", false, NULL), 0);
+	collect("/w/", &from, &s, 3);
+	cr_assert(s.type[0] == DM_ETCD_PUT && strcmp(s.key[0], "/w/a") == 0 && strcmp(s.val[0], "1") == 0);
+	cr_assert(s.type[1] == DM_ETCD_PUT && strcmp(s.key[1], "/w/b") == 0 && strcmp(s.val[1], "2") == 0);
+	cr_assert(s.type[2] == DM_ETCD_DELETE && strcmp(s.key[2], "/w/a") == 0 && s.val[2][0] == 0);
+	cr_assert(s.rev[0] == first && s.rev[1] > s.rev[0] && s.rev[2] > s.rev[1]);
+	cr_assert_eq(from, s.rev[2] + 1);
+
+	/* Nothing new: 0 after the time bound, from unchanged. */
+	t0 = now_s();
+	cr_assert_eq(dm_etcd_watch_poll(E, "/w/", &from, 300, on_ev, &s), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert(now_s() - t0 >= 0.25 && now_s() - t0 < 2);
+	cr_assert_eq(from, s.rev[2] + 1);
+	/* Resume: only the new event. */
+	cr_assert_eq(dm_etcd_put(E, "/w/c", "3", 1, 0, NULL), 0);
+	collect("/w/", &from, &s, 4);
+	cr_assert(strcmp(s.key[3], "/w/c") == 0 && s.rev[3] > s.rev[2] && from == s.rev[3] + 1);
+	/* From an older revision: the same events again. */
+	collect("/w/", &(int64_t){ s.rev[1] }, &s2, 3);
+	cr_assert(s2.rev[0] == s.rev[1] && s2.rev[2] == s.rev[3]);
+
+	/* From 0 ("now"): nothing old, from set to the store revision + 1, then new events. */
+	cr_assert_eq(dm_etcd_watch_poll(E, "/w/", &now, 300, on_ev, &s2), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert_eq(now, s.rev[3] + 1);                  /* /w/c was the last write */
+	cr_assert_eq(dm_etcd_put(E, "/w/d", "4", 1, 0, NULL), 0);
+	collect("/w/", &now, &s2, 4);
+	cr_assert_str_eq(s2.key[3], "/w/d");
+	cr_assert_eq(dm_etcd_watch_poll(E, "/w/", NULL, 300, on_ev, &s2), -EINVAL);
+}
+
+Test(etcd, watch_compacted)
+{
+	struct evs s = { 0 };
+	int64_t rev, from = 2;
+	struct dm_etcd_kv *kvs;
+	char req[64];
+	size_t n;
+	json_t *a;
+
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(dm_etcd_put(E, "/c/k", "v", 1, 0, &rev), 0);
+	snprintf(req, sizeof(req), "{\"revision\":\"%lld\",\"physical\":true}", (long long)rev);
+	cr_assert_eq(dm_etcd_call(E, "/v3/kv/compaction", req, &a), 0, "%s", dm_etcd_errmsg(E));
+	json_decref(a);
+	cr_assert_eq(dm_etcd_watch_poll(E, "/c/", &from, 2000, on_ev, &s), -ESTALE);
+	cr_assert(strstr(dm_etcd_errmsg(E), "compacted"), "%s", dm_etcd_errmsg(E));
+	cr_assert_eq(from, 2);
+	/* The caller's resync: a range read, then watch from its revision + 1. */
+	cr_assert_eq(dm_etcd_range(E, "/c/", &kvs, &n, &rev), 0);
+	cr_assert_eq(n, 1);
+	dm_etcd_kvs_free(kvs, n);
+	from = rev + 1;
+	cr_assert_eq(dm_etcd_put(E, "/c/k", "w", 1, 0, NULL), 0);
+	collect("/c/", &from, &s, 1);
+	cr_assert_str_eq(s.val[0], "w");
+}
+
+Test(etcd, endpoints)
+{
+	char list[160];
+	struct dm_etcd *d;
+	struct evs s = { 0 };
+	int64_t from = 1;
+	double t0;
+	bool ok;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int hole = socket(AF_INET, SOCK_STREAM, 0);
+
+	/* Nothing listens: -ECONNREFUSED, quickly, with a reason. */
+	snprintf(list, sizeof(list), "http://127.0.0.1:%d", free_port());
+	cr_assert_not_null(d = dm_etcd_open(list, 1000));
+	t0 = now_s();
+	cr_assert_eq(dm_etcd_put(d, "/k", "v", 1, 0, NULL), -ECONNREFUSED);
+	cr_assert_eq(dm_etcd_watch_poll(d, "/k", &from, 1000, on_ev, &s), -ECONNREFUSED);
+	cr_assert_lt(now_s() - t0, 2.0);
+	cr_assert(strlen(dm_etcd_errmsg(d)) > 0);
+	dm_etcd_close(d);
+
+	/* The first endpoint down: the second one serves. */
+	snprintf(list, sizeof(list), "http://127.0.0.1:%d,%s", free_port(), url);
+	cr_assert_not_null(d = dm_etcd_open(list, 1000));
+	cr_assert_eq(dm_etcd_put(d, "/k", "v", 1, 0, NULL), 0, "%s", dm_etcd_errmsg(d));
+	assert_get("/k", "v", 1);
+	cr_assert_eq(dm_etcd_put_if(d, "/k2", "v", 1, 0, 0, &ok, NULL), 0);
+	cr_assert(ok);
+	dm_etcd_close(d);
+
+	/* An endpoint that accepts connections but never answers: -ETIMEDOUT after the bound,
+	 * and the sent request is not retried on the second endpoint. */
+	cr_assert(bind(hole, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(hole, 8) == 0 &&
+		  getsockname(hole, (struct sockaddr *)&a, &l) == 0);
+	snprintf(list, sizeof(list), "http://127.0.0.1:%d,%s", ntohs(a.sin_port), url);
+	cr_assert_not_null(d = dm_etcd_open(list, 300));
+	t0 = now_s();
+	cr_assert_eq(dm_etcd_put_if(d, "/k3", "v", 1, 0, 0, &ok, NULL), -ETIMEDOUT);
+	cr_assert(now_s() - t0 >= 0.25 && now_s() - t0 < 2);
+	cr_assert_eq(dm_etcd_get(E, "/k3", &(void *){ NULL }, &(size_t){ 0 }, NULL), -ENOENT);
+	dm_etcd_close(d);
+	close(hole);
+}
+
+/* ---- the parsers on outside input (suite etcd_parse: no etcd started) ---- */
+static int range_of(const char *txt, size_t *n)
+{
+	struct dm_etcd_kv *kvs;
+	int64_t rev;
+	json_t *r;
+	int rc;
+
+	if ((rc = dm_etcd_load(txt, strlen(txt), &r)))
+		return rc;
+	rc = dm_etcd_ans_range(r, &kvs, n, &rev);
+	json_decref(r);
+	if (rc == 0)
+		dm_etcd_kvs_free(kvs, *n);
+	return rc;
+}
+
+static int watch_of(const char *txt, struct dm_etcd_wmsg *m)
+{
+	json_t *r;
+	int rc;
+
+	if ((rc = dm_etcd_load(txt, strlen(txt), &r)))
+		return rc;
+	rc = dm_etcd_ans_watch(r, m);
+	json_decref(r);
+	return rc;
+}
+
+static int lease_of(const char *txt)
+{
+	int64_t id, ttl;
+	json_t *r;
+	int rc;
+
+	if ((rc = dm_etcd_load(txt, strlen(txt), &r)))
+		return rc;
+	rc = dm_etcd_ans_lease(r, &id, &ttl);
+	json_decref(r);
+	return rc;
+}
+
+static int error_of(const char *txt)
+{
+	char msg[128];
+	json_t *r;
+	int rc;
+
+	if ((rc = dm_etcd_load(txt, strlen(txt), &r)))
+		return rc;
+	rc = dm_etcd_ans_error(r, msg, sizeof(msg));
+	json_decref(r);
+	return rc;
+}
+
+#define H "\"header\":{\"revision\":\"7\"}"
+#define KV(k, v, m) "{\"key\":\"" k "\",\"value\":\"" v "\",\"mod_revision\":\"" m "\"}"
+
+Test(etcd_parse, malformed_answers)
+{
+	static const char *bad_range[] = {
+		"", "[]", "{", "\"x\"", "{}", "{\"header\":1}", "{\"header\":{}}",
+		"{\"header\":{\"revision\":\"abc\"}}", "{\"header\":{\"revision\":\"-3\"}}",
+		"{\"header\":{\"revision\":\" 3\"}}", "{\"header\":{\"revision\":\"+3\"}}",
+		"{\"header\":{\"revision\":\"99999999999999999999\"}}",
+		"{\"header\":{\"revision\":{}}}", "{\"header\":{\"revision\":\"-\"}}",
+		"{" H ",\"kvs\":{},\"count\":\"1\"}",
+		"{" H ",\"kvs\":[1],\"count\":\"1\"}",
+		"{" H ",\"kvs\":[" KV("YQ==", "", "3") "]}",                   /* count < n */
+		"{" H ",\"kvs\":[" KV("YQ=", "", "3") "],\"count\":\"1\"}",    /* bad base64 */
+		"{" H ",\"kvs\":[" KV("YR==", "", "3") "],\"count\":\"1\"}",   /* non-canonical */
+		"{" H ",\"kvs\":[" KV("Y===", "", "3") "],\"count\":\"1\"}",
+		"{" H ",\"kvs\":[" KV("YQ==", "!!!!", "3") "],\"count\":\"1\"}",
+		"{" H ",\"kvs\":[" KV("", "", "3") "],\"count\":\"1\"}",       /* empty key */
+		"{" H ",\"kvs\":[" KV("YQ==", "", "0") "],\"count\":\"1\"}",   /* mod_revision 0 */
+		"{" H ",\"kvs\":[{\"key\":5,\"mod_revision\":\"3\"}],\"count\":\"1\"}",
+		"{" H ",\"kvs\":[{\"key\":\"YQ==\",\"value\":7,\"mod_revision\":\"3\"}],\"count\":\"1\"}",
+		"{" H ",\"kvs\":[{\"key\":\"YQ==\",\"mod_revision\":\"3\",\"lease\":\"-1\"}],\"count\":\"1\"}",
+		"{" H ",\"kvs\":[" KV("Yg==", "", "3") "," KV("YQ==", "", "3") "],\"count\":\"2\"}",
+		"{" H ",\"kvs\":[" KV("YQ==", "", "3") "," KV("YQ==", "", "3") "],\"count\":\"2\"}",
+		"{" H ",\"header\":{\"revision\":\"8\"}}",                     /* duplicate field */
+		"{" H ",\"count\":true}",
+	};
+	static const char *bad_watch[] = {
+		"{}", "{\"result\":[]}", "{\"result\":{\"events\":{}}}",
+		"{\"result\":{\"header\":{\"revision\":\"x\"}}}",
+		"{\"result\":{\"compact_revision\":\"-1\"}}",
+		"{\"result\":{\"events\":[{\"type\":\"FOO\",\"kv\":" KV("YQ==", "", "3") "}]}}",
+		"{\"result\":{\"events\":[{\"type\":1,\"kv\":" KV("YQ==", "", "3") "}]}}",
+		"{\"result\":{\"events\":[{\"type\":\"PUT\"}]}}",
+		"{\"result\":{\"events\":[{\"kv\":" KV("YQ==", "", "4") "},{\"kv\":" KV("YQ==", "", "3") "}]}}",
+		"{\"result\":{\"cancel_reason\":3}}",
+	};
+	static const char *bad_lease[] = {
+		"{" H "}", "{" H ",\"ID\":\"0\",\"TTL\":\"5\"}", "{" H ",\"ID\":\"5\",\"TTL\":\"-1\"}",
+		"{\"result\":5}", "{\"result\":{\"ID\":\"5\",\"TTL\":\"5\"}}", "{" H ",\"ID\":[],\"TTL\":\"5\"}",
+	};
+	struct dm_etcd_wmsg m;
+	size_t n;
+
+	for (size_t i = 0; i < DM_ARRAY_SIZE(bad_range); i++)
+		cr_assert_eq(range_of(bad_range[i], &n), -EBADMSG, "accepted: %s", bad_range[i]);
+	for (size_t i = 0; i < DM_ARRAY_SIZE(bad_watch); i++)
+		cr_assert_eq(watch_of(bad_watch[i], &m), -EBADMSG, "accepted: %s", bad_watch[i]);
+	for (size_t i = 0; i < DM_ARRAY_SIZE(bad_lease); i++)
+		cr_assert_eq(lease_of(bad_lease[i]), -EBADMSG, "accepted: %s", bad_lease[i]);
+
+	/* Well-formed answers. */
+	cr_assert_eq(range_of("{" H "}", &n), 0);
+	cr_assert_eq(n, 0);
+	cr_assert_eq(range_of("{" H ",\"kvs\":[" KV("YQ==", "AP8A", "3") "," KV("YWI=", "", "4")
+			      "],\"count\":\"9\",\"more\":true}", &n), 0);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(lease_of("{\"result\":{" H ",\"ID\":\"5\"}}"), 0);            /* expired */
+	cr_assert_eq(watch_of("{\"result\":{" H ",\"events\":[{\"kv\":" KV("YQ==", "AP8A", "3")
+			      "},{\"type\":\"DELETE\",\"kv\":{\"key\":\"YQ==\",\"mod_revision\":\"4\"}}]}}",
+			      &m), 0);
+	cr_assert(m.nev == 2 && m.ev[0].type == DM_ETCD_PUT && m.ev[0].kv.len == 3 &&
+		  memcmp(m.ev[0].kv.val, "\0\xff\0", 3) == 0 && m.ev[1].type == DM_ETCD_DELETE &&
+		  m.ev[1].kv.len == 0 && m.ev[1].kv.mod_revision == 4);
+	dm_etcd_wmsg_free(&m);
+	cr_assert_eq(watch_of("{\"result\":{\"header\":{},\"canceled\":true,\"compact_revision\":\"3\"}}",
+			      &m), 0);
+	cr_assert(m.canceled && m.compact_revision == 3 && m.nev == 0);
+
+	/* Errors: the gRPC code mapped; malformed errors rejected. */
+	cr_assert_eq(error_of("{\"error\":\"x\",\"message\":\"lease not found\",\"code\":5}"), -ENOENT);
+	cr_assert_eq(error_of("{\"error\":{\"grpc_code\":11,\"message\":\"compacted\"}}"), -ESTALE);
+	cr_assert_eq(error_of("{\"error\":\"x\",\"message\":\"no leader\",\"code\":14}"), -EAGAIN);
+	cr_assert_eq(error_of("{\"error\":\"x\",\"message\":\"m\",\"code\":\"5\"}"), -EBADMSG);
+	cr_assert_eq(error_of("{\"error\":\"x\",\"message\":7,\"code\":5}"), -EBADMSG);
+	cr_assert_eq(error_of("{\"error\":{\"message\":\"m\",\"grpc_code\":0}}"), -EBADMSG);
+	cr_assert_eq(error_of("{\"nothing\":1}"), -EBADMSG);
+
+	/* base64 round trips of every length and byte. */
+	for (size_t len = 0; len < 300; len++) {
+		struct dm_buf b = { 0 };
+		char src[300], *out;
+		size_t ol;
+
+		for (size_t i = 0; i < len; i++)
+			src[i] = (char)(i * 37 + len);
+		dm_etcd_b64_put(&b, src, len);
+		cr_assert(!b.oom && b.n == (len + 2) / 3 * 4);
+		cr_assert_eq(dm_etcd_unb64((char *)b.p, b.n, &out, &ol), 0);
+		cr_assert(ol == len && memcmp(out, src, len) == 0 && out[len] == 0);
+		free(out);
+		dm_buf_free(&b);
+	}
+}
