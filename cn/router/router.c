@@ -284,6 +284,17 @@ static void set_limits(struct router *r)
 	r->total = 0;
 }
 
+/* r->cns = the CNs ranked for vec (normalised first for a cosine index; caller holds mu). */
+static void rank(struct router *r, const float *vec, uint32_t dim)
+{
+	if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
+		memcpy(r->qv, vec, dim * sizeof(float));
+		dm_normalize(r->qv, dim);
+		vec = r->qv;
+	}
+	dm_oracle_rank(r->o, vec, r->cns, NULL);
+}
+
 uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t *top)
 {
 	uint32_t s = atomic_load(&r->strategy), target = r->self, k = r->ncn;
@@ -292,12 +303,7 @@ uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t
 	pthread_mutex_lock(&r->mu);
 	if (!r->o || dim != r->o->dim || s == DM_ROUTE_NONE)
 		goto out;
-	if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
-		memcpy(r->qv, vec, dim * sizeof(float));
-		dm_normalize(r->qv, dim);
-		vec = r->qv;
-	}
-	dm_oracle_rank(r->o, vec, r->cns, NULL);
+	rank(r, vec, dim);
 	*top = r->cns[0];
 	r->want[r->cns[0]]++;
 	if (s == DM_ROUTE_BESTFIT) {
@@ -328,17 +334,16 @@ out:
 	return target;
 }
 
-/* Too loaded to take a client-routed query: the local queue is over the admission band of
- * the known queues (caller holds mu). Bestfit follows the oracle alone. */
-static bool overloaded(struct router *r, uint32_t s)
+/* The admission band of client-routed queries over the known queues, with this CN's own
+ * queue refreshed (caller holds mu). */
+static double admit_band(struct router *r)
 {
 	double sum = 0;
 
 	r->qlen[r->self] = atomic_load(&r->cn->qlen);
 	for (uint32_t c = 0; c < r->ncn; c++)
 		sum += r->qlen[c];
-	return s != DM_ROUTE_BESTFIT &&
-	       r->qlen[r->self] > ROUTE_ADMIT_BAND * sum / r->ncn + ROUTE_ADMIT_ADD;
+	return ROUTE_ADMIT_BAND * sum / r->ncn + ROUTE_ADMIT_ADD;
 }
 
 uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t epoch,
@@ -348,7 +353,10 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 
 	pthread_mutex_lock(&r->mu);
 	if (r->o && dim == r->o->dim && s != DM_ROUTE_NONE && epoch == atomic_load(&r->epoch)) {
-		if (!overloaded(r, s)) {
+		double band = admit_band(r);
+
+		/* Bestfit follows the oracle alone. */
+		if (s == DM_ROUTE_BESTFIT || r->qlen[r->self] <= band) {
 			pthread_mutex_unlock(&r->mu);
 			atomic_fetch_add(&r->cnt[RC_ADMITTED], 1);
 			*top = r->self;   /* not ranked: the client did */
@@ -356,21 +364,11 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 			return r->self;
 		}
 		/* Overloaded: the first CN in rank order whose queue is under the band. */
-		double sum = 0;
-
-		if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
-			memcpy(r->qv, vec, dim * sizeof(float));
-			dm_normalize(r->qv, dim);
-			vec = r->qv;
-		}
-		dm_oracle_rank(r->o, vec, r->cns, NULL);
-		for (uint32_t c = 0; c < r->ncn; c++)
-			sum += r->qlen[c];
+		rank(r, vec, dim);
 		*top = r->cns[0];
 		target = r->self;
 		for (uint32_t i = 0; i < r->ncn; i++)
-			if (r->cns[i] != r->self &&
-			    r->qlen[r->cns[i]] <= ROUTE_ADMIT_BAND * sum / r->ncn + ROUTE_ADMIT_ADD) {
+			if (r->cns[i] != r->self && r->qlen[r->cns[i]] <= band) {
 				target = r->cns[i];
 				break;
 			}
