@@ -1,4 +1,5 @@
-/* cli_local.c: `dmann local up|down`: a local cluster for tests, benchmarks and the demo.
+/* cli_local.c: `dmann local up|down`: a local cluster for tests, benchmarks and the demo
+ * (the drills on one node, kill|stop|start, are in cli_local_node.c).
  *
  * up:   writes DIR/cluster.ini (+ DIR/secret, DIR/s3.secret, DIR/client.secret of the
  *       client identity [client.local]), starts N memory nodes and M
@@ -40,7 +41,8 @@ static void local_usage(FILE *f)
 		"                       [--redundancy R] [--base-port P] [--transport tcp|verbs] [--host IP]\n"
 		"                       [--router KEY=VALUE ...] [--cn-set KEY=VALUE ...]\n"
 		"                       [--s3-set KEY=VALUE ...] [--s3-identity NAME ...] [--https]\n"
-		"       dmann local down --dir DIR\n\n"
+		"       dmann local down --dir DIR\n"
+		"       dmann local kill|stop|start --dir DIR NODE   (failure drills: --help)\n\n"
 		"Start (or stop) a local dmann cluster: N memory nodes and M compute nodes as\n"
 		"background processes. `up` writes DIR/cluster.ini (nodes, the compute nodes' HTTP\n"
 		"endpoints, test credentials) and returns when every node accepts connections.\n\n"
@@ -120,7 +122,7 @@ static int runf(bool quiet, const char *fmt, ...)
 }
 
 /* Directory of this executable; sibling binaries are looked up there and in ../mn. */
-static int find_binary(const char *name, char *out, size_t cap)
+int dm_local_find_binary(const char *name, char *out, size_t cap)
 {
 	char self[PATH_MAX], *slash;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -174,7 +176,7 @@ static int random_secret(char *hex, size_t n)
 }
 
 /* The last lines of a node's log on stderr, so a failed start says why where it is seen. */
-static void print_log_tail(const char *dir, const char *role, int id)
+void dm_local_log_tail(const char *dir, const char *role, int id)
 {
 	char p[PATH_MAX], line[512], ring[8][512];
 	unsigned n = 0;
@@ -251,7 +253,7 @@ static int pick_ports(int span)
 
 /* Wait until the node at addr completes a transport handshake (from inside namespace ns,
  * if any): a real readiness check that also proves the node got the cluster secret. */
-static int wait_ready(const struct dm_cluster_cfg *cfg, const char *ns, const char *addr,
+int dm_local_wait_ready(const struct dm_cluster_cfg *cfg, const char *ns, const char *addr,
 		      int timeout_ms, pid_t node_pid)
 {
 	uint64_t deadline = dm_now_ns() + (uint64_t)timeout_ms * 1000000;
@@ -298,17 +300,8 @@ static int wait_ready(const struct dm_cluster_cfg *cfg, const char *ns, const ch
 	return -ETIMEDOUT;
 }
 
-struct node_spec {
-	const char *role;   /* "mn" or "cn" */
-	int id;
-	char ns[64];
-	char ip[32];
-	int port, http_port, metrics_port, https_port;
-	pid_t pid;
-};
-
 /* Start one node in the background: setsid, output to DIR/<role><id>.log. */
-static pid_t spawn_node(const char *dir, const struct node_spec *n, const char *bin)
+pid_t dm_local_spawn(const char *dir, const struct node_spec *n, const char *bin)
 {
 	char log[PATH_MAX], cfg[PATH_MAX], id[16];
 	pid_t pid;
@@ -674,8 +667,8 @@ static int cmd_up(int argc, char **argv)
 		free(cfg);
 		return 1;
 	}
-	find_binary("dmann-mn", bin_mn, sizeof(bin_mn));
-	find_binary("dmann-cn", bin_cn, sizeof(bin_cn));
+	dm_local_find_binary("dmann-mn", bin_mn, sizeof(bin_mn));
+	dm_local_find_binary("dmann-cn", bin_cn, sizeof(bin_cn));
 	snprintf(path, sizeof(path), "%s/pids", dir);
 	f = fopen(path, "w");
 	if (!f) {
@@ -691,22 +684,22 @@ static int cmd_up(int argc, char **argv)
 	for (int i = 0; i < nn && !rc; i++) {
 		struct node_spec *n = &nodes[i];
 
-		n->pid = spawn_node(dir, n, !strcmp(n->role, "mn") ? bin_mn : bin_cn);
+		n->pid = dm_local_spawn(dir, n, !strcmp(n->role, "mn") ? bin_mn : bin_cn);
 		if (n->pid < 0) {
 			rc = -errno;
 			break;
 		}
-		fprintf(f, "%d %s%d\n", (int)n->pid, n->role, n->id);
+		fprintf(f, "%d %s%d %s\n", (int)n->pid, n->role, n->id, n->ns[0] ? n->ns : "-");
 		fflush(f);
 		snprintf(addr, sizeof(addr), "%s:%d", n->ip, n->port);
-		rc = wait_ready(cfg, netns ? n->ns : NULL, addr, 30000, n->pid);
+		rc = dm_local_wait_ready(cfg, netns ? n->ns : NULL, addr, 30000, n->pid);
 		if (rc)
 			fprintf(stderr, "dmann local up: %s%d did not start (%s); see %s/%s%d.log\n",
 				n->role, n->id, rc == -ECHILD ? "it exited" :
 				rc == -ETIMEDOUT ? "no handshake within 30 s" : "probe failed",
 				dir, n->role, n->id);
 		if (rc)
-			print_log_tail(dir, n->role, n->id);
+			dm_local_log_tail(dir, n->role, n->id);
 	}
 	fclose(f);
 	free(cfg);
@@ -759,7 +752,8 @@ static int cmd_down(int argc, char **argv)
 			continue;
 		if (sscanf(line, "etcd %d %1023s", &etcd_pid, etcd_dir) >= 1)
 			continue;
-		if (sscanf(line, "%d", &pid) == 1 && pid > 1 && np < 64)
+		/* Only processes that are still dmann nodes: a killed node's pid may be reused. */
+		if (sscanf(line, "%d", &pid) == 1 && np < 64 && dm_local_pid_is_node(pid))
 			pids[np++] = pid;
 	}
 	fclose(f);
@@ -805,6 +799,9 @@ int dm_cmd_local(int argc, char **argv)
 		return cmd_up(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "down"))
 		return cmd_down(argc - 1, argv + 1);
-	fprintf(stderr, "dmann local: unknown action '%s' (up or down)\n", argv[1]);
+	if (!strcmp(argv[1], "kill") || !strcmp(argv[1], "stop") || !strcmp(argv[1], "start"))
+		return dm_local_node_cmd(argc - 1, argv + 1);
+	fprintf(stderr, "dmann local: unknown action '%s' (up, down, kill, stop or start)\n",
+		argv[1]);
 	return 2;
 }

@@ -1,7 +1,9 @@
-/* cli_local.h: the parts of `dmann local` in their own files (cli_local_etcd.c). */
+/* cli_local.h: the parts of `dmann local` in their own files: the cluster (cli_local.c),
+ * its etcd (cli_local_etcd.c), the failure drills on one node (cli_local_node.c). */
 #ifndef DM_CLI_LOCAL_H
 #define DM_CLI_LOCAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -16,5 +18,37 @@ pid_t dm_local_etcd_start(const char *dir, const char *host, int client_port, in
 int dm_local_etcd_wait(const char *endpoint, pid_t pid, int timeout_ms);
 /* SIGTERM (then SIGKILL after 5 s) and remove its data directory (only one local up made). */
 void dm_local_etcd_stop(pid_t pid, const char *datadir);
+
+struct dm_cluster_cfg;
+
+/* One node of a local cluster. */
+struct node_spec {
+	const char *role;   /* "mn" or "cn" */
+	int id;
+	char ns[64];        /* its network namespace ("" on loopback) */
+	char ip[32];
+	int port, http_port, metrics_port, https_port;
+	pid_t pid;
+};
+
+/* The pids file DIR/pids: one line a process, "PID NAME NS" for a node (NAME mn<N> or
+ * cn<N>, NS its namespace or "-"; a restarted node gets a new line, the last one counts),
+ * "etcd PID DATADIR", "netns TAG". */
+
+/* The path of a sibling binary of this executable (name alone: look it up in PATH). */
+int dm_local_find_binary(const char *name, char *out, size_t cap);
+/* Start node n in the background (setsid, output appended to dir/<role><id>.log, in its
+ * namespace if any): its pid, or -1 with errno. */
+pid_t dm_local_spawn(const char *dir, const struct node_spec *n, const char *bin);
+/* Wait until the node at addr completes a transport handshake (0), exits (-ECHILD, when
+ * node_pid > 0 is our child) or timeout_ms pass (-ETIMEDOUT); -EIO: the probe failed. */
+int dm_local_wait_ready(const struct dm_cluster_cfg *cfg, const char *ns, const char *addr,
+			int timeout_ms, pid_t node_pid);
+/* The last lines of dir/<role><id>.log on stderr. */
+void dm_local_log_tail(const char *dir, const char *role, int id);
+/* Whether pid is a running dmann node process (not a zombie, not a reused pid). */
+bool dm_local_pid_is_node(pid_t pid);
+/* `dmann local kill|start|stop --dir D NODE` (argv[0] is the action). */
+int dm_local_node_cmd(int argc, char **argv);
 
 #endif
