@@ -16,6 +16,7 @@
 #include "dm_config.h"
 #include "metrics.h"
 #if DM_HAVE_ETCD
+#include "cstate.h"
 #include "member.h"
 #endif
 #if DM_HAVE_HTTP
@@ -139,6 +140,17 @@ static void cn_metrics(void *arg, FILE *out)
 			     "dmann_cn_mn_down{node=\"%u\"} %u\n",
 			id, atomic_load(&cn->failovers), id, atomic_load(&cn->mn_downs), id,
 			atomic_load(&cn->mn_ups), id, down);
+		down = 0;
+		for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
+			down += atomic_load(&cn->state_down[m]);
+		fprintf(out, "# HELP dmann_cn_state_version Version of the cluster state's up-set "
+			     "this compute node follows (0: none).\n"
+			     "# TYPE dmann_cn_state_version gauge\n"
+			     "dmann_cn_state_version{node=\"%u\"} %lld\n"
+			     "# HELP dmann_cn_state_mn_down Memory nodes the up-set declares down.\n"
+			     "# TYPE dmann_cn_state_mn_down gauge\n"
+			     "dmann_cn_state_mn_down{node=\"%u\"} %u\n",
+			id, (long long)atomic_load(&cn->state_version), id, down);
 		fprintf(out, "# HELP dmann_cn_inserts_total Rows inserted online into the graph.\n"
 			     "# TYPE dmann_cn_inserts_total counter\n"
 			     "dmann_cn_inserts_total{node=\"%u\"} %lu\n"
@@ -249,6 +261,10 @@ int main(int argc, char **argv)
 	struct dm_listener *lis = NULL;
 	struct dm_metrics *metrics = NULL;
 	void *member = NULL;   /* struct dm_member: the node's heartbeat in etcd */
+#if DM_HAVE_ETCD
+	struct dm_upwatch *upwatch = NULL;   /* the up-set, applied by cn_state_apply */
+	struct dm_ctl *ctl = NULL;           /* standing as the cluster's controller */
+#endif
 	char err[1024];
 	uint64_t last_refresh = 0, refresh_ns = 1000000000ull;
 	int accept_ms = 200;
@@ -346,6 +362,11 @@ int main(int argc, char **argv)
 	if (cn.cfg->etcd[0]) {
 #if DM_HAVE_ETCD
 		member = dm_member_join(cn.cfg, "cn", cn.node->id, cn.node->address);
+		upwatch = dm_upwatch_start(cn.cfg, cn_state_apply, &cn);
+		if (!upwatch)
+			dm_warn("cn%u: not following the cluster state: %s", cn.node->id,
+				strerror(errno));
+		ctl = dm_ctl_start(cn.cfg, "cn", cn.node->id);
 #else
 		dm_warn("cn%u: built without the etcd client (libcurl): not registering in %s",
 			cn.node->id, cn.cfg->etcd);
@@ -388,6 +409,8 @@ int main(int argc, char **argv)
 	}
 	dm_info("cn%u: stopping", cn.node->id);
 #if DM_HAVE_ETCD
+	dm_ctl_stop(ctl);         /* a controller in office resigns: another takes over */
+	dm_upwatch_stop(upwatch);
 	dm_member_stop(member);   /* leave: the key goes at once */
 #endif
 	(void)member;

@@ -420,6 +420,10 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!parse_u64(v, 60, &u) || u < 2)
 				return fail(pc, "member_lease_s '%s' must be 2..60%s", v, "");
 			cfg->etcd_lease_s = (uint32_t)u;
+		} else if (!strcmp(key, "takeover_grace_s")) {
+			if (!parse_u64(v, 600, &u) || u < 1)
+				return fail(pc, "takeover_grace_s '%s' must be 1..600%s", v, "");
+			cfg->etcd_grace_s = (uint32_t)u;
 		} else {
 			return fail(pc, "unknown key '%s' in section [%s]", key, section);
 		}

@@ -13,6 +13,10 @@
  *                               ; `dmann local up` starts a local etcd and sets it
  *   member_lease_s = 5          ; TTL of that lease, 2..60 s: a node SIGKILLed is seen
  *                               ; down within about this long
+ *   takeover_grace_s = 8        ; a controller that takes office, or sees etcd again
+ *                               ; after an outage, declares no node down for this long
+ *                               ; (every lease may have expired at once); 1..600,
+ *                               ; default member_lease_s + 3
  *
  *   [mn.0]                      ; memory node 0
  *   address = 127.0.0.1:7000
@@ -190,6 +194,7 @@ struct dm_cluster_cfg {
 	uint32_t redundancy;
 	char etcd[512];              /* [cluster] etcd endpoints, "" = no cluster state */
 	uint32_t etcd_lease_s;       /* [cluster] member_lease_s: heartbeat lease TTL */
+	uint32_t etcd_grace_s;       /* [cluster] takeover_grace_s, 0 = member_lease_s + 3 */
 	char s3_access_key[128];
 	char s3_secret_key[128];
 	/* S3 identities: the [s3] access_key (named "default") first, then every

@@ -109,6 +109,24 @@ static __attribute__((unused)) pid_t cluster_pid_of(const char *dir, const char 
 	return found;
 }
 
+/* The pid of the local cluster's etcd (the "etcd PID DIR" line of dir/pids). */
+static __attribute__((unused)) pid_t cluster_etcd_pid(const char *dir)
+{
+	char line[1200];
+	int pid = 0;
+	FILE *f;
+
+	snprintf(line, sizeof(line), "%s/pids", dir);
+	f = fopen(line, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "etcd %d", &pid) == 1)
+			break;
+	fclose(f);
+	cr_assert_gt(pid, 1, "local up records its etcd in pids");
+	return pid;
+}
+
 /* GET /metrics of compute node cn of the local cluster in dir (its `metrics` address in
  * cluster.ini) into out: 0, or -1 when it does not accept the connection. A plain HTTP/1.0
  * GET: no client library needed (the VM has none). */

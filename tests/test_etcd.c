@@ -217,6 +217,42 @@ Test(etcd, put_if)
 	cr_assert_eq(dm_etcd_put_if(E, "/leader", "e", 1, 0, -1, &ok, NULL), -EINVAL);
 }
 
+/* A write guarded by a leader key: refused once the leader key is gone or re-created. */
+Test(etcd, put_guarded)
+{
+	int64_t lr, lr2, r1, r2;
+	size_t n;
+	void *v;
+	bool ok;
+
+	cr_assert_eq(dm_etcd_put_if(E, "/g/leader", "me", 2, 0, 0, &ok, &lr), 0);
+	cr_assert(ok);
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "1", 1, 0, "/g/leader", lr, &ok, &r1), 0,
+		     "%s", dm_etcd_errmsg(E));
+	cr_assert(ok && r1 > lr);
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "2", 1, r1, "/g/leader", lr, &ok, &r2), 0);
+	cr_assert(ok && r2 > r1);
+	/* A stale expectation of the state: refused. */
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "3", 1, r1, "/g/leader", lr, &ok, NULL), 0);
+	cr_assert(!ok);
+	/* The leader key re-created (another leader): its create revision differs. */
+	cr_assert_eq(dm_etcd_delete(E, "/g/leader", false, NULL), 0);
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "4", 1, r2, "/g/leader", lr, &ok, NULL), 0);
+	cr_assert(!ok, "a write guarded by a deleted leader key went through");
+	cr_assert_eq(dm_etcd_put_if(E, "/g/leader", "you", 3, 0, 0, &ok, &lr2), 0);
+	cr_assert(ok && lr2 != lr);
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "5", 1, r2, "/g/leader", lr, &ok, NULL), 0);
+	cr_assert(!ok, "the old leader's write went through");
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "6", 1, r2, "/g/leader", lr2, &ok, NULL), 0);
+	cr_assert(ok);
+	cr_assert_eq(dm_etcd_get(E, "/g/state", &v, &n, NULL), 0);
+	cr_assert(n == 1 && memcmp(v, "6", 1) == 0);
+	free(v);
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "7", 1, r2, NULL, lr2, &ok, NULL), -EINVAL);
+	cr_assert_eq(dm_etcd_put_guarded(E, "/g/state", "7", 1, r2, "/g/leader", 0, &ok, NULL),
+		     -EINVAL);
+}
+
 Test(etcd, leases)
 {
 	int64_t l, l2;

@@ -106,19 +106,10 @@ Test(member, heartbeat_leases_show_who_is_up)
 Test(member, nodes_register_again_after_an_etcd_outage)
 {
 	pid_t etcd = 0;
-	FILE *f;
-	char line[1200];
 
 	cr_assert_geq(wait_member("mn", 0, true, 10000), 0);
 	cr_assert_geq(wait_member("cn", 0, true, 10000), 0);
-	snprintf(line, sizeof(line), "%s/lc/pids", dir);
-	f = fopen(line, "r");
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "etcd %d", &etcd) == 1)
-			break;
-	fclose(f);
-	cr_assert_gt(etcd, 1, "local up records its etcd in pids");
+	etcd = cluster_etcd_pid(lcdir);
 	/* Frozen for 2 x TTL: every lease expires once etcd resumes. */
 	cr_assert_eq(kill(etcd, SIGSTOP), 0);
 	sleep(2 * TTL);

@@ -18,6 +18,7 @@
 #include "rpc.h"
 #include "vecfile.h"
 #if DM_HAVE_ETCD
+#include "cstate.h"
 #include "member.h"
 #endif
 
@@ -160,6 +161,44 @@ static void status_usage(FILE *f)
 		   "objects, compute nodes their index, cache and query counters.\n");
 }
 
+#if DM_HAVE_ETCD
+/* The controller and the up-set of the cluster state (JSON: fields inside "etcd"). */
+static void upset_show(const struct dm_cluster_cfg *cfg, bool json)
+{
+	struct dm_upset u;
+	char ctl[32], err[512], down[1024] = "";
+	int rc = dm_upset_read(cfg->etcd, cfg->name, 3000, &u, ctl, sizeof(ctl), err, sizeof(err));
+
+	if (rc && rc != -ENOENT) {
+		if (json)
+			printf(", \"upset_error\": \"%s\"", strerror(-rc));
+		else
+			printf("  cluster state: not read (%s)\n", err);
+		return;
+	}
+	for (uint32_t r = 0; !rc && r < 2; r++)
+		for (uint32_t id = 0; id < (r ? cfg->n_cn : cfg->n_mn); id++)
+			if (!dm_upset_has(r ? u.cn : u.mn, id))
+				snprintf(down + strlen(down), sizeof(down) - strlen(down), "%s%s%s%u%s",
+					 down[0] ? (json ? ", " : " ") : "", json ? "\"" : "",
+					 r ? "cn" : "mn", id, json ? "\"" : "");
+	if (json) {
+		printf(", \"controller\": \"%s\"", ctl);
+		if (!rc)
+			printf(", \"upset\": {\"version\": %lld, \"by\": \"%s\", \"time\": %lld, "
+			       "\"down\": [%s]}", (long long)u.version, u.controller,
+			       (long long)u.time, down);
+		return;
+	}
+	if (rc)
+		printf("  cluster state: no up-set yet; controller %s\n", ctl[0] ? ctl : "none");
+	else
+		printf("  cluster state: up-set version %lld (written by %s), controller %s, %s%s\n",
+		       (long long)u.version, u.controller, ctl[0] ? ctl : "none",
+		       down[0] ? "declared down: " : "every node up", down);
+}
+#endif
+
 /* The members registered in the cluster state (etcd), when the cluster file names one:
  * which nodes hold a live lease, which do not. Returns the count of nodes not registered
  * (or 1 when etcd cannot be read). */
@@ -203,12 +242,15 @@ static int etcd_members(const struct dm_cluster_cfg *cfg, bool json)
 			}
 		}
 	if (json)
-		printf("], \"missing\": [%s%s%s]}", missing[0] ? "\"" : "", missing,
+		printf("], \"missing\": [%s%s%s]", missing[0] ? "\"" : "", missing,
 		       missing[0] ? "\"" : "");
 	else
 		printf("  etcd %s: %zu members registered (lease alive)%s%s\n", cfg->etcd, n,
 		       gone ? ", not registered: " : "", missing);
 	free(mi);
+	upset_show(cfg, json);
+	if (json)
+		printf("}");
 	return gone;
 #else
 	if (json)

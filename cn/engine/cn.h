@@ -53,6 +53,11 @@ struct cn {
 	uint32_t rejoin_ms[DM_MAX_NODES];  /* ctl_lock: its back-off */
 	atomic_ulong failovers;           /* READs reissued to another replica */
 	atomic_ulong mn_downs, mn_ups;    /* memory nodes marked down / up again */
+	/* The cluster state (cn_state.c): memory nodes the etcd up-set declares down
+	 * (cn_refresh does not bring them back), its version, versions applied. */
+	atomic_bool state_down[DM_MAX_NODES];
+	_Atomic int64_t state_version;
+	atomic_ulong state_changes;
 	/* online inserts (cn_insert.h): rows, back-links made and dropped, lock retries */
 	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
 	atomic_ulong insert_locks_broken;  /* locks of gone holders broken (cn_insert.h) */
@@ -87,6 +92,10 @@ static inline bool cn_mn_is_down(struct cn *cn, uint32_t m)
 {
 	return atomic_load_explicit(&cn->mn_epoch[m], memory_order_acquire) & 1;
 }
+/* The up-set callback (cn_state.c; arg: the struct cn), run by the cluster-state watch
+ * (dm_upwatch_start) for every new version. */
+struct dm_upset;
+void cn_state_apply(void *arg, const struct dm_upset *u);
 /* Size the cache for the current view from the cluster file's [cn] cache (unless Q_CONFIG
  * overrode it) and clear it; the write lock held. 0 or -ENOMEM. */
 int cn_cache_apply(struct cn *cn);

@@ -137,7 +137,7 @@ static void epochs_from_links(struct cn *cn)
 {
 	for (uint32_t m = 0; m < cn->mns->n; m++) {
 		unsigned e = atomic_load(&cn->mn_epoch[m]);
-		bool up = cn->mns->link[m].up;
+		bool up = cn->mns->link[m].up && !atomic_load(&cn->state_down[m]);
 
 		if (up == !(e & 1))
 			continue;
@@ -217,8 +217,8 @@ static void rejoin(struct cn *cn)
 		unsigned e = atomic_load(&cn->mn_epoch[m]);
 		int rc;
 
-		if (!(e & 1) || now < cn->rejoin_at[m])
-			continue;
+		if (!(e & 1) || now < cn->rejoin_at[m] || atomic_load(&cn->state_down[m]))
+			continue;   /* up, backing off, or declared down by the cluster state */
 		rc = rejoin_one(cn, m, e);
 		if (rc == 0) {
 			dm_info("cn%u: memory node %u is up again: reads use it", cn->node->id, m);
@@ -264,6 +264,8 @@ int cn_refresh(struct cn *cn, bool force)
 	/* A node that did not answer was marked down by report(); rejoin() brings it back. */
 	if (!v.has_current) {
 		rc = v.answered ? -ENOENT : rc;
+		if (!cn->idx)
+			rejoin(cn);   /* no index yet: still bring memory nodes that were down back */
 		if (cn->idx && v.answered)
 			dm_info("cn%u: index gone from the memory nodes", cn->node->id);
 		goto out_unlock;

@@ -273,8 +273,10 @@ int dm_etcd_put(struct dm_etcd *e, const char *key, const void *val, size_t len,
 	return write_call(e, "/v3/kv/put", &q, revision, NULL, NULL);
 }
 
-int dm_etcd_put_if(struct dm_etcd *e, const char *key, const void *val, size_t len,
-		   int64_t lease, int64_t expect_mod_revision, bool *succeeded, int64_t *revision)
+/* The compare-and-put txn of put_if / put_guarded (guard NULL: no second compare). */
+static int put_txn(struct dm_etcd *e, const char *key, const void *val, size_t len,
+		   int64_t lease, int64_t expect_mod_revision, const char *guard,
+		   int64_t guard_create_revision, bool *succeeded, int64_t *revision)
 {
 	struct dm_buf q = { 0 };
 
@@ -282,13 +284,38 @@ int dm_etcd_put_if(struct dm_etcd *e, const char *key, const void *val, size_t l
 		return -EINVAL;
 	if (!succeeded || expect_mod_revision < 0)
 		return dm_etcd_fail(e, -EINVAL, "bad succeeded or expect_mod_revision");
+	if (guard && (check_key(e, guard, false) || guard_create_revision <= 0))
+		return dm_etcd_fail(e, -EINVAL, "bad guard key or guard_create_revision");
 	dm_buf_printf(&q, "{\"compare\":[{\"target\":\"MOD\",\"result\":\"EQUAL\",\"key\":\"");
 	dm_etcd_b64_put(&q, key, strlen(key));
-	dm_buf_printf(&q, "\",\"mod_revision\":\"%lld\"}],\"success\":[{\"request_put\":{",
-		      (long long)expect_mod_revision);
+	dm_buf_printf(&q, "\",\"mod_revision\":\"%lld\"}", (long long)expect_mod_revision);
+	if (guard) {
+		dm_buf_printf(&q, ",{\"target\":\"CREATE\",\"result\":\"EQUAL\",\"key\":\"");
+		dm_etcd_b64_put(&q, guard, strlen(guard));
+		dm_buf_printf(&q, "\",\"create_revision\":\"%lld\"}",
+			      (long long)guard_create_revision);
+	}
+	dm_buf_printf(&q, "],\"success\":[{\"request_put\":{");
 	kv_req(&q, key, val, len, lease);
 	dm_buf_printf(&q, "}}]}");
 	return write_call(e, "/v3/kv/txn", &q, revision, NULL, succeeded);
+}
+
+int dm_etcd_put_if(struct dm_etcd *e, const char *key, const void *val, size_t len,
+		   int64_t lease, int64_t expect_mod_revision, bool *succeeded, int64_t *revision)
+{
+	return put_txn(e, key, val, len, lease, expect_mod_revision, NULL, 0, succeeded,
+		       revision);
+}
+
+int dm_etcd_put_guarded(struct dm_etcd *e, const char *key, const void *val, size_t len,
+			int64_t expect_mod_revision, const char *guard,
+			int64_t guard_create_revision, bool *succeeded, int64_t *revision)
+{
+	if (!guard)
+		return e ? dm_etcd_fail(e, -EINVAL, "no guard key") : -EINVAL;
+	return put_txn(e, key, val, len, 0, expect_mod_revision, guard, guard_create_revision,
+		       succeeded, revision);
 }
 
 int dm_etcd_delete(struct dm_etcd *e, const char *key_or_prefix, bool prefix, int64_t *deleted)

@@ -87,6 +87,15 @@ int dm_etcd_delete(struct dm_etcd *e, const char *key_or_prefix, bool prefix, in
 int dm_etcd_put_if(struct dm_etcd *e, const char *key, const void *val, size_t len,
 		   int64_t lease, int64_t expect_mod_revision, bool *succeeded, int64_t *revision);
 
+/* A write guarded by a leader key (one txn): put key = val (no lease) only if the key's
+ * mod_revision is expect_mod_revision (0: the key does not exist) AND the key guard still
+ * exists with create_revision guard_create_revision (> 0): the leader that created it has
+ * not lost it (its lease did not expire, nobody else took it since). *succeeded / *revision
+ * as for dm_etcd_put_if. */
+int dm_etcd_put_guarded(struct dm_etcd *e, const char *key, const void *val, size_t len,
+			int64_t expect_mod_revision, const char *guard,
+			int64_t guard_create_revision, bool *succeeded, int64_t *revision);
+
 /* Grant a lease of ttl_s seconds (1 .. 10^9): *lease gets its id (> 0). */
 int dm_etcd_lease_grant(struct dm_etcd *e, int ttl_s, int64_t *lease);
 /* Refresh a lease once: *ttl_left (may be NULL) gets its new TTL in seconds. -ENOENT when

@@ -2,11 +2,13 @@
  * input goes through the answer check (HTTP 200 and an error status, with the error
  * mapping), then the range, write, lease and watch-message parsers; what they accept must
  * hold their promises (non-empty NUL-terminated keys, ascending range keys, events in
- * revision order, positive lease ids). The strict base64 decoder runs on the raw input. */
+ * revision order, positive lease ids). The strict base64 decoder and the up-set parser
+ * (cstate.h) run on the raw input. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cstate.h"
 #include "etcd_int.h"
 
 static void check_kv(const struct dm_etcd_kv *kv)
@@ -27,6 +29,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool ok;
 	char *b;
 
+	{
+		/* The up-set value (cstate.h): what it accepts formats and parses back equal. */
+		struct dm_upset u, v;
+
+		if (dm_upset_parse(data, size, &u) == 0) {
+			char *t = dm_upset_format(&u);
+
+			if (u.version < 1 || u.time < 0 || !t || dm_upset_parse(t, strlen(t), &v) ||
+			    v.version != u.version || memcmp(v.mn, u.mn, sizeof(u.mn)) ||
+			    memcmp(v.cn, u.cn, sizeof(u.cn)) || strcmp(v.controller, u.controller))
+				abort();
+			free(t);
+		}
+	}
 	if (dm_etcd_unb64((const char *)data, size, &b, &bl) == 0) {
 		if (bl > size || b[bl])
 			abort();
