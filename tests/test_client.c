@@ -6,6 +6,7 @@
  * memory); a wrong client secret or an unknown identity is refused. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster_util.h"
 #include "config.h"
@@ -339,5 +340,83 @@ Test(client, libdmann_put_query_delete_exact, .timeout = 600)
 	free(cnt);
 	free(v);
 	free(q);
+	dmann_close(d);
+}
+
+/* A compute node SIGKILLed in the middle of a large put and of a query batch: libdmann sends
+ * the requests it had in flight there to the other compute node (once each); both calls
+ * succeed and every acknowledged vector is there. */
+Test(client, libdmann_calls_survive_a_compute_node_kill, .timeout = 300)
+{
+	enum { N = 120000, D = 16, Q = 2000 };
+	dmann_t *d = dmann_connect(cfgpath, "local");
+	float *v = malloc(sizeof(float) * N * D), *out = malloc(sizeof(float) * N * D);
+	float *dist = malloc(sizeof(float) * Q * 4);
+	char **keys = malloc(sizeof(char *) * N), **got = calloc((size_t)Q * 4, sizeof(char *));
+	uint32_t *cnt = calloc(Q, sizeof(uint32_t));
+	uint8_t *found = calloc(N, 1);
+	uint64_t s = 7, t0;
+	int nf;
+
+	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
+	for (size_t i = 0; i < (size_t)N * D; i++)
+		v[i] = rnd(&s);
+	for (int i = 0; i < N; i++) {
+		keys[i] = malloc(16);
+		snprintf(keys[i], 16, "k%05d", i);
+	}
+	cr_assert_eq(dmann_create_index(d, "kbucket", "kidx", D, DMANN_EUCLIDEAN), 0, "%s",
+		     dmann_errmsg());
+	cr_assert_eq(dmann_put(d, "kbucket", "kidx", 1000, (const char *const *)keys, v, D, NULL),
+		     0, "%s", dmann_errmsg());
+	t0 = dm_now_ns();
+	/* The kill lands while the put below runs (it takes seconds): the kill's wall time
+	 * (before the SIGKILL) is logged and must fall inside the put. */
+	cr_assert_eq(sh("(sleep 0.3; date +%%s.%%N >%s/kill.t; %s local kill --dir %s/lc cn1 "
+			">%s/kill.log 2>&1) &", dir, dmann, dir, dir), 0);
+	cr_assert_eq(dmann_put(d, "kbucket", "kidx", N - 1000, (const char *const *)keys + 1000,
+			       v + 1000 * D, D, NULL), 0, "put failed though cn0 is up: %s",
+		     dmann_errmsg());
+	{
+		struct timespec ts;
+		double end, kt = 0;
+		char p[300];
+		FILE *f;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		end = ts.tv_sec + ts.tv_nsec / 1e9;
+		fprintf(stderr, "FIGURES put of %d vectors across a compute node kill: %.2f s\n",
+			N - 1000, (dm_now_ns() - t0) / 1e9);
+		for (int i = 0; i < 100 && sh("grep -q 'killed cn1' %s/kill.log 2>/dev/null", dir);
+		     i++)
+			usleep(100000);
+		cr_assert_eq(sh("grep -q 'killed cn1' %s/kill.log", dir), 0, "the kill did not happen");
+		snprintf(p, sizeof(p), "%s/kill.t", dir);
+		f = fopen(p, "r");
+		cr_assert_not_null(f);
+		cr_assert_eq(fscanf(f, "%lf", &kt), 1);
+		fclose(f);
+		cr_assert_lt(kt, end, "the put ended before the kill: nothing was in flight on cn1");
+	}
+	/* Every acknowledged vector is there, exactly. */
+	nf = dmann_get(d, "kbucket", "kidx", N, (const char *const *)keys, out, D, found);
+	cr_assert_eq(nf, N, "%d of %d found: %s", nf, N, dmann_errmsg());
+	cr_assert_arr_eq(out, v, sizeof(float) * N * D);
+	/* Queries on the survivor: each stored vector finds itself. */
+	cr_assert_eq(dmann_batch_query(d, "kbucket", "kidx", v, Q, D, 4, got, dist, cnt), 0, "%s",
+		     dmann_errmsg());
+	for (int i = 0; i < Q; i++)
+		cr_assert(cnt[i] >= 1 && got[i * 4] && !strcmp(got[i * 4], keys[i]) &&
+			  dist[i * 4] == 0.0f, "query %d found %s", i, got[i * 4]);
+	dmann_free_keys(got, (size_t)Q * 4);
+	for (int i = 0; i < N; i++)
+		free(keys[i]);
+	free(keys);
+	free(got);
+	free(v);
+	free(out);
+	free(dist);
+	free(cnt);
+	free(found);
 	dmann_close(d);
 }

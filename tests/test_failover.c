@@ -4,6 +4,8 @@
  *     through both compute nodes fails none of them and changes no answer (every one is
  *     the local search's ids); restarted, it is marked up again by both compute nodes and
  *     read from; with the cache off and at 10%;
+ *   - a compute node SIGKILLed mid-stream: libdmann retries its queries on the other one,
+ *     none fails, every answer is the local search's;
  *   - redundancy 1: the queries that need the dead node's blocks fail fast with a clear
  *     error (no hang), and the compute nodes serve again, with the same answers, once it is
  *     back. */
@@ -248,6 +250,53 @@ Test(failover, r2_no_query_fails_when_a_memory_node_dies)
 
 	round_r2("mn1", "0", want, nq, &ups);
 	round_r2("mn2", "10%", want, nq, &ups);
+	free(want);
+}
+
+/* A compute node SIGKILLed mid-stream: libdmann sends the queries it had in flight to the
+ * other one (once each); none fails, every answer is the local search's. */
+Test(failover, no_libdmann_query_fails_when_a_compute_node_dies)
+{
+	uint32_t nq;
+	int32_t *want = local_ids(&nq);
+	char ids[256], log[256], buf[8192], lc[160];
+	long long q0, retried;
+	unsigned diff;
+	pid_t b;
+	int st;
+
+	snprintf(ids, sizeof(ids), "%s/ids-cn1.ibin", dir);
+	snprintf(log, sizeof(log), "%s/bench-cn1.log", dir);
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	b = bench_start("0", ids, log);
+	kill_mid_stream("cn1", b, STREAM / 4);
+	q0 = metric(0, "dmann_cn_queries_total");
+	st = bench_wait(b, 300);
+	read_log(log, buf, sizeof(buf));
+	cr_assert_eq(st, 0, "a query failed although another compute node is up: %s", buf);
+	diff = compare_ids(ids, want, nq, STREAM);
+	{
+		const char *at = strstr(buf, " retried,");
+
+		while (at > buf && at[-1] >= '0' && at[-1] <= '9')
+			at--;
+		retried = at ? atoll(at) : -1;
+	}
+	fprintf(stderr, "FIGURES cn1 SIGKILLed mid-stream: %d queries, 0 failed, %lld sent again, "
+		"ids differing %u of %d, cn0 answered %lld after the kill\n", STREAM, retried, diff,
+		STREAM * K, metric(0, "dmann_cn_queries_total") - q0);
+	cr_assert_eq(diff, 0, "%u ids differ from the local search", diff);
+	cr_assert_gt(retried, 0, "no query was in flight on the killed node: %s", buf);
+	cr_assert_gt(metric(0, "dmann_cn_queries_total") - q0, 0);
+	/* Back (the failure drill of the CLI): both serve again. */
+	cr_assert_eq(sh("%s local start --dir %s cn1", dmann, lc), 0);
+	snprintf(ids, sizeof(ids), "%s/ids-cn1-back.ibin", dir);
+	q0 = metric(1, "dmann_cn_queries_total");
+	cr_assert_eq(sh("%s bench --config %s/cluster.ini --query %s/data/query.fbin --gt "
+			"%s/data/gt.ibin --k %d --ef %d --cache-ratio 0 --out %s >/dev/null",
+			dmann, lc, dir, dir, K, EF, ids), 0);
+	cr_assert_eq(compare_ids(ids, want, nq, nq), 0);
+	cr_assert_gt(metric(1, "dmann_cn_queries_total") - q0, 0, "cn1 serves again");
 	free(want);
 }
 

@@ -95,6 +95,7 @@ struct bench {
 	float *lat_us;
 	double *recall;
 	uint64_t reads, bytes, rtrips, hops, hits_q, errors, rereads, relayed, routed, spilled;
+	uint64_t retried;            /* sent again after their compute node died */
 	char first_err[512];
 	/* scratch of one dmann_search call */
 	float *vec;
@@ -240,6 +241,7 @@ static double run_stream(struct bench *b, uint64_t first, uint64_t nstream)
 			b->relayed += !!(in->flags & DMANN_SI_RELAYED);
 			b->routed += !!(in->flags & DMANN_SI_ROUTED);
 			b->spilled += !!(in->flags & DMANN_SI_SPILLED);
+			b->retried += !!(in->flags & DMANN_SI_RETRIED);
 		}
 		if (rc) {
 			b->errors += nstream - c0 - n;   /* the rest of the stream is not run */
@@ -555,7 +557,7 @@ int dm_cmd_bench(int argc, char **argv)
 			goto out;
 		}
 		b.reads = b.bytes = b.rtrips = b.hops = b.hits_q = b.rereads = 0;
-		b.relayed = b.routed = b.spilled = 0;
+		b.relayed = b.routed = b.spilled = b.retried = 0;
 	}
 	for (uint32_t i = 0; i < cfg->n_cn; i++)
 		if (!OTHER_CN(i) && (rc = get_stats(&b.conns[i], &st0[i]))) {
@@ -623,7 +625,8 @@ int dm_cmd_bench(int argc, char **argv)
 			       "\"pauses\": %llu, \"spill_cache\": %s, \"only_cn\": %d, \"beam\": %llu, "
 			       "\"cache_mib\": %.1f, \"index_bytes\": %llu, \"rereads\": %lu, "
 			       "\"warmup\": %llu, \"warmed_queries\": %llu, \"client_routing\": %s, "
-			       "\"relayed\": %.4f, \"client_routed\": %.4f, \"client_spilled\": %.4f}\n",
+			       "\"relayed\": %.4f, \"client_routed\": %.4f, \"client_spilled\": %.4f, "
+			       "\"retried\": %llu}\n",
 			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
 			       b.reads / dq,
 			       b.bytes / dq, b.rtrips / dq,
@@ -636,18 +639,19 @@ int dm_cmd_bench(int argc, char **argv)
 			       (unsigned long long)st0[only >= 0 ? only : 0].index_bytes,
 			       b.rereads, warmup, (unsigned long long)warmed,
 			       client_routing ? "true" : "false", b.relayed / dq, b.routed / dq,
-			       b.spilled / dq);
+			       b.spilled / dq, (unsigned long long)b.retried);
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
 			       "csp %s  routing %s%s (%.1f%% relayed)  "
 			       "reads/q %.1f  KiB/q %.1f  round trips/q %.1f  hops/q %.1f  (%llu queries, "
-			       "%llu errors, cache %.1f%%, ef %llu)\n", k, recall, qps, p50, p99, hr,
+			       "%llu errors, %llu retried, cache %.1f%%, ef %llu)\n", k, recall, qps, p50, p99, hr,
 			       csp_s, dm_route_name((uint32_t)routing),
 			       client_routing && routing != DM_ROUTE_NONE ? " client-side" : "",
 			       100.0 * b.relayed / dq,
 			       b.reads / dq, b.bytes / dq / 1024,
 			       b.rtrips / dq, b.hops / dq,
-			       (unsigned long long)ok, (unsigned long long)errs, ratio * 100, ef);
+			       (unsigned long long)ok, (unsigned long long)errs,
+			       (unsigned long long)b.retried, ratio * 100, ef);
 		free(lat);
 		if (errs)
 			fprintf(stderr, "dmann bench: %llu queries failed; first error: %s\n",

@@ -86,6 +86,7 @@ static dmann_t *open_handle(const char *cluster, const char *const *eps, size_t 
 			dmann_fail(rc, "connect: compute node %s: %s", eps[i], strerror(-rc));
 			continue;
 		}
+		snprintf(c->ep, sizeof(c->ep), "%s", eps[i]);
 		d->ncn++;
 	}
 	if (d->ncn == 0)
@@ -158,6 +159,8 @@ void dmann_close(dmann_t *d)
 	if (!d)
 		return;
 	for (uint32_t i = 0; i < d->ncn; i++) {
+		if (d->cn[i].dead)
+			continue;
 		dm_rpc_chan_fini(&d->cn[i].ch);
 		dm_conn_close(d->cn[i].conn);
 	}
@@ -174,7 +177,7 @@ static int send_one(dmann_t *d, uint32_t c, struct dmann_req *r, uint64_t id)
 	int rc = dm_rpc_send(&d->cn[c].ch, DM_OP_C_CALL, id, 0, r->body, r->blen);
 
 	if (rc)
-		return dmann_fail(rc, "compute node %s: send: %s", d->cn[c].conn->peer,
+		return dmann_fail(rc, "compute node %s: send: %s", d->cn[c].ep,
 				  strerror(-rc));
 	d->cn[c].inflight++;
 	return 0;
@@ -195,24 +198,25 @@ static int take_one(dmann_t *d, uint32_t c, int ms, struct dmann_req *reqs, size
 
 	if (rc <= 0) {
 		if (rc < 0)
-			dmann_fail(rc, "compute node %s: %s", d->cn[c].conn->peer, strerror(-rc));
+			dmann_fail(rc, "compute node %s: %s", d->cn[c].ep, strerror(-rc));
 		return rc;
 	}
 	rc = dm_wire_hdr_decode(buf, len, &h);
 	if (!rc)
 		rc = dm_wire_c_check(&h, buf, len, &m, &json);
-	if (!rc && (h.op != DM_OP_C_CALL + 1 || h.req_id < base || h.req_id - base >= n))
+	if (!rc && (h.op != DM_OP_C_CALL + 1 || h.req_id < base || h.req_id - base >= n ||
+		    reqs[h.req_id - base].finished || reqs[h.req_id - base].on != c + 1))
 		rc = -EBADMSG;
 	if (rc) {
 		dm_msgpool_repost(d->pool, wr_id);
 		return dmann_fail(-EBADMSG, "compute node %s: malformed answer",
-				  d->cn[c].conn->peer);
+				  d->cn[c].ep);
 	}
 	d->cn[c].inflight--;
 	struct dmann_req *r = &reqs[h.req_id - base];
 
 	if (h.status)
-		r->err = dmann_fail(h.status, "compute node %s: %s", d->cn[c].conn->peer,
+		r->err = dmann_fail(h.status, "compute node %s: %s", d->cn[c].ep,
 				    h.status == -ENOSYS ? "runs no S3 gateway (no http address or "
 				    "no [s3] key)" : strerror(-h.status));
 	else
@@ -222,69 +226,183 @@ static int take_one(dmann_t *d, uint32_t c, int ms, struct dmann_req *reqs, size
 	return 1;
 }
 
+void dmann_conn_lost(dmann_t *d, uint32_t c)
+{
+	struct dmann_conn *k = &d->cn[c];
+
+	if (k->dead)
+		return;
+	dm_rpc_chan_fini(&k->ch);
+	dm_conn_close(k->conn);
+	k->conn = NULL;
+	k->inflight = 0;
+	k->dead = true;
+	k->backoff_ms = 1000;
+	k->retry_ns = dm_now_ns() + k->backoff_ms * 1000000ull;
+	d->rt.stale = d->rt.ok;
+}
+
+uint32_t dmann_revive(dmann_t *d)
+{
+	uint64_t now = dm_now_ns();
+	uint32_t live = 0;
+
+	for (uint32_t c = 0; c < d->ncn; c++) {
+		struct dmann_conn *k = &d->cn[c];
+		int rc;
+
+		if (k->dead && now >= k->retry_ns) {
+			rc = dm_xport_connect(d->x, k->ep, 1000, &k->conn);
+			if (!rc) {
+				rc = dm_rpc_chan_init(&k->ch, k->conn, d->pool, DM_C_MAX_REQ, 60000);
+				if (rc)
+					dm_conn_close(k->conn);
+			}
+			if (rc) {
+				k->conn = NULL;
+				k->backoff_ms = DM_MIN(2 * k->backoff_ms, 10000u);
+				k->retry_ns = dm_now_ns() + k->backoff_ms * 1000000ull;
+			} else {
+				k->dead = false;
+				k->inflight = 0;
+				d->rt.stale = d->rt.ok;   /* its node is reachable again */
+			}
+		}
+		live += !k->dead;
+	}
+	return live;
+}
+
+int dmann_live_pick(dmann_t *d, uint32_t *rr, const uint32_t *window, uint32_t all)
+{
+	for (uint32_t j = 0; j < d->ncn; j++) {
+		uint32_t c = (*rr + j) % d->ncn;
+
+		if (!d->cn[c].dead && d->cn[c].inflight < (window ? window[c] : all)) {
+			*rr = c + 1;
+			return (int)c;
+		}
+	}
+	return -1;
+}
+
+/* Connection c of dmann_run failed with err: its requests in flight go back to the retry
+ * queue (once each) or fail. The number that failed. */
+static size_t run_lost(dmann_t *d, uint32_t c, struct dmann_req *reqs, size_t next,
+		       size_t *retry, size_t *nretry, int err)
+{
+	size_t failed = 0;
+	char ep[128];
+
+	snprintf(ep, sizeof(ep), "%s", d->cn[c].ep);
+	dmann_conn_lost(d, c);
+	for (size_t i = 0; i < next; i++) {
+		struct dmann_req *r = &reqs[i];
+
+		if (r->finished || r->on != c + 1)
+			continue;
+		r->on = 0;
+		if (r->tries < DMANN_TRIES) {
+			retry[(*nretry)++] = i;
+			continue;
+		}
+		r->err = dmann_fail(err == -EBADMSG ? err : -EHOSTDOWN, "compute node %s: %s "
+				    "(the request was sent %u times)", ep, strerror(-err), r->tries);
+		r->finished = true;
+		failed++;
+	}
+	return failed;
+}
+
 int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 {
-	size_t next = 0, done = 0;
+	size_t next = 0, done = 0, nretry = 0, *retry;
 	uint64_t base;
 	int first = 0;
+	uint32_t rr;
 
+	retry = malloc((n ? n : 1) * sizeof(*retry));
+	if (!retry)
+		return dmann_fail(-ENOMEM, "out of memory");
 	pthread_mutex_lock(&d->mu);
 	base = d->next_id;
 	d->next_id += n;
+	rr = d->rr;
+	dmann_revive(d);
 	while (done < n) {
 		bool progress = false;
 
-		for (uint32_t c = 0; c < d->ncn && next < n && !first; c++) {
-			uint32_t cn = (uint32_t)((d->rr + c) % d->ncn);
+		/* Send: retries first, then new requests, to live compute nodes with room. */
+		while (!first && (nretry || next < n)) {
+			int c = dmann_live_pick(d, &rr, NULL, DMANN_WINDOW);
+			size_t i;
+			int rc;
 
-			while (d->cn[cn].inflight < DMANN_WINDOW && next < n && !first) {
-				int rc = send_one(d, cn, &reqs[next], base + next);
-
-				if (rc) {
-					first = rc;
-					break;
-				}
-				next++;
-				progress = true;
+			if (c < 0)
+				break;
+			i = nretry ? retry[--nretry] : next;
+			rc = send_one(d, (uint32_t)c, &reqs[i], base + i);
+			if (rc) {
+				if (i == next)
+					retry[nretry++] = next++;   /* not sent: it goes first */
+				else
+					retry[nretry++] = i;
+				done += run_lost(d, (uint32_t)c, reqs, next, retry, &nretry, rc);
+				continue;
 			}
+			reqs[i].on = (uint32_t)c + 1;
+			reqs[i].tries++;
+			if (i == next)
+				next++;
+			progress = true;
+		}
+		if ((nretry || next < n) && !first && dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0) {
+			/* Nobody left to send to. */
+			first = dmann_fail(-EHOSTDOWN, "no compute node is reachable");
+			for (size_t i = 0; i < nretry; i++, done++)
+				reqs[retry[i]].err = first, reqs[retry[i]].finished = true;
+			nretry = 0;
+			for (; next < n; next++, done++)
+				reqs[next].err = first, reqs[next].finished = true;
 		}
 		for (uint32_t c = 0; c < d->ncn; c++) {
-			while (d->cn[c].inflight) {
+			while (!d->cn[c].dead && d->cn[c].inflight) {
 				int rc = take_one(d, c, 0, reqs, n, base);
 
-				if (rc < 0) {
-					first = first ? first : rc;
-					d->cn[c].inflight = 0;   /* the connection is unusable */
-				}
+				if (rc < 0)
+					done += run_lost(d, c, reqs, next, retry, &nretry, rc);
 				if (rc <= 0)
 					break;
 				done++;
 				progress = true;
 			}
 		}
-		if (first) {
+		if (first && !nretry) {
 			/* Stop sending; collect what is in flight, then report. */
 			for (uint32_t c = 0; c < d->ncn; c++)
-				while (d->cn[c].inflight && take_one(d, c, 60000, reqs, n, base) == 1)
-					;
+				while (!d->cn[c].dead && d->cn[c].inflight &&
+				       take_one(d, c, 60000, reqs, n, base) == 1)
+					done++;
 			break;
 		}
 		if (!progress) {
 			for (uint32_t c = 0; c < d->ncn; c++) {
-				if (!d->cn[c].inflight)
-					continue;
-				int rc = take_one(d, c, 1, reqs, n, base);
+				int rc;
 
+				if (d->cn[c].dead || !d->cn[c].inflight)
+					continue;
+				rc = take_one(d, c, 1, reqs, n, base);
 				if (rc == 1)
 					done++;
 				else if (rc < 0)
-					first = rc;
+					done += run_lost(d, c, reqs, next, retry, &nretry, rc);
 				break;
 			}
 		}
 	}
 	d->rr++;
 	pthread_mutex_unlock(&d->mu);
+	free(retry);
 	if (first)
 		return first;
 	for (size_t i = 0; i < n; i++)

@@ -148,6 +148,7 @@ struct dmann_search_params {
 #define DMANN_SI_ROUTED  1u          /* the client routed it (client-side routing) */
 #define DMANN_SI_SPILLED 2u          /* ... to a compute node other than its top-ranked one */
 #define DMANN_SI_RELAYED 4u          /* a compute node relayed it through a memory node */
+#define DMANN_SI_RETRIED 8u          /* sent again: the compute node it was on died */
 
 struct dmann_search_info {           /* per query (optional) */
 	uint64_t latency_ns;         /* sent to answered, at the client */
@@ -166,9 +167,12 @@ struct dmann_search_info {           /* per query (optional) */
  * distances[i*k ..] (distances may be NULL), counts[i] of them (may be NULL; the rest of
  * the row is UINT64_MAX / +Inf), info[i] (may be NULL). Errors: -EINVAL (see above; also
  * a dim over what a compute node's receive buffer holds, "too many dimensions"), -ENOENT
- * (no HNSW index loaded), -EAGAIN (overloaded), -EHOSTDOWN (no live replica of a block);
- * on the first failed query nothing more is sent, the rest in flight are collected and
- * the error is returned. Thread-safety: as every call on a handle (serialised). */
+ * (no HNSW index loaded), -EAGAIN (overloaded), -EHOSTDOWN (no live replica of a block;
+ * or no compute node reachable; or a query lost twice with its compute node). A compute
+ * node whose connection fails is closed and its queries in flight are sent once more to
+ * the others (DMANN_SI_RETRIED; queries are read-only, so a retry is safe); later calls
+ * try to reconnect it (after 1 s, backing off to 10 s). On the first failed query nothing
+ * more is sent, the rest in flight are collected and the error is returned. Thread-safety: as every call on a handle (serialised). */
 int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 		 const struct dmann_search_params *p, uint64_t *ids, float *distances,
 		 uint32_t *counts, struct dmann_search_info *info);

@@ -16,10 +16,16 @@
 #define DMANN_MAX_CN 64
 #define DMANN_WINDOW 32          /* C_CALLs in flight per compute node (CN's ctlq: 64) */
 
+#define DMANN_TRIES 2            /* a request whose compute node died is sent once more */
+
 struct dmann_conn {
-	struct dm_conn *conn;
+	struct dm_conn *conn;        /* NULL while dead */
 	struct dm_rpc_chan ch;
 	uint32_t inflight;
+	char ep[128];                /* its endpoint (host:port) */
+	bool dead;                   /* the connection failed: reconnected by dmann_revive */
+	uint64_t retry_ns;           /* dead: next reconnection attempt */
+	uint32_t backoff_ms;
 };
 
 /* Client-side routing (dmann_route.c): the compute nodes' oracle and strategy, fetched with
@@ -60,10 +66,23 @@ struct dmann_req {
 	size_t index;                /* e.g. the query number */
 	int err;
 	bool finished;
+	uint32_t on;                 /* dmann_run: connection it is in flight on + 1 */
+	uint32_t tries;              /* dmann_run: times sent */
 };
 
-/* Run n requests, up to DMANN_WINDOW in flight per compute node, spread over them. 0 or the
- * first -errno (a transport error, or a done() failure). */
+/* Connection c failed: close it and mark it dead (its requests in flight are the caller's
+ * to retry). The routing state goes stale (its node is unreachable). */
+void dmann_conn_lost(dmann_t *d, uint32_t c);
+/* At the start of a call (d->mu held): reconnect the dead connections whose back-off passed
+ * (1 s, doubling to 10 s). The number of live connections. */
+uint32_t dmann_revive(dmann_t *d);
+/* The next live connection with fewer than window in flight, round robin from *rr; -1. */
+int dmann_live_pick(dmann_t *d, uint32_t *rr, const uint32_t *window, uint32_t all);
+
+/* Run n requests, up to DMANN_WINDOW in flight per compute node, spread over them; a
+ * request whose compute node dies (its connection fails) is sent once more to another one.
+ * 0 or the first -errno (a transport error twice, no live compute node, or a done()
+ * failure). */
 int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n);
 /* Client-side routing (caller holds d->mu, nothing in flight). refresh: fetch the oracle
  * and strategy from the compute nodes (Q_ROUTER); 0 when routing client-side now,

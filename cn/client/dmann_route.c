@@ -58,32 +58,39 @@ int dmann_route_refresh(dmann_t *d)
 	struct dm_wire_q_router h0, h;
 	uint8_t *buf = malloc(DM_C_MAX_RESP);
 	int rc = -EAGAIN;
+	bool have0 = false;   /* h0 / n.o: the first live compute node's answer */
 
 	if (!buf)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
 		n.conn_of[i] = -1;
 	for (uint32_t c = 0; c < d->ncn; c++) {
-		int e = fetch(d, c, buf, c ? &h : &h0, c ? NULL : &n.o);
+		int e;
 
+		if (d->cn[c].dead)
+			continue;   /* its node gets no query until it is reachable again */
+		e = fetch(d, c, buf, have0 ? &h : &h0, have0 ? NULL : &n.o);
 		if (e == -EAGAIN || e == -ENOSYS || e == -E2BIG || e == -EBADMSG || e == -EPROTO) {
 			rc = -EAGAIN;   /* no oracle (yet), or none a client can use */
 			goto out;
 		}
 		if (e) {
-			rc = e;
-			goto out;
+			dmann_conn_lost(d, c);   /* a transport failure: route over the others */
+			continue;
 		}
-		if (c && (h.epoch != h0.epoch || h.centroid_hash != h0.centroid_hash ||
+		if (have0 && (h.epoch != h0.epoch || h.centroid_hash != h0.centroid_hash ||
 			  h.strategy != h0.strategy))
 			goto out;   /* the CNs disagree (an epoch change in progress) */
-		if (c == 0)
+		if (!have0)
 			h = h0;
+		have0 = true;
 		if (n.conn_of[h.self] >= 0 || h.self >= h0.ncn)
 			goto out;
 		n.conn_of[h.self] = (int32_t)c;
 		n.node_of[c] = h.self;
 	}
+	if (!have0)
+		goto out;   /* no compute node answered */
 	if (h0.strategy == DM_ROUTE_NONE || h0.ncn != n.o->k || h0.ncn < 2)
 		goto out;
 	n.k = h0.ncn;
@@ -140,7 +147,7 @@ static int room(const dmann_t *d, uint32_t node, const uint32_t *window)
 {
 	int32_t c = d->rt.conn_of[node];
 
-	return c >= 0 && d->cn[c].inflight < window[c] ? c : -1;
+	return c >= 0 && !d->cn[c].dead && d->cn[c].inflight < window[c] ? c : -1;
 }
 
 int dmann_route_pick(dmann_t *d, const float *v, const uint32_t *window, uint32_t *flags)

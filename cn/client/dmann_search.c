@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,9 @@ struct search {
 	uint32_t *counts;
 	struct dmann_search_info *info;
 	uint64_t *t0;                /* send time of each query */
+	uint32_t *on;                /* connection + 1 each query is in flight on, 0: none */
+	uint8_t *tries;              /* times each query was sent */
+	size_t *retry, nretry;       /* queries whose compute node died, to send again */
 	uint8_t *msg;                /* one Q_SEARCH body */
 	size_t done;
 };
@@ -43,14 +47,16 @@ static int send_query(struct search *s, uint32_t c, size_t i, uint32_t flags)
 	s->t0[i] = dm_now_ns();
 	rc = dm_rpc_send(&d->cn[c].ch, DM_OP_Q_SEARCH, s->base + i, 0, s->msg, len);
 	if (rc)
-		return dmann_fail(rc, "compute node %s: send: %s", d->cn[c].conn->peer,
-				  strerror(-rc));
+		return dmann_fail(rc, "compute node %s: send: %s", d->cn[c].ep, strerror(-rc));
 	d->cn[c].inflight++;
+	s->on[i] = c + 1;
+	s->tries[i]++;
 	if (s->info)
 		s->info[i] = (struct dmann_search_info){
 			.status = -ECANCELED, .sent_to = d->rt.ok ? d->rt.node_of[c] : c,
 			.flags = (flags & DM_Q_F_ROUTED ? DMANN_SI_ROUTED : 0) |
-				 (flags & DM_Q_F_SPILLED ? DMANN_SI_SPILLED : 0) };
+				 (flags & DM_Q_F_SPILLED ? DMANN_SI_SPILLED : 0) |
+				 (s->tries[i] > 1 ? DMANN_SI_RETRIED : 0) };
 	return 0;
 }
 
@@ -68,22 +74,24 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 
 	if (rc <= 0) {
 		if (rc < 0)
-			dmann_fail(rc, "compute node %s: %s", d->cn[c].conn->peer, strerror(-rc));
+			dmann_fail(rc, "compute node %s: %s", d->cn[c].ep, strerror(-rc));
 		return rc;
 	}
 	if (dm_wire_hdr_decode(buf, len, &h) || h.op != DM_OP_Q_SEARCH + 1 ||
 	    dm_wire_q_check(&h, buf, len) ||
 	    dm_wire_q_result_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &r) ||
-	    r.qid < s->base || (i = r.qid - s->base) >= s->nq || !s->t0[i] || r.n > s->k) {
+	    r.qid < s->base || (i = r.qid - s->base) >= s->nq || s->on[i] != c + 1 ||
+	    r.n > s->k) {
 		dm_msgpool_repost(d->pool, wr_id);
-		return dmann_fail(-EBADMSG, "compute node %s: malformed answer", d->cn[c].conn->peer);
+		return dmann_fail(-EBADMSG, "compute node %s: malformed answer", d->cn[c].ep);
 	}
 	d->cn[c].inflight--;
+	s->on[i] = 0;
 	s->done++;
 	dmann_route_answer(d, &r);
 	if (h.status) {
 		*qerr = *qerr ? *qerr : dmann_fail(h.status, "compute node %s: query %llu: %s",
-						   d->cn[c].conn->peer, (unsigned long long)i,
+						   d->cn[c].ep, (unsigned long long)i,
 						   h.status == -ENOENT ? "no HNSW index is loaded" :
 						   h.status == -EINVAL ? "wrong dimension or a "
 						   "non-finite component" : strerror(-h.status));
@@ -118,13 +126,31 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 	return 1;
 }
 
-/* Connection c failed: its queries in flight are lost (the call fails with err). */
+/* Connection c failed with err: it is closed (dmann_conn_lost) and its queries in flight
+ * go to the retry queue, each once; a query that was sent twice fails the call (err). */
 static int lost(struct search *s, uint32_t c, uint32_t *total, int err)
 {
+	char ep[128];
+	int rc = 0;
+
+	snprintf(ep, sizeof(ep), "%s", s->d->cn[c].ep);
 	*total -= s->d->cn[c].inflight;
-	s->done += s->d->cn[c].inflight;
-	s->d->cn[c].inflight = 0;
-	return err;
+	dmann_conn_lost(s->d, c);
+	for (size_t i = 0; i < s->nq; i++) {
+		if (s->on[i] != c + 1)
+			continue;
+		s->on[i] = 0;
+		if (s->tries[i] < DMANN_TRIES && err != -ETIMEDOUT) {
+			s->retry[s->nretry++] = i;
+			continue;
+		}
+		s->done++;
+		if (!rc)
+			rc = dmann_fail(-EHOSTDOWN, "search: compute node %s failed with query %zu "
+					"(%s), which was sent %u times", ep, i, strerror(-err),
+					s->tries[i]);
+	}
+	return rc;
 }
 
 /* Validate the call. 0 or -EINVAL with the message. */
@@ -175,11 +201,13 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	s.ef = p->ef ? p->ef : 64;
 	s.beam = p->beam;
 	s.t0 = calloc(nq ? nq : 1, sizeof(*s.t0));
+	s.on = calloc(nq ? nq : 1, sizeof(*s.on));
+	s.tries = calloc(nq ? nq : 1, sizeof(*s.tries));
+	s.retry = malloc((nq ? nq : 1) * sizeof(*s.retry));
 	s.msg = malloc(sizeof(struct dm_wire_q_search) + 4ull * dim);
-	if (!s.t0 || !s.msg) {
-		free(s.t0);
-		free(s.msg);
-		return dmann_fail(-ENOMEM, "search: out of memory");
+	if (!s.t0 || !s.on || !s.tries || !s.retry || !s.msg) {
+		err = dmann_fail(-ENOMEM, "search: out of memory");
+		goto out_free;
 	}
 	for (size_t i = 0; i < nq; i++) {
 		for (uint32_t j = 0; j < p->k; j++) {
@@ -194,6 +222,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	}
 	pthread_mutex_lock(&d->mu);
 	dmann_clear_err();
+	dmann_revive(d);
 	s.base = d->next_id;
 	d->next_id += nq;
 	client = p->routing == DMANN_ROUTE_CLIENT;
@@ -210,38 +239,50 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	for (uint32_t c = 0; c < d->ncn; c++)
 		window[c] = DM_MIN(DMANN_WINDOW, cap);
 	rr = d->rr++;
-	while (s.done < next || (next < nq && !err && !qerr)) {
+	while (s.done < next || ((next < nq || s.nretry) && !err && !qerr)) {
 		bool progress = false;
 
-		/* Fill the windows, in query order. */
-		while (next < nq && total < cap && !err && !qerr) {
+		/* Fill the windows: the queries of a compute node that died first (round robin
+		 * over the live ones), then the next ones in query order. */
+		while ((next < nq || s.nretry) && total < cap && !err && !qerr) {
+			bool again = s.nretry > 0;
+			size_t i = again ? s.retry[s.nretry - 1] : next;
 			uint32_t flags = 0;
 			int c = -1;
 
-			if (client && !d->rt.stale) {
-				c = dmann_route_pick(d, vectors + next * dim, window, &flags);
-			} else {
-				for (uint32_t j = 0; j < d->ncn && c < 0; j++)
-					if (d->cn[(rr + j) % d->ncn].inflight < window[(rr + j) % d->ncn])
-						c = (int)((rr + j) % d->ncn);
-				rr = (uint32_t)c + 1;
+			if (!again && client && !d->rt.stale)
+				c = dmann_route_pick(d, vectors + i * dim, window, &flags);
+			else
+				c = dmann_live_pick(d, &rr, window, 0);
+			if (c < 0) {
+				if (dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0)
+					err = dmann_fail(-EHOSTDOWN, "search: no compute node is "
+							 "reachable");
+				break;
 			}
-			if (c < 0)
-				break;
-			err = send_query(&s, (uint32_t)c, next, flags);
-			if (err)
-				break;
-			next++;
+			rc = send_query(&s, (uint32_t)c, i, flags);
+			if (rc) {
+				rc = lost(&s, (uint32_t)c, &total, rc);
+				err = err ? err : rc;
+				continue;   /* query i was not sent: it is still where it was */
+			}
+			if (again)
+				s.nretry--;
+			else
+				next++;
 			total++;
 			progress = true;
 		}
 		/* Collect what has arrived. */
 		for (uint32_t c = 0; c < d->ncn; c++)
-			while (d->cn[c].inflight) {
+			while (!d->cn[c].dead && d->cn[c].inflight) {
 				rc = take_answer(&s, c, 0, &qerr);
-				if (rc < 0)
-					err = lost(&s, c, &total, err ? err : rc);
-				if (rc <= 0)
+				if (rc < 0) {
+					rc = lost(&s, c, &total, rc);
+					err = err ? err : rc;
+					break;
+				}
+				if (rc == 0)
 					break;
 				total--;
 				progress = true;
@@ -254,14 +295,15 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 			err = dmann_fail(-ETIMEDOUT, "search: no answer for %llu s",
 					 (unsigned long long)(STALL_NS / 1000000000ull));
 			for (uint32_t c = 0; c < d->ncn; c++)
-				lost(&s, c, &total, err);
+				if (!d->cn[c].dead && d->cn[c].inflight)
+					lost(&s, c, &total, -ETIMEDOUT);
 			break;
 		}
 		/* Nothing ready: wait briefly on the next connection with queries in flight. */
 		for (uint32_t j = 0; j < d->ncn; j++) {
 			uint32_t c = (wait_c + j) % d->ncn;
 
-			if (!d->cn[c].inflight)
+			if (d->cn[c].dead || !d->cn[c].inflight)
 				continue;
 			wait_c = c + 1;
 			rc = take_answer(&s, c, 1, &qerr);
@@ -269,14 +311,19 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 				total--;
 				last = dm_now_ns();
 			} else if (rc < 0) {
-				err = lost(&s, c, &total, err ? err : rc);
+				rc = lost(&s, c, &total, rc);
+				err = err ? err : rc;
 			}
 			break;
 		}
 	}
 out:
 	pthread_mutex_unlock(&d->mu);
+out_free:
 	free(s.t0);
+	free(s.on);
+	free(s.tries);
+	free(s.retry);
 	free(s.msg);
 	return err ? err : qerr;
 }
