@@ -151,6 +151,33 @@ static void cn_metrics(void *arg, FILE *out)
 			     "# TYPE dmann_cn_state_mn_down gauge\n"
 			     "dmann_cn_state_mn_down{node=\"%u\"} %u\n",
 			id, (long long)atomic_load(&cn->state_version), id, down);
+		fprintf(out, "# HELP dmann_cn_placement_version Version of the placement (retired "
+			     "memory nodes) this compute node reads under.\n"
+			     "# TYPE dmann_cn_placement_version gauge\n"
+			     "dmann_cn_placement_version{node=\"%u\"} %lld\n"
+			     "# HELP dmann_cn_repair_copies_total Block copies made by re-replication "
+			     "(this node as the controller).\n"
+			     "# TYPE dmann_cn_repair_copies_total counter\n"
+			     "dmann_cn_repair_copies_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_repair_bytes_total Bytes copied by re-replication.\n"
+			     "# TYPE dmann_cn_repair_bytes_total counter\n"
+			     "dmann_cn_repair_bytes_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_repair_pending Block copies the running repair still "
+			     "has to make (under-replicated blocks).\n"
+			     "# TYPE dmann_cn_repair_pending gauge\n"
+			     "dmann_cn_repair_pending{node=\"%u\"} %u\n"
+			     "# HELP dmann_cn_repair_rounds_total Repairs completed (placements "
+			     "published).\n"
+			     "# TYPE dmann_cn_repair_rounds_total counter\n"
+			     "dmann_cn_repair_rounds_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_repair_failed_total Repairs that failed and were "
+			     "retried.\n"
+			     "# TYPE dmann_cn_repair_failed_total counter\n"
+			     "dmann_cn_repair_failed_total{node=\"%u\"} %lu\n",
+			id, (long long)atomic_load(&cn->placement_version), id,
+			atomic_load(&cn->repair_blocks), id, atomic_load(&cn->repair_bytes), id,
+			atomic_load(&cn->repair_pending), id, atomic_load(&cn->repair_rounds), id,
+			atomic_load(&cn->repair_failed));
 		fprintf(out, "# HELP dmann_cn_inserts_total Rows inserted online into the graph.\n"
 			     "# TYPE dmann_cn_inserts_total counter\n"
 			     "dmann_cn_inserts_total{node=\"%u\"} %lu\n"
@@ -264,6 +291,8 @@ int main(int argc, char **argv)
 #if DM_HAVE_ETCD
 	struct dm_upwatch *upwatch = NULL;   /* the up-set, applied by cn_state_apply */
 	struct dm_ctl *ctl = NULL;           /* standing as the cluster's controller */
+	struct dm_upwatch *placewatch = NULL; /* the placement (retired memory nodes) */
+	struct cn_repair *repair = NULL;     /* re-replication while in office */
 #endif
 	char err[1024];
 	uint64_t last_refresh = 0, refresh_ns = 1000000000ull;
@@ -367,6 +396,12 @@ int main(int argc, char **argv)
 			dm_warn("cn%u: not following the cluster state: %s", cn.node->id,
 				strerror(errno));
 		ctl = dm_ctl_start(cn.cfg, "cn", cn.node->id);
+		cn.ctl = ctl;
+		placewatch = dm_placewatch_start(cn.cfg, cn_placement_apply, &cn);
+		if (!placewatch)
+			dm_warn("cn%u: not following the placement: %s", cn.node->id,
+				strerror(errno));
+		repair = cn_repair_start(&cn);
 #else
 		dm_warn("cn%u: built without the etcd client (libcurl): not registering in %s",
 			cn.node->id, cn.cfg->etcd);
@@ -409,7 +444,10 @@ int main(int argc, char **argv)
 	}
 	dm_info("cn%u: stopping", cn.node->id);
 #if DM_HAVE_ETCD
+	cn_repair_stop(repair);
 	dm_ctl_stop(ctl);         /* a controller in office resigns: another takes over */
+	cn.ctl = NULL;
+	dm_upwatch_stop(placewatch);
 	dm_upwatch_stop(upwatch);
 	dm_member_stop(member);   /* leave: the key goes at once */
 #endif

@@ -17,6 +17,9 @@
  *                               ; after an outage, declares no node down for this long
  *                               ; (every lease may have expired at once); 1..600,
  *                               ; default member_lease_s + 3
+ *   replace_after_s = 30        ; a memory node the up-set declares down for this long
+ *                               ; is retired: the controller copies its index blocks from
+ *                               ; the other replicas to the next nodes (1..86400)
  *
  *   [mn.0]                      ; memory node 0
  *   address = 127.0.0.1:7000
@@ -195,6 +198,8 @@ struct dm_cluster_cfg {
 	char etcd[512];              /* [cluster] etcd endpoints, "" = no cluster state */
 	uint32_t etcd_lease_s;       /* [cluster] member_lease_s: heartbeat lease TTL */
 	uint32_t etcd_grace_s;       /* [cluster] takeover_grace_s, 0 = member_lease_s + 3 */
+	uint32_t replace_after_s;    /* [cluster] replace_after_s: a memory node down this long
+				      * is retired and its blocks copied to others */
 	char s3_access_key[128];
 	char s3_secret_key[128];
 	/* S3 identities: the [s3] access_key (named "default") first, then every

@@ -174,4 +174,39 @@ static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn,
 	return 0;
 }
 
+/* A counter or gauge of compute node cn's /metrics (the local cluster in dir); -1 when the
+ * node does not answer or has no such metric. */
+static __attribute__((unused)) long long cluster_metric(const char *dir, unsigned cn,
+							const char *name)
+{
+	static char out[65536];
+	char key[128], *at;
+
+	if (cluster_metrics(dir, cn, out, sizeof(out)))
+		return -1;
+	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, cn);
+	at = strstr(out, key);
+	return at ? atoll(at + strlen(key)) : -1;
+}
+
+/* How many of the n x k ids in the ibin file at path differ from want (nq rows of k, query i
+ * compared with row i % nq). */
+static __attribute__((unused)) unsigned cluster_compare_ids(const char *path,
+							    const int32_t *want, uint32_t nq,
+							    uint64_t n, int k)
+{
+	struct dm_vecs got;
+	char err[512];
+	unsigned diff = 0;
+
+	cr_assert_eq(dm_vecs_read(path, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(got.n, n);
+	cr_assert_eq(got.dim, (uint32_t)k);
+	for (uint64_t i = 0; i < n; i++)
+		for (int j = 0; j < k; j++)
+			diff += ((int32_t *)got.data)[i * k + j] != want[(i % nq) * k + j];
+	dm_vecs_free(&got);
+	return diff;
+}
+
 #endif

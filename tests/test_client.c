@@ -420,3 +420,30 @@ Test(client, libdmann_calls_survive_a_compute_node_kill, .timeout = 300)
 	free(found);
 	dmann_close(d);
 }
+
+/* Every compute node SIGKILLed: calls fail at once with "Host is down", none hangs. */
+Test(client, libdmann_fails_fast_without_compute_nodes, .timeout = 120)
+{
+	dmann_t *d = dmann_connect(cfgpath, "local");
+	const char *key = "a";
+	float v[8] = { 1 };
+	uint64_t ids[10], t0;
+	struct dmann_search_params p = { .k = 10 };
+	int rc;
+
+	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
+	cr_assert_eq(dmann_create_index(d, "zbucket", "zidx", 8, DMANN_EUCLIDEAN), 0, "%s",
+		     dmann_errmsg());
+	cr_assert_eq(sh("%s local kill --dir %s/lc cn0 && %s local kill --dir %s/lc cn1", dmann,
+			dir, dmann, dir), 0);
+	t0 = dm_now_ns();
+	rc = dmann_put(d, "zbucket", "zidx", 1, &key, v, 8, NULL);
+	cr_assert_eq(rc, -EHOSTDOWN, "put: %d (%s)", rc, dmann_errmsg());
+	rc = dmann_search(d, v, 1, 8, &p, ids, NULL, NULL, NULL);
+	cr_assert_eq(rc, -EHOSTDOWN, "search: %d (%s)", rc, dmann_errmsg());
+	cr_assert(strstr(dmann_errmsg(), "no compute node is reachable"), "%s", dmann_errmsg());
+	fprintf(stderr, "FIGURES both CNs dead: put and search failed in %.2f s\n",
+		(dm_now_ns() - t0) / 1e9);
+	cr_assert_lt(dm_now_ns() - t0, 10ull * 1000000000ull, "calls without a CN took too long");
+	dmann_close(d);
+}

@@ -59,17 +59,6 @@ static void teardown(void)
 
 TestSuite(cstate, .init = setup, .fini = teardown, .timeout = 240);
 
-static long long metric(unsigned cn, const char *name)
-{
-	static char out[65536];
-	char key[128], *at;
-
-	if (cluster_metrics(lcdir, cn, out, sizeof(out)))
-		return -1;
-	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, cn);
-	at = strstr(out, key);
-	return at ? atoll(at + strlen(key)) : -1;
-}
 
 /* The up-set now (false when there is none or etcd does not answer). */
 static bool upset(struct dm_upset *u, char *ctl, size_t cap)
@@ -99,7 +88,7 @@ static long wait_state(bool mn, uint32_t id, bool want, const char *ctl_want, lo
 static bool wait_metric(unsigned cn, const char *name, long long v, long ms)
 {
 	for (long t = 0; t <= ms; t += 100) {
-		if (metric(cn, name) == v)
+		if (cluster_metric(lcdir, cn, name) == v)
 			return true;
 		usleep(100000);
 	}
@@ -134,8 +123,8 @@ Test(cstate, a_killed_memory_node_is_declared_down_and_up_again)
 	for (unsigned c = 0; c < 2; c++) {
 		cr_assert(wait_metric(c, "dmann_cn_state_mn_down", 1, 5000),
 			  "cn%u does not follow the up-set", c);
-		cr_assert_eq(metric(c, "dmann_cn_state_version"), u1.version);
-		cr_assert_geq(metric(c, "dmann_cn_mn_down"), 1, "cn%u still reads mn1", c);
+		cr_assert_eq(cluster_metric(lcdir, c, "dmann_cn_state_version"), u1.version);
+		cr_assert_geq(cluster_metric(lcdir, c, "dmann_cn_mn_down"), 1, "cn%u still reads mn1", c);
 	}
 	cr_assert_eq(sh("%s status --config %s | grep -q 'declared down: mn1'", dmann, cfgpath), 0,
 		     "dmann status shows the up-set");

@@ -72,15 +72,10 @@ static pid_t pid_of(const char *node)
 /* A counter or gauge of compute node cn's /metrics; -1 when the node does not answer. */
 static long long metric(unsigned cn, const char *name)
 {
-	static char out[65536];
-	char lc[160], key[128], *at;
+	char lc[160];
 
 	snprintf(lc, sizeof(lc), "%s/lc", dir);
-	if (cluster_metrics(lc, cn, out, sizeof(out)))
-		return -1;
-	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, cn);
-	at = strstr(out, key);
-	return at ? atoll(at + strlen(key)) : -1;
+	return cluster_metric(lc, cn, name);
 }
 
 static long long metric_sum(const char *name)
@@ -172,18 +167,7 @@ static void wait_all_up(long long ups)
 
 static unsigned compare_ids(const char *path, const int32_t *want, uint32_t nq, uint64_t n)
 {
-	struct dm_vecs got;
-	char err[512];
-	unsigned diff = 0;
-
-	cr_assert_eq(dm_vecs_read(path, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(got.n, n);
-	cr_assert_eq(got.dim, K);
-	for (uint64_t i = 0; i < n; i++)
-		for (int j = 0; j < K; j++)
-			diff += ((int32_t *)got.data)[i * K + j] != want[(i % nq) * K + j];
-	dm_vecs_free(&got);
-	return diff;
+	return cluster_compare_ids(path, want, nq, n, K);
 }
 
 static int32_t *local_ids(uint32_t *nq)

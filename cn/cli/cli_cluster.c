@@ -96,11 +96,32 @@ int dm_cmd_load(int argc, char **argv)
 	x = dm_cluster_xport(cfg, NULL);
 	if (!x)
 		goto out_idx;
-	s = mn_set_open(cfg, x, NULL, true, 5000);
-	if (!s) {
-		fprintf(stderr, "dmann load: cannot reach every memory node of %s: %s\n", config,
-			strerror(errno));
-		goto out_x;
+	{
+		/* The placement in the cluster state: retired memory nodes hold nothing (and
+		 * may be gone for good), the others must all be reachable. */
+		uint64_t retired[DM_MAX_NODES / 64] = { 0 };
+		bool any = false;
+#if DM_HAVE_ETCD
+		struct dm_placement pl;
+
+		if (cfg->etcd[0]) {
+			rc = dm_placement_read(cfg->etcd, cfg->name, 3000, &pl, err, sizeof(err));
+			if (rc && rc != -ENOENT) {
+				fprintf(stderr, "dmann load: reading the placement: %s\n", err);
+				goto out_x;
+			}
+			memcpy(retired, pl.retired, sizeof(retired));
+			for (size_t i = 0; i < DM_ARRAY_SIZE(retired); i++)
+				any |= retired[i] != 0;
+		}
+#endif
+		s = mn_set_open(cfg, x, NULL, !any, 5000);
+		if (!s) {
+			fprintf(stderr, "dmann load: cannot reach every memory node of %s: %s\n",
+				config, strerror(errno));
+			goto out_x;
+		}
+		memcpy(s->retired, retired, sizeof(retired));
 	}
 	t0 = dm_now_ns();
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
@@ -188,8 +209,26 @@ static void upset_show(const struct dm_cluster_cfg *cfg, bool json)
 			printf(", \"upset\": {\"version\": %lld, \"by\": \"%s\", \"time\": %lld, "
 			       "\"down\": [%s]}", (long long)u.version, u.controller,
 			       (long long)u.time, down);
-		return;
 	}
+	{
+		struct dm_placement pl;
+		char ret[1024] = "";
+		int prc = dm_placement_read(cfg->etcd, cfg->name, 3000, &pl, err, sizeof(err));
+
+		for (uint32_t id = 0; !prc && id < cfg->n_mn; id++)
+			if (dm_upset_has(pl.retired, id))
+				snprintf(ret + strlen(ret), sizeof(ret) - strlen(ret), "%s%smn%u%s",
+					 ret[0] ? (json ? ", " : " ") : "", json ? "\"" : "", id,
+					 json ? "\"" : "");
+		if (json && !prc)
+			printf(", \"placement\": {\"version\": %lld, \"by\": \"%s\", "
+			       "\"retired\": [%s]}", (long long)pl.version, pl.by, ret);
+		else if (!json && !prc)
+			printf("  placement: version %lld (by %s), retired: %s\n",
+			       (long long)pl.version, pl.by, ret);
+	}
+	if (json)
+		return;
 	if (rc)
 		printf("  cluster state: no up-set yet; controller %s\n", ctl[0] ? ctl : "none");
 	else

@@ -273,6 +273,10 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 			total++;
 			progress = true;
 		}
+		if ((err || qerr) && s.nretry) {
+			s.done += s.nretry;   /* failed call: they are not sent again */
+			s.nretry = 0;
+		}
 		/* Collect what has arrived. */
 		for (uint32_t c = 0; c < d->ncn; c++)
 			while (!d->cn[c].dead && d->cn[c].inflight) {

@@ -56,8 +56,18 @@ struct cn {
 	/* The cluster state (cn_state.c): memory nodes the etcd up-set declares down
 	 * (cn_refresh does not bring them back), its version, versions applied. */
 	atomic_bool state_down[DM_MAX_NODES];
+	_Atomic uint64_t state_down_ns[DM_MAX_NODES];   /* when the up-set declared it down */
 	_Atomic int64_t state_version;
 	atomic_ulong state_changes;
+	/* The placement (cn_state.c, cstate.h): retired memory nodes, under ctl_lock; a new
+	 * one makes cn_refresh read the view again (placement_dirty). */
+	uint64_t retired_mn[DM_MAX_NODES / 64];
+	_Atomic int64_t placement_version;
+	atomic_bool placement_dirty;
+	/* Re-replication (cn_repair.c), run by the controller in office. */
+	void *ctl;                        /* struct dm_ctl of this node, or NULL */
+	atomic_ulong repair_blocks, repair_bytes, repair_rounds, repair_failed;
+	atomic_uint repair_pending;       /* block copies the running repair still has to make */
 	/* online inserts (cn_insert.h): rows, back-links made and dropped, lock retries */
 	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
 	atomic_ulong insert_locks_broken;  /* locks of gone holders broken (cn_insert.h) */
@@ -96,6 +106,16 @@ static inline bool cn_mn_is_down(struct cn *cn, uint32_t m)
  * (dm_upwatch_start) for every new version. */
 struct dm_upset;
 void cn_state_apply(void *arg, const struct dm_upset *u);
+/* The placement callback (cn_state.c), run by dm_placewatch_start's watch. */
+struct dm_placement;
+void cn_placement_apply(void *arg, const struct dm_placement *p);
+/* Re-replication (cn_repair.c): a thread that, while this node is the controller in office,
+ * retires memory nodes the up-set has declared down for replace_after_s and copies their
+ * blocks to the next nodes in placement order, then publishes the new placement. NULL +
+ * errno. cn_repair_stop joins it. */
+struct cn_repair;
+struct cn_repair *cn_repair_start(struct cn *cn);
+void cn_repair_stop(struct cn_repair *r);
 /* Size the cache for the current view from the cluster file's [cn] cache (unless Q_CONFIG
  * overrode it) and clear it; the write lock held. 0 or -ENOMEM. */
 int cn_cache_apply(struct cn *cn);

@@ -247,6 +247,7 @@ int cn_refresh(struct cn *cn, bool force)
 			rc = -errno;
 			goto out_unlock;
 		}
+		memcpy(s->retired, cn->retired_mn, sizeof(s->retired));
 		pthread_rwlock_wrlock(&cn->lock);
 		mn_set_close(cn->mns);
 		cn->mns = s;
@@ -270,7 +271,11 @@ int cn_refresh(struct cn *cn, bool force)
 			dm_info("cn%u: index gone from the memory nodes", cn->node->id);
 		goto out_unlock;
 	}
-	if (!force && cn->idx && cn->idx->gen == v.current) {
+	/* A new placement: read the block table again under it (the retired nodes' blocks
+	 * now live on other nodes). */
+	if (atomic_exchange(&cn->placement_dirty, false))
+		memcpy(cn->mns->retired, cn->retired_mn, sizeof(cn->retired_mn));
+	else if (!force && cn->idx && cn->idx->gen == v.current) {
 		rejoin(cn);
 		rc = 0;
 		goto out_unlock;

@@ -8,6 +8,7 @@
 #include "cn.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "config.h"
 #if DM_HAVE_ETCD
@@ -24,6 +25,7 @@ void cn_state_apply(void *arg, const struct dm_upset *u)
 
 		if (down && !was) {
 			downs++;
+			atomic_store(&cn->state_down_ns[m], dm_now_ns());
 			cn_mn_down(cn, m, atomic_load(&cn->mn_epoch[m]), -EHOSTDOWN);
 		}
 		if (!down && was) {
@@ -38,5 +40,21 @@ void cn_state_apply(void *arg, const struct dm_upset *u)
 	dm_info("cn%u: cluster state version %lld (controller %s): %u memory node(s) newly "
 		"down, %u up again", cn->node->id, (long long)u->version, u->controller, downs,
 		ups);
+}
+void cn_placement_apply(void *arg, const struct dm_placement *p)
+{
+	struct cn *cn = arg;
+	char list[256] = "";
+
+	for (uint32_t m = 0; m < cn->cfg->n_mn && m < DM_MAX_NODES; m++)
+		if (dm_upset_has(p->retired, m))
+			snprintf(list + strlen(list), sizeof(list) - strlen(list), " mn%u", m);
+	pthread_mutex_lock(&cn->ctl_lock);
+	memcpy(cn->retired_mn, p->retired, sizeof(cn->retired_mn));
+	pthread_mutex_unlock(&cn->ctl_lock);
+	atomic_store(&cn->placement_version, p->version);
+	atomic_store(&cn->placement_dirty, true);
+	dm_info("cn%u: placement version %lld (by %s): retired:%s", cn->node->id,
+		(long long)p->version, p->by, list[0] ? list : " none");
 }
 #endif

@@ -74,6 +74,8 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 	for (uint32_t i = 0; i < s->n; i++) {
 		struct dm_wire_ctl_gen_state st;
 
+		if (mn_set_retired(s, i))
+			continue;   /* holds nothing */
 		if (dgen_report_node(s, i, cn, gen, &st, sent_ns ? &sent_ns[i] : NULL)) {
 			rc = -EHOSTDOWN;
 			continue;
@@ -87,8 +89,12 @@ int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < s->n; i++) {
 		struct dm_wire_ctl_gen_state st;
-		int rc = s->link[i].up ? gen_call(&s->link[i], DM_OP_CTL_GEN_PUBLISH, DM_GEN_NO_CN,
-						  gen, &st) : -EHOSTDOWN;
+		int rc;
+
+		if (mn_set_retired(s, i))
+			continue;
+		rc = s->link[i].up ? gen_call(&s->link[i], DM_OP_CTL_GEN_PUBLISH, DM_GEN_NO_CN,
+					      gen, &st) : -EHOSTDOWN;
 
 		if (rc) {
 			snprintf(err, errlen, "publishing generation %llu on memory node %u: %s%s",

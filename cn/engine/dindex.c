@@ -236,16 +236,21 @@ static int put_object(struct mn_set *s, struct mn_link *l, uint64_t key, void *d
 	return obj_call(l, DM_OP_CTL_COMMIT, &o);
 }
 
-/* The memory nodes that hold block b, best first (placement over all configured nodes,
- * so that a node being down does not change where the others look). */
+/* The memory nodes that hold block b, best first (placement over all configured nodes that
+ * are not retired, so that a node being down does not change where the others look). */
 static int block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out)
 {
 	struct dm_place_node nodes[DM_MAX_NODES];
 
 	for (uint32_t i = 0; i < s->n; i++)
 		nodes[i] = (struct dm_place_node){ .id = i, .capacity = s->cfg->mn[i].capacity,
-						   .up = true };
+						   .up = !(s->retired[i / 64] >> (i % 64) & 1) };
 	return dm_place(b, nodes, s->n, r, out);
+}
+
+int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out)
+{
+	return block_replicas(s, b, r, out);
 }
 
 int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
@@ -264,8 +269,9 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 	uint64_t gen;
 
 	for (uint32_t i = 0; i < s->n; i++)
-		if (!s->link[i].up) {
-			snprintf(err, errlen, "memory node %u is down: loading needs all of them", i);
+		if (!s->link[i].up && !mn_set_retired(s, i)) {
+			snprintf(err, errlen, "memory node %u is down: loading needs all of them "
+				 "(but the retired ones)", i);
 			return -EHOSTUNREACH;
 		}
 	/* Index generations (dgen.h): the previous load's old generation must be released
@@ -301,6 +307,8 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 	for (uint32_t i = 0; i < s->n; i++) {
 		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, gen), .aux = ~0ull };
 
+		if (mn_set_retired(s, i))
+			continue;
 		rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
 		if (!rc) {
 			o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, 0),
@@ -432,6 +440,8 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 	/* Metadata last, then the publication: a compute node that sees generation gen sees
 	 * a complete index; the previous generation stays intact until it is released. */
 	for (uint32_t i = 0; i < s->n && !rc; i++) {
+		if (mn_set_retired(s, i))
+			continue;
 		rc = put_object(s, &s->link[i], dm_gen_meta_key(0, gen), meta, mlen, 0, NULL, NULL,
 				&done);
 		if (rc)
@@ -692,6 +702,109 @@ static int lookup_block(struct mn_set *s, const struct dindex *d, uint32_t b, ui
 		rc = -EBADMSG;
 	if (!rc)
 		*addr = o.addr;
+	return rc;
+}
+
+/* The key and length of block b of d (b = DINDEX_CTR_BLOCK: the id counter). */
+static void block_obj(const struct dindex *d, uint32_t b, uint64_t *key, uint64_t *len)
+{
+	uint64_t first = (uint64_t)b << d->p.block_shift;
+
+	*key = dm_gen_block_key(0, d->gen, b);
+	*len = b == DINDEX_CTR_BLOCK ? 64 :
+	       DM_MIN(1ull << d->p.block_shift, d->cap - first) * d->rec_size;
+}
+
+/* Look block b up on m: its address and commit word (aux). 0, -ENOENT, -EBADMSG. */
+static int lookup_obj(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t m,
+		      uint64_t *addr, uint64_t *aux)
+{
+	struct mn_link *l = &s->link[m];
+	uint64_t key, len;
+	struct dm_wire_ctl_obj o;
+	int rc;
+
+	block_obj(d, b, &key, &len);
+	o = (struct dm_wire_ctl_obj){ .key = key };
+	rc = obj_call(l, DM_OP_CTL_LOOKUP, &o);
+	if (!rc && (o.len != len || o.addr < l->info.region_addr ||
+		    o.addr - l->info.region_addr + o.len > l->info.region_len))
+		rc = -EBADMSG;
+	if (!rc) {
+		*addr = o.addr;
+		*aux = o.aux;
+	}
+	return rc;
+}
+
+int dindex_has_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t m)
+{
+	uint64_t addr, aux;
+	int rc;
+
+	if (m >= s->n || !s->link[m].up)
+		return -EHOSTDOWN;
+	rc = lookup_obj(s, d, b, m, &addr, &aux);
+	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
+}
+
+int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
+		      uint32_t to, uint64_t *bytes)
+{
+	uint64_t key, len, addr, aux, done = 0;
+	bool mutable = b == DINDEX_CTR_BLOCK || d->cap > d->n;   /* as dindex_load commits */
+	struct dm_wire_ctl_obj o;
+	struct dm_mr *mr = NULL;
+	uint8_t *buf, *back;
+	int rc;
+
+	if (from >= s->n || to >= s->n || !s->link[from].up || !s->link[to].up)
+		return -EHOSTDOWN;
+	block_obj(d, b, &key, &len);
+	rc = lookup_obj(s, d, b, from, &addr, &aux);
+	if (rc)
+		return rc;
+	buf = aligned_alloc(64, DM_ALIGN_UP(len, 64));
+	back = buf ? aligned_alloc(64, DM_ALIGN_UP(len, 64)) : NULL;
+	if (!buf || !back) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = dm_xport_reg(s->x, buf, len, 0, &mr);
+	if (rc)
+		goto out_free;
+	rc = xfer(&s->link[from], false, buf, mr, addr, len, NULL, NULL, &done);
+	dm_xport_dereg(s->x, mr);
+	if (rc)
+		goto out_free;
+	/* A block that is not written online must arrive as it was committed. */
+	if (!mutable && crc(buf, len) != (uint32_t)aux) {
+		rc = -EBADMSG;
+		goto out_free;
+	}
+	/* Leftovers of an interrupted copy (allocated, never committed) go first. */
+	o = (struct dm_wire_ctl_obj){ .key = key, .aux = ~0ull };
+	obj_call(&s->link[to], DM_OP_CTL_DROP, &o);
+	rc = put_object(s, &s->link[to], key, buf, len, mutable ? DM_CTL_COMMIT_MUTABLE : 0, NULL,
+			NULL, &done);
+	if (rc)
+		goto out_free;
+	/* Verify: read the new copy back. */
+	rc = lookup_obj(s, d, b, to, &addr, &aux);
+	if (rc)
+		goto out_free;
+	rc = dm_xport_reg(s->x, back, len, 0, &mr);
+	if (rc)
+		goto out_free;
+	rc = xfer(&s->link[to], false, back, mr, addr, len, NULL, NULL, &done);
+	dm_xport_dereg(s->x, mr);
+	if (!rc && memcmp(buf, back, len))
+		rc = -EIO;
+	if (!rc && bytes)
+		*bytes = len;
+out_free:
+	free(buf);
+	free(back);
 	return rc;
 }
 

@@ -77,8 +77,18 @@ struct mn_set {
 	struct dm_msgpool *pool;
 	bool own_pool;
 	uint32_t n;
+	/* Memory nodes the placement retired (cstate.h dm_placement): they hold no block, the
+	 * next nodes in rendezvous order take their place. Set by the caller after open. */
+	uint64_t retired[DM_MAX_NODES / 64];
 	struct mn_link link[DM_MAX_NODES];
 };
+
+/* Whether the placement retired memory node i (it holds nothing: loads, publications and
+ * generation reports leave it out). */
+static inline bool mn_set_retired(const struct mn_set *s, uint32_t i)
+{
+	return s->retired[i / 64] >> (i % 64) & 1;
+}
 
 /* Connect to every memory node (control channel + INFO). With require_all, a node that
  * cannot be reached within timeout_ms is an error; otherwise it is marked down. pool is
@@ -180,6 +190,19 @@ static inline void dindex_locate(const struct dindex *d, const struct mn_set *s,
  * d->nblocks * d->nrep, 0 where the replica is on another node) looked up on link m, then
  * one record READ from it and validated (the probe). 0 or -errno. */
 int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
+
+/* The memory nodes that hold block b under s's placement (the cluster file's nodes minus
+ * the retired ones, weighted rendezvous), best first: their count (<= r). */
+int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out);
+/* Re-replication: copy block b of view d (or the id counter, b = DINDEX_CTR_BLOCK) from
+ * memory node `from` (whose address of it is known to d, or looked up) to memory node `to`,
+ * committed with the same key, length and mutability, then read back and compared (the
+ * copy serves only once whole). *bytes (may be NULL) gets its size. 0 or -errno. */
+int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
+		      uint32_t to, uint64_t *bytes);
+/* Whether memory node m holds block b of d (a committed object of its key and size):
+ * 1, 0, or -errno. */
+int dindex_has_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t m);
 
 /* Check a record read from a memory node: CRC32C of the body (hnsw_rec_intact: a record
  * held by a writer is accepted while its body is whole), level and neighbour count bounds.

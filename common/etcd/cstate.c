@@ -88,6 +88,86 @@ char *dm_upset_format(const struct dm_upset *u)
 	return s;
 }
 
+int dm_placement_parse(const void *txt, size_t len, struct dm_placement *p)
+{
+	json_error_t je;
+	json_t *o = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &je), *ret;
+	json_int_t ver, t;
+	const char *by;
+	int rc = -EBADMSG;
+
+	if (!o)
+		return -EBADMSG;
+	memset(p, 0, sizeof(*p));
+	if (json_unpack(o, "{s:I, s:I, s:s, s:o}", "version", &ver, "time", &t, "by", &by,
+			"retired", &ret) || ver < 1 || t < 0 || strlen(by) >= sizeof(p->by) ||
+	    parse_ids(ret, p->retired))
+		goto out;
+	p->version = ver;
+	p->time = t;
+	snprintf(p->by, sizeof(p->by), "%s", by);
+	rc = 0;
+out:
+	json_decref(o);
+	return rc;
+}
+
+char *dm_placement_format(const struct dm_placement *p)
+{
+	json_t *o = json_pack("{s:I, s:I, s:s, s:o*}", "version", (json_int_t)p->version,
+			      "time", (json_int_t)p->time, "by", p->by,
+			      "retired", ids_json(p->retired));
+	char *s = o && json_object_size(o) == 4 ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	return s;
+}
+
+/* The value of /dmann/<cluster>/<name>: *val (free()), *len, *mod (0 and *val NULL when
+ * there is none). */
+static int key_get(struct dm_etcd *e, const char *cluster, const char *name, void **val,
+		   size_t *len, int64_t *mod)
+{
+	char key[192];
+	int rc;
+
+	snprintf(key, sizeof(key), "/dmann/%s/%s", cluster, name);
+	*val = NULL;
+	*mod = 0;
+	rc = dm_etcd_get(e, key, val, len, mod);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+int dm_placement_read(const char *endpoints, const char *cluster, int timeout_ms,
+		      struct dm_placement *p, char *err, size_t errlen)
+{
+	struct dm_etcd *e = dm_etcd_open(endpoints, timeout_ms);
+	void *val;
+	size_t len;
+	int64_t mod;
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	if (!e) {
+		rc = -errno;
+		snprintf(err, errlen, "etcd endpoints '%s': %s", endpoints, strerror(-rc));
+		return rc;
+	}
+	rc = key_get(e, cluster, "placement", &val, &len, &mod);
+	if (rc)
+		snprintf(err, errlen, "etcd %s: %s", endpoints, dm_etcd_errmsg(e));
+	else if (!val)
+		rc = -ENOENT;
+	else if ((rc = dm_placement_parse(val, len, p)))
+		snprintf(err, errlen, "etcd %s: the placement is not valid JSON of its form",
+			 endpoints);
+	else
+		p->mod_revision = mod;
+	free(val);
+	dm_etcd_close(e);
+	return rc;
+}
+
 /* ---- the controller ---- */
 
 struct dm_ctl {
@@ -96,6 +176,7 @@ struct dm_ctl {
 	char me[16], prefix[160], ctl_key[192], up_key[192], *val;
 	uint32_t ttl_s, grace_s;
 	int64_t lease, create_rev;        /* create_rev > 0: in office */
+	_Atomic int64_t guard;            /* create_rev for other threads (0: not in office) */
 	uint64_t keepalive_ns, calm_since_ns;
 	bool troubled;                    /* the last etcd call failed */
 	atomic_bool leader, stop;
@@ -125,6 +206,7 @@ static void ctl_depose(struct dm_ctl *c, const char *why)
 	if (c->create_rev)
 		dm_warn("controller %s: out of office (%s)", c->me, why);
 	c->create_rev = 0;
+	atomic_store(&c->guard, 0);
 	atomic_store(&c->leader, false);
 }
 
@@ -160,6 +242,7 @@ static int ctl_lease_and_elect(struct dm_ctl *c)
 		return rc;
 	c->create_rev = rev;
 	c->calm_since_ns = dm_now_ns();
+	atomic_store(&c->guard, rev);
 	atomic_store(&c->leader, true);
 	dm_info("controller %s: in office (no node is declared down for the first %u s)", c->me,
 		c->grace_s);
@@ -401,7 +484,9 @@ bool dm_ctl_leader(const struct dm_ctl *c)
 struct dm_upwatch {
 	struct dm_etcd *e;
 	char key[192];
+	bool placement;              /* watches the placement, not the up-set */
 	dm_upset_cb cb;
+	dm_placement_cb pcb;
 	void *arg;
 	_Atomic int64_t version;
 	atomic_bool stop;
@@ -409,27 +494,40 @@ struct dm_upwatch {
 	pthread_t thread;
 };
 
-static void deliver(struct dm_upwatch *w, const struct dm_upset *u)
-{
-	if (u->version <= atomic_load(&w->version))
-		return;
-	atomic_store(&w->version, u->version);
-	w->cb(w->arg, u);
-}
-
 static void watch_ev(void *arg, const struct dm_etcd_event *ev)
 {
 	struct dm_upwatch *w = arg;
-	struct dm_upset u;
+	int64_t ver;
 
 	if (ev->type != DM_ETCD_PUT || strcmp(ev->kv.key, w->key))
 		return;
-	if (dm_upset_parse(ev->kv.val, ev->kv.len, &u)) {
-		dm_warn("cluster state: %s holds no valid up-set; ignored", w->key);
-		return;
+	if (w->placement) {
+		struct dm_placement p;
+
+		if (dm_placement_parse(ev->kv.val, ev->kv.len, &p)) {
+			dm_warn("cluster state: %s holds no valid placement; ignored", w->key);
+			return;
+		}
+		p.mod_revision = ev->kv.mod_revision;
+		ver = p.version;
+		if (ver <= atomic_load(&w->version))
+			return;
+		atomic_store(&w->version, ver);
+		w->pcb(w->arg, &p);
+	} else {
+		struct dm_upset u;
+
+		if (dm_upset_parse(ev->kv.val, ev->kv.len, &u)) {
+			dm_warn("cluster state: %s holds no valid up-set; ignored", w->key);
+			return;
+		}
+		u.mod_revision = ev->kv.mod_revision;
+		ver = u.version;
+		if (ver <= atomic_load(&w->version))
+			return;
+		atomic_store(&w->version, ver);
+		w->cb(w->arg, &u);
 	}
-	u.mod_revision = ev->kv.mod_revision;
-	deliver(w, &u);
 }
 
 static void *watch_thread(void *arg)
@@ -465,9 +563,9 @@ static void *watch_thread(void *arg)
 		}
 		if (rc) {
 			if (!w->warned)
-				dm_warn("cluster state: etcd unreachable (%s); keeping up-set "
-					"version %lld", dm_etcd_errmsg(w->e),
-					(long long)atomic_load(&w->version));
+				dm_warn("cluster state: etcd unreachable (%s); keeping %s version "
+					"%lld", dm_etcd_errmsg(w->e), w->placement ? "placement" :
+					"up-set", (long long)atomic_load(&w->version));
 			w->warned = true;
 			for (int i = 0; i < 5 && !atomic_load(&w->stop); i++)
 				usleep(100000);
@@ -479,7 +577,8 @@ static void *watch_thread(void *arg)
 	return NULL;
 }
 
-struct dm_upwatch *dm_upwatch_start(const struct dm_cluster_cfg *cfg, dm_upset_cb cb, void *arg)
+static struct dm_upwatch *watch_start(const struct dm_cluster_cfg *cfg, const char *name,
+				      dm_upset_cb cb, dm_placement_cb pcb, void *arg)
 {
 	struct dm_upwatch *w;
 	int err;
@@ -494,8 +593,10 @@ struct dm_upwatch *dm_upwatch_start(const struct dm_cluster_cfg *cfg, dm_upset_c
 		return NULL;
 	}
 	w->cb = cb;
+	w->pcb = pcb;
+	w->placement = pcb != NULL;
 	w->arg = arg;
-	snprintf(w->key, sizeof(w->key), "/dmann/%s/upset", cfg->name);
+	snprintf(w->key, sizeof(w->key), "/dmann/%s/%s", cfg->name, name);
 	w->e = dm_etcd_open(cfg->etcd, CST_TIMEOUT_MS);
 	if (!w->e) {
 		err = errno;
@@ -511,6 +612,17 @@ struct dm_upwatch *dm_upwatch_start(const struct dm_cluster_cfg *cfg, dm_upset_c
 		return NULL;
 	}
 	return w;
+}
+
+struct dm_upwatch *dm_upwatch_start(const struct dm_cluster_cfg *cfg, dm_upset_cb cb, void *arg)
+{
+	return watch_start(cfg, "upset", cb, NULL, arg);
+}
+
+struct dm_upwatch *dm_placewatch_start(const struct dm_cluster_cfg *cfg, dm_placement_cb cb,
+				       void *arg)
+{
+	return watch_start(cfg, "placement", NULL, cb, arg);
 }
 
 void dm_upwatch_stop(struct dm_upwatch *w)
@@ -569,6 +681,40 @@ int dm_upset_read(const char *endpoints, const char *cluster, int timeout_ms,
 	}
 	rc = u->mod_revision ? 0 : -ENOENT;
 out:
+	dm_etcd_close(e);
+	return rc;
+}
+
+int dm_placement_write(const struct dm_ctl *c, const struct dm_placement *p, bool *ok,
+		       char *err, size_t errlen)
+{
+	struct dm_etcd *e;
+	char key[192], *val;
+	int64_t guard = c ? atomic_load(&c->guard) : 0;
+	int rc;
+
+	*ok = false;
+	if (!guard) {
+		snprintf(err, errlen, "not the controller in office");
+		return -EPERM;
+	}
+	val = dm_placement_format(p);
+	e = dm_etcd_open(c->cfg->etcd, CST_TIMEOUT_MS);
+	if (!val || !e) {
+		free(val);
+		dm_etcd_close(e);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	snprintf(key, sizeof(key), "/dmann/%s/placement", c->cfg->name);
+	rc = dm_etcd_put_guarded(e, key, val, strlen(val), p->mod_revision, c->ctl_key, guard,
+				 ok, NULL);
+	if (rc)
+		snprintf(err, errlen, "etcd: %s", dm_etcd_errmsg(e));
+	else if (!*ok)
+		snprintf(err, errlen, "refused: the placement changed meanwhile, or this node "
+			 "lost its office");
+	free(val);
 	dm_etcd_close(e);
 	return rc;
 }

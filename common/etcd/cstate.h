@@ -59,8 +59,32 @@ int dm_upset_parse(const void *txt, size_t len, struct dm_upset *u);
 /* Its JSON (malloc'd, NUL-terminated), NULL on ENOMEM. */
 char *dm_upset_format(const struct dm_upset *u);
 
+/* The placement: which memory nodes hold no data any more (retired: down for longer than
+ * replace_after_s, their blocks copied to the next nodes in placement order). Block
+ * replicas are the top R nodes in rendezvous order among the cluster file's memory nodes
+ * that are not retired. Key /dmann/<cluster>/placement:
+ *   {"version":V,"time":T,"by":"cn0","retired":[ids]}   (no key: nobody retired). */
+struct dm_placement {
+	int64_t version;          /* 0: no key yet */
+	int64_t time;
+	int64_t mod_revision;
+	char by[16];
+	uint64_t retired[DM_UPSET_WORDS];
+};
+int dm_placement_parse(const void *txt, size_t len, struct dm_placement *p);
+char *dm_placement_format(const struct dm_placement *p);
+/* Read it once: 0, -ENOENT (no placement yet: *p zeroed), -errno (err says why). */
+int dm_placement_read(const char *endpoints, const char *cluster, int timeout_ms,
+		      struct dm_placement *p, char *err, size_t errlen);
+
 struct dm_cluster_cfg;
 struct dm_ctl;
+/* Write placement p (p->version the new one, p->mod_revision the key's revision it
+ * replaces, 0 when there is none) as controller c, guarded by its leader key: *ok false
+ * when refused (someone else wrote it, or c lost its office). -EPERM when c is not in
+ * office. Any thread. */
+int dm_placement_write(const struct dm_ctl *c, const struct dm_placement *p, bool *ok,
+		       char *err, size_t errlen);
 /* Stand as a candidate (a thread; a node of role/id of cfg). NULL when cfg names no etcd
  * (errno 0) or on failure (errno; logged). */
 struct dm_ctl *dm_ctl_start(const struct dm_cluster_cfg *cfg, const char *role, uint32_t id);
@@ -75,6 +99,10 @@ typedef void (*dm_upset_cb)(void *arg, const struct dm_upset *u);
  * included). NULL when cfg names no etcd (errno 0) or on failure (errno). */
 struct dm_upwatch *dm_upwatch_start(const struct dm_cluster_cfg *cfg, dm_upset_cb cb, void *arg);
 void dm_upwatch_stop(struct dm_upwatch *w);
+/* Watch the placement the same way (cb for every newer version). */
+typedef void (*dm_placement_cb)(void *arg, const struct dm_placement *p);
+struct dm_upwatch *dm_placewatch_start(const struct dm_cluster_cfg *cfg, dm_placement_cb cb,
+				       void *arg);
 /* The version last delivered (0: none yet). */
 int64_t dm_upwatch_version(const struct dm_upwatch *w);
 

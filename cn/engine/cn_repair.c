@@ -1,0 +1,258 @@
+/* cn_repair.c: re-replication, run by the compute node that is the controller in office
+ * (common/etcd/cstate.h). Once a second it looks for memory nodes the up-set has declared
+ * down for at least [cluster] replace_after_s that the placement has not retired yet. For
+ * such a node m it makes the next placement (retired + m) complete before anybody uses it
+ * (make before break):
+ *   1. over its own connections (not the query path's), it reads the current generation's
+ *      view under the current placement;
+ *   2. for every block, the replicas under the next placement are computed (weighted
+ *      rendezvous over the nodes not retired: only the blocks m held change, each gets the
+ *      next node in its order); every such node that does not hold the block gets a copy
+ *      from a live replica, committed under the same key, read back and compared; the id
+ *      counter of online inserts too, when its node changes and the old one is alive;
+ *   3. the nodes that received copies snapshot them;
+ *   4. the next placement is written to etcd, guarded by the leader key; every compute node
+ *      reads its view again under it (cn_placement_apply, cn_refresh) and the blocks have R
+ *      copies again.
+ * A repair that fails (a copy, etcd, lost office) is retried the next second from the start;
+ * the copies already made are found and kept. Counters: dmann_cn_repair_*.
+ *
+ * Not handled (issue 14): blocks written by online inserts while the copy runs (a record
+ * changed after its block was copied is not in the copy); a retired node that comes back
+ * stays retired (its memory is not reused); the id counter is lost with its node (online
+ * inserts then fail with -EHOSTUNREACH). */
+#include "cn.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#if DM_HAVE_ETCD
+#include "cstate.h"
+#include "dgen.h"
+
+struct cn_repair {
+	struct cn *cn;
+	pthread_t thread;
+	atomic_bool stop;
+};
+
+static bool bit(const uint64_t *set, uint32_t i)
+{
+	return set[i / 64] >> (i % 64) & 1;
+}
+
+/* The node that is not in old[0..no) of next[0..nn), or UINT32_MAX. */
+static uint32_t added(const uint32_t *old, int no, const uint32_t *next, int nn, int k)
+{
+	for (int j = 0, seen = 0; j < nn; j++) {
+		bool in = false;
+
+		for (int i = 0; i < no && !in; i++)
+			in = old[i] == next[j];
+		if (!in && seen++ == k)
+			return next[j];
+	}
+	return UINT32_MAX;
+}
+
+/* Copy every block of generation gen that has a new replica under `next` from a live old
+ * replica. 0 or -errno (err says why). */
+static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint64_t *next,
+		       char *err, size_t errlen)
+{
+	struct dindex *d = NULL;
+	uint64_t cur[DM_MAX_NODES / 64];
+	uint32_t todo = 0, r;
+	int rc;
+
+	rc = dindex_open(s, gen, &d, err, errlen);
+	if (rc)
+		return rc;
+	r = d->nrep;
+	memcpy(cur, s->retired, sizeof(cur));
+	/* Count the copies to make (for the pending gauge), then make them. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t b = 0; b <= d->nblocks; b++) {
+			uint32_t blk = b < d->nblocks ? b : DINDEX_CTR_BLOCK;
+			uint32_t o[DINDEX_MAX_REP], n[DINDEX_MAX_REP], nr = blk == DINDEX_CTR_BLOCK ? 1 : r;
+			int no, nn;
+
+			if (blk == DINDEX_CTR_BLOCK && d->cap <= d->n)
+				break;   /* no online inserts: no counter */
+			memcpy(s->retired, cur, sizeof(cur));
+			no = dindex_block_replicas(s, blk, nr, o);
+			memcpy(s->retired, next, sizeof(cur));
+			nn = dindex_block_replicas(s, blk, nr, n);
+			memcpy(s->retired, cur, sizeof(cur));
+			for (int k = 0;; k++) {
+				uint32_t to = added(o, no, n, nn, k), from = UINT32_MAX;
+				uint64_t bytes = 0;
+
+				if (to == UINT32_MAX)
+					break;
+				if (pass == 0) {
+					todo++;
+					continue;
+				}
+				rc = dindex_has_block(s, d, blk, to);
+				if (rc == 1) {   /* copied by an earlier, interrupted repair */
+					atomic_fetch_sub(&cn->repair_pending, 1);
+					continue;
+				}
+				/* A live old replica with the block. */
+				rc = -EHOSTUNREACH;
+				for (int i = 0; i < no && rc; i++)
+					if (s->link[o[i]].up && !atomic_load(&cn->state_down[o[i]])) {
+						from = o[i];
+						rc = dindex_copy_block(s, d, blk, from, to, &bytes);
+					}
+				if (rc) {
+					snprintf(err, errlen, "%s %u to mn%u: %s",
+						 blk == DINDEX_CTR_BLOCK ? "id counter" : "block",
+						 blk == DINDEX_CTR_BLOCK ? 0 : blk, to,
+						 rc == -EHOSTUNREACH ? "no live replica left" :
+						 strerror(-rc));
+					if (blk == DINDEX_CTR_BLOCK && rc == -EHOSTUNREACH) {
+						dm_err("cn%u: repair: the id counter of online inserts "
+						       "was on a lost node: inserts fail until the "
+						       "next load", cn->node->id);
+						continue;
+					}
+					dindex_free(d);
+					return rc;
+				}
+				atomic_fetch_add(&cn->repair_blocks, 1);
+				atomic_fetch_add(&cn->repair_bytes, bytes);
+				atomic_fetch_sub(&cn->repair_pending, 1);
+			}
+		}
+		if (pass == 0)
+			atomic_store(&cn->repair_pending, todo);
+	}
+	dindex_free(d);
+	return 0;
+}
+
+/* One look: retire the nodes that have been down for long enough. */
+static void repair_once(struct cn *cn)
+{
+	const struct dm_cluster_cfg *cfg = cn->cfg;
+	uint64_t now = dm_now_ns(), after = cfg->replace_after_s * 1000000000ull;
+	struct dm_placement pl, nx;
+	struct dgen_view v;
+	struct mn_set *s;
+	char err[512], list[256] = "";
+	uint32_t alive = 0, retiring = 0;
+	bool ok;
+	int rc;
+
+	rc = dm_placement_read(cfg->etcd, cfg->name, 2000, &pl, err, sizeof(err));
+	if (rc && rc != -ENOENT)
+		return;
+	nx = pl;
+	for (uint32_t m = 0; m < cfg->n_mn; m++) {
+		bool gone = atomic_load(&cn->state_down[m]) &&
+			    now - atomic_load(&cn->state_down_ns[m]) >= after;
+
+		if (bit(pl.retired, m))
+			continue;
+		if (!gone) {
+			alive++;
+			continue;
+		}
+		dm_upset_set(nx.retired, m, true);
+		retiring++;
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), " mn%u", m);
+	}
+	if (!retiring)
+		return;
+	if (alive < 1) {
+		dm_warn("cn%u: repair: no memory node left to copy to", cn->node->id);
+		return;
+	}
+	dm_warn("cn%u: repair: retiring%s (declared down for %u s or more): copying its blocks "
+		"to the next nodes", cn->node->id, list, cfg->replace_after_s);
+	s = mn_set_open(cfg, cn->x, cn->pool, false, 2000);
+	if (!s)
+		return;
+	memcpy(s->retired, pl.retired, sizeof(s->retired));
+	dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL);
+	if (v.has_current) {
+		rc = copy_blocks(cn, s, v.current, nx.retired, err, sizeof(err));
+	} else {
+		rc = 0;   /* no index: nothing to copy */
+	}
+	if (!rc) {
+		memcpy(s->retired, nx.retired, sizeof(s->retired));
+		mn_set_snapshot(s);
+		nx.version = pl.version + 1;
+		nx.time = time(NULL);
+		snprintf(nx.by, sizeof(nx.by), "cn%u", cn->node->id);
+		rc = dm_placement_write(cn->ctl, &nx, &ok, err, sizeof(err));
+		if (!rc && !ok)
+			rc = -EAGAIN;
+	}
+	mn_set_close(s);
+	if (rc) {
+		atomic_fetch_add(&cn->repair_failed, 1);
+		dm_warn("cn%u: repair of%s failed (%s): retrying", cn->node->id, list, err);
+		return;
+	}
+	atomic_fetch_add(&cn->repair_rounds, 1);
+	dm_warn("cn%u: repair: placement version %lld retires%s; every block has its replicas "
+		"again (%lu copies, %.1f MiB in all)", cn->node->id, (long long)nx.version, list,
+		atomic_load(&cn->repair_blocks), atomic_load(&cn->repair_bytes) / 1048576.0);
+}
+
+static void *repair_thread(void *arg)
+{
+	struct cn_repair *r = arg;
+
+	while (!atomic_load(&r->stop)) {
+		for (int i = 0; i < 10 && !atomic_load(&r->stop); i++)
+			usleep(100000);
+		if (!atomic_load(&r->stop) && dm_ctl_leader(r->cn->ctl))
+			repair_once(r->cn);
+	}
+	return NULL;
+}
+
+struct cn_repair *cn_repair_start(struct cn *cn)
+{
+	struct cn_repair *r;
+	int err;
+
+	if (!cn->ctl) {
+		errno = 0;
+		return NULL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	r->cn = cn;
+	err = pthread_create(&r->thread, NULL, repair_thread, r);
+	if (err) {
+		free(r);
+		errno = err;
+		return NULL;
+	}
+	return r;
+}
+
+void cn_repair_stop(struct cn_repair *r)
+{
+	if (!r)
+		return;
+	atomic_store(&r->stop, true);
+	pthread_join(r->thread, NULL);
+	free(r);
+}
+#endif
