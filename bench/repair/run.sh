@@ -1,0 +1,141 @@
+#!/bin/bash
+# bench/repair/run.sh: re-replication of a memory node lost for good (issue 14, point 2).
+# N x 128 generated vectors (`dmann gen --kind sift`, default 500,000: an index image of
+# about 1 GB with neighbour codes), HNSW M=16 efConstruction=100, loaded on a local cluster
+# of 3 memory + 2 compute nodes (R=2, tcp, loopback, the cluster file's defaults:
+# member_lease_s 5, replace_after_s 30). A query stream (`dmann bench`, every query of the
+# stream a different one of the 1,000 queries in turn, cache off) runs while memory node 1 is
+# SIGKILLed for good; the script notes when the up-set declares it down and when the
+# placement that retires it is published (every block copied from its surviving replica to
+# the next node, read back and compared). Afterwards memory node 2 is SIGKILLed too and
+# 20,000 more queries run: they succeed only if every block has its copies again (each
+# block was on 2 of the 3 nodes). Writes the table between <!-- BEGIN repair --> markers of
+# docs/benchmarks.md.
+#
+# Env: N (500000), STREAM (queries of the stream, 400000), KILL_AFTER (s, 20), BUILD
+# (build), WORK (~/.cache/dmann-bench).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+N=${N:-500000}
+STREAM=${STREAM:-400000}
+KILL_AFTER=${KILL_AFTER:-20}
+DMANN=$ROOT/$BUILD/cn/dmann
+WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}/repair
+PY=/usr/bin/python3
+export DMANN_NO_PROGRESS=1
+
+[ -x "$DMANN" ] || { echo "run.sh: build first: meson setup $BUILD && ninja -C $BUILD" >&2; exit 1; }
+$PY -c 'import json' || exit 1
+mkdir -p "$WORK"
+START=$(date +%s)
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+now() { date +%s.%N; }
+
+if [ ! -s "$WORK/idx-$N.hnsw" ]; then
+	log "data: $N x 128; build (2 threads)"
+	"$DMANN" gen --kind sift --n "$N" --nq 1000 --seed 11 --out "$WORK/d" >/dev/null
+	"$DMANN" build --base "$WORK/d/base.fbin" --metric l2 --M 16 --efc 100 --threads 2 \
+		--out "$WORK/idx-$N.hnsw.tmp" >/dev/null
+	mv "$WORK/idx-$N.hnsw.tmp" "$WORK/idx-$N.hnsw"
+fi
+IDX_BYTES=$(stat -c %s "$WORK/idx-$N.hnsw")
+# Each memory node holds 2/3 of 2 copies, then half of them once one is retired.
+REGION=$(( IDX_BYTES * 11 / 10 / 1048576 + 256 ))
+
+log "cluster: 3 MN + 2 CN, R=2, regions of $REGION MiB; load"
+rm -rf "$WORK/lc"
+trap '"$DMANN" local down --dir "$WORK/lc" >/dev/null 2>&1 || true' EXIT
+"$DMANN" local up --mn 3 --cn 2 --redundancy 2 --dir "$WORK/lc" --region-mb "$REGION" >/dev/null
+CFG=$WORK/lc/cluster.ini
+"$DMANN" load --config "$CFG" --index "$WORK/idx-$N.hnsw" >/dev/null
+sleep 3   # the compute nodes pick the index up within refresh_ms
+
+log "stream of $STREAM queries; mn1 SIGKILLed after $KILL_AFTER s"
+"$DMANN" bench --config "$CFG" --query "$WORK/d/query.fbin" --gt "$WORK/d/gt.ibin" --k 10 \
+	--ef 64 --cache-ratio 0 --nq "$STREAM" --json >"$WORK/stream.json" 2>"$WORK/stream.err" &
+BENCH=$!
+sleep "$KILL_AFTER"
+T_KILL=$(now)
+"$DMANN" local kill --dir "$WORK/lc" mn1 >/dev/null
+T_DOWN=""
+T_REPAIRED=""
+while [ -z "$T_REPAIRED" ]; do
+	st=$("$DMANN" status --config "$CFG" --json 2>/dev/null || true)
+	if [ -z "$T_DOWN" ] && printf '%s' "$st" | $PY -c '
+import json, sys; d = json.load(sys.stdin)["etcd"]; sys.exit(0 if "mn1" in d["upset"]["down"] else 1)' 2>/dev/null; then
+		T_DOWN=$(now)
+		log "mn1 declared down"
+	fi
+	if printf '%s' "$st" | $PY -c '
+import json, sys; d = json.load(sys.stdin)["etcd"]; sys.exit(0 if "mn1" in d.get("placement", {}).get("retired", []) else 1)' 2>/dev/null; then
+		T_REPAIRED=$(now)
+		log "placement retiring mn1 published"
+	fi
+	if [ $(( $(date +%s) - ${T_KILL%.*} )) -gt 300 ]; then
+		echo "run.sh: mn1 not retired 300 s after the kill" >&2
+		exit 1
+	fi
+	sleep 0.2
+done
+kill -0 $BENCH 2>/dev/null && STILL=yes || STILL=no
+wait $BENCH || { echo "run.sh: the stream failed: $(cat "$WORK/stream.err")" >&2; exit 1; }
+T_END=$(now)
+curl -s "http://$(awk '/^\[cn.0\]/{c=1} c&&/^metrics/{print $3; exit}' "$CFG")/metrics" >"$WORK/cn0.prom"
+curl -s "http://$(awk '/^\[cn.1\]/{c=1} c&&/^metrics/{print $3; exit}' "$CFG")/metrics" >"$WORK/cn1.prom"
+
+log "mn2 SIGKILLed too; 20,000 queries"
+"$DMANN" local kill --dir "$WORK/lc" mn2 >/dev/null
+"$DMANN" bench --config "$CFG" --query "$WORK/d/query.fbin" --gt "$WORK/d/gt.ibin" --k 10 \
+	--ef 64 --cache-ratio 0 --nq 20000 --json >"$WORK/after.json"
+ELAPSED=$(( $(date +%s) - START ))
+
+$PY - "$WORK" "$ROOT/docs/benchmarks.md" "$ELAPSED" "$N" "$STREAM" "$IDX_BYTES" "$T_KILL" \
+	"$T_DOWN" "$T_REPAIRED" "$T_END" "$STILL" <<'EOF'
+import json, re, subprocess, sys
+w, md, elapsed, n, stream, idx_bytes = sys.argv[1:7]
+t_kill, t_down, t_rep, t_end = (float(x) for x in sys.argv[7:11])
+still = sys.argv[11]
+s = json.loads(open(w + "/stream.json").read().splitlines()[-1])
+a = json.loads(open(w + "/after.json").read().splitlines()[-1])
+def prom(name):
+    v = 0
+    for f in ("cn0", "cn1"):
+        for line in open("%s/%s.prom" % (w, f)):
+            if line.startswith(name + "{"):
+                v += float(line.split()[-1])
+    return v
+copies, cbytes = prom("dmann_cn_repair_copies_total"), prom("dmann_cn_repair_bytes_total")
+isa = open("/proc/cpuinfo").read()
+isa = " ".join(f for f in ("avx512f", "avx2") if re.search(r"\b%s\b" % f, isa))
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+copy_s = t_rep - t_down - 30   # replace_after_s after the up-set declared it down
+out = ["## Re-replication of a lost memory node (issue 14)", "",
+       "Generated by `bench/repair/run.sh` (do not edit by hand): %s x 128 generated vectors, "
+       "HNSW M=16 efConstruction=100 with neighbour codes, index image %.2f GB, on a local "
+       "cluster of 3 memory + 2 compute nodes (R=2, tcp, loopback, one 2-core machine for every "
+       "process; member_lease_s 5, replace_after_s 30, the defaults). Memory node 1 SIGKILLed "
+       "for good during a stream of %s queries (cache off, ef=64). Machine: %s; commit %s; %s s." %
+       (n, int(idx_bytes) / 1e9, stream, isa, commit, elapsed), "",
+       "| what | value |", "|---|---:|",
+       "| kill -> declared down in the up-set | %.1f s |" % (t_down - t_kill),
+       "| kill -> every block back to 2 copies (placement published) | **%.1f s** (target: 120 s) |" % (t_rep - t_kill),
+       "| of which copying (after replace_after_s) | %.1f s |" % copy_s,
+       "| blocks copied, bytes | %d, %.2f GB (%.2f GB/s read + write + read back) |" %
+       (copies, cbytes / 1e9, cbytes / 1e9 / max(copy_s, 0.1)),
+       "| stream: queries, failed, recall@10, QPS | %d, %d, %.4f, %.0f |" %
+       (s["queries"], s["errors"], s["recall"], s["qps"]),
+       "| stream still running when the placement was published | %s |" % still,
+       "| then mn2 SIGKILLed too: queries, failed, recall@10 | %d, %d, %.4f |" %
+       (a["queries"], a["errors"], a["recall"]), ""]
+block = "\n".join(out)
+text = open(md).read()
+b, e = "<!-- BEGIN repair -->", "<!-- END repair -->"
+if b in text:
+    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
+else:
+    text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
+open(md, "w").write(text)
+print(block)
+EOF
