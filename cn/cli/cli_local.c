@@ -678,7 +678,8 @@ static int cmd_up(int argc, char **argv)
 	if (netns)
 		fprintf(f, "netns %s\n", tag);
 	if (etcd_pid > 0)
-		fprintf(f, "etcd %d %s\n", (int)etcd_pid, etcd_dir);
+		fprintf(f, "etcd %d %s %s %d %d\n", (int)etcd_pid, etcd_dir,
+			netns ? "10.213.0.1" : host, (int)base + 4 * nn, (int)base + 4 * nn + 1);
 	rc = 0;
 	/* Memory nodes first: compute nodes connect to them at start. */
 	for (int i = 0; i < nn && !rc; i++) {

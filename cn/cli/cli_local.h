@@ -8,8 +8,9 @@
 #include <sys/types.h>
 
 /* Start a one-member etcd for the local cluster in dir: client URL http://host:client_port
- * (also on 127.0.0.1), peer 127.0.0.1:peer_port, data in a new /dev/shm/dmann-etcd-*
- * (else dir/etcd; its path into datadir), log dir/etcd.log. endpoint gets the client URL.
+ * (also on 127.0.0.1), peer 127.0.0.1:peer_port, data in datadir when it is set (a restart),
+ * else in a new /dev/shm/dmann-etcd-* (else dir/etcd; its path into datadir), log
+ * dir/etcd.log. endpoint gets the client URL.
  * Its pid, or -1 with errno (ENOENT: no etcd binary; the message is printed). */
 pid_t dm_local_etcd_start(const char *dir, const char *host, int client_port, int peer_port,
 			  char *endpoint, size_t ecap, char *datadir, size_t dcap);
@@ -33,7 +34,7 @@ struct node_spec {
 
 /* The pids file DIR/pids: one line a process, "PID NAME NS" for a node (NAME mn<N> or
  * cn<N>, NS its namespace or "-"; a restarted node gets a new line, the last one counts),
- * "etcd PID DATADIR", "netns TAG". */
+ * "etcd PID DATADIR HOST CLIENT_PORT PEER_PORT" (the last one counts), "netns TAG". */
 
 /* The path of a sibling binary of this executable (name alone: look it up in PATH). */
 int dm_local_find_binary(const char *name, char *out, size_t cap);

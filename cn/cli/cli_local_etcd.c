@@ -50,8 +50,15 @@ pid_t dm_local_etcd_start(const char *dir, const char *host, int client_port, in
 		errno = ENOENT;
 		return -1;
 	}
-	snprintf(datadir, dcap, "/dev/shm/dmann-etcd-XXXXXX");
-	if (access("/dev/shm", W_OK) || !mkdtemp(datadir)) {
+	if (datadir[0]) {
+		/* A restart (dmann local start etcd): the same data directory. */
+		if (access(datadir, W_OK)) {
+			fprintf(stderr, "dmann local: etcd data directory %s: %s\n", datadir,
+				strerror(errno));
+			return -1;
+		}
+	} else if (snprintf(datadir, dcap, "/dev/shm/dmann-etcd-XXXXXX"),
+		   access("/dev/shm", W_OK) || !mkdtemp(datadir)) {
 		snprintf(datadir, dcap, "%s/etcd", dir);
 		if (mkdir(datadir, 0700) && errno != EEXIST) {
 			fprintf(stderr, "dmann local up: cannot create %s: %s\n", datadir,

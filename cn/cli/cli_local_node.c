@@ -8,7 +8,8 @@
  *                                    directory (a memory node reloads its snapshot) and wait
  *                                    until it accepts connections
  *
- * NODE is mn<N> or cn<N> of D/cluster.ini. The pids file (cli_local.h) says which process
+ * NODE is mn<N> or cn<N> of D/cluster.ini, or etcd (the local etcd `dmann local up`
+ * started; start reuses its data directory). The pids file (cli_local.h) says which process
  * is the node now: the last line naming it. */
 #include <errno.h>
 #include <getopt.h>
@@ -31,7 +32,8 @@ static void node_usage(FILE *f)
 		"usage: dmann local kill  --dir DIR NODE\n"
 		"       dmann local stop  --dir DIR [--timeout S] NODE\n"
 		"       dmann local start --dir DIR [--timeout S] NODE\n\n"
-		"Failure drills on one node (mn<N> or cn<N>) of the local cluster in DIR:\n"
+		"Failure drills on one node (mn<N>, cn<N>, or etcd: the local cluster state) of\n"
+		"the local cluster in DIR:\n"
 		"  kill   SIGKILL, as a crash (no snapshot; its etcd lease expires on its own)\n"
 		"  stop   SIGTERM: the node drains (in-flight work finishes, a memory node\n"
 		"         snapshots, the lease is revoked); SIGKILL if it is not gone within S\n"
@@ -109,6 +111,111 @@ static bool wait_gone(pid_t pid, int ms)
 	return !dm_local_pid_is_node(pid);
 }
 
+/* The local etcd's last "etcd" line of dir/pids. */
+static int etcd_entry(const char *dir, pid_t *pid, char *datadir, size_t dcap, char *host,
+		      size_t hcap, int *cport, int *pport)
+{
+	char path[PATH_MAX], line[1400], dd[1024], h[64];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/pids", dir);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		int p, c, q;
+
+		if (sscanf(line, "etcd %d %1023s %63s %d %d", &p, dd, h, &c, &q) == 5) {
+			*pid = p;
+			snprintf(datadir, dcap, "%s", dd);
+			snprintf(host, hcap, "%s", h);
+			*cport = c;
+			*pport = q;
+			found = true;
+		}
+	}
+	fclose(f);
+	return found ? 0 : -ENOENT;
+}
+
+static bool pid_is_etcd(pid_t pid)
+{
+	char p[64], buf[256], st = 0, *rp;
+	size_t n;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	f = pid > 1 ? fopen(p, "r") : NULL;
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	rp = strrchr(buf, ')');
+	if (!rp || sscanf(rp + 1, " %c", &st) != 1 || st == 'Z' || st == 'X')
+		return false;
+	return strstr(buf, "(etcd)") != NULL;
+}
+
+/* kill / stop / start of the local etcd (NODE "etcd"). */
+static int etcd_cmd(const char *what, const char *act, const char *dir, unsigned timeout_s)
+{
+	char datadir[1024] = "", host[64] = "", endpoint[160], path[PATH_MAX];
+	int cport = 0, pport = 0, rc;
+	pid_t pid = 0;
+	FILE *f;
+
+	rc = etcd_entry(dir, &pid, datadir, sizeof(datadir), host, sizeof(host), &cport, &pport);
+	if (rc) {
+		fprintf(stderr, "dmann %s: %s\n", what, rc == -ENOENT ? "this local cluster runs "
+			"no etcd (or was started by an older dmann)" : "no pids file: no local "
+			"cluster runs there");
+		return 1;
+	}
+	if (strcmp(act, "start")) {
+		if (!pid_is_etcd(pid)) {
+			fprintf(stderr, "dmann %s: etcd is not running\n", what);
+			return 1;
+		}
+		kill(pid, strcmp(act, "stop") ? SIGKILL : SIGTERM);
+		for (unsigned t = 0; t < (timeout_s ? timeout_s : 10) * 20 && pid_is_etcd(pid); t++) {
+			waitpid(pid, NULL, WNOHANG);
+			usleep(50000);
+		}
+		if (pid_is_etcd(pid)) {
+			kill(pid, SIGKILL);
+			usleep(200000);
+		}
+		printf("dmann local: %s etcd (pid %d)\n", strcmp(act, "stop") ? "killed" : "stopped",
+		       (int)pid);
+		return 0;
+	}
+	if (pid_is_etcd(pid)) {
+		fprintf(stderr, "dmann %s: etcd runs already (pid %d)\n", what, (int)pid);
+		return 1;
+	}
+	pid = dm_local_etcd_start(dir, host, cport, pport, endpoint, sizeof(endpoint), datadir,
+				  sizeof(datadir));
+	if (pid < 0)
+		return 1;
+	snprintf(path, sizeof(path), "%s/pids", dir);
+	f = fopen(path, "a");
+	if (f) {
+		fprintf(f, "etcd %d %s %s %d %d\n", (int)pid, datadir, host, cport, pport);
+		fclose(f);
+	}
+	rc = dm_local_etcd_wait(endpoint, pid, (int)(timeout_s ? timeout_s : 30) * 1000);
+	if (rc) {
+		fprintf(stderr, "dmann %s: etcd did not start (%s); see %s/etcd.log\n", what,
+			strerror(-rc), dir);
+		return 1;
+	}
+	printf("dmann local: started etcd (pid %d) on its data directory %s\n", (int)pid,
+	       datadir);
+	return 0;
+}
+
 int dm_local_node_cmd(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -146,6 +253,8 @@ int dm_local_node_cmd(int argc, char **argv)
 		return 2;
 	}
 	name = argv[optind];
+	if (!strcmp(name, "etcd"))
+		return etcd_cmd(what, act, dir, (unsigned)timeout_s);
 	if ((strncmp(name, "mn", 2) && strncmp(name, "cn", 2)) || !name[2] ||
 	    (id = strtoul(name + 2, &end, 10), *end) || strspn(name + 2, "0123456789") !=
 	    strlen(name + 2) || id >= DM_MAX_NODES) {
