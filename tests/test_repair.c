@@ -175,3 +175,116 @@ Test(repair, a_lost_memory_node_is_replaced_under_queries)
 	cr_assert_eq(cluster_compare_ids(ids, want, nq, 4000, K), 0);
 	free(want);
 }
+
+/* ---- a memory node joins: about 1/n of the block replicas move to it ---- */
+
+#define JOIN_BLOCKS 2048
+
+static void setup_join(void)
+{
+	const char *root = getenv("DMANN_BUILD_ROOT");
+	char err[512], path[256];
+	struct dm_placement p;
+	long t;
+
+	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
+	snprintf(dir, sizeof(dir), "/tmp/dmann-join-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	/* 131,072 rows in blocks of 64: 2,048 blocks */
+	cr_assert_eq(sh("%s gen --kind deep --n %d --nq 200 --seed 5 --out %s/data >/dev/null",
+			dmann, JOIN_BLOCKS * 64, dir), 0);
+	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 8 --efc 60 --threads 2 "
+			"--block-shift 6 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s local up --mn 4 --cn 2 --redundancy 2 --dir %s --region-mb 192 "
+			"--member-lease %d", dmann, lc, TTL), 0);
+	snprintf(path, sizeof(path), "%s/cluster.ini", lc);
+	cr_assert_eq(sh("sed -i 's/^member_lease_s = .*/&\\nreplace_after_s = 1/' %s", path), 0);
+	cr_assert_eq(dm_config_load(path, &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(sh("for c in cn0 cn1; do %s local stop --dir %s $c && %s local start --dir %s "
+			"$c || exit 1; done", dmann, lc, dmann, lc), 0);
+	/* mn3 is not there yet: the cluster retires it, then the index is loaded on 3 nodes. */
+	cr_assert_eq(sh("%s local kill --dir %s mn3", dmann, lc), 0);
+	t = wait_retired(3, (TTL + 15) * 1000);
+	cr_assert_geq(t, 0, "mn3 was never retired");
+	cr_assert_eq(dm_placement_read(cfg.etcd, cfg.name, 2000, &p, err, sizeof(err)), 0);
+	cr_assert_eq(sh("%s load --config %s --index %s/idx.hnsw", dmann, path, dir), 0);
+}
+
+TestSuite(join, .init = setup_join, .fini = teardown, .timeout = 600);
+
+Test(join, a_memory_node_joins_and_gets_its_share)
+{
+	char idx[256], q[256], ids[256], log[256];
+	long long b0, rb, ib;
+	uint32_t nq;
+	int32_t *want;
+	double frac;
+	long t;
+	pid_t b;
+
+	snprintf(idx, sizeof(idx), "%s/idx.hnsw", dir);
+	snprintf(q, sizeof(q), "%s/data/query.fbin", dir);
+	want = local_search_ids_b(idx, q, K, EF, 1, true, &nq);
+	for (int i = 0; i < 100 && cluster_metric(lc, 0, "dmann_cn_index_bytes") <= 0; i++)
+		usleep(100000);
+	ib = cluster_metric(lc, 0, "dmann_cn_index_bytes");
+	cr_assert_gt(ib, 0, "cn0 serves no index");
+	b0 = cluster_metric(lc, 0, "dmann_cn_repair_bytes_total") +
+	     cluster_metric(lc, 1, "dmann_cn_repair_bytes_total");
+	snprintf(ids, sizeof(ids), "%s/ids-join.ibin", dir);
+	snprintf(log, sizeof(log), "%s/bench-join.log", dir);
+	b = bench_start(STREAM, ids, log);
+	sleep(1);
+	cr_assert_eq(sh("%s local start --dir %s mn3", dmann, lc), 0);
+	/* Back in the placement once its share is copied. */
+	for (t = 0; t < 60000; t += 100) {
+		struct dm_placement p;
+		char err[256];
+
+		if (dm_placement_read(cfg.etcd, cfg.name, 2000, &p, err, sizeof(err)) == 0 &&
+		    !dm_upset_has(p.retired, 3))
+			break;
+		usleep(100000);
+	}
+	cr_assert_lt(t, 60000, "mn3 never joined");
+	bench_wait(b, 600, log);
+	rb = cluster_metric(lc, 0, "dmann_cn_repair_bytes_total") +
+	     cluster_metric(lc, 1, "dmann_cn_repair_bytes_total") - b0;
+	frac = (double)rb / (2.0 * (double)ib);
+	fprintf(stderr, "FIGURES mn3 joins an index of %d blocks (R=2, %lld bytes of records): "
+		"%lld bytes copied = %.4f of the block replicas' bytes (1/4 = 0.25; bound 0.275); "
+		"joined %ld ms after its start; %d queries meanwhile, 0 failed\n", JOIN_BLOCKS, ib,
+		rb, frac, t, STREAM);
+	cr_assert_leq(frac, 1.1 / 4, "a join moved %.4f of the data", frac);
+	cr_assert_geq(frac, 0.5 / 4, "a join moved only %.4f of the data", frac);
+	cr_assert_eq(cluster_compare_ids(ids, want, nq, STREAM, K), 0);
+	/* mn3 holds its share now (its objects: blocks + the metadata). */
+	{
+		char st[300], line[1024];
+		unsigned long objs = 0;
+		FILE *f;
+
+		snprintf(st, sizeof(st), "%s/status.txt", dir);
+		cr_assert_eq(sh("%s status --config %s/cluster.ini >%s", dmann, lc, st), 0,
+			     "dmann status reports a problem");
+		f = fopen(st, "r");
+		cr_assert_not_null(f);
+		while (fgets(line, sizeof(line), f)) {
+			char *o = strstr(line, " objects");
+
+			if (!strncmp(line, "  mn3 ", 6) && o) {
+				while (o > line && o[-1] >= '0' && o[-1] <= '9')
+					o--;
+				objs = strtoul(o, NULL, 10);
+			}
+		}
+		fclose(f);
+		fprintf(stderr, "FIGURES mn3 holds %lu objects after the join\n", objs);
+		cr_assert_geq(objs, JOIN_BLOCKS * 2 / 4 / 2, "mn3 holds %lu objects", objs);
+		cr_assert_eq(sh("grep -q 'retired: $' %s", st), 0, "the placement still retires a "
+			     "node");
+	}
+	free(want);
+}

@@ -57,6 +57,7 @@ struct cn {
 	 * (cn_refresh does not bring them back), its version, versions applied. */
 	atomic_bool state_down[DM_MAX_NODES];
 	_Atomic uint64_t state_down_ns[DM_MAX_NODES];   /* when the up-set declared it down */
+	_Atomic uint64_t state_up_ns[DM_MAX_NODES];     /* ... or up (0: up since the start) */
 	_Atomic int64_t state_version;
 	atomic_ulong state_changes;
 	/* The placement (cn_state.c, cstate.h): retired memory nodes, under ctl_lock; a new

@@ -114,6 +114,8 @@ static int report(struct cn *cn, struct dgen_view *v)
 			atomic_store(&cn->report_ns[m], sent[m]);
 			continue;
 		}
+		if (mn_set_retired(cn->mns, m))
+			continue;   /* not reported to: it holds nothing */
 		/* Silent: down until rejoin() brings it back (no reconnect of everything, which
 		 * would fail the queries in flight). */
 		mn_link_close(cn->mns, m);
@@ -217,8 +219,9 @@ static void rejoin(struct cn *cn)
 		unsigned e = atomic_load(&cn->mn_epoch[m]);
 		int rc;
 
-		if (!(e & 1) || now < cn->rejoin_at[m] || atomic_load(&cn->state_down[m]))
-			continue;   /* up, backing off, or declared down by the cluster state */
+		if (!(e & 1) || now < cn->rejoin_at[m] || atomic_load(&cn->state_down[m]) ||
+		    mn_set_retired(cn->mns, m))
+			continue;   /* up, backing off, declared down by the cluster state, retired */
 		rc = rejoin_one(cn, m, e);
 		if (rc == 0) {
 			dm_info("cn%u: memory node %u is up again: reads use it", cn->node->id, m);

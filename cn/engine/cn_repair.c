@@ -17,10 +17,17 @@
  * A repair that fails (a copy, etcd, lost office) is retried the next second from the start;
  * the copies already made are found and kept. Counters: dmann_cn_repair_*.
  *
+ * A retired node that is up again for JOIN_STABLE_S joins the same way (the placement
+ * without it retired): it is emptied, gets the current generation's metadata and its
+ * publication, then its share of the blocks (about 1/n of them: weighted rendezvous moves
+ * only the blocks whose top R now include it). A node that joins the cluster file for the
+ * first time must be started retired (its id in the placement) to be filled this way.
+ *
  * Not handled (issue 14): blocks written by online inserts while the copy runs (a record
- * changed after its block was copied is not in the copy); a retired node that comes back
- * stays retired (its memory is not reused); the id counter is lost with its node (online
- * inserts then fail with -EHOSTUNREACH). */
+ * changed after its block was copied is not in the copy); the copies a join makes
+ * redundant stay on the nodes that had them (freeing them needs every CN to acknowledge the
+ * new placement first, as one-sided WRITEs cannot be checked); the id counter is lost with
+ * its node (online inserts then fail with -EHOSTUNREACH). */
 #include "cn.h"
 
 #include <errno.h>
@@ -35,6 +42,8 @@
 #if DM_HAVE_ETCD
 #include "cstate.h"
 #include "dgen.h"
+
+#define JOIN_STABLE_S 3   /* a retired node up this long joins again */
 
 struct cn_repair {
 	struct cn *cn;
@@ -139,7 +148,50 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 	return 0;
 }
 
-/* One look: retire the nodes that have been down for long enough. */
+/* A retired memory node that is up again joins the placement (empty): everything of the
+ * index it may still hold is dropped, the current generation's metadata copied and
+ * published there, its old generation released (its keys could name the new blocks), then
+ * its share of the blocks is copied to it. 0 or -errno (err says why). */
+static int prepare_join(struct cn *cn, struct mn_set *s, uint32_t m, uint64_t gen, char *err,
+			size_t errlen)
+{
+	struct dm_wire_ctl_gen_state st;
+	struct dindex *d = NULL;
+	uint64_t t0;
+	int rc;
+
+	(void)cn;
+	rc = dindex_open(s, gen, &d, err, errlen);
+	if (rc)
+		return rc;
+	rc = dindex_drop_all(s, m);
+	for (uint32_t f = 0; !rc && f < s->n; f++) {
+		if (f == m || mn_set_retired(s, f) || !s->link[f].up)
+			continue;
+		rc = dindex_copy_meta(s, d, f, m);
+		break;
+	}
+	if (!rc)
+		rc = dgen_publish_node(s, m, gen);
+	t0 = dm_now_ns();
+	while (!rc) {
+		rc = dgen_report_node(s, m, DM_GEN_NO_CN, 0, &st, NULL);
+		if (rc || !(st.flags & DM_GEN_F_RETIRED))
+			break;
+		if (dm_now_ns() - t0 > (uint64_t)(st.lease_ms + 5000) * 1000000ull) {
+			rc = -EBUSY;
+			break;
+		}
+		usleep(200000);
+	}
+	if (rc)
+		snprintf(err, errlen, "preparing mn%u to join: %s", m, strerror(-rc));
+	dindex_free(d);
+	return rc;
+}
+
+/* One look: retire the nodes that have been down for long enough; let retired nodes that
+ * are up again join. */
 static void repair_once(struct cn *cn)
 {
 	const struct dm_cluster_cfg *cfg = cn->cfg;
@@ -147,8 +199,8 @@ static void repair_once(struct cn *cn)
 	struct dm_placement pl, nx;
 	struct dgen_view v;
 	struct mn_set *s;
-	char err[512], list[256] = "";
-	uint32_t alive = 0, retiring = 0;
+	char err[512], list[256] = "", jlist[256] = "";
+	uint32_t alive = 0, retiring = 0, joining = 0, join[DM_MAX_NODES];
 	bool ok;
 	int rc;
 
@@ -160,8 +212,19 @@ static void repair_once(struct cn *cn)
 		bool gone = atomic_load(&cn->state_down[m]) &&
 			    now - atomic_load(&cn->state_down_ns[m]) >= after;
 
-		if (bit(pl.retired, m))
+		if (bit(pl.retired, m)) {
+			uint64_t up = atomic_load(&cn->state_up_ns[m]);
+
+			/* Up in the up-set for JOIN_STABLE_S: it joins. */
+			if (!atomic_load(&cn->state_down[m]) && up &&
+			    now - up >= JOIN_STABLE_S * 1000000000ull) {
+				dm_upset_set(nx.retired, m, false);
+				join[joining++] = m;
+				snprintf(jlist + strlen(jlist), sizeof(jlist) - strlen(jlist),
+					 " mn%u", m);
+			}
 			continue;
+		}
 		if (!gone) {
 			alive++;
 			continue;
@@ -170,24 +233,34 @@ static void repair_once(struct cn *cn)
 		retiring++;
 		snprintf(list + strlen(list), sizeof(list) - strlen(list), " mn%u", m);
 	}
-	if (!retiring)
+	if (!retiring && !joining)
 		return;
-	if (alive < 1) {
+	if (alive + joining < 1) {
 		dm_warn("cn%u: repair: no memory node left to copy to", cn->node->id);
 		return;
 	}
-	dm_warn("cn%u: repair: retiring%s (declared down for %u s or more): copying its blocks "
-		"to the next nodes", cn->node->id, list, cfg->replace_after_s);
+	if (retiring)
+		dm_warn("cn%u: repair: retiring%s (declared down for %u s or more): copying its "
+			"blocks to the next nodes", cn->node->id, list, cfg->replace_after_s);
+	if (joining)
+		dm_warn("cn%u: repair:%s up again: joins the placement; copying its share of the "
+			"blocks to it", cn->node->id, jlist);
 	s = mn_set_open(cfg, cn->x, cn->pool, false, 2000);
 	if (!s)
 		return;
 	memcpy(s->retired, pl.retired, sizeof(s->retired));
 	dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL);
-	if (v.has_current) {
-		rc = copy_blocks(cn, s, v.current, nx.retired, err, sizeof(err));
-	} else {
-		rc = 0;   /* no index: nothing to copy */
+	rc = 0;
+	for (uint32_t i = 0; i < joining && !rc; i++) {
+		/* A joining node is still retired in s: its link is opened for the copies. */
+		rc = s->link[join[i]].up ? 0 : mn_link_open(s, join[i], 2000);
+		if (!rc && v.has_current)
+			rc = prepare_join(cn, s, join[i], v.current, err, sizeof(err));
+		else if (rc)
+			snprintf(err, sizeof(err), "mn%u: %s", join[i], strerror(-rc));
 	}
+	if (!rc && v.has_current)
+		rc = copy_blocks(cn, s, v.current, nx.retired, err, sizeof(err));
 	if (!rc) {
 		memcpy(s->retired, nx.retired, sizeof(s->retired));
 		mn_set_snapshot(s);
@@ -201,12 +274,13 @@ static void repair_once(struct cn *cn)
 	mn_set_close(s);
 	if (rc) {
 		atomic_fetch_add(&cn->repair_failed, 1);
-		dm_warn("cn%u: repair of%s failed (%s): retrying", cn->node->id, list, err);
+		dm_warn("cn%u: repair of%s%s failed (%s): retrying", cn->node->id, list, jlist, err);
 		return;
 	}
 	atomic_fetch_add(&cn->repair_rounds, 1);
-	dm_warn("cn%u: repair: placement version %lld retires%s; every block has its replicas "
-		"again (%lu copies, %.1f MiB in all)", cn->node->id, (long long)nx.version, list,
+	dm_warn("cn%u: repair: placement version %lld%s%s%s%s; every block has its replicas "
+		"(%lu copies, %.1f MiB in all so far)", cn->node->id, (long long)nx.version,
+		retiring ? " retires" : "", list, joining ? " takes back" : "", jlist,
 		atomic_load(&cn->repair_blocks), atomic_load(&cn->repair_bytes) / 1048576.0);
 }
 

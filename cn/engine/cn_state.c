@@ -30,6 +30,7 @@ void cn_state_apply(void *arg, const struct dm_upset *u)
 		}
 		if (!down && was) {
 			ups++;
+			atomic_store(&cn->state_up_ns[m], dm_now_ns());
 			pthread_mutex_lock(&cn->ctl_lock);
 			cn->rejoin_at[m] = 0;   /* cn_refresh tries it at its next run */
 			pthread_mutex_unlock(&cn->ctl_lock);

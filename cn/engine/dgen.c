@@ -85,6 +85,14 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 	return rc;
 }
 
+int dgen_publish_node(struct mn_set *s, uint32_t m, uint64_t gen)
+{
+	struct dm_wire_ctl_gen_state st;
+
+	return s->link[m].up ? gen_call(&s->link[m], DM_OP_CTL_GEN_PUBLISH, DM_GEN_NO_CN, gen,
+					&st) : -EHOSTDOWN;
+}
+
 int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < s->n; i++) {

@@ -46,6 +46,8 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
 		     struct dm_wire_ctl_gen_state *st, uint64_t *sent_ns);
 
+/* PUBLISH gen on memory node m alone (a node joining the placement). 0 or -errno. */
+int dgen_publish_node(struct mn_set *s, uint32_t m, uint64_t gen);
 /* PUBLISH gen on every memory node (all must be up). 0 or -errno with a message. */
 int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen);
 

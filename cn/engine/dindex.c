@@ -748,22 +748,18 @@ int dindex_has_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint3
 	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
 }
 
-int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
-		      uint32_t to, uint64_t *bytes)
+/* Copy the committed object key (len bytes, at addr on `from`, committed with crc32 aux;
+ * mutable objects' CRC is not checked: online inserts write them) to `to`, read it back and
+ * compare. 0 or -errno. */
+static int copy_obj(struct mn_set *s, uint64_t key, uint64_t len, uint64_t addr, uint64_t aux,
+		    bool mutable, uint32_t from, uint32_t to)
 {
-	uint64_t key, len, addr, aux, done = 0;
-	bool mutable = b == DINDEX_CTR_BLOCK || d->cap > d->n;   /* as dindex_load commits */
 	struct dm_wire_ctl_obj o;
 	struct dm_mr *mr = NULL;
 	uint8_t *buf, *back;
+	uint64_t done = 0;
 	int rc;
 
-	if (from >= s->n || to >= s->n || !s->link[from].up || !s->link[to].up)
-		return -EHOSTDOWN;
-	block_obj(d, b, &key, &len);
-	rc = lookup_obj(s, d, b, from, &addr, &aux);
-	if (rc)
-		return rc;
 	buf = aligned_alloc(64, DM_ALIGN_UP(len, 64));
 	back = buf ? aligned_alloc(64, DM_ALIGN_UP(len, 64)) : NULL;
 	if (!buf || !back) {
@@ -777,7 +773,7 @@ int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 	dm_xport_dereg(s->x, mr);
 	if (rc)
 		goto out_free;
-	/* A block that is not written online must arrive as it was committed. */
+	/* An object that is not written online must arrive as it was committed. */
 	if (!mutable && crc(buf, len) != (uint32_t)aux) {
 		rc = -EBADMSG;
 		goto out_free;
@@ -790,21 +786,71 @@ int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 	if (rc)
 		goto out_free;
 	/* Verify: read the new copy back. */
-	rc = lookup_obj(s, d, b, to, &addr, &aux);
+	o = (struct dm_wire_ctl_obj){ .key = key };
+	rc = obj_call(&s->link[to], DM_OP_CTL_LOOKUP, &o);
+	if (!rc && (o.len != len || o.addr < s->link[to].info.region_addr ||
+		    o.addr - s->link[to].info.region_addr + len > s->link[to].info.region_len))
+		rc = -EBADMSG;
 	if (rc)
 		goto out_free;
 	rc = dm_xport_reg(s->x, back, len, 0, &mr);
 	if (rc)
 		goto out_free;
-	rc = xfer(&s->link[to], false, back, mr, addr, len, NULL, NULL, &done);
+	rc = xfer(&s->link[to], false, back, mr, o.addr, len, NULL, NULL, &done);
 	dm_xport_dereg(s->x, mr);
 	if (!rc && memcmp(buf, back, len))
 		rc = -EIO;
-	if (!rc && bytes)
-		*bytes = len;
 out_free:
 	free(buf);
 	free(back);
+	return rc;
+}
+
+int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
+		      uint32_t to, uint64_t *bytes)
+{
+	uint64_t key, len, addr, aux;
+	bool mutable = b == DINDEX_CTR_BLOCK || d->cap > d->n;   /* as dindex_load commits */
+	int rc;
+
+	if (from >= s->n || to >= s->n || !s->link[from].up || !s->link[to].up)
+		return -EHOSTDOWN;
+	block_obj(d, b, &key, &len);
+	rc = lookup_obj(s, d, b, from, &addr, &aux);
+	if (!rc)
+		rc = copy_obj(s, key, len, addr, aux, mutable, from, to);
+	if (!rc && bytes)
+		*bytes = len;
+	return rc;
+}
+
+int dindex_copy_meta(struct mn_set *s, const struct dindex *d, uint32_t from, uint32_t to)
+{
+	struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, d->gen) };
+	struct mn_link *l;
+	int rc;
+
+	if (from >= s->n || to >= s->n || !s->link[from].up || !s->link[to].up)
+		return -EHOSTDOWN;
+	l = &s->link[from];
+	rc = obj_call(l, DM_OP_CTL_LOOKUP, &o);
+	if (!rc && (o.addr < l->info.region_addr ||
+		    o.addr - l->info.region_addr + o.len > l->info.region_len))
+		rc = -EBADMSG;
+	return rc ? rc : copy_obj(s, o.key, o.len, o.addr, o.aux, false, from, to);
+}
+
+int dindex_drop_all(struct mn_set *s, uint32_t m)
+{
+	struct dm_wire_ctl_obj o[3] = {
+		{ .key = dm_gen_meta_key(0, 0), .aux = DM_GEN_BLOCK_MASK },
+		{ .key = dm_gen_block_key(0, 0, 0), .aux = DM_GEN_BLOCK_MASK },
+		{ .key = dm_gen_block_key(0, 1, 0), .aux = DM_GEN_BLOCK_MASK },
+	};
+	int rc = 0;
+
+	for (int i = 0; i < 3 && !rc; i++)
+		rc = obj_call(&s->link[m], DM_OP_CTL_DROP, &o[i]);
 	return rc;
 }
 

@@ -200,6 +200,12 @@ int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32
  * copy serves only once whole). *bytes (may be NULL) gets its size. 0 or -errno. */
 int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
 		      uint32_t to, uint64_t *bytes);
+/* The same for view d's metadata object (a joining node needs it before its generation
+ * can be published there). 0 or -errno. */
+int dindex_copy_meta(struct mn_set *s, const struct dindex *d, uint32_t from, uint32_t to);
+/* Drop every object of HNSW index 0 on memory node m, every generation (a retired node
+ * that joins again starts empty). 0 or -errno. */
+int dindex_drop_all(struct mn_set *s, uint32_t m);
 /* Whether memory node m holds block b of d (a committed object of its key and size):
  * 1, 0, or -errno. */
 int dindex_has_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t m);
