@@ -85,6 +85,8 @@ static long long metric_sum(const char *name)
 
 /* Start dmann bench over both compute nodes in the background: STREAM queries, ids to
  * out_ids (may be NULL), its output to log. */
+static const char *bench_extra = "";   /* more options of the next bench_start */
+
 static pid_t bench_start(const char *ratio, const char *out_ids, const char *log)
 {
 	char cmd[2048], outopt[300] = "";
@@ -97,7 +99,8 @@ static pid_t bench_start(const char *ratio, const char *out_ids, const char *log
 		snprintf(outopt, sizeof(outopt), "--out %s", out_ids);
 	snprintf(cmd, sizeof(cmd), "exec %s bench --config %s/lc/cluster.ini --query "
 		 "%s/data/query.fbin --gt %s/data/gt.ibin --k %d --ef %d --cache-ratio %s "
-		 "--nq %d %s >%s 2>&1", dmann, dir, dir, dir, K, EF, ratio, STREAM, outopt, log);
+		 "--nq %d %s %s >%s 2>&1", dmann, dir, dir, dir, K, EF, ratio, STREAM, outopt,
+		 bench_extra, log);
 	execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 	_exit(127);
 }
@@ -281,6 +284,44 @@ Test(failover, no_libdmann_query_fails_when_a_compute_node_dies)
 			dmann, lc, dir, dir, K, EF, ids), 0);
 	cr_assert_eq(compare_ids(ids, want, nq, nq), 0);
 	cr_assert_gt(metric(1, "dmann_cn_queries_total") - q0, 0, "cn1 serves again");
+	free(want);
+}
+
+/* The same with the compute nodes routing (adaptive, server side): the queries cn0 had
+ * relayed to cn1 when it died are answered -ECONNABORTED once the cluster state declares
+ * cn1 down (the router then sends it nothing more) and libdmann sends them again. */
+Test(failover, no_query_fails_when_a_compute_node_dies_under_server_routing)
+{
+	uint32_t nq;
+	int32_t *want = local_ids(&nq);
+	char ids[256], log[256], buf[8192];
+	unsigned diff;
+	pid_t b;
+	int st;
+
+	snprintf(ids, sizeof(ids), "%s/ids-srv.ibin", dir);
+	snprintf(log, sizeof(log), "%s/bench-srv.log", dir);
+	bench_extra = "--routing adaptive --client-routing no";
+	b = bench_start("0", ids, log);
+	bench_extra = "";
+	kill_mid_stream("cn1", b, STREAM / 4);
+	st = bench_wait(b, 300);
+	read_log(log, buf, sizeof(buf));
+	cr_assert_eq(st, 0, "a query failed although another compute node is up: %s", buf);
+	diff = compare_ids(ids, want, nq, STREAM);
+	fprintf(stderr, "FIGURES cn1 SIGKILLed mid-stream, server-side adaptive routing: %d "
+		"queries, 0 failed, ids differing %u; %s\n", STREAM, diff, buf);
+	cr_assert_eq(diff, 0, "%u ids differ from the local search", diff);
+	{
+		const char *at = strstr(buf, "% relayed)");
+		double rel = -1;
+
+		while (at && at > buf && at[-1] != '(')
+			at--;
+		if (at)
+			rel = atof(at);
+		cr_assert_gt(rel, 0, "no query was relayed: %s", buf);
+	}
 	free(want);
 }
 

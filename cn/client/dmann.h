@@ -170,7 +170,9 @@ struct dmann_search_info {           /* per query (optional) */
  * (no HNSW index loaded), -EAGAIN (overloaded), -EHOSTDOWN (no live replica of a block;
  * or no compute node reachable; or a query lost twice with its compute node). A compute
  * node whose connection fails is closed and its queries in flight are sent once more to
- * the others (DMANN_SI_RETRIED; queries are read-only, so a retry is safe); later calls
+ * the others (DMANN_SI_RETRIED; queries are read-only, so a retry is safe), and so is a
+ * query a compute node answers -ECONNABORTED (it had relayed it to a compute node that
+ * died); later calls
  * try to reconnect it (after 1 s, backing off to 10 s). On the first failed query nothing
  * more is sent, the rest in flight are collected and the error is returned. Thread-safety: as every call on a handle (serialised). */
 int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,

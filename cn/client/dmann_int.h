@@ -16,7 +16,9 @@
 #define DMANN_MAX_CN 64
 #define DMANN_WINDOW 32          /* C_CALLs in flight per compute node (CN's ctlq: 64) */
 
-#define DMANN_TRIES 2            /* a request whose compute node died is sent once more */
+#define DMANN_TRIES 2            /* a request whose compute node died is sent once more
+				  * (a query answered -ECONNABORTED, relayed to a dead CN and
+				  * not run, twice more on top) */
 
 struct dmann_conn {
 	struct dm_conn *conn;        /* NULL while dead */

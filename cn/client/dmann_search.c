@@ -87,6 +87,14 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 	}
 	d->cn[c].inflight--;
 	s->on[i] = 0;
+	if (h.status == -ECONNABORTED && s->tries[i] < DMANN_TRIES + 2) {
+		/* The compute node it was relayed to died: not run; send it again (a query
+		 * whose own CN died may meet a relay to the dead one before the cluster state
+		 * declares it down: hence two more tries). */
+		s->retry[s->nretry++] = i;
+		dm_msgpool_repost(d->pool, wr_id);
+		return 1;
+	}
 	s->done++;
 	dmann_route_answer(d, &r);
 	if (h.status) {

@@ -387,8 +387,10 @@ static bool send_fres(struct worker *w)
 static void take_search(struct worker *w, uint64_t wr_id, uint32_t len, bool can_start,
 			uint32_t fl);
 
-/* Answer forwarded queries that will not come back (connection closed, or no answer
- * within FWD_TIMEOUT_NS) with an error, as a failed local query is answered. */
+/* Answer forwarded queries that will not come back (connection closed, their compute node
+ * declared down by the cluster state, or no answer within FWD_TIMEOUT_NS) with
+ * -ECONNABORTED: the query was not run here, the client may send it again (libdmann does,
+ * once, to a CN the router no longer sends to a dead one). */
 static void fail_lost_forwards(struct worker *w)
 {
 	uint64_t now = dm_now_ns();
@@ -402,16 +404,19 @@ static void fail_lost_forwards(struct worker *w)
 		uint8_t body[sizeof(r)];
 		int err;
 
-		if (!f->used || (!f->failed && now - f->t0 < FWD_TIMEOUT_NS))
+		if (!f->used || (!f->failed && now - f->t0 < FWD_TIMEOUT_NS &&
+				 !atomic_load(&w->cn->state_cn_down[f->target])))
 			continue;
-		err = f->failed ? -EHOSTDOWN : -ETIMEDOUT;
+		err = -ECONNABORTED;
 		r.qid = f->qid;
 		r.cn = w->cn->node->id;
 		dm_wire_q_result_encode(body, &r);
 		if (send_msg(w, DM_OP_Q_SEARCH + 1, f->qid, err, body, sizeof(body)) == -EAGAIN)
 			return;
-		dm_warn("cn%u: forwarded query %llu lost: %s", w->cn->node->id,
-			(unsigned long long)f->qid, strerror(-err));
+		dm_warn("cn%u: forwarded query %llu lost (%s): answered %s", w->cn->node->id,
+			(unsigned long long)f->qid, f->failed ? "its memory-node connection closed" :
+			now - f->t0 >= FWD_TIMEOUT_NS ? "no answer in time" :
+			"its compute node is declared down", strerror(-err));
 		atomic_fetch_add(&w->cn->errors, 1);
 		f->used = false;
 		w->fwd_out--;
@@ -522,7 +527,9 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len, bool 
 		for (int j = 0; j < FWD_TRACK; j++)
 			if (!w->fq[j].used) {
 				w->fq[j] = (struct fwdq){ .qid = s.qid, .t0 = dm_now_ns(),
-							  .m = (uint16_t)m, .used = true };
+							  .m = (uint16_t)m,
+							  .target = (uint16_t)f.target,
+							  .used = true };
 				break;
 			}
 		w->fwd_out++;

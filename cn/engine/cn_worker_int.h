@@ -105,7 +105,7 @@ struct worker {
 	uint32_t fwd_out;            /* queries forwarded, answer not back yet */
 	struct fwdq {                /* each of them: the client's qid, when, through which MN */
 		uint64_t qid, t0;
-		uint16_t m;
+		uint16_t m, target;  /* through which memory node, to which compute node */
 		bool used, failed;   /* failed: its memory-node connection closed */
 	} fq[FWD_TRACK];
 	uint64_t fq_check;           /* last expiry scan */

@@ -295,6 +295,14 @@ static void rank(struct router *r, const float *vec, uint32_t dim)
 	dm_oracle_rank(r->o, vec, r->cns, NULL);
 }
 
+/* Whether queries may go to compute node c: this one, or one the cluster state does not
+ * declare down. */
+static bool cn_ok(const struct router *r, uint32_t c)
+{
+	return c == r->self || !atomic_load_explicit(&r->cn->state_cn_down[c],
+						     memory_order_relaxed);
+}
+
 uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t *top)
 {
 	uint32_t s = atomic_load(&r->strategy), target = r->self, k = r->ncn;
@@ -307,7 +315,12 @@ uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t
 	*top = r->cns[0];
 	r->want[r->cns[0]]++;
 	if (s == DM_ROUTE_BESTFIT) {
-		target = r->cns[0];
+		/* The best CN, or the next one in rank order while it is declared down. */
+		for (uint32_t i = 0; i < k; i++)
+			if (cn_ok(r, r->cns[i])) {
+				target = r->cns[i];
+				break;
+			}
 		goto out;
 	}
 	/* Candidates: rank order, or the best CN then its ring neighbours. */
@@ -316,7 +329,7 @@ uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t
 		uint32_t c = s == DM_ROUTE_ADAPTIVE_RING && i > 0 ?
 			r->spill[(size_t)r->cns[0] * (k - 1) + i - 1] : r->cns[i];
 
-		if (r->hist[c] < r->limit[c]) {
+		if (r->hist[c] < r->limit[c] && cn_ok(r, c)) {
 			target = c;
 			break;
 		}
@@ -368,7 +381,7 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 		*top = r->cns[0];
 		target = r->self;
 		for (uint32_t i = 0; i < r->ncn; i++)
-			if (r->cns[i] != r->self && r->qlen[r->cns[i]] <= band) {
+			if (r->cns[i] != r->self && r->qlen[r->cns[i]] <= band && cn_ok(r, r->cns[i])) {
 				target = r->cns[i];
 				break;
 			}
