@@ -246,4 +246,27 @@ Test(cstate, the_upset_parser_refuses_malformed_values)
 	cr_assert_str_eq(v.controller, "cn3");
 	cr_assert_arr_eq(v.mn, u.mn, sizeof(u.mn));
 	cr_assert_arr_eq(v.cn, u.cn, sizeof(u.cn));
+	/* The placement: the same checks, and a round trip. */
+	{
+		static const char *pbad[] = {
+			"{}", "{\"version\":1,\"time\":1,\"by\":\"cn0\"}",
+			"{\"version\":0,\"time\":1,\"by\":\"cn0\",\"retired\":[]}",
+			"{\"version\":1,\"time\":1,\"by\":\"cn0\",\"retired\":[3,3]}",
+			"{\"version\":1,\"time\":1,\"by\":\"cn0\",\"retired\":[300]}",
+			"{\"version\":1,\"time\":1,\"by\":7,\"retired\":[]}",
+		};
+		struct dm_placement p = { .version = 3, .time = 4 }, q;
+
+		for (size_t i = 0; i < sizeof(pbad) / sizeof(pbad[0]); i++)
+			cr_assert_eq(dm_placement_parse(pbad[i], strlen(pbad[i]), &q), -EBADMSG,
+				     "accepted %s", pbad[i]);
+		snprintf(p.by, sizeof(p.by), "cn1");
+		dm_upset_set(p.retired, 5, true);
+		s = dm_placement_format(&p);
+		cr_assert_not_null(s);
+		cr_assert_eq(dm_placement_parse(s, strlen(s), &q), 0, "%s", s);
+		free(s);
+		cr_assert(q.version == 3 && q.time == 4 && !strcmp(q.by, "cn1") &&
+			  dm_upset_has(q.retired, 5) && !dm_upset_has(q.retired, 4));
+	}
 }

@@ -2,8 +2,8 @@
  * input goes through the answer check (HTTP 200 and an error status, with the error
  * mapping), then the range, write, lease and watch-message parsers; what they accept must
  * hold their promises (non-empty NUL-terminated keys, ascending range keys, events in
- * revision order, positive lease ids). The strict base64 decoder and the up-set parser
- * (cstate.h) run on the raw input. */
+ * revision order, positive lease ids). The strict base64 decoder and the up-set and
+ * placement parsers (cstate.h) run on the raw input. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +39,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (u.version < 1 || u.time < 0 || !t || dm_upset_parse(t, strlen(t), &v) ||
 			    v.version != u.version || memcmp(v.mn, u.mn, sizeof(u.mn)) ||
 			    memcmp(v.cn, u.cn, sizeof(u.cn)) || strcmp(v.controller, u.controller))
+				abort();
+			free(t);
+		}
+	}
+	{
+		/* The placement value, the same way. */
+		struct dm_placement p, q;
+
+		if (dm_placement_parse(data, size, &p) == 0) {
+			char *t = dm_placement_format(&p);
+
+			if (p.version < 1 || p.time < 0 || !t || dm_placement_parse(t, strlen(t), &q) ||
+			    q.version != p.version || memcmp(q.retired, p.retired, sizeof(p.retired)) ||
+			    strcmp(q.by, p.by))
 				abort();
 			free(t);
 		}
