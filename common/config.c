@@ -428,6 +428,10 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!parse_u64(v, 86400, &u) || u < 1)
 				return fail(pc, "replace_after_s '%s' must be 1..86400%s", v, "");
 			cfg->replace_after_s = (uint32_t)u;
+		} else if (!strcmp(key, "repair_mb_s")) {
+			if (!parse_u64(v, 1000000, &u))
+				return fail(pc, "repair_mb_s '%s' must be 0..1000000%s", v, "");
+			cfg->repair_mb_s = (uint32_t)u;
 		} else {
 			return fail(pc, "unknown key '%s' in section [%s]", key, section);
 		}
@@ -691,6 +695,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	cfg->redundancy = 1;
 	cfg->etcd_lease_s = 5;
 	cfg->replace_after_s = 30;
+	cfg->repair_mb_s = 100;
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
 		.recluster_secs = 60, .recluster_csp = 0.5 };

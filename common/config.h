@@ -20,6 +20,8 @@
  *   replace_after_s = 30        ; a memory node the up-set declares down for this long
  *                               ; is retired: the controller copies its index blocks from
  *                               ; the other replicas to the next nodes (1..86400)
+ *   repair_mb_s = 100           ; re-replication copies at most this many MiB/s (0: no
+ *                               ; bound), so that queries keep their share of the nodes
  *
  *   [mn.0]                      ; memory node 0
  *   address = 127.0.0.1:7000
@@ -200,6 +202,8 @@ struct dm_cluster_cfg {
 	uint32_t etcd_grace_s;       /* [cluster] takeover_grace_s, 0 = member_lease_s + 3 */
 	uint32_t replace_after_s;    /* [cluster] replace_after_s: a memory node down this long
 				      * is retired and its blocks copied to others */
+	uint32_t repair_mb_s;        /* [cluster] repair_mb_s: copy rate of re-replication,
+				      * MiB/s (0: unbounded) */
 	char s3_access_key[128];
 	char s3_secret_key[128];
 	/* S3 identities: the [s3] access_key (named "default") first, then every

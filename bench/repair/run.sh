@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/repair/run.sh: re-replication of a memory node lost for good (issue 14, point 2).
-# N x 128 generated vectors (`dmann gen --kind sift`, default 500,000: an index image of
-# about 1 GB with neighbour codes), HNSW M=16 efConstruction=100, loaded on a local cluster
+# N x 128 generated vectors (`dmann gen --kind sift`, default 700,000: an index image of
+# about 1.1 GB with neighbour codes), HNSW M=16 efConstruction=100, loaded on a local cluster
 # of 3 memory + 2 compute nodes (R=2, tcp, loopback, the cluster file's defaults:
 # member_lease_s 5, replace_after_s 30). A query stream (`dmann bench`, every query of the
 # stream a different one of the 1,000 queries in turn, cache off) runs while memory node 1 is
@@ -12,14 +12,14 @@
 # block was on 2 of the 3 nodes). Writes the table between <!-- BEGIN repair --> markers of
 # docs/benchmarks.md.
 #
-# Env: N (500000), STREAM (queries of the stream, 400000), KILL_AFTER (s, 20), BUILD
+# Env: N (700000), STREAM (queries of the stream, 150000), KILL_AFTER (s, 20), BUILD
 # (build), WORK (~/.cache/dmann-bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
-N=${N:-500000}
-STREAM=${STREAM:-400000}
+N=${N:-700000}
+STREAM=${STREAM:-150000}
 KILL_AFTER=${KILL_AFTER:-20}
 DMANN=$ROOT/$BUILD/cn/dmann
 WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}/repair

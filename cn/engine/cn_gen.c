@@ -116,6 +116,15 @@ static int report(struct cn *cn, struct dgen_view *v)
 		}
 		if (mn_set_retired(cn->mns, m))
 			continue;   /* not reported to: it holds nothing */
+		/* With a cluster state, a node it lists as up whose connection is intact is only
+		 * slow (e.g. busy serving a re-replication): not a failure. Its READs still mark
+		 * it down if they fail, and the lease fence keeps the generation protocol safe. */
+		if (atomic_load(&cn->state_version) > 0 && !atomic_load(&cn->state_down[m]) &&
+		    cn->mns->link[m].up) {
+			dm_debug("cn%u: memory node %u did not answer a report in time", cn->node->id,
+				 m);
+			continue;
+		}
 		/* Silent: down until rejoin() brings it back (no reconnect of everything, which
 		 * would fail the queries in flight). */
 		mn_link_close(cn->mns, m);

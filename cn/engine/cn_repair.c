@@ -56,6 +56,17 @@ static bool bit(const uint64_t *set, uint32_t i)
 	return set[i / 64] >> (i % 64) & 1;
 }
 
+/* Keep the copies under [cluster] repair_mb_s: a copy READs the source and WRITEs and
+ * READs back the target, and on tcp the memory nodes' CPUs move those bytes; unbounded,
+ * they starve the queries and the generation reports of the same nodes. */
+static void throttle(struct cn *cn, uint64_t bytes)
+{
+	uint64_t rate = (uint64_t)cn->cfg->repair_mb_s << 20;
+
+	if (rate)
+		usleep((useconds_t)DM_MIN(bytes * 1000000ull / rate, 10000000ull));
+}
+
 /* The node that is not in old[0..no) of next[0..nn), or UINT32_MAX. */
 static uint32_t added(const uint32_t *old, int no, const uint32_t *next, int nn, int k)
 {
@@ -139,6 +150,7 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 				atomic_fetch_add(&cn->repair_blocks, 1);
 				atomic_fetch_add(&cn->repair_bytes, bytes);
 				atomic_fetch_sub(&cn->repair_pending, 1);
+				throttle(cn, bytes);
 			}
 		}
 		if (pass == 0)
