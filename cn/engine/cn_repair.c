@@ -10,10 +10,14 @@
  *      next node in its order); every such node that does not hold the block gets a copy
  *      from a live replica, committed under the same key, read back and compared; the id
  *      counter of online inserts too, when its node changes and the old one is alive;
- *   3. the nodes that received copies snapshot them;
- *   4. the next placement is written to etcd, guarded by the leader key; every compute node
+ *   3. the next placement is written to etcd, guarded by the leader key; every compute node
  *      reads its view again under it (cn_placement_apply, cn_refresh) and the blocks have R
- *      copies again.
+ *      copies again;
+ *   4. once the compute nodes have moved to it, the memory nodes snapshot one at a time (a
+ *      snapshot blocks its node's store while it writes: before the move, the blocks whose
+ *      only live replica it was would have been unreadable meanwhile). A copy made durable
+ *      this late is lost if its node restarts in between (the block is then one copy short
+ *      until the next repair of that node).
  * A repair that fails (a copy, etcd, lost office) is retried the next second from the start;
  * the copies already made are found and kept. Counters: dmann_cn_repair_*.
  *
@@ -275,13 +279,21 @@ static void repair_once(struct cn *cn)
 		rc = copy_blocks(cn, s, v.current, nx.retired, err, sizeof(err));
 	if (!rc) {
 		memcpy(s->retired, nx.retired, sizeof(s->retired));
-		mn_set_snapshot(s);
 		nx.version = pl.version + 1;
 		nx.time = time(NULL);
 		snprintf(nx.by, sizeof(nx.by), "cn%u", cn->node->id);
 		rc = dm_placement_write(cn->ctl, &nx, &ok, err, sizeof(err));
 		if (!rc && !ok)
 			rc = -EAGAIN;
+	}
+	if (!rc) {
+		/* Then the copies go to disk, one memory node at a time. A snapshot holds its
+		 * node's store for as long as it writes (seconds for a GB), and compute nodes
+		 * stop reading a node whose reports go unanswered for half the lease: done
+		 * after the compute nodes moved to the new placement, every block has another
+		 * live replica while one node snapshots. */
+		sleep(2 + cfg->cn_all.refresh_ms / 1000);
+		mn_set_snapshot(s);
 	}
 	mn_set_close(s);
 	if (rc) {
