@@ -159,12 +159,21 @@ static void epochs_from_links(struct cn *cn)
 	}
 }
 
-/* A view's addresses are valid at the epochs of the nodes that are up now (write lock). */
+/* A view's addresses are valid at the epochs of the nodes that are up now (write lock). A
+ * node that is up but whose blocks could not all be looked up (a lookup timed out: the node
+ * was busy, e.g. writing a snapshot) is marked down, so that rejoin() looks them up again;
+ * otherwise those replicas would stay unknown while the node serves. */
 static void view_epochs(struct cn *cn, struct dindex *d)
 {
 	for (uint32_t m = 0; m < cn->mns->n; m++) {
 		unsigned e = atomic_load(&cn->mn_epoch[m]);
+		bool missing = false;
 
+		for (size_t i = 0; i < (size_t)d->nblocks * d->nrep && !missing; i++)
+			missing = d->block_mn[i] == m && !d->block_addr[i];
+		if (missing && !(e & 1) && cn->mns->link[m].up && !mn_set_retired(cn->mns, m) &&
+		    cn_mn_down(cn, m, e, -ETIMEDOUT))
+			e = atomic_load(&cn->mn_epoch[m]);
 		d->mn_epoch[m] = (e & 1) || !cn->mns->link[m].up ? UINT32_MAX : e;
 	}
 }
