@@ -294,7 +294,9 @@ int cn_refresh(struct cn *cn, bool force)
 	}
 	/* A new placement: read the block table again under it (the retired nodes' blocks
 	 * now live on other nodes). */
-	if (atomic_exchange(&cn->placement_dirty, false))
+	bool replace = atomic_exchange(&cn->placement_dirty, false);
+
+	if (replace)
 		memcpy(cn->mns->retired, cn->retired_mn, sizeof(cn->retired_mn));
 	else if (!force && cn->idx && cn->idx->gen == v.current) {
 		rejoin(cn);
@@ -306,7 +308,13 @@ int cn_refresh(struct cn *cn, bool force)
 		if (rc != -ENOENT) {
 			dm_warn("cn%u: generation %llu: %s", cn->node->id,
 				(unsigned long long)v.current, err);
-			atomic_store(&cn->need_refresh, true);
+			/* Reading the view again under a new placement: the old view still
+			 * serves; try again at the next refresh rather than reconnecting
+			 * everything (which fails the queries in flight). */
+			if (replace && cn->idx && cn->idx->gen == v.current)
+				atomic_store(&cn->placement_dirty, true);
+			else
+				atomic_store(&cn->need_refresh, true);
 		}
 		goto out_unlock;
 	}
