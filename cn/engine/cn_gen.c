@@ -278,12 +278,11 @@ int cn_refresh(struct cn *cn, bool force)
 	}
 	release_retired(cn);
 	rc = report(cn, &v);
-	if (rc && !v.answered && !force && atomic_load(&cn->state_version) == 0) {
+	if (rc && !v.answered && !force) {
 		/* A control connection broke (a memory node restarted): reconnect and retry.
-		 * With a cluster state, nodes that are only slow (snapshotting) are not a reason
-		 * to reconnect everything (which fails the queries in flight): a node that
-		 * restarted is declared down and up again, or its READs fail, and rejoin()
-		 * reconnects it alone. */
+		 * (Skipping this with a cluster state left a CN whose only memory node had
+		 * restarted without any answering node to rejoin through: the soft-RoCE VM's
+		 * 1+1 cluster never served again.) */
 		pthread_mutex_unlock(&cn->ctl_lock);
 		return cn_refresh(cn, true);
 	}
