@@ -43,27 +43,32 @@ static void node_usage(FILE *f)
 		"Exit status: 0 done, 1 failed (the message says why), 2 bad usage.\n");
 }
 
-bool dm_local_pid_is_node(pid_t pid)
+/* Whether pid runs (not a zombie); its /proc/PID/stat line into buf. */
+static bool pid_running(pid_t pid, char *buf, size_t cap)
 {
-	char p[64], buf[512], st = 0;
+	char p[64], st = 0, *rp;
 	size_t n;
 	FILE *f;
 
-	if (pid <= 1)
-		return false;
 	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-	f = fopen(p, "r");
+	f = pid > 1 ? fopen(p, "r") : NULL;
 	if (!f)
 		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
+	n = fread(buf, 1, cap - 1, f);
 	fclose(f);
 	buf[n] = '\0';
-	{
-		char *rp = strrchr(buf, ')');   /* "pid (comm) S ..." */
+	rp = strrchr(buf, ')');   /* "pid (comm) S ..." */
+	return rp && sscanf(rp + 1, " %c", &st) == 1 && st != 'Z' && st != 'X';
+}
 
-		if (!rp || sscanf(rp + 1, " %c", &st) != 1 || st == 'Z' || st == 'X')
-			return false;
-	}
+bool dm_local_pid_is_node(pid_t pid)
+{
+	char p[64], buf[512];
+	size_t n;
+	FILE *f;
+
+	if (!pid_running(pid, buf, sizeof(buf)))
+		return false;
 	snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
 	f = fopen(p, "r");
 	if (!f)
@@ -141,21 +146,9 @@ static int etcd_entry(const char *dir, pid_t *pid, char *datadir, size_t dcap, c
 
 static bool pid_is_etcd(pid_t pid)
 {
-	char p[64], buf[256], st = 0, *rp;
-	size_t n;
-	FILE *f;
+	char buf[256];
 
-	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-	f = pid > 1 ? fopen(p, "r") : NULL;
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	rp = strrchr(buf, ')');
-	if (!rp || sscanf(rp + 1, " %c", &st) != 1 || st == 'Z' || st == 'X')
-		return false;
-	return strstr(buf, "(etcd)") != NULL;
+	return pid_running(pid, buf, sizeof(buf)) && strstr(buf, "(etcd)") != NULL;
 }
 
 /* kill / stop / start of the local etcd (NODE "etcd"). */

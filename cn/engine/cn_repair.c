@@ -92,7 +92,7 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 {
 	struct dindex *d = NULL;
 	uint64_t cur[DM_MAX_NODES / 64];
-	uint32_t todo = 0, r;
+	uint32_t ncopies = 0, r;
 	int rc;
 
 	rc = dindex_open(s, gen, &d, err, errlen);
@@ -121,7 +121,7 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 				if (to == UINT32_MAX)
 					break;
 				if (pass == 0) {
-					todo++;
+					ncopies++;
 					continue;
 				}
 				rc = dindex_has_block(s, d, blk, to);
@@ -158,7 +158,7 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 			}
 		}
 		if (pass == 0)
-			atomic_store(&cn->repair_pending, todo);
+			atomic_store(&cn->repair_pending, ncopies);
 	}
 	dindex_free(d);
 	return 0;
