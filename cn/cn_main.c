@@ -266,6 +266,28 @@ static void cn_metrics(void *arg, FILE *out)
 			id, (unsigned long long)st.local, id, (unsigned long long)st.forwarded, id,
 			(unsigned long long)st.received, id, (unsigned long long)st.bounced, id,
 			(unsigned long long)st.paused, id, st.qlen, id, st.epoch);
+		uint32_t repoch, moved, owner[DM_MAX_NODES];
+		uint64_t changes;
+
+		router_partitions(cn->rt, &repoch, &moved, &changes, owner);
+		fprintf(out, "# HELP dmann_cn_route_epoch Routing epoch (the oracle epoch and the "
+			     "partition owners: it changes when a compute node joins or leaves).\n"
+			     "# TYPE dmann_cn_route_epoch gauge\n"
+			     "dmann_cn_route_epoch{node=\"%u\"} %u\n"
+			     "# HELP dmann_cn_route_partitions_moved Partitions served by a ring "
+			     "neighbour because their compute node is down.\n"
+			     "# TYPE dmann_cn_route_partitions_moved gauge\n"
+			     "dmann_cn_route_partitions_moved{node=\"%u\"} %u\n"
+			     "# HELP dmann_cn_route_owner_changes_total Times the partition owners "
+			     "changed (compute nodes joining or leaving).\n"
+			     "# TYPE dmann_cn_route_owner_changes_total counter\n"
+			     "dmann_cn_route_owner_changes_total{node=\"%u\"} %llu\n"
+			     "# HELP dmann_cn_route_owner The compute node that serves a partition.\n"
+			     "# TYPE dmann_cn_route_owner gauge\n",
+			id, repoch, id, moved, id, (unsigned long long)changes);
+		for (uint32_t p = 0; p < cn->cfg->n_cn; p++)
+			fprintf(out, "dmann_cn_route_owner{node=\"%u\",partition=\"%u\"} %u\n", id, p,
+				owner[p]);
 		/* No sample exchange yet (or a single CN): no value rather than a made-up 0. */
 		if (st.csp_ppm != DM_FWD_CSP_NONE)
 			fprintf(out, "# HELP dmann_cn_cache_split_penalty Duplicated / all cached entries "

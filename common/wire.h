@@ -71,7 +71,8 @@
 #include "util/dm_buf.h"
 
 #define DM_WIRE_MAGIC   0x4e414d44u   /* "DMAN" as little-endian bytes */
-#define DM_WIRE_VERSION 2   /* 2: Q_SEARCH epoch, Q_SEARCH+1 cn/epoch/qlen/rflags, Q_ROUTER */
+#define DM_WIRE_VERSION 3   /* 2: Q_SEARCH epoch, Q_SEARCH+1 cn/epoch/qlen/rflags, Q_ROUTER;
+				* 3: Q_ROUTER owners */
 #define DM_WIRE_HDR_LEN 24u
 /* Largest message any decoder accepts (header + payload). */
 #define DM_WIRE_MAX_LEN (1u << 30)
@@ -388,8 +389,13 @@ int dm_wire_ctl_gen_state_decode(const uint8_t *buf, size_t len,
  *             CN that ran the query, its routing epoch and local queue length: what a
  *             client-side router follows, cn/client/dmann_route.c)
  *   Q_ROUTER  {}                                        -> router{epoch, strategy, batch,
- *                                                       ncn, self, hash} + the oracle's wire
- *                                                       form (oracle.h; client-allowed)
+ *                                                       ncn, self, hash} + ncn u32 owners
+ *                                                       + the oracle's wire form (oracle.h;
+ *                                                       client-allowed)
+ *             (owners[p]: the CN that serves partition p now, dm_oracle_owners: the
+ *             partitions of CNs the cluster state declares down go to ring neighbours;
+ *             epoch is the routing epoch, dm_oracle_route_epoch of the oracle's epoch and
+ *             the owners, so it changes when a CN joins or leaves)
  *   Q_CONFIG  config{cache bytes, admission ppm, flags} -> {}    (flags: CLEAR the cache)
  *   Q_STATS   {}                                        -> stats{cache and query counters}
  *   Q_INSERT  insert{n, dim, ef} + n x dim f32          -> inserted{n, counters} + n u64 ids
@@ -525,6 +531,11 @@ void dm_wire_q_router_encode(uint8_t *buf, const struct dm_wire_q_router *m);
 /* q_router decode: strategy and metric known, batch >= 1, 1 <= ncn <= DM_MAX_NODES_WIRE,
  * self < DM_MAX_NODES_WIRE. */
 int dm_wire_q_router_decode(const uint8_t *buf, size_t len, struct dm_wire_q_router *m);
+/* The owner table after the fixed part of a Q_ROUTER body of len bytes whose fixed part
+ * decoded into h: owner[0 .. h->ncn) (each < ncn). The oracle follows at
+ * sizeof(struct dm_wire_q_router) + 4 * ncn. 0 or -EBADMSG. */
+int dm_wire_q_router_owners(const uint8_t *buf, size_t len, const struct dm_wire_q_router *h,
+			    uint32_t *owner);
 void dm_wire_q_hit_encode(uint8_t *buf, const struct dm_wire_q_hit *m);
 int dm_wire_q_hit_decode(const uint8_t *buf, size_t len, struct dm_wire_q_hit *m);
 void dm_wire_q_config_encode(uint8_t *buf, const struct dm_wire_q_config *m);
@@ -658,7 +669,8 @@ struct dm_wire_fwd_rstats {    /* FWD_ROUTER response */
 	uint32_t epoch, reclusters, qlen, sample_level;
 	uint64_t paused;           /* queries that waited in the intake: routing paused */
 	uint32_t spill_cache;      /* 1: spilled queries fill the cache */
-	uint32_t reserved;
+	uint32_t route_epoch;      /* routing epoch: the oracle epoch and the partition owners
+				      (dm_oracle_route_epoch), what Q_ROUTER and answers carry */
 	uint64_t admitted;         /* client-routed queries run where the client sent them */
 };
 _Static_assert(sizeof(struct dm_wire_fwd_rstats) == 112, "fwd_rstats layout");

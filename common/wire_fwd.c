@@ -253,7 +253,7 @@ void dm_wire_fwd_rstats_encode(uint8_t *b, const struct dm_wire_fwd_rstats *m)
 	dm_put_le32(b + 84, m->sample_level);
 	dm_put_le64(b + 88, m->paused);
 	dm_put_le32(b + 96, m->spill_cache);
-	dm_put_le32(b + 100, 0);
+	dm_put_le32(b + 100, m->route_epoch);
 	dm_put_le64(b + 104, m->admitted);
 }
 
@@ -279,9 +279,9 @@ int dm_wire_fwd_rstats_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_r
 	m->sample_level = dm_get_le32(b + 84);
 	m->paused = dm_get_le64(b + 88);
 	m->spill_cache = dm_get_le32(b + 96);
-	m->reserved = dm_get_le32(b + 100);
+	m->route_epoch = dm_get_le32(b + 100);
 	m->admitted = dm_get_le64(b + 104);
-	if (m->strategy >= DM_ROUTE_COUNT || m->spill_cache > 1 || m->reserved ||
+	if (m->strategy >= DM_ROUTE_COUNT || m->spill_cache > 1 ||
 	    (m->csp_ppm > 1000000 && m->csp_ppm != DM_FWD_CSP_NONE))
 		return -EBADMSG;
 	return 0;

@@ -48,13 +48,16 @@ int dm_wire_q_check(const struct dm_wire_hdr *h, const uint8_t *buf, size_t bufl
 			return body == sizeof(r) + 8ull * r.n ? 0 : -EBADMSG;
 		}
 	case DM_OP_Q_ROUTER:
-		/* The oracle after the fixed part is checked by dm_oracle_decode. */
+		/* The owners (dm_wire_q_router_owners) and the oracle (dm_oracle_decode) after the
+		 * fixed part are checked by their decoders. */
 		if (!resp || h->status)
 			return body == 0 ? 0 : -EBADMSG;
 		{
 			struct dm_wire_q_router r;
 
-			return dm_wire_q_router_decode(buf + DM_WIRE_HDR_LEN, body, &r);
+			if (dm_wire_q_router_decode(buf + DM_WIRE_HDR_LEN, body, &r))
+				return -EBADMSG;
+			return body >= sizeof(r) + 4ull * r.ncn ? 0 : -EBADMSG;
 		}
 	case DM_OP_Q_STATS:
 		if (resp && h->status)
@@ -160,6 +163,19 @@ int dm_wire_q_router_decode(const uint8_t *b, size_t len, struct dm_wire_q_route
 	return m->strategy < DM_ROUTE_COUNT && m->batch && m->ncn >= 1 &&
 	       m->ncn <= DM_MAX_NODES_WIRE && m->self < DM_MAX_NODES_WIRE &&
 	       m->metric <= 2 /* DM_METRIC_COS */ ? 0 : -EBADMSG;
+}
+
+int dm_wire_q_router_owners(const uint8_t *b, size_t len, const struct dm_wire_q_router *h,
+			    uint32_t *owner)
+{
+	if (!h->ncn || h->ncn > DM_MAX_NODES_WIRE || len < sizeof(*h) + 4ull * h->ncn)
+		return -EBADMSG;
+	for (uint32_t p = 0; p < h->ncn; p++) {
+		owner[p] = dm_get_le32(b + sizeof(*h) + 4 * (size_t)p);
+		if (owner[p] >= h->ncn)
+			return -EBADMSG;
+	}
+	return 0;
 }
 
 void dm_wire_q_hit_encode(uint8_t *b, const struct dm_wire_q_hit *m)

@@ -87,6 +87,18 @@ int dm_oracle_ring_next(const struct dm_oracle *o, uint32_t cn);
  * at equal ring distance the one with the nearer centroid first. Returns k-1. */
 int dm_oracle_spill_order(const struct dm_oracle *o, uint32_t cn, uint32_t *out);
 
+/* Partition owners for a set of live CNs (a CN joining or leaving re-partitions the
+ * router): owner[p] = p when up[p], else the first live CN in p's spill order (its ring
+ * neighbours first), so a leaving CN's partition goes to a semantic neighbour and a joining
+ * one takes back exactly its own; p itself when no CN is up. Deterministic: the same on
+ * every CN and client that holds the oracle and the same live set. Returns the number of
+ * partitions whose owner is not themselves, -EINVAL. */
+int dm_oracle_owners(const struct dm_oracle *o, const bool *up, uint32_t *owner);
+/* The routing epoch of an oracle epoch and an owner table (k entries): equal for equal
+ * inputs, different after a re-clustering or a change of owners (24 bits of a hash of the
+ * table, below the low 8 bits of the oracle epoch). */
+uint32_t dm_oracle_route_epoch(uint32_t oracle_epoch, const uint32_t *owner, uint32_t k);
+
 /* Semord's ordering of k points (k x dim, row-major): kNN graph (knn neighbours each,
  * symmetrised) -> MST (Prim, components joined by their closest pair) -> DFS preorder from
  * point 0, children by increasing edge length -> 2-opt on the closed tour -> cut at the

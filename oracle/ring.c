@@ -9,6 +9,7 @@
  * derives the same ring from the same centroids.
  */
 #include "oracle.h"
+#include "util/dm_hash.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -332,4 +333,44 @@ int dm_oracle_spill_order(const struct dm_oracle *o, uint32_t cn, uint32_t *out)
 		out[b] = c;
 	}
 	return (int)n;
+}
+
+int dm_oracle_owners(const struct dm_oracle *o, const bool *up, uint32_t *owner)
+{
+	uint32_t *order;
+	int moved = 0;
+
+	if (!o || !up || !owner)
+		return -EINVAL;
+	order = malloc((o->k ? o->k : 1) * sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	for (uint32_t p = 0; p < o->k; p++) {
+		owner[p] = p;
+		if (up[p])
+			continue;
+		dm_oracle_spill_order(o, p, order);
+		for (uint32_t i = 0; i + 1 < o->k; i++)
+			if (up[order[i]]) {
+				owner[p] = order[i];
+				moved++;
+				break;
+			}
+	}
+	free(order);
+	return moved;
+}
+
+uint32_t dm_oracle_route_epoch(uint32_t oracle_epoch, const uint32_t *owner, uint32_t k)
+{
+	uint64_t h = DM_FNV64_INIT;
+
+	for (uint32_t p = 0; p < k; p++) {
+		uint8_t b[4] = { (uint8_t)owner[p], (uint8_t)(owner[p] >> 8),
+				 (uint8_t)(owner[p] >> 16), (uint8_t)(owner[p] >> 24) };
+
+		h = dm_fnv1a64(h, b, sizeof(b));
+	}
+	h = dm_mix64(h);
+	return (oracle_epoch & 0xffu) << 24 | (uint32_t)(h & 0xffffffu);
 }

@@ -40,3 +40,40 @@ void route_limits(uint32_t k, uint32_t batch, int adaptive, const double *demand
 	for (uint32_t c = 0; c < k; c++)
 		limit[c] = (uint32_t)ceil(ROUTE_SLACK * batch * w[c] / wsum);
 }
+
+void route_limits_owned(uint32_t k, uint32_t batch, int adaptive, const double *demand,
+			const uint32_t *qlen, const uint32_t *owner, uint32_t *limit)
+{
+	double d[DM_MAX_NODES];
+	uint32_t q[DM_MAX_NODES], l[DM_MAX_NODES], idx[DM_MAX_NODES], n = 0;
+
+	if (!k || k > DM_MAX_NODES)
+		return;
+	for (uint32_t c = 0; c < k; c++) {
+		limit[c] = 0;
+		if (owner[c] != c)
+			continue;
+		d[n] = demand[c];
+		q[n] = qlen[c];
+		idx[n++] = c;
+	}
+	route_limits(n, batch, adaptive, d, q, l);
+	for (uint32_t i = 0; i < n; i++)
+		limit[idx[i]] = l[i];
+}
+
+uint32_t route_owner_order(const uint32_t *owner, const uint32_t *parts, uint32_t n,
+			   uint32_t *out)
+{
+	uint32_t m = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t c = owner[parts[i]], j = 0;
+
+		while (j < m && out[j] != c)
+			j++;
+		if (j == m)
+			out[m++] = c;
+	}
+	return m;
+}

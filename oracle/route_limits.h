@@ -31,4 +31,15 @@ void route_demand_update(uint32_t k, double *demand, const uint32_t *want, uint3
 void route_limits(uint32_t k, uint32_t batch, int adaptive, const double *demand,
 		  const uint32_t *qlen, uint32_t *limit);
 
+/* The same over the CNs that own their partition (owner[c] == c: the live ones, see
+ * dm_oracle_owners): limits and means over them alone; a CN whose partition another one
+ * serves gets limit 0. */
+void route_limits_owned(uint32_t k, uint32_t batch, int adaptive, const double *demand,
+			const uint32_t *qlen, const uint32_t *owner, uint32_t *limit);
+
+/* Candidate CNs of a query: the owners of parts[0 .. n) (partitions in rank or ring order)
+ * in that order, each CN once. Returns their number (<= n). */
+uint32_t route_owner_order(const uint32_t *owner, const uint32_t *parts, uint32_t n,
+			   uint32_t *out);
+
 #endif

@@ -25,7 +25,8 @@
 
 static char dir[128], dmann[300], dmann_mn[300];
 
-static void setup_r(unsigned r)
+/* mn memory nodes, cn compute nodes, redundancy r, more `local up` options, the index. */
+static void setup_cluster(unsigned mn, unsigned cn, unsigned r, const char *extra)
 {
 	const char *root = getenv("DMANN_BUILD_ROOT");
 
@@ -38,9 +39,14 @@ static void setup_r(unsigned r)
 			dmann, dir), 0);
 	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 12 --efc 80 --threads 1 "
 			"--block-shift 10 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
-	cr_assert_eq(sh("%s local up --mn 3 --cn 2 --redundancy %u --dir %s/lc --region-mb 32",
-			dmann, r, dir), 0);
+	cr_assert_eq(sh("%s local up --mn %u --cn %u --redundancy %u --dir %s/lc --region-mb 32 %s",
+			dmann, mn, cn, r, dir, extra), 0);
 	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw", dmann, dir, dir), 0);
+}
+
+static void setup_r(unsigned r)
+{
+	setup_cluster(3, 2, r, "");
 }
 
 static void setup_r2(void)
@@ -355,5 +361,162 @@ Test(failover_r1, queries_on_a_dead_node_fail_fast_and_recover)
 			"%s/data/gt.ibin --k %d --ef %d --cache-ratio 10%% --out %s >/dev/null",
 			dmann, dir, dir, dir, K, EF, ids), 0);
 	cr_assert_eq(compare_ids(ids, want, nq, nq), 0);
+	free(want);
+}
+
+/* ---- compute nodes leaving and joining: new routing epochs, no failed query ----------- */
+
+/* 2 memory nodes, 3 compute nodes routing adaptively (the cluster file's strategy, so that
+ * a compute node that starts again routes as the others). */
+static void setup_3cn(void)
+{
+	setup_cluster(2, 3, 2, "--router strategy=adaptive");
+}
+
+/* The owner compute node cn reports for partition p, -1 if it does not answer. */
+static long long owner_of(unsigned cn, unsigned p)
+{
+	static char out[65536];
+	char lc[160], key[96], *at;
+
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	if (cluster_metrics(lc, cn, out, sizeof(out)))
+		return -1;
+	snprintf(key, sizeof(key), "\ndmann_cn_route_owner{node=\"%u\",partition=\"%u\"} ", cn, p);
+	at = strstr(out, key);
+	return at ? atoll(at + strlen(key)) : -1;
+}
+
+/* Wait until the compute nodes in `live` (a bit mask) report one routing epoch other than
+ * `not` (or equal to `want` when want >= 0), and partitions_moved `moved`; returns it. */
+static long long wait_epoch(unsigned live, long long want, long long not, long long moved)
+{
+	uint64_t t0 = dm_now_ns();
+
+	for (;;) {
+		long long e = -1;
+		bool same = true;
+
+		for (unsigned c = 0; c < 3 && same; c++) {
+			long long ec, mc;
+
+			if (!(live >> c & 1))
+				continue;
+			ec = metric(c, "dmann_cn_route_epoch");
+			mc = metric(c, "dmann_cn_route_partitions_moved");
+			same = ec >= 0 && mc == moved && (e < 0 || ec == e);
+			e = ec;
+		}
+		if (same && e >= 0 && e != not && (want < 0 || e == want))
+			return e;
+		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "the compute nodes do not agree on a new "
+			     "routing epoch (last %lld, not %lld, want %lld)", e, not, want);
+		usleep(100000);
+	}
+}
+
+/* Once the compute nodes answered `after` more queries of the stream, run the drill
+ * `what` (stop/start) on node. */
+static void drill_mid_stream(const char *what, const char *node, pid_t bench, long long after)
+{
+	long long q0 = metric(0, "dmann_cn_queries_total") + metric(1, "dmann_cn_queries_total");
+	uint64_t t0 = dm_now_ns();
+	int st;
+
+	while (metric(0, "dmann_cn_queries_total") + metric(1, "dmann_cn_queries_total") - q0 <
+	       after) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(120), "the stream does not start");
+		cr_assert_eq(waitpid(bench, &st, WNOHANG), 0, "bench ended before the drill");
+		usleep(20000);
+	}
+	cr_assert_eq(sh("%s local %s --dir %s/lc %s", dmann, what, dir, node), 0);
+	fprintf(stderr, "%s %s mid-stream\n", what, node);
+}
+
+/* The relayed share a bench printed ("(N% relayed)"), -1 if absent. */
+static double relayed_pct(const char *buf)
+{
+	const char *at = strstr(buf, "% relayed)");
+
+	while (at && at > buf && at[-1] != '(')
+		at--;
+	return at ? atof(at) : -1;
+}
+
+/* The stream ends: 0 failed (while a compute node `what`), answers equal to the local
+ * search; its output into buf. */
+static void stream_done(pid_t b, const char *log, const char *what, const char *ids,
+			const int32_t *want, uint32_t nq, char *buf, size_t len)
+{
+	int st = bench_wait(b, 300);
+
+	read_log(log, buf, len);
+	cr_assert_eq(st, 0, "a query failed while a compute node %s: %s", what, buf);
+	cr_assert_eq(compare_ids(ids, want, nq, STREAM), 0, "answers differ from the local search");
+}
+
+TestSuite(repartition, .init = setup_3cn, .fini = teardown, .timeout = 900);
+
+/* cn2 leaves (SIGTERM) and joins again in the middle of client-routed streams: its
+ * partition goes to a ring neighbour under a new routing epoch on which the others agree,
+ * then back to it under the first epoch; libdmann follows; no query fails and every answer
+ * is the local search's. */
+Test(repartition, a_compute_node_leaving_and_joining_changes_the_routing_epoch)
+{
+	uint32_t nq;
+	int32_t *want = local_ids(&nq);
+	char ids[256], log[256], buf[8192];
+	long long e0, e1, q2, n0, n1;
+	pid_t b;
+
+	/* Routing on: the bench sets the strategy on every compute node, then routes itself. */
+	bench_extra = "--routing adaptive";
+	snprintf(ids, sizeof(ids), "%s/ids-warm.ibin", dir);
+	snprintf(log, sizeof(log), "%s/bench-warm.log", dir);
+	b = bench_start("0", ids, log);
+	cr_assert_eq(bench_wait(b, 300), 0);
+	e0 = wait_epoch(7, -1, -1, 0);
+	for (unsigned p = 0; p < 3; p++)
+		cr_assert_eq(owner_of(0, p), p, "every compute node serves its own partition");
+
+	/* Leave. */
+	snprintf(ids, sizeof(ids), "%s/ids-leave.ibin", dir);
+	snprintf(log, sizeof(log), "%s/bench-leave.log", dir);
+	b = bench_start("0", ids, log);
+	drill_mid_stream("stop", "cn2", b, STREAM / 4);
+	e1 = wait_epoch(3, -1, e0, 1);
+	n0 = metric(0, "dmann_cn_queries_total");
+	n1 = metric(1, "dmann_cn_queries_total");
+	stream_done(b, log, "left", ids, want, nq, buf, sizeof(buf));
+	fprintf(stderr, "FIGURES cn2 left: routing epoch %08llx -> %08llx, partition 2 served by "
+		"cn%lld (both agree), queries after the new epoch cn0 %lld cn1 %lld; %s\n", e0, e1,
+		owner_of(0, 2), metric(0, "dmann_cn_queries_total") - n0,
+		metric(1, "dmann_cn_queries_total") - n1, buf);
+	cr_assert_eq(owner_of(0, 2), owner_of(1, 2), "cn0 and cn1 disagree on partition 2");
+	cr_assert(owner_of(0, 2) == 0 || owner_of(0, 2) == 1);
+	cr_assert_eq(owner_of(0, 0), 0);
+	cr_assert_eq(owner_of(1, 1), 1);
+	cr_assert_geq(metric(0, "dmann_cn_route_owner_changes_total"), 1);
+	/* The client took the new owners within the call (a client on the old epoch would
+	 * have its queries relayed by the compute nodes: 29% were before it did). */
+	cr_assert(relayed_pct(buf) >= 0 && relayed_pct(buf) < 5, "relayed: %s", buf);
+
+	/* Join: the owners and the epoch are the first ones again, cn2 serves its partition. */
+	snprintf(ids, sizeof(ids), "%s/ids-join.ibin", dir);
+	snprintf(log, sizeof(log), "%s/bench-join.log", dir);
+	b = bench_start("0", ids, log);
+	drill_mid_stream("start", "cn2", b, STREAM / 4);
+	cr_assert_eq(wait_epoch(7, e0, -1, 0), e0, "the first epoch again after the join");
+	q2 = metric(2, "dmann_cn_queries_total");
+	stream_done(b, log, "joined", ids, want, nq, buf, sizeof(buf));
+	fprintf(stderr, "FIGURES cn2 joined: routing epoch back to %08llx on all three, cn2 ran "
+		"%lld queries of the stream after it; %s\n", e0,
+		metric(2, "dmann_cn_queries_total") - q2, buf);
+	for (unsigned p = 0; p < 3; p++)
+		cr_assert_eq(owner_of(2, p), p);
+	cr_assert_gt(metric(2, "dmann_cn_queries_total") - q2, 0,
+		     "the client routes to the compute node that joined");
+	cr_assert(relayed_pct(buf) >= 0 && relayed_pct(buf) < 5, "relayed: %s", buf);
+	bench_extra = "";
 	free(want);
 }

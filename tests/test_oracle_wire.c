@@ -213,3 +213,55 @@ Test(oracle_wire, corruptions)
 	free(b);
 	dm_oracle_free(o);
 }
+
+/* Partition owners (dm_oracle_owners): identity while every CN is up; a CN down has its
+ * partition served by the first live CN of its spill order (a ring neighbour), nobody
+ * else's moves; the same table from a decoded copy; the routing epoch changes with the
+ * owners and the oracle epoch, and is the same for the same inputs. */
+Test(oracle_wire, owners_follow_the_live_set)
+{
+	struct dm_oracle *o = build(800, 8, 5, DM_ORACLE_CONSTRAINED);
+	bool up[5] = { true, true, true, true, true };
+	uint32_t own[5], own2[5], spill[4], id[5] = { 0, 1, 2, 3, 4 };
+	size_t len;
+	uint8_t *b = encode(o, &len);
+	struct dm_oracle *d = dm_oracle_decode(b, len);
+	uint32_t e_all, e_down;
+
+	cr_assert_not_null(d);
+	cr_assert_eq(dm_oracle_owners(o, up, own), 0);
+	cr_assert_arr_eq(own, id, sizeof(id));
+	e_all = dm_oracle_route_epoch(0, own, 5);
+	up[2] = false;
+	cr_assert_eq(dm_oracle_owners(o, up, own), 1);
+	dm_oracle_spill_order(o, 2, spill);
+	cr_assert_eq(own[2], spill[0], "partition 2 goes to its first ring neighbour");
+	for (uint32_t p = 0; p < 5; p++)
+		if (p != 2)
+			cr_assert_eq(own[p], p, "partition %u moved", p);
+	cr_assert_eq(dm_oracle_owners(d, up, own2), 1);
+	cr_assert_arr_eq(own, own2, sizeof(own), "a client's copy gives the same owners");
+	e_down = dm_oracle_route_epoch(0, own, 5);
+	cr_assert_neq(e_down, e_all);
+	cr_assert_eq(dm_oracle_route_epoch(0, own2, 5), e_down);
+	cr_assert_neq(dm_oracle_route_epoch(1, own, 5), e_down, "re-clustering moves it too");
+	/* The first neighbour down as well: the next live one in the spill order. */
+	up[spill[0]] = false;
+	cr_assert_eq(dm_oracle_owners(o, up, own), 2);
+	cr_assert_eq(own[2], spill[1]);
+	cr_assert(up[own[spill[0]]]);
+	/* Back up: the first table and epoch again. */
+	for (uint32_t p = 0; p < 5; p++)
+		up[p] = true;
+	cr_assert_eq(dm_oracle_owners(o, up, own), 0);
+	cr_assert_eq(dm_oracle_route_epoch(0, own, 5), e_all);
+	/* Nobody up: every partition keeps its own id. */
+	for (uint32_t p = 0; p < 5; p++)
+		up[p] = false;
+	cr_assert_eq(dm_oracle_owners(o, up, own), 0);
+	cr_assert_arr_eq(own, id, sizeof(id));
+	cr_assert_eq(dm_oracle_owners(NULL, up, own), -EINVAL);
+	free(b);
+	dm_oracle_free(d);
+	dm_oracle_free(o);
+}

@@ -98,3 +98,60 @@ Test(route_limits, pin_level_fits_a_quarter_of_the_cache)
 	cr_assert_eq(dindex_pin_level(&d, 100), 3, "tiny cache: only the top");
 	cr_assert_eq(dindex_pin_level(&d, 0), 5, "no cache: pin nothing");
 }
+
+/* Limits over the CNs that own their partition: a CN whose partition a neighbour serves
+ * gets 0, the live ones share the batch as if they were all there is. */
+Test(route_limits, owned_limits_skip_cns_that_left)
+{
+	double demand[3] = { 1.0 / 3, 1.0 / 3, 1.0 / 3 };
+	uint32_t qlen[3] = { 0, 0, 0 }, owner[3] = { 0, 1, 1 }, limit[3], all[3];
+
+	route_limits_owned(3, 64, 0, demand, qlen, owner, limit);
+	cr_assert_eq(limit[2], 0);
+	cr_assert_eq(limit[0], 32);
+	cr_assert_eq(limit[1], 32);
+	route_limits_owned(3, 64, 1, demand, qlen, owner, limit);
+	cr_assert_eq(limit[2], 0);
+	cr_assert_geq(limit[0] + limit[1], 64, "the live CNs can take the whole batch");
+	owner[2] = 2;
+	route_limits_owned(3, 64, 1, demand, qlen, owner, limit);
+	route_limits(3, 64, 1, demand, qlen, all);
+	cr_assert_arr_eq(limit, all, sizeof(all), "everyone up: the plain limits");
+}
+
+/* Candidates: the owners of the ranked partitions, in order, each once. */
+Test(route_limits, owner_order_maps_and_dedups)
+{
+	uint32_t owner[4] = { 0, 1, 1, 0 }, parts[4] = { 2, 3, 1, 0 }, out[4];
+
+	cr_assert_eq(route_owner_order(owner, parts, 4, out), 2);
+	cr_assert_eq(out[0], 1);
+	cr_assert_eq(out[1], 0);
+	owner[2] = 2;
+	owner[3] = 3;
+	cr_assert_eq(route_owner_order(owner, parts, 4, out), 4);
+	cr_assert_arr_eq(out, parts, sizeof(parts));
+}
+
+/* Q_ROUTER's owner table: decoded after the fixed part, every owner < ncn, a body too
+ * short for ncn owners refused. */
+Test(route_limits, q_router_owner_table)
+{
+	struct dm_wire_q_router h = { .epoch = 7, .strategy = DM_ROUTE_ADAPTIVE, .batch = 64,
+				      .ncn = 3, .self = 1, .metric = 0, .centroid_hash = 9 }, h2;
+	uint8_t b[sizeof(h) + 12 + 4];
+	uint32_t own[3];
+
+	dm_wire_q_router_encode(b, &h);
+	dm_put_le32(b + sizeof(h), 0);
+	dm_put_le32(b + sizeof(h) + 4, 1);
+	dm_put_le32(b + sizeof(h) + 8, 1);
+	cr_assert_eq(dm_wire_q_router_decode(b, sizeof(b), &h2), 0);
+	cr_assert_eq(dm_wire_q_router_owners(b, sizeof(b), &h2, own), 0);
+	cr_assert_eq(own[0], 0);
+	cr_assert_eq(own[1], 1);
+	cr_assert_eq(own[2], 1);
+	cr_assert_eq(dm_wire_q_router_owners(b, sizeof(h) + 11, &h2, own), -EBADMSG);
+	dm_put_le32(b + sizeof(h) + 8, 3);
+	cr_assert_eq(dm_wire_q_router_owners(b, sizeof(b), &h2, own), -EBADMSG, "owner >= ncn");
+}

@@ -288,6 +288,8 @@ int dm_cmd_bench(int argc, char **argv)
 	struct dm_vecs qv = { 0 }, gv = { 0 };
 	struct bench b = { 0 };
 	int only = -1;   /* --only-cn */
+	int first = -1;  /* the first compute node with an admin connection */
+	uint32_t nconn = 0;   /* compute nodes with one */
 	struct dm_wire_q_stats *st0 = NULL, *st1 = NULL;
 	uint32_t *stream = NULL;
 	char err[1024];
@@ -475,24 +477,43 @@ int dm_cmd_bench(int argc, char **argv)
 			goto out;
 		}
 	}
-	/* Admin connections, one per compute node (with --only-cn only to that one). */
-#define OTHER_CN(i) (only >= 0 && (uint32_t)(i) != (uint32_t)only)
+	/* Admin connections, one per compute node (with --only-cn only to that one). A compute
+	 * node that cannot be reached is left out of the set-up and the counters (the stream
+	 * goes to the others; it may join later): a warning, an error only with --only-cn or
+	 * when none is reachable. */
+#define OTHER_CN(i) (!b.conns[i].conn)
 	for (uint32_t i = 0; i < cfg->n_cn; i++) {
 		struct bconn *bc = &b.conns[i];
 
 		bc->cn = i;
-		if (OTHER_CN(bc->cn))
+		if (only >= 0 && i != (uint32_t)only)
 			continue;   /* --only-cn: the others may be down */
 		rc = dm_xport_connect(b.x, cfg->cn[bc->cn].address, 5000, &bc->conn);
-		if (!rc)
+		if (!rc) {
 			rc = dm_rpc_chan_init(&bc->ch, bc->conn, b.pool,
 					      (uint32_t)(DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_search) +
 							 4ull * qv.dim + 64), 30000);
-		if (rc) {
-			fprintf(stderr, "dmann bench: compute node %u (%s): %s\n", bc->cn,
-				cfg->cn[bc->cn].address, strerror(-rc));
-			goto out;
+			if (rc) {
+				dm_conn_close(bc->conn);
+				bc->conn = NULL;
+			}
 		}
+		if (rc) {
+			fprintf(stderr, "dmann bench: %scompute node %u (%s): %s%s\n",
+				only >= 0 ? "" : "warning: ", bc->cn, cfg->cn[bc->cn].address,
+				strerror(-rc), only >= 0 ? "" : " (left out; the queries go to the "
+				"others)");
+			if (only >= 0)
+				goto out;
+		} else {
+			nconn++;
+			if (first < 0)
+				first = (int)i;
+		}
+	}
+	if (first < 0) {
+		fprintf(stderr, "dmann bench: no compute node can be reached\n");
+		goto out;
 	}
 	/* Configure every compute node's cache (cleared), from the index size it reports. */
 	st0 = calloc(cfg->n_cn, sizeof(*st0));
@@ -512,7 +533,7 @@ int dm_cmd_bench(int argc, char **argv)
 			rc = -ENOENT;
 		if (!rc && keep) {
 			ratio += (double)st0[i].capacity_bytes / (double)st0[i].index_bytes /
-				 (only >= 0 ? 1 : cfg->n_cn);
+				 nconn;
 		} else if (!rc) {
 			qc = (struct dm_wire_q_config){
 				.cache_bytes = cache_mib >= 0 ? (uint64_t)(cache_mib * 1048576.0) :
@@ -583,7 +604,7 @@ int dm_cmd_bench(int argc, char **argv)
 				spill_on |= (int)rs.spill_cache;
 			}
 		for (int tries = 0; tries < 40; tries++) {
-			if (router_call(&b.conns[only >= 0 ? only : 0],
+			if (router_call(&b.conns[first],
 					&(struct dm_wire_fwd_rcfg){ 0 }, &rs))
 				break;
 			if (rs.csp_ppm != DM_FWD_CSP_NONE &&
@@ -635,8 +656,8 @@ int dm_cmd_bench(int argc, char **argv)
 			       dm_route_name((uint32_t)routing), zipf, (unsigned long long)pauses,
 			       spill_on ? "true" : "false", only, beam,
 			       cache_mib >= 0 ? cache_mib :
-			       ratio * (double)st0[only >= 0 ? only : 0].index_bytes / 1048576.0,
-			       (unsigned long long)st0[only >= 0 ? only : 0].index_bytes,
+			       ratio * (double)st0[first].index_bytes / 1048576.0,
+			       (unsigned long long)st0[first].index_bytes,
 			       b.rereads, warmup, (unsigned long long)warmed,
 			       client_routing ? "true" : "false", b.relayed / dq, b.routed / dq,
 			       b.spilled / dq, (unsigned long long)b.retried);

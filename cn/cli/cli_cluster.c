@@ -446,6 +446,7 @@ int dm_cmd_status(int argc, char **argv)
 					       "\"csp_age_ms\": %llu, \"routing\": \"%s\", "
 					       "\"forwarded\": %llu, \"received\": %llu, "
 					       "\"centroid_hash\": \"%016llx\", \"oracle_epoch\": %u, "
+					       "\"route_epoch\": \"%08x\", "
 					       "\"read_failovers\": %llu, \"mn_marked_down\": %llu, "
 					       "\"mn_marked_up\": %llu, \"mn_down\": %u}",
 					       (unsigned long long)s.index_bytes,
@@ -457,19 +458,20 @@ int dm_cmd_status(int argc, char **argv)
 					       (unsigned long long)rst.forwarded,
 					       (unsigned long long)rst.received,
 					       (unsigned long long)rst.centroid_hash, rst.epoch,
-					       (unsigned long long)s.failovers,
+					       rst.route_epoch, (unsigned long long)s.failovers,
 					       (unsigned long long)s.mn_downs,
 					       (unsigned long long)s.mn_ups, s.mn_down);
 				else
 					printf("  cn%u %-21s up  index %.1f MiB, cache %.1f/%.1f MiB, hit "
 					       "rate %.3f, %llu queries, %llu errors, csp %s, routing %s, "
-					       "oracle %016llx, READs failed over %llu, memory nodes marked "
+					       "oracle %016llx, routing epoch %08x, READs failed over %llu, "
+					       "memory nodes marked "
 					       "down %llu / up %llu, %u down now\n", i, n->address,
 					       s.index_bytes / 1048576.0, s.cache_bytes / 1048576.0,
 					       s.capacity_bytes / 1048576.0, hr,
 					       (unsigned long long)s.queries, (unsigned long long)s.errors,
 					       csp, dm_route_name(rst.strategy),
-					       (unsigned long long)rst.centroid_hash,
+					       (unsigned long long)rst.centroid_hash, rst.route_epoch,
 					       (unsigned long long)s.failovers,
 					       (unsigned long long)s.mn_downs,
 					       (unsigned long long)s.mn_ups, s.mn_down);

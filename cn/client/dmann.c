@@ -41,6 +41,7 @@ static dmann_t *open_handle(const char *cluster, const char *const *eps, size_t 
 				     .cluster = cluster, .secret = secret, .secret_len = secret_len,
 				     .client = client };
 	dmann_t *d;
+	uint32_t live = 0;
 	int err = 0;
 
 	if (!cluster || !eps || n == 0 || n > DMANN_MAX_CN || !client || !secret ||
@@ -81,15 +82,21 @@ static dmann_t *open_handle(const char *cluster, const char *const *eps, size_t 
 			if (rc)
 				dm_conn_close(c->conn);
 		}
-		if (rc) {
-			err = -rc;
-			dmann_fail(rc, "connect: compute node %s: %s", eps[i], strerror(-rc));
-			continue;
-		}
 		snprintf(c->ep, sizeof(c->ep), "%s", eps[i]);
 		d->ncn++;
+		if (rc) {
+			/* Kept, down: dmann_revive connects it once it is reachable. */
+			err = -rc;
+			dmann_fail(rc, "connect: compute node %s: %s", eps[i], strerror(-rc));
+			c->conn = NULL;
+			c->dead = true;
+			c->backoff_ms = 1000;
+			c->retry_ns = dm_now_ns() + c->backoff_ms * 1000000ull;
+			continue;
+		}
+		live++;
 	}
-	if (d->ncn == 0)
+	if (live == 0)
 		goto err_free_pool;
 	dmann_clear_err();
 	return d;

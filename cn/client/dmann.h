@@ -53,7 +53,8 @@ enum dmann_metric { DMANN_EUCLIDEAN = 0, DMANN_COSINE = 1 };
  * overrides its path). NULL + errno: ENOENT (file, or no [client.NAME] section), EINVAL
  * (bad file: dmann_errmsg() says where), EACCES (the compute nodes refused the identity),
  * ECONNREFUSED / ETIMEDOUT (no compute node reachable). Nodes that do not answer are
- * skipped as long as one does. */
+ * skipped as long as one does, and connected later (tried again with back-off, and at
+ * once when the routing epoch changes: a compute node that joins is used). */
 dmann_t *dmann_connect(const char *cluster_file, const char *client);
 
 /* Connect without a cluster file: cluster name, n endpoints "host:port" (compute nodes'

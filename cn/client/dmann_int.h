@@ -38,7 +38,9 @@ struct dmann_route {
 	uint32_t epoch, strategy, batch, metric, k;
 	uint64_t hash;
 	struct dm_oracle *o;
-	uint32_t *spill;             /* k x (k-1): ring spill order of each CN */
+	uint32_t *spill;             /* k x (k-1): ring spill order of each partition */
+	uint32_t *owner;             /* k: the CN serving partition p (Q_ROUTER's owners) */
+	uint32_t *cand;              /* scratch, 2k: candidate CNs in rank and ring order */
 	int32_t conn_of[DM_MAX_NODES_WIRE]; /* node id -> connection index, -1 */
 	uint32_t node_of[DMANN_MAX_CN];     /* connection index -> node id */
 	uint32_t *hist, *limit, *want, *qlen, *cns, total;

@@ -4,9 +4,13 @@
  * would pick, so nothing is relayed.
  *
  * The oracle and the strategy come from Q_ROUTER (every CN builds the same oracle; the
- * client checks that the CNs agree on its epoch and centroid hash). The per-batch state is
- * the CNs' own: rank with dm_oracle_rank, bestfit = the top-ranked CN, balanced / adaptive /
- * adaptive-ring = the first CN in rank (or ring) order under its batch limit, limits from
+ * client checks that the CNs agree on its epoch and centroid hash), with the table of
+ * partition owners (a CN that left has its partition served by a ring neighbour; the
+ * routing epoch changes with the owners). The per-batch state is the CNs' own: rank
+ * partitions with dm_oracle_rank, candidates = their owners in that order
+ * (route_owner_order), bestfit = the first, balanced / adaptive / adaptive-ring = the
+ * first candidate in rank (or ring) order under its batch limit, limits over the live CNs
+ * from
  * oracle/route_limits.c with the demand of this client's stream and the queue lengths the
  * CNs piggyback on their answers. A CN whose window is full is skipped (the query goes to
  * the next candidate, marked spilled). Every query says which epoch it was routed with; a
@@ -26,6 +30,8 @@ void dmann_route_free(struct dmann_route *rt)
 {
 	dm_oracle_free(rt->o);
 	free(rt->spill);
+	free(rt->owner);
+	free(rt->cand);
 	free(rt->hist);
 	free(rt->limit);
 	free(rt->want);
@@ -36,19 +42,24 @@ void dmann_route_free(struct dmann_route *rt)
 	memset(rt, 0, sizeof(*rt));
 }
 
-/* Q_ROUTER on connection c: the fixed part and, with o, the decoded oracle. */
+/* Q_ROUTER on connection c: the fixed part, the owners (h->ncn entries, DM_MAX_NODES_WIRE
+ * room) and, with o, the decoded oracle. */
 static int fetch(dmann_t *d, uint32_t c, uint8_t *buf, struct dm_wire_q_router *h,
-		 struct dm_oracle **o)
+		 uint32_t *owner, struct dm_oracle **o)
 {
 	uint32_t len;
+	size_t off;
 	int rc = dm_rpc_call(&d->cn[c].ch, DM_OP_Q_ROUTER, NULL, 0, buf, DM_C_MAX_RESP, &len);
 
 	if (rc)
 		return rc;
 	rc = dm_wire_q_router_decode(buf, len, h);
+	if (!rc)
+		rc = dm_wire_q_router_owners(buf, len, h, owner);
 	if (rc || !o)
 		return rc;
-	*o = dm_oracle_decode(buf + sizeof(*h), len - sizeof(*h));
+	off = sizeof(*h) + 4 * (size_t)h->ncn;
+	*o = dm_oracle_decode(buf + off, len - off);
 	return *o ? 0 : -errno;
 }
 
@@ -56,6 +67,7 @@ int dmann_route_refresh(dmann_t *d)
 {
 	struct dmann_route *rt = &d->rt, n = { 0 };
 	struct dm_wire_q_router h0, h;
+	uint32_t own0[DM_MAX_NODES_WIRE], own[DM_MAX_NODES_WIRE];
 	uint8_t *buf = malloc(DM_C_MAX_RESP);
 	int rc = -EAGAIN;
 	bool have0 = false;   /* h0 / n.o: the first live compute node's answer */
@@ -69,7 +81,7 @@ int dmann_route_refresh(dmann_t *d)
 
 		if (d->cn[c].dead)
 			continue;   /* its node gets no query until it is reachable again */
-		e = fetch(d, c, buf, have0 ? &h : &h0, have0 ? NULL : &n.o);
+		e = fetch(d, c, buf, have0 ? &h : &h0, have0 ? own : own0, have0 ? NULL : &n.o);
 		if (e == -EAGAIN || e == -ENOSYS || e == -E2BIG || e == -EBADMSG || e == -EPROTO) {
 			rc = -EAGAIN;   /* no oracle (yet), or none a client can use */
 			goto out;
@@ -79,7 +91,8 @@ int dmann_route_refresh(dmann_t *d)
 			continue;
 		}
 		if (have0 && (h.epoch != h0.epoch || h.centroid_hash != h0.centroid_hash ||
-			  h.strategy != h0.strategy))
+			  h.strategy != h0.strategy || h.ncn != h0.ncn ||
+			  memcmp(own, own0, h0.ncn * sizeof(*own))))
 			goto out;   /* the CNs disagree (an epoch change in progress) */
 		if (!have0)
 			h = h0;
@@ -100,6 +113,8 @@ int dmann_route_refresh(dmann_t *d)
 	n.metric = h0.metric;
 	n.hash = h0.centroid_hash;
 	n.spill = calloc((size_t)n.k * (n.k - 1), sizeof(uint32_t));
+	n.owner = malloc(n.k * sizeof(uint32_t));
+	n.cand = calloc(2 * (size_t)n.k, sizeof(uint32_t));
 	n.hist = calloc(n.k, sizeof(uint32_t));
 	n.limit = calloc(n.k, sizeof(uint32_t));
 	n.want = calloc(n.k, sizeof(uint32_t));
@@ -107,15 +122,18 @@ int dmann_route_refresh(dmann_t *d)
 	n.cns = calloc(n.k, sizeof(uint32_t));
 	n.demand = calloc(n.k, sizeof(double));
 	n.qv = malloc(n.o->dim * sizeof(float));
-	if (!n.spill || !n.hist || !n.limit || !n.want || !n.qlen || !n.cns || !n.demand || !n.qv) {
+	if (!n.spill || !n.owner || !n.cand || !n.hist || !n.limit || !n.want || !n.qlen ||
+	    !n.cns || !n.demand || !n.qv) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	memcpy(n.owner, own0, n.k * sizeof(uint32_t));
 	for (uint32_t c = 0; c < n.k; c++) {
 		dm_oracle_spill_order(n.o, c, n.spill + (size_t)c * (n.k - 1));
 		n.demand[c] = 1.0 / n.k;
 	}
-	route_limits(n.k, n.batch, n.strategy != DM_ROUTE_BALANCED, n.demand, n.qlen, n.limit);
+	route_limits_owned(n.k, n.batch, n.strategy != DM_ROUTE_BALANCED, n.demand, n.qlen,
+			   n.owner, n.limit);
 	n.ok = true;
 	rc = 0;
 out:
@@ -135,8 +153,8 @@ out:
 static void next_batch(struct dmann_route *rt)
 {
 	route_demand_update(rt->k, rt->demand, rt->want, rt->total);
-	route_limits(rt->k, rt->batch, rt->strategy != DM_ROUTE_BALANCED, rt->demand, rt->qlen,
-		     rt->limit);
+	route_limits_owned(rt->k, rt->batch, rt->strategy != DM_ROUTE_BALANCED, rt->demand,
+			   rt->qlen, rt->owner, rt->limit);
 	memset(rt->hist, 0, rt->k * sizeof(uint32_t));
 	memset(rt->want, 0, rt->k * sizeof(uint32_t));
 	rt->total = 0;
@@ -153,7 +171,7 @@ static int room(const dmann_t *d, uint32_t node, const uint32_t *window)
 int dmann_route_pick(dmann_t *d, const float *v, const uint32_t *window, uint32_t *flags)
 {
 	struct dmann_route *rt = &d->rt;
-	uint32_t k = rt->k, top, target = UINT32_MAX;
+	uint32_t k = rt->k, top, target = UINT32_MAX, n, *cand = rt->cand, *seq = rt->cand + k;
 	int c = -1;
 
 	if (rt->metric == DM_METRIC_COS) {
@@ -162,26 +180,35 @@ int dmann_route_pick(dmann_t *d, const float *v, const uint32_t *window, uint32_
 		v = rt->qv;
 	}
 	dm_oracle_rank(rt->o, v, rt->cns, NULL);
-	top = rt->cns[0];
+	n = route_owner_order(rt->owner, rt->cns, k, cand);
+	top = cand[0];   /* the owner of the top-ranked partition */
 	/* The router's choice ... */
 	if (rt->strategy == DM_ROUTE_BESTFIT) {
 		target = top;
 	} else {
-		for (uint32_t i = 0; i < k && target == UINT32_MAX; i++) {
-			uint32_t n = rt->strategy == DM_ROUTE_ADAPTIVE_RING && i > 0 ?
-				rt->spill[(size_t)top * (k - 1) + i - 1] : rt->cns[i];
+		uint32_t nr = n, *order = cand;
 
-			if (rt->hist[n] < rt->limit[n])
-				target = n;
+		if (rt->strategy == DM_ROUTE_ADAPTIVE_RING) {
+			/* The owners of the top partition's ring neighbours (seq: scratch). */
+			uint32_t parts[DM_MAX_NODES_WIRE];
+
+			parts[0] = rt->cns[0];
+			memcpy(parts + 1, rt->spill + (size_t)rt->cns[0] * (k - 1),
+			       (k - 1) * sizeof(uint32_t));
+			nr = route_owner_order(rt->owner, parts, k, seq);
+			order = seq;
 		}
+		for (uint32_t i = 0; i < nr && target == UINT32_MAX; i++)
+			if (rt->hist[order[i]] < rt->limit[order[i]])
+				target = order[i];
 		if (target == UINT32_MAX)
 			target = top;
 	}
 	c = room(d, target, window);
 	/* ... or, its window full, the next candidate in rank order with room. */
-	for (uint32_t i = 0; c < 0 && i < k; i++)
-		if (rt->cns[i] != target && (c = room(d, rt->cns[i], window)) >= 0)
-			target = rt->cns[i];
+	for (uint32_t i = 0; c < 0 && i < n; i++)
+		if (cand[i] != target && (c = room(d, cand[i], window)) >= 0)
+			target = cand[i];
 	if (c < 0)
 		return -1;   /* counted when it is sent, not now */
 	rt->want[top]++;
@@ -204,8 +231,15 @@ void dmann_route_answer(dmann_t *d, const struct dm_wire_q_result *r)
 	if (!rt->ok)
 		return;
 	if (!(r->rflags & DM_Q_R_ORACLE) || r->epoch != rt->epoch ||
-	    r->rflags >> DM_Q_R_STRATEGY_SHIFT != rt->strategy)
+	    r->rflags >> DM_Q_R_STRATEGY_SHIFT != rt->strategy) {
+		/* A new routing epoch may mean a compute node joined: try the dead connections
+		 * again at the next dmann_revive, back-off or not. */
+		if (!rt->stale)
+			for (uint32_t c = 0; c < d->ncn; c++)
+				if (d->cn[c].dead)
+					d->cn[c].retry_ns = 0;
 		rt->stale = true;
+	}
 	else if (r->cn < rt->k)
 		rt->qlen[r->cn] = r->qlen;
 }

@@ -13,6 +13,7 @@
 #include "dm.h"
 
 #define REFRESH_NS 1000000000ull   /* retry fetching the oracle at most once a second */
+#define REROUTE_NS 100000000ull    /* ... or every 100 ms after it went stale in a call */
 #define STALL_NS (60ull * 1000000000ull) /* no answer from anybody for this long: -ETIMEDOUT */
 
 struct search {
@@ -200,7 +201,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	uint64_t last = dm_now_ns();
 	size_t next = 0;
 	int err = 0, qerr = 0, rc;
-	bool client;
+	bool client, want, reroute = false;
 
 	rc = check_args(d, vectors, nq, dim, p, ids);
 	if (rc)
@@ -233,7 +234,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	dmann_revive(d);
 	s.base = d->next_id;
 	d->next_id += nq;
-	client = p->routing == DMANN_ROUTE_CLIENT;
+	want = client = p->routing == DMANN_ROUTE_CLIENT;
 	if (client && (d->rt.stale || (!d->rt.ok && last - d->rt_checked_ns > REFRESH_NS))) {
 		d->rt_checked_ns = last;
 		rc = dmann_route_refresh(d);
@@ -248,11 +249,37 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 		window[c] = DM_MIN(DMANN_WINDOW, cap);
 	rr = d->rr++;
 	while (s.done < next || ((next < nq || s.nretry) && !err && !qerr)) {
-		bool progress = false;
+		bool progress = false, hold = false;
 
+		/* The routing state went stale during the call (an answer showed a new routing
+		 * epoch: a compute node joined or left, or the CNs re-clustered; or a connection
+		 * died or came back): send nothing new until the queries in flight are back, then
+		 * fetch it again (Q_ROUTER shares the connections with the searches). A fetch
+		 * that finds the CNs still disagreeing is tried again every REROUTE_NS; the
+		 * queries meanwhile go round robin and the CNs route them. */
+		if (want && (d->rt.stale || reroute) && (next < nq || s.nretry) && !err && !qerr) {
+			uint64_t now = dm_now_ns();
+
+			bool due = d->rt.stale || now - d->rt_checked_ns > REROUTE_NS;
+
+			if (due && total > 0) {
+				hold = true;
+			} else if (due) {
+				d->rt_checked_ns = now;
+				dmann_revive(d);   /* a node that joined is routed to at once */
+				rc = dmann_route_refresh(d);
+				if (rc && rc != -EAGAIN) {
+					err = dmann_fail(rc, "search: fetching the router's oracle: %s",
+							 strerror(-rc));
+					continue;
+				}
+				client = d->rt.ok;
+				reroute = !d->rt.ok;
+			}
+		}
 		/* Fill the windows: the queries of a compute node that died first (round robin
 		 * over the live ones), then the next ones in query order. */
-		while ((next < nq || s.nretry) && total < cap && !err && !qerr) {
+		while (!hold && (next < nq || s.nretry) && total < cap && !err && !qerr) {
 			bool again = s.nretry > 0;
 			size_t i = again ? s.retry[s.nretry - 1] : next;
 			uint32_t flags = 0;

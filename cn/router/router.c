@@ -29,7 +29,13 @@ struct router {
 	pthread_cond_t wake;         /* a batch ended: exchange now */
 	bool batch_done;
 	struct dm_oracle *o;
-	uint32_t *spill;             /* ncn x (ncn-1): ring spill order of each CN */
+	uint32_t *spill;             /* ncn x (ncn-1): ring spill order of each partition */
+	/* Partition p (the oracle's group p, CN p's own) is served by owner[p]: p while the
+	 * cluster state has it up, else a ring neighbour (dm_oracle_owners). A query's
+	 * candidates are the owners of its partitions in rank (or ring) order; limits,
+	 * demand and the batch histogram count CNs, over the live ones. */
+	uint32_t *owner;
+	uint32_t *cand, *ring_seq;   /* scratch: candidate CNs, partitions in ring order */
 	uint64_t hash;
 	uint32_t sample_level;
 	uint32_t *hist, *limit, total;
@@ -50,6 +56,9 @@ struct router {
 	/* Counters and the CSP estimate. */
 	atomic_ulong cnt[RC_COUNT];
 	atomic_uint csp_ppm, csp_cns, epoch, reclusters;
+	atomic_uint repoch;          /* routing epoch (dm_oracle_route_epoch of epoch, owner) */
+	atomic_uint moved;           /* partitions served by another CN than their own */
+	atomic_ulong owner_changes;  /* times the owner table changed */
 	atomic_ulong csp_t_ns;
 
 	/* Router thread's connections (ORIGIN role, state reports) and SERVE workers. */
@@ -160,6 +169,7 @@ out_free:
 
 static void reset_demand(struct router *r);
 static void set_limits(struct router *r);
+static void set_owners(struct router *r, bool force);
 
 /* Build the oracle of the current index for epoch (same result on every CN). */
 static int build_oracle(struct router *r, uint32_t epoch)
@@ -238,6 +248,7 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	r->metric = d->p.metric;
 	r->sample_level = (uint32_t)lv;
 	atomic_store(&r->epoch, epoch);
+	set_owners(r, true);
 	atomic_store(&r->ready, true);
 	pthread_mutex_unlock(&r->mu);
 	dm_info("cn%u: oracle epoch %u: k=%u from %u nodes of level %d (dim %u): centroid hash "
@@ -276,7 +287,8 @@ static void set_limits(struct router *r)
 
 	r->qlen[r->self] = atomic_load(&r->cn->qlen);
 	route_demand_update(r->ncn, r->demand, r->want, r->total);
-	route_limits(r->ncn, r->p.batch, s != DM_ROUTE_BALANCED, r->demand, r->qlen, r->limit);
+	route_limits_owned(r->ncn, r->p.batch, s != DM_ROUTE_BALANCED, r->demand, r->qlen,
+			   r->owner, r->limit);
 	for (uint32_t c = 0; c < r->ncn; c++) {
 		r->hist[c] = 0;
 		r->want[c] = 0;
@@ -284,7 +296,8 @@ static void set_limits(struct router *r)
 	r->total = 0;
 }
 
-/* r->cns = the CNs ranked for vec (normalised first for a cosine index; caller holds mu). */
+/* r->cns = the partitions ranked for vec (normalised first for a cosine index; caller
+ * holds mu). */
 static void rank(struct router *r, const float *vec, uint32_t dim)
 {
 	if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
@@ -303,31 +316,70 @@ static bool cn_ok(const struct router *r, uint32_t c)
 						     memory_order_relaxed);
 }
 
+/* Re-partition after a CN joined or left (caller holds mu, an oracle exists): the owners
+ * of the live set the cluster state gives, a new routing epoch when they changed (or with
+ * force, after a new oracle). The batch starts afresh: a partition's queue is its new
+ * owner's. */
+static void set_owners(struct router *r, bool force)
+{
+	bool up[DM_MAX_NODES];
+	uint32_t own[DM_MAX_NODES];
+	int moved;
+
+	for (uint32_t c = 0; c < r->ncn; c++)
+		up[c] = cn_ok(r, c);
+	moved = dm_oracle_owners(r->o, up, own);
+	if (moved < 0)
+		return;
+	if (!force && !memcmp(own, r->owner, r->ncn * sizeof(*own)))
+		return;
+	memcpy(r->owner, own, r->ncn * sizeof(*own));
+	atomic_store(&r->moved, (unsigned)moved);
+	atomic_store(&r->repoch, dm_oracle_route_epoch(atomic_load(&r->epoch), own, r->ncn));
+	if (!force) {
+		char list[8 * DM_MAX_NODES] = "", *p = list;
+
+		atomic_fetch_add(&r->owner_changes, 1);
+		for (uint32_t c = 0; c < r->ncn && p < list + sizeof(list) - 12; c++)
+			p += sprintf(p, "%s%u", c ? " " : "", own[c]);
+		dm_info("cn%u: routing epoch %08x: partition owners [%s] (%d served by a "
+			"neighbour)", r->self, atomic_load(&r->repoch), list, moved);
+	}
+	set_limits(r);
+}
+
 uint32_t router_route(struct router *r, const float *vec, uint32_t dim, uint32_t *top)
 {
-	uint32_t s = atomic_load(&r->strategy), target = r->self, k = r->ncn;
+	uint32_t s = atomic_load(&r->strategy), target = r->self, k = r->ncn, n;
 
 	*top = r->self;
 	pthread_mutex_lock(&r->mu);
 	if (!r->o || dim != r->o->dim || s == DM_ROUTE_NONE)
 		goto out;
 	rank(r, vec, dim);
-	*top = r->cns[0];
-	r->want[r->cns[0]]++;
+	n = route_owner_order(r->owner, r->cns, k, r->cand);
+	*top = r->cand[0];
+	r->want[*top]++;
 	if (s == DM_ROUTE_BESTFIT) {
-		/* The best CN, or the next one in rank order while it is declared down. */
-		for (uint32_t i = 0; i < k; i++)
-			if (cn_ok(r, r->cns[i])) {
-				target = r->cns[i];
+		/* The best partition's owner, or the next one in rank order while it is declared
+		 * down (before the owners follow). */
+		for (uint32_t i = 0; i < n; i++)
+			if (cn_ok(r, r->cand[i])) {
+				target = r->cand[i];
 				break;
 			}
 		goto out;
 	}
-	/* Candidates: rank order, or the best CN then its ring neighbours. */
+	/* Candidates: the owners in rank order, or of the best partition then of its ring
+	 * neighbours. */
+	if (s == DM_ROUTE_ADAPTIVE_RING) {
+		r->ring_seq[0] = r->cns[0];
+		memcpy(r->ring_seq + 1, r->spill + (size_t)r->cns[0] * (k - 1), (k - 1) * sizeof(uint32_t));
+		n = route_owner_order(r->owner, r->ring_seq, k, r->cand);
+	}
 	target = r->self;
-	for (uint32_t i = 0; i < k; i++) {
-		uint32_t c = s == DM_ROUTE_ADAPTIVE_RING && i > 0 ?
-			r->spill[(size_t)r->cns[0] * (k - 1) + i - 1] : r->cns[i];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t c = r->cand[i];
 
 		if (r->hist[c] < r->limit[c] && cn_ok(r, c)) {
 			target = c;
@@ -352,11 +404,15 @@ out:
 static double admit_band(struct router *r)
 {
 	double sum = 0;
+	uint32_t n = 0;
 
 	r->qlen[r->self] = atomic_load(&r->cn->qlen);
 	for (uint32_t c = 0; c < r->ncn; c++)
-		sum += r->qlen[c];
-	return ROUTE_ADMIT_BAND * sum / r->ncn + ROUTE_ADMIT_ADD;
+		if (cn_ok(r, c)) {
+			sum += r->qlen[c];
+			n++;
+		}
+	return ROUTE_ADMIT_BAND * sum / DM_MAX(n, 1u) + ROUTE_ADMIT_ADD;
 }
 
 uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t epoch,
@@ -365,7 +421,7 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 	uint32_t s = atomic_load(&r->strategy), target;
 
 	pthread_mutex_lock(&r->mu);
-	if (r->o && dim == r->o->dim && s != DM_ROUTE_NONE && epoch == atomic_load(&r->epoch)) {
+	if (r->o && dim == r->o->dim && s != DM_ROUTE_NONE && epoch == atomic_load(&r->repoch)) {
 		double band = admit_band(r);
 
 		/* Bestfit follows the oracle alone. */
@@ -376,21 +432,27 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 			*spilled = client_spilled;
 			return r->self;
 		}
-		/* Overloaded: the first CN in rank order whose queue is under the band. */
+		/* Overloaded: the first owner in rank order whose queue is under the band. */
 		rank(r, vec, dim);
-		*top = r->cns[0];
+		uint32_t n = route_owner_order(r->owner, r->cns, r->ncn, r->cand);
+
+		*top = r->cand[0];
 		target = r->self;
-		for (uint32_t i = 0; i < r->ncn; i++)
-			if (r->cns[i] != r->self && r->qlen[r->cns[i]] <= band && cn_ok(r, r->cns[i])) {
-				target = r->cns[i];
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t c = r->cand[i];
+
+			if (c != r->self && r->qlen[c] <= band && cn_ok(r, c)) {
+				target = c;
 				break;
 			}
+		}
 		pthread_mutex_unlock(&r->mu);
 		*spilled = target != *top;
 		return target;
 	}
 	pthread_mutex_unlock(&r->mu);
-	/* Another epoch (the client's oracle is stale) or no oracle: route it as any query. */
+	/* Another epoch (the client's oracle or owners are stale) or no oracle: route it as
+	 * any query. */
 	target = router_route(r, vec, dim, top);
 	*spilled = *top != target;
 	return target;
@@ -401,7 +463,7 @@ bool router_epoch(struct router *r, uint32_t *epoch, uint32_t *strategy)
 	*strategy = r ? atomic_load(&r->strategy) : DM_ROUTE_NONE;
 	if (!router_active(r))
 		return false;
-	*epoch = atomic_load(&r->epoch);
+	*epoch = atomic_load(&r->repoch);
 	return true;
 }
 
@@ -412,15 +474,32 @@ int router_export(struct router *r, struct dm_wire_q_router *h, uint8_t *buf, si
 	if (!r || !atomic_load(&r->ready))
 		return -EAGAIN;   /* no oracle yet */
 	pthread_mutex_lock(&r->mu);
-	*h = (struct dm_wire_q_router){ .epoch = atomic_load(&r->epoch),
+	*h = (struct dm_wire_q_router){ .epoch = atomic_load(&r->repoch),
 					.strategy = atomic_load(&r->strategy),
 					.batch = r->p.batch, .ncn = r->ncn, .self = r->self,
 					.metric = r->metric, .centroid_hash = r->hash };
-	n = !r->owire ? -ENOMEM : r->owire_len > cap ? -E2BIG : (long)r->owire_len;
-	if (n > 0)
-		memcpy(buf, r->owire, r->owire_len);
+	n = !r->owire ? -ENOMEM : 4 * (size_t)r->ncn + r->owire_len > cap ? -E2BIG :
+		(long)(4 * (size_t)r->ncn + r->owire_len);
+	if (n > 0) {
+		for (uint32_t p = 0; p < r->ncn; p++)
+			dm_put_le32(buf + 4 * (size_t)p, r->owner[p]);
+		memcpy(buf + 4 * (size_t)r->ncn, r->owire, r->owire_len);
+	}
 	pthread_mutex_unlock(&r->mu);
 	return (int)n;
+}
+
+void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
+		       uint64_t *changes, uint32_t *owner)
+{
+	*route_epoch = r ? atomic_load(&r->repoch) : 0;
+	*moved = r ? atomic_load(&r->moved) : 0;
+	*changes = r ? atomic_load(&r->owner_changes) : 0;
+	if (r && owner) {
+		pthread_mutex_lock(&r->mu);
+		memcpy(owner, r->owner, r->ncn * sizeof(*owner));
+		pthread_mutex_unlock(&r->mu);
+	}
 }
 
 bool router_spill_cache(struct router *r)
@@ -493,6 +572,7 @@ int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
 	st->csp_age_ms = csp == DM_FWD_CSP_NONE ? 0 :
 		(dm_now_ns() - atomic_load(&r->csp_t_ns)) / 1000000;
 	st->epoch = atomic_load(&r->epoch);
+	st->route_epoch = atomic_load(&r->repoch);
 	st->reclusters = atomic_load(&r->reclusters);
 	st->qlen = atomic_load(&r->cn->qlen);
 	st->paused = atomic_load(&r->pauses);
@@ -729,6 +809,11 @@ static void *router_thread(void *arg)
 			built = build_oracle(r, atomic_load(&r->epoch)) == 0;
 			built_crc = crc;
 		}
+		/* CNs the cluster state declares down or up again: new owners, new epoch. */
+		pthread_mutex_lock(&r->mu);
+		if (r->o)
+			set_owners(r, false);
+		pthread_mutex_unlock(&r->mu);
 		if (dm_now_ns() - last_csp >= CSP_PERIOD_NS) {
 			exchange(r, true);
 			last_csp = dm_now_ns();
@@ -775,8 +860,14 @@ struct router *router_start(struct cn *cn, const struct router_params *p)
 	r->limit = calloc(k, sizeof(uint32_t));
 	r->qlen = calloc(k, sizeof(uint32_t));
 	r->cns = calloc(k, sizeof(uint32_t));
-	if (!r->hist || !r->want || !r->demand || !r->limit || !r->qlen || !r->cns)
+	r->owner = calloc(k, sizeof(uint32_t));
+	r->cand = calloc(k, sizeof(uint32_t));
+	r->ring_seq = calloc(k, sizeof(uint32_t));
+	if (!r->hist || !r->want || !r->demand || !r->limit || !r->qlen || !r->cns || !r->owner ||
+	    !r->cand || !r->ring_seq)
 		goto err_free;
+	for (uint32_t p = 0; p < k; p++)
+		r->owner[p] = p;
 	reset_demand(r);
 	set_limits(r);
 	if (pthread_create(&r->thread, NULL, router_thread, r))
@@ -789,6 +880,9 @@ err_free:
 	free(r->limit);
 	free(r->qlen);
 	free(r->cns);
+	free(r->owner);
+	free(r->cand);
+	free(r->ring_seq);
 	free(r);
 	errno = ENOMEM;
 	return NULL;
@@ -822,6 +916,9 @@ void router_free(struct router *r)
 	free(r->limit);
 	free(r->qlen);
 	free(r->cns);
+	free(r->owner);
+	free(r->cand);
+	free(r->ring_seq);
 	pthread_cond_destroy(&r->wake);
 	pthread_mutex_destroy(&r->mu);
 	free(r);

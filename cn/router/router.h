@@ -67,8 +67,13 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 /* The strategy, and the routing epoch when routing is active (what answers piggyback for
  * client-side routers). r may be NULL (strategy none, false). */
 bool router_epoch(struct router *r, uint32_t *epoch, uint32_t *strategy);
-/* Q_ROUTER: the fixed part into *h and the oracle's wire form into buf (cap bytes).
- * Bytes of the oracle, -EAGAIN (no oracle yet), -E2BIG (cap too small), -ENOMEM. */
+/* Partitions: the routing epoch, how many partitions a neighbour serves for a CN the cluster
+ * state declares down, how often the owners changed, and the owner table (k entries, may
+ * be NULL). r may be NULL (all 0). */
+void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
+		       uint64_t *changes, uint32_t *owner);
+/* Q_ROUTER: the fixed part into *h, the owner table (ncn u32) and the oracle's wire form
+ * into buf (cap bytes). Bytes written, -EAGAIN (no oracle yet), -E2BIG (cap too small), -ENOMEM. */
 int router_export(struct router *r, struct dm_wire_q_router *h, uint8_t *buf, size_t cap);
 
 enum router_counter { RC_LOCAL, RC_FORWARDED, RC_RECEIVED, RC_BOUNCED, RC_ADMITTED, RC_COUNT };

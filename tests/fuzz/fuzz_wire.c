@@ -4,7 +4,7 @@
  *   1: a server-side handshake fed the messages in turn;
  *   2: a client-side handshake fed the messages after its HELLO;
  *      (C_CALL, the native client data op, through dm_wire_c_check; the native query
- *      protocol Q_SEARCH..Q_INSERT through dm_wire_q_check);
+ *      protocol Q_SEARCH..Q_INSERT through dm_wire_q_check, Q_ROUTER's owner table);
  *   3: an S3 flat-index RPC payload (wire.h, FL section; the second byte picks which one)
  *      read with the dm_rbuf reader along its grammar, as mn_flat.c / cn_s3.c read them.
  * Decoders must reject bad input with -errno and never read outside the buffer (ASan). */
@@ -217,7 +217,7 @@ static int check_one(void *arg, const uint8_t *msg, size_t len)
 		}
 		return 0;
 	}
-	if ((h.op & ~1u) >= DM_OP_Q_SEARCH && (h.op & ~1u) <= DM_OP_Q_INSERT) {
+	if ((h.op & ~1u) >= DM_OP_Q_SEARCH && (h.op & ~1u) <= DM_OP_Q_ROUTER) {
 		/* the native query protocol: an accepted message's counts match its length */
 		if (!dm_wire_q_check(&h, msg, len) && h.op == DM_OP_Q_INSERT) {
 			struct dm_wire_q_insert qi;
@@ -226,6 +226,20 @@ static int check_one(void *arg, const uint8_t *msg, size_t len)
 						    &qi) ||
 			    len != DM_WIRE_HDR_LEN + sizeof(qi) + 4ull * qi.n * qi.dim)
 				__builtin_trap();
+		}
+		if (!dm_wire_q_check(&h, msg, len) && h.op == DM_OP_Q_ROUTER + 1 && !h.status) {
+			/* an accepted Q_ROUTER answer has room for its owner table, each < ncn */
+			struct dm_wire_q_router qr;
+			uint32_t own[DM_MAX_NODES_WIRE];
+			const uint8_t *b = msg + DM_WIRE_HDR_LEN;
+			size_t bl = len - DM_WIRE_HDR_LEN;
+
+			if (dm_wire_q_router_decode(b, bl, &qr))
+				__builtin_trap();
+			if (!dm_wire_q_router_owners(b, bl, &qr, own))
+				for (uint32_t p = 0; p < qr.ncn; p++)
+					if (own[p] >= qr.ncn)
+						__builtin_trap();
 		}
 		return 0;
 	}
