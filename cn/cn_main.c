@@ -28,6 +28,40 @@ static volatile sig_atomic_t got_signal;
 static struct cn_s3 *s3gw;            /* S3 Vectors gateway (cn_s3.c), when http is set */
 #endif
 
+/* SIGTERM drain: after this CN left the cluster state, the routers and clients move its
+ * partition to a neighbour (a new routing epoch); until then, and until the queries still
+ * sent to it are answered, it serves on. Returns once no query arrived or was running for
+ * DRAIN_IDLE_NS after the up-set stopped listing it (at once without a cluster state), or
+ * for DRAIN_QUIET_NS while it still lists it (nobody sends anything: the whole cluster is
+ * going down, or the next controller waits its grace), or after [cn] drain_ms. */
+#define DRAIN_IDLE_NS 300000000ull
+#define DRAIN_QUIET_NS 1000000000ull
+static void drain(struct cn *cn, bool follows_state)
+{
+	uint64_t t0 = dm_now_ns(), now = t0, idle_since = t0, limit;
+	unsigned long q = atomic_load(&cn->queries), q0 = q;
+	bool left = !follows_state;
+
+	limit = (uint64_t)cn->node->cnc.drain_ms * 1000000ull;
+	while (now - t0 < limit) {
+		unsigned long q1 = atomic_load(&cn->queries);
+
+		left = left || atomic_load(&cn->state_self_down);
+		if (q1 != q || atomic_load(&cn->qlen)) {
+			q = q1;
+			idle_since = now;
+		}
+		if (now - idle_since >= (left ? DRAIN_IDLE_NS : DRAIN_QUIET_NS))
+			break;
+		usleep(20000);
+		now = dm_now_ns();
+	}
+	if (limit)
+		dm_info("cn%u: drained in %llu ms (%s the cluster state, %lu queries answered "
+			"meanwhile)", cn->node->id, (unsigned long long)((now - t0) / 1000000),
+			left ? "out of" : "still in", q - q0);
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -469,9 +503,12 @@ int main(int argc, char **argv)
 	cn_repair_stop(repair);
 	dm_ctl_stop(ctl);         /* a controller in office resigns: another takes over */
 	cn.ctl = NULL;
+	dm_member_stop(member);   /* leave: the key goes at once */
+	drain(&cn, upwatch != NULL);
 	dm_upwatch_stop(placewatch);
 	dm_upwatch_stop(upwatch);
-	dm_member_stop(member);   /* leave: the key goes at once */
+#else
+	drain(&cn, false);
 #endif
 	(void)member;
 	atomic_store(&cn.stopping, true);

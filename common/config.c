@@ -147,7 +147,8 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 		*set |= DM_CN_SET_ADMIT;
 		return 1;
 	}
-	if (strcmp(key, "refresh_ms") && strcmp(key, "lease_ms") && strcmp(key, "send_queue"))
+	if (strcmp(key, "refresh_ms") && strcmp(key, "lease_ms") && strcmp(key, "send_queue") &&
+	    strcmp(key, "drain_ms"))
 		return 0;
 	if (per_node) {
 		snprintf(msg, msglen, "%s applies to every compute node: set it in [cn]", key);
@@ -165,6 +166,12 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 			return -EINVAL;
 		}
 		c->lease_ms = (uint32_t)u;
+	} else if (!strcmp(key, "drain_ms")) {
+		if (!parse_u64(v, 600000, &u)) {
+			snprintf(msg, msglen, "drain_ms '%s' must be 0..600000", v);
+			return -EINVAL;
+		}
+		c->drain_ms = (uint32_t)u;
 	} else {
 		if (!parse_u64(v, 65536, &u) || u < 128) {
 			snprintf(msg, msglen, "send_queue '%s' must be 128..65536", v);
@@ -702,7 +709,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);
 	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,
-		.lease_ms = 20000, .send_queue = 256 };
+		.lease_ms = 20000, .send_queue = 256, .drain_ms = 5000 };
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, pcp);

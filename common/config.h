@@ -51,6 +51,9 @@
  *                               ; dmann bench --cache-ratio overrides it for a run
  *   cache_admit = 0.1           ; probability that a record read once the cache is full
  *                               ; replaces a cached one, 0..1 (default 0.1)
+ *   drain_ms = 5000             ; SIGTERM: how long a CN that left the cluster state may
+ *                               ; keep serving the queries still sent to it, 0..600000
+ *                               ; (0: stop at once; it stops earlier once idle)
  *   refresh_ms = 1000           ; period of the CN's index-generation poll, 50..60000
  *                               ; (a new `dmann load` is served within about this long)
  *   lease_ms = 20000            ; generation lease, 1000..3600000: a memory node frees an
@@ -146,6 +149,7 @@ struct dm_cn_cfg {
 	uint64_t cache_bytes;        /* cache = N<unit>; 0 (with !cache_is_ratio): off */
 	double cache_admit;          /* 0..1 */
 	uint32_t refresh_ms;         /* [cn] only */
+	uint32_t drain_ms;           /* [cn] only: SIGTERM drain bound */
 	uint32_t lease_ms;           /* [cn] only; memory nodes read it too */
 	uint32_t send_queue;         /* [cn] only */
 };

@@ -232,12 +232,13 @@ Test(config, compute_node_settings)
 	cr_assert_eq(c->cn[0].cnc.refresh_ms, 1000);
 	cr_assert_eq(c->cn[0].cnc.lease_ms, 20000);
 	cr_assert_eq(c->cn[0].cnc.send_queue, 256);
+	cr_assert_eq(c->cn[0].cnc.drain_ms, 5000);
 	cr_assert_eq(dm_config_cache_bytes(&c->cn[0].cnc, 1000000), 0);
 
 	cr_assert_eq(dm_config_parse(HDR "[mn.0]\naddress = h:1\n"
 				     "[cn.1]\naddress = h:3\ncache = 512MiB\ncache_admit = 1\n"
 				     "[cn]\ncache = 10%\ncache_admit = 0.25\nrefresh_ms = 50\n"
-				     "lease_ms = 1000\nsend_queue = 128\n"
+				     "lease_ms = 1000\nsend_queue = 128\ndrain_ms = 0\n"
 				     "[cn.0]\naddress = h:2\n[cn.2]\naddress = h:4\ncache = 0\n",
 				     "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
 	cr_assert(c->cn[0].cnc.cache_is_ratio);
@@ -247,6 +248,7 @@ Test(config, compute_node_settings)
 	cr_assert_eq(c->cn[0].cnc.refresh_ms, 50);
 	cr_assert_eq(c->cn[0].cnc.lease_ms, 1000);
 	cr_assert_eq(c->cn[0].cnc.send_queue, 128);
+	cr_assert_eq(c->cn[0].cnc.drain_ms, 0);
 	/* cn.1 set its own cache and admission before [cn]; the rest comes from [cn]. */
 	cr_assert(!c->cn[1].cnc.cache_is_ratio);
 	cr_assert_eq(dm_config_cache_bytes(&c->cn[1].cnc, 1000000), 512ull << 20);
@@ -300,6 +302,9 @@ Test(config, compute_node_errors)
 	expect_error(HDR "[cn]\nrefresh_ms = 10\n", "c.ini:5: refresh_ms '10' must be 50..60000");
 	expect_error(HDR "[cn]\nlease_ms = 999\n", "c.ini:5: lease_ms");
 	expect_error(HDR "[cn]\nsend_queue = 100\n", "c.ini:5: send_queue '100' must be 128..65536");
+	expect_error(HDR "[cn]\ndrain_ms = 600001\n", "c.ini:5: drain_ms '600001' must be 0..600000");
+	expect_error(HDR "[cn.0]\naddress = h:2\ndrain_ms = 1\n",
+		     "c.ini:6: drain_ms applies to every compute node: set it in [cn]");
 	expect_error(HDR "[cn]\naddress = h:1\n", "c.ini:5: unknown key 'address' in section [cn]");
 	expect_error(HDR "[cn.0]\naddress = h:1\nlease_ms = 5000\n",
 		     "c.ini:6: lease_ms applies to every compute node: set it in [cn]");

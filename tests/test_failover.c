@@ -460,7 +460,7 @@ TestSuite(repartition, .init = setup_3cn, .fini = teardown, .timeout = 900);
 /* cn2 leaves (SIGTERM) and joins again in the middle of client-routed streams: its
  * partition goes to a ring neighbour under a new routing epoch on which the others agree,
  * then back to it under the first epoch; libdmann follows; no query fails and every answer
- * is the local search's. */
+ * is the local search's; the leaving node drains (no query had to be sent again). */
 Test(repartition, a_compute_node_leaving_and_joining_changes_the_routing_epoch)
 {
 	uint32_t nq;
@@ -500,6 +500,10 @@ Test(repartition, a_compute_node_leaving_and_joining_changes_the_routing_epoch)
 	/* The client took the new owners within the call (a client on the old epoch would
 	 * have its queries relayed by the compute nodes: 29% were before it did). */
 	cr_assert(relayed_pct(buf) >= 0 && relayed_pct(buf) < 5, "relayed: %s", buf);
+	/* SIGTERM drains: cn2 answered what was sent to it until the others had its
+	 * partition, so no query had to be sent again. */
+	cr_assert_not_null(strstr(buf, " 0 retried"), "queries lost with the leaving node: %s",
+			   buf);
 
 	/* Join: the owners and the epoch are the first ones again, cn2 serves its partition. */
 	snprintf(ids, sizeof(ids), "%s/ids-join.ibin", dir);

@@ -57,6 +57,7 @@ struct cn {
 	 * (cn_refresh does not bring them back), its version, versions applied. */
 	atomic_bool state_down[DM_MAX_NODES];
 	atomic_bool state_cn_down[DM_MAX_NODES];        /* compute nodes it declares down */
+	atomic_bool state_self_down;      /* it does not list this CN (left, or not yet in) */
 	_Atomic uint64_t state_down_ns[DM_MAX_NODES];   /* when the up-set declared it down */
 	_Atomic uint64_t state_up_ns[DM_MAX_NODES];     /* ... or up (0: up since the start) */
 	_Atomic int64_t state_version;

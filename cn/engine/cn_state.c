@@ -39,6 +39,7 @@ void cn_state_apply(void *arg, const struct dm_upset *u)
 	/* Compute nodes declared down get no routed or relayed query (cn/router). */
 	for (uint32_t c = 0; c < cn->cfg->n_cn && c < DM_MAX_NODES; c++)
 		atomic_store(&cn->state_cn_down[c], c != cn->node->id && !dm_upset_has(u->cn, c));
+	atomic_store(&cn->state_self_down, !dm_upset_has(u->cn, cn->node->id));
 	atomic_store(&cn->state_version, u->version);
 	atomic_fetch_add(&cn->state_changes, 1);
 	dm_info("cn%u: cluster state version %lld (controller %s): %u memory node(s) newly "

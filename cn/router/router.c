@@ -308,12 +308,14 @@ static void rank(struct router *r, const float *vec, uint32_t dim)
 	dm_oracle_rank(r->o, vec, r->cns, NULL);
 }
 
-/* Whether queries may go to compute node c: this one, or one the cluster state does not
- * declare down. */
+/* Whether queries may go to compute node c: one the cluster state does not declare down.
+ * This one too, unless the up-set leaves it out (it left and drains, or it has just
+ * started and is not in yet): its owner table is then the one the others compute. */
 static bool cn_ok(const struct router *r, uint32_t c)
 {
-	return c == r->self || !atomic_load_explicit(&r->cn->state_cn_down[c],
-						     memory_order_relaxed);
+	if (c == r->self)
+		return !atomic_load_explicit(&r->cn->state_self_down, memory_order_relaxed);
+	return !atomic_load_explicit(&r->cn->state_cn_down[c], memory_order_relaxed);
 }
 
 /* Re-partition after a CN joined or left (caller holds mu, an oracle exists): the owners
