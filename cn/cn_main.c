@@ -499,6 +499,10 @@ int main(int argc, char **argv)
 		pthread_detach(t);
 	}
 	dm_info("cn%u: stopping", cn.node->id);
+	/* No new connections while draining: a client's connect is refused at once rather than
+	 * waiting for a handshake nobody accepts. */
+	dm_listener_close(lis);
+	lis = NULL;
 #if DM_HAVE_ETCD
 	cn_repair_stop(repair);
 	dm_ctl_stop(ctl);         /* a controller in office resigns: another takes over */
@@ -513,7 +517,6 @@ int main(int argc, char **argv)
 	(void)member;
 	atomic_store(&cn.stopping, true);
 	dm_metrics_stop(metrics);
-	dm_listener_close(lis);
 #if DM_HAVE_HTTP
 	cn_s3_stop(s3gw);
 	s3gw = NULL;

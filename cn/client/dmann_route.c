@@ -209,6 +209,15 @@ int dmann_route_pick(dmann_t *d, const float *v, const uint32_t *window, uint32_
 	for (uint32_t i = 0; c < 0 && i < n; i++)
 		if (cand[i] != target && (c = room(d, cand[i], window)) >= 0)
 			target = cand[i];
+	/* ... or, when no owner is connected from here (their windows are not just full),
+	 * any compute node with room: it routes the query on. */
+	bool owner_conn = false;
+
+	for (uint32_t i = 0; c < 0 && i < n && !owner_conn; i++)
+		owner_conn = rt->conn_of[cand[i]] >= 0 && !d->cn[rt->conn_of[cand[i]]].dead;
+	for (uint32_t i = 0; c < 0 && !owner_conn && i < k; i++)
+		if ((c = room(d, i, window)) >= 0)
+			target = i;
 	if (c < 0)
 		return -1;   /* counted when it is sent, not now */
 	rt->want[top]++;
