@@ -129,10 +129,12 @@ void dmann_free_keys(char **keys, size_t n);
  * distance docs/api.md defines for the index's metric.
  *
  * Routing: with DMANN_ROUTE_CLIENT (the default) the handle holds the compute nodes'
- * oracle (fetched with the first search and again whenever an answer shows a new routing
- * epoch or strategy) and sends each query straight to the compute node the router picks
- * (docs/router.md "Client-side routing"): nothing is relayed through a memory node unless
- * that CN is too loaded to take it. With DMANN_ROUTE_SERVER queries go round robin and
+ * oracle and partition owners (fetched with the first search and again, within the same
+ * call once the queries in flight are answered, whenever an answer shows a new routing
+ * epoch or strategy: a compute node joined or left, or the CNs re-clustered) and sends
+ * each query straight to the compute node the router picks (docs/router.md "Client-side
+ * routing"): nothing is relayed through a memory node unless that CN is too loaded to
+ * take it. With DMANN_ROUTE_SERVER queries go round robin and
  * the receiving CN routes (relaying through a memory node). While the CNs route with
  * strategy none, or have no oracle yet, both behave as DMANN_ROUTE_SERVER. */
 enum dmann_routing { DMANN_ROUTE_CLIENT = 0, DMANN_ROUTE_SERVER = 1 };

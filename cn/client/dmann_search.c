@@ -13,7 +13,8 @@
 #include "dm.h"
 
 #define REFRESH_NS 1000000000ull   /* retry fetching the oracle at most once a second */
-#define REROUTE_NS 100000000ull    /* ... or every 100 ms after it went stale in a call */
+#define REROUTE_NS 100000000ull    /* ... or every 100 ms after it went stale in a call, */
+#define REROUTE_TRIES 30u          /* ... at most this many times in one call */
 #define STALL_NS (60ull * 1000000000ull) /* no answer from anybody for this long: -ETIMEDOUT */
 
 struct search {
@@ -202,6 +203,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	size_t next = 0;
 	int err = 0, qerr = 0, rc;
 	bool client, want, reroute = false;
+	unsigned reroutes = 0;
 
 	rc = check_args(d, vectors, nq, dim, p, ids);
 	if (rc)
@@ -259,7 +261,6 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 		 * queries meanwhile go round robin and the CNs route them. */
 		if (want && (d->rt.stale || reroute) && (next < nq || s.nretry) && !err && !qerr) {
 			uint64_t now = dm_now_ns();
-
 			bool due = d->rt.stale || now - d->rt_checked_ns > REROUTE_NS;
 
 			if (due && total > 0) {
@@ -274,7 +275,8 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 					continue;
 				}
 				client = d->rt.ok;
-				reroute = !d->rt.ok;
+				/* Not for ever: routing may have been switched off (strategy none). */
+				reroute = !d->rt.ok && ++reroutes < REROUTE_TRIES;
 			}
 		}
 		/* Fill the windows: the queries of a compute node that died first (round robin
