@@ -787,6 +787,7 @@ static void *router_thread(void *arg)
 	uint32_t built_crc = 0;
 	bool built = false;
 	uint64_t last_csp = 0, last_look = 0;
+	unsigned long seen_state = 0;
 
 	while (!atomic_load(&r->stop) && !atomic_load(&cn->stopping)) {
 		struct timespec ts;
@@ -811,11 +812,17 @@ static void *router_thread(void *arg)
 			built = build_oracle(r, atomic_load(&r->epoch)) == 0;
 			built_crc = crc;
 		}
-		/* CNs the cluster state declares down or up again: new owners, new epoch. */
-		pthread_mutex_lock(&r->mu);
-		if (r->o)
-			set_owners(r, false);
-		pthread_mutex_unlock(&r->mu);
+		/* CNs the cluster state declares down or up again: new owners, new epoch (only
+		 * when a new up-set arrived: cn_state_apply counts them). */
+		unsigned long sc = atomic_load(&cn->state_changes);
+
+		if (sc != seen_state) {
+			pthread_mutex_lock(&r->mu);
+			if (r->o)
+				set_owners(r, false);
+			pthread_mutex_unlock(&r->mu);
+			seen_state = sc;
+		}
 		if (dm_now_ns() - last_csp >= CSP_PERIOD_NS) {
 			exchange(r, true);
 			last_csp = dm_now_ns();
