@@ -163,6 +163,10 @@ static void cn_metrics(void *arg, FILE *out)
 			     "of their block.\n"
 			     "# TYPE dmann_cn_read_failovers_total counter\n"
 			     "dmann_cn_read_failovers_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_torn_records_salvaged_total Records torn on every "
+			     "replica by a writer that died holding them, used salvaged.\n"
+			     "# TYPE dmann_cn_torn_records_salvaged_total counter\n"
+			     "dmann_cn_torn_records_salvaged_total{node=\"%u\"} %lu\n"
 			     "# HELP dmann_cn_mn_marked_down_total Memory nodes marked down.\n"
 			     "# TYPE dmann_cn_mn_marked_down_total counter\n"
 			     "dmann_cn_mn_marked_down_total{node=\"%u\"} %lu\n"
@@ -172,7 +176,8 @@ static void cn_metrics(void *arg, FILE *out)
 			     "# HELP dmann_cn_mn_down Memory nodes this compute node reads nothing from.\n"
 			     "# TYPE dmann_cn_mn_down gauge\n"
 			     "dmann_cn_mn_down{node=\"%u\"} %u\n",
-			id, atomic_load(&cn->failovers), id, atomic_load(&cn->mn_downs), id,
+			id, atomic_load(&cn->failovers), id, atomic_load(&cn->salvaged), id,
+			atomic_load(&cn->mn_downs), id,
 			atomic_load(&cn->mn_ups), id, down);
 		down = 0;
 		for (uint32_t m = 0; m < cn->cfg->n_mn; m++)

@@ -52,6 +52,7 @@ struct cn {
 	uint64_t rejoin_at[DM_MAX_NODES];  /* ctl_lock: next attempt to bring node m back */
 	uint32_t rejoin_ms[DM_MAX_NODES];  /* ctl_lock: its back-off */
 	atomic_ulong failovers;           /* READs reissued to another replica */
+	atomic_ulong salvaged;            /* torn records left by a dead writer, read salvaged */
 	atomic_ulong mn_downs, mn_ups;    /* memory nodes marked down / up again */
 	/* The cluster state (cn_state.c): memory nodes the etcd up-set declares down
 	 * (cn_refresh does not bring them back), its version, versions applied. */

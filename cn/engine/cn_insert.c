@@ -339,6 +339,32 @@ static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_
 
 /* The same, waiting (with back-off, up to INS_TORN_WAIT_NS) while a writer holds every
  * copy. */
+/* Record id torn on every copy for longer than the lease (its writer died holding it):
+ * the first copy that READs, salvaged (hnsw_rec_salvage) into dst; its lock is broken by
+ * the first back-link to it (break_lock). 0, or -EAGAIN. */
+static int read_rec_salvaged(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
+{
+	struct hnsw_rec_hdr *h = (struct hnsw_rec_hdr *)dst;
+
+	for (uint32_t j = 0; j < e->d->nrep; j++) {
+		uint32_t m, rkey;
+		uint64_t addr;
+
+		if (!replica(e, id, j, &m, &addr, &rkey) ||
+		    rw(e, false, m, dst, addr, rkey, e->d->rec_size))
+			continue;
+		e->st->reads++;
+		if (dindex_rec_ok(e->d, h) ||
+		    (hnsw_rec_salvage(h, e->d->p.M, e->d->rec_size, e->d->cap, id) &&
+		     dindex_rec_ok(e->d, h))) {
+			e->st->salvaged++;
+			*prim = j;
+			return 0;
+		}
+	}
+	return -EAGAIN;
+}
+
 static int read_rec_wait(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
 {
 	uint64_t t0 = dm_now_ns();
@@ -346,6 +372,9 @@ static int read_rec_wait(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_
 
 	for (uint32_t t = 0;; t++) {
 		rc = read_rec_once(e, id, dst, prim);
+		if (rc == -EAGAIN && dm_now_ns() - t0 > CN_INSERT_LOCK_LEASE_NS &&
+		    !read_rec_salvaged(e, id, dst, prim))
+			return 0;
 		if (rc != -EAGAIN || dm_now_ns() - t0 > INS_TORN_WAIT_NS)
 			return rc;
 		usleep(20u << DM_MIN(t, 8u));
@@ -572,7 +601,7 @@ static inline uint64_t hdr_word(const uint8_t *r)
 /* Break the lock of record nb on its primary (pm, paddr), whose header word has stayed
  * `word` (held, or torn) for longer than the lease: take it over (seq + 2, still odd, this
  * CN the holder), WRITE back a whole copy (the primary's own if its CRC matches, else a
- * replica's), release with seq + 3. 0 (also when someone else moved first: the caller
+ * replica's, else the primary's salvaged: hnsw_rec_salvage), release with seq + 3. 0 (also when someone else moved first: the caller
  * retries), or -errno. */
 static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm,
 		      uint64_t paddr, uint32_t prk, uint64_t word, uint32_t holder)
@@ -597,6 +626,15 @@ static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm
 				continue;
 			whole = !rw(e, false, m, e->rec, a, rk, d->rec_size) && dindex_rec_ok(d, h);
 			e->st->reads++;
+		}
+		/* No whole copy (one replica, or all torn): salvage the primary's. */
+		if (!whole && (d->nrep == 1 ||
+			       !rw(e, false, pm, e->rec, paddr, prk, d->rec_size)) &&
+		    hnsw_rec_salvage(h, d->p.M, d->rec_size, d->cap, nb) && dindex_rec_ok(d, h)) {
+			whole = true;
+			e->st->salvaged++;
+			dm_warn("cn%u: record %u: lock of a gone holder and no whole copy: the "
+				"torn one salvaged", e->cn->node->id, nb);
 		}
 		if (!whole) {
 			dm_warn("cn%u: record %u: lock of a gone holder, and no whole copy to "

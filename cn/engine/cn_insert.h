@@ -23,6 +23,10 @@
  * new body, even while a writer holds it), so a torn record is read again, then from
  * another replica; the order of the WRITEs keeps one copy whole at every instant (the
  * other replicas are rewritten before the primary's body), also when the writer dies.
+ * With one replica a writer that dies mid-WRITE leaves no whole copy: readers still
+ * meeting it torn after the lease use it salvaged (hnsw_rec_salvage: a back-link changes
+ * only n0, one slot, its code and the CRC), and so does the next writer that breaks its
+ * lock, which writes the salvaged copy back.
  *
  * Not built yet (issue 13): new nodes are level-0 only (upper levels and the entry point
  * stay those of the import); inserted records live in memory-node
@@ -47,6 +51,7 @@ struct cn_insert;
 
 struct cn_insert_stats {
 	uint64_t inserted, links, links_dropped, lock_retries, rereads, reads, locks_broken;
+	uint64_t salvaged;  /* torn records of a gone holder with no whole copy, salvaged */
 	int err;            /* what stopped a batch early (0: all inserted) */
 };
 

@@ -144,6 +144,33 @@ static int send_result(struct worker *w, struct qslot *q)
 
 /* ---- queries ---------------------------------------------------------------------------- */
 
+/* Batch entry j has been torn on every replica for longer than a writer holds a record
+ * (CN_INSERT_LOCK_LEASE_NS): its writer died holding it, and with one replica no whole copy
+ * is left. Use the copy read last, salvaged (hnsw_rec_salvage: a mix of a back-link's old
+ * and new fields) and cached, so that queries go on; the next insert that links to the
+ * record writes it back whole (cn_insert.c break_lock). false: not salvageable. */
+static bool salvage(struct worker *w, struct qslot *q, uint32_t j, uint64_t now)
+{
+	const struct dindex *d = w->idx;
+	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
+	struct hnsw_rec_hdr *r = (struct hnsw_rec_hdr *)(q->stage + (size_t)j * d->rec_size);
+
+	if (!hnsw_rec_salvage(r, d->p.M, d->rec_size, d->cap, q->q->batch[j]) ||
+	    !dindex_rec_ok(d, r))
+		return false;
+	q->remote[j] = 0;
+	atomic_fetch_add_explicit(&w->cn->salvaged, 1, memory_order_relaxed);
+	if (now - w->salvage_log > 1000000000ull) {
+		w->salvage_log = now;
+		dm_warn("cn%u: record %u: still torn on every replica after %u ms of reading (a "
+			"writer died holding it): read salvaged", w->cn->node->id,
+			q->q->batch[j], (unsigned)(CN_INSERT_LOCK_LEASE_NS / 1000000));
+	}
+	if (cache && (r->level >= w->cn->pin_level || !q->spilled))
+		dm_cache_put(cache, q->q->batch[j], r, r->level >= w->cn->pin_level);
+	return true;
+}
+
 /* All READs of the batch are in: validate, cache, and run the query to its next fetch. */
 void cn_worker_advance(struct worker *w, struct qslot *q)
 {
@@ -186,8 +213,10 @@ void cn_worker_advance(struct worker *w, struct qslot *q)
 		if (q->rereads_left-- == 0) {
 			/* Torn every time on this replica: the next one. */
 			const struct dindex *d = w->idx;
-			bool young = dm_now_ns() - q->t0 < READ_TIMEOUT_NS;
+			uint64_t now = dm_now_ns(), age = now - q->t0;
+			bool young = age < READ_TIMEOUT_NS;
 
+			again = false;
 			for (uint32_t j = 0; j < q->q->nbatch; j++) {
 				size_t b = (size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep;
 				bool left = false;
@@ -200,14 +229,20 @@ void cn_worker_advance(struct worker *w, struct qslot *q)
 				for (uint32_t r = 0; r < d->nrep; r++)
 					left |= d->block_mn[b + r] != DINDEX_NO_MN &&
 						d->block_addr[b + r] && !((q->tried[j] >> r) & 1);
+				if (!left && age >= CN_INSERT_LOCK_LEASE_NS &&
+				    salvage(w, q, j, now))
+					continue;
 				/* Torn on every replica: a writer holds the record (an online
 				 * insert's back-link); read it again from the first, for as long
 				 * as a READ may take. */
 				if (!left && young)
 					q->tried[j] = 0;
+				again = true;
 			}
 			q->rereads_left = MAX_REREADS;
 		}
+	}
+	if (again) {
 		q->repost = true;
 		q->state = S_ISSUE;
 		return;
@@ -766,6 +801,7 @@ static void reply_insert(struct worker *w, const uint8_t *buf, uint32_t len, uin
 	atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
 	atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
 	atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
+	atomic_fetch_add(&cn->salvaged, st.salvaged);
 	if (rc <= 0) {
 		if (rc < 0 && rc != -ENOSPC && rc != -ENOENT)
 			dm_warn("cn%u: insert failed: %s", cn->node->id, strerror(-rc));

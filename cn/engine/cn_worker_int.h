@@ -83,6 +83,7 @@ struct worker {
 	unsigned mepoch[DM_MAX_NODES];   /* cn->mn_epoch[m] that mc[m] belongs to */
 	uint64_t to_check;           /* last scan for READs past READ_TIMEOUT_NS */
 	uint64_t noreplica_log;      /* last "no live replica" warning */
+	uint64_t salvage_log;        /* last "read salvaged" warning */
 	uint32_t nmn;
 	unsigned gen;
 	struct hnsw_src src;

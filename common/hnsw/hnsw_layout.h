@@ -116,6 +116,26 @@ static inline bool hnsw_rec_intact(const struct hnsw_rec_hdr *r, uint32_t rec_si
 	return hnsw_rec_crc(r, rec_size) == r->crc;
 }
 
+/* Salvage record r (node id self) that stays torn after its writer died holding it (a
+ * lease passed): a back-link WRITE changes only n0, one list slot, its code and the CRC
+ * (the vector and level are rewritten with the bytes they had), so a torn copy is a mix of
+ * the old and the new values of those fields. Level and n0 must be in range (else false:
+ * garbage, not a torn back-link); a list id outside 0 .. cap-1 (a slot half written) is
+ * replaced by self, which every search has visited already; the CRC is recomputed. */
+static inline bool hnsw_rec_salvage(struct hnsw_rec_hdr *r, uint32_t M, uint32_t rec_size,
+				    uint32_t cap, uint32_t self)
+{
+	uint32_t *ids = (uint32_t *)((char *)r + hnsw_rec_nbr_off());
+
+	if (r->level > HNSW_MAX_LEVEL || r->n0 > 2u * M || self >= cap)
+		return false;
+	for (uint32_t i = 0; i < r->n0; i++)
+		if (ids[i] >= cap)
+			ids[i] = self;
+	r->crc = hnsw_rec_crc(r, rec_size);
+	return true;
+}
+
 /* Words of one upper-level list, and of a whole upper-area entry of a node of level L. */
 static inline uint32_t hnsw_up_list_words(uint32_t M) { return 1u + M; }
 static inline uint32_t hnsw_up_entry_words(uint32_t M, uint32_t level)
