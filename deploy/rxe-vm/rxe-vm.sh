@@ -113,7 +113,7 @@ for t in /tests/*; do
 		echo "not ok $N - $name (rc=$rc, ${s}s -> ${e}s)"
 		FAIL=1
 		# node logs of cluster tests run with DMANN_KEEP_TEST_DIR=1
-		for f in /tmp/dmann-cluster-*/lc/*.log; do
+		for f in /tmp/dmann-cluster-*/lc/*.log /tmp/dmann-insert-*/lc/*.log; do
 			[ -f "$f" ] && { echo "=== tail of $f"; tail -n 40 "$f"; }
 		done
 	fi
