@@ -337,8 +337,6 @@ static bool replica(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m, u
  * writer or torn), -EHOSTUNREACH. */
 static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim);
 
-/* The same, waiting (with back-off, up to INS_TORN_WAIT_NS) while a writer holds every
- * copy. */
 /* Record id torn on every copy for longer than the lease (its writer died holding it):
  * the first copy that READs, salvaged (hnsw_rec_salvage) into dst; its lock is broken by
  * the first back-link to it (break_lock). 0, or -EAGAIN. */
@@ -354,17 +352,19 @@ static int read_rec_salvaged(struct cn_insert *e, uint32_t id, uint8_t *dst, uin
 		    rw(e, false, m, dst, addr, rkey, e->d->rec_size))
 			continue;
 		e->st->reads++;
-		if (dindex_rec_ok(e->d, h) ||
-		    (hnsw_rec_salvage(h, e->d->p.M, e->d->rec_size, e->d->cap, id) &&
-		     dindex_rec_ok(e->d, h))) {
+		if (!dindex_rec_ok(e->d, h)) {
+			if (!hnsw_rec_salvage(h, e->d->p.M, e->d->rec_size, e->d->cap, id))
+				continue;
 			e->st->salvaged++;
-			*prim = j;
-			return 0;
 		}
+		*prim = j;
+		return 0;
 	}
 	return -EAGAIN;
 }
 
+/* read_rec_once, waiting (with back-off, up to INS_TORN_WAIT_NS) while a writer holds
+ * every copy; past the lease, the salvaged copy (read_rec_salvaged). */
 static int read_rec_wait(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_t *prim)
 {
 	uint64_t t0 = dm_now_ns();
@@ -601,8 +601,8 @@ static inline uint64_t hdr_word(const uint8_t *r)
 /* Break the lock of record nb on its primary (pm, paddr), whose header word has stayed
  * `word` (held, or torn) for longer than the lease: take it over (seq + 2, still odd, this
  * CN the holder), WRITE back a whole copy (the primary's own if its CRC matches, else a
- * replica's, else the primary's salvaged: hnsw_rec_salvage), release with seq + 3. 0 (also when someone else moved first: the caller
- * retries), or -errno. */
+ * replica's, else the primary's salvaged: hnsw_rec_salvage), release with seq + 3. 0
+ * (also when someone else moved first: the caller retries), or -errno. */
 static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm,
 		      uint64_t paddr, uint32_t prk, uint64_t word, uint32_t holder)
 {
@@ -630,7 +630,7 @@ static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm
 		/* No whole copy (one replica, or all torn): salvage the primary's. */
 		if (!whole && (d->nrep == 1 ||
 			       !rw(e, false, pm, e->rec, paddr, prk, d->rec_size)) &&
-		    hnsw_rec_salvage(h, d->p.M, d->rec_size, d->cap, nb) && dindex_rec_ok(d, h)) {
+		    hnsw_rec_salvage(h, d->p.M, d->rec_size, d->cap, nb)) {
 			whole = true;
 			e->st->salvaged++;
 			dm_warn("cn%u: record %u: lock of a gone holder and no whole copy: the "

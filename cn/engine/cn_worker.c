@@ -155,8 +155,7 @@ static bool salvage(struct worker *w, struct qslot *q, uint32_t j, uint64_t now)
 	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
 	struct hnsw_rec_hdr *r = (struct hnsw_rec_hdr *)(q->stage + (size_t)j * d->rec_size);
 
-	if (!hnsw_rec_salvage(r, d->p.M, d->rec_size, d->cap, q->q->batch[j]) ||
-	    !dindex_rec_ok(d, r))
+	if (!hnsw_rec_salvage(r, d->p.M, d->rec_size, d->cap, q->q->batch[j]))
 		return false;
 	q->remote[j] = 0;
 	atomic_fetch_add_explicit(&w->cn->salvaged, 1, memory_order_relaxed);
