@@ -85,22 +85,34 @@ static void usage(FILE *f)
  * the cluster file's client identities ([client.NAME]) besides the cluster secret. */
 static struct dm_xport *cn_xport(const struct dm_cluster_cfg *cfg, const struct dm_node_cfg *n)
 {
-	static struct dm_xport_cred creds[DM_MAX_CLIENTS];
+	static struct dm_xport_cred creds[DM_MAX_CLIENTS + 1];
 	struct dm_xport_params p = {
 		.backend = cfg->transport[0] ? cfg->transport : NULL,
 		.cluster = cfg->name, .secret = cfg->secret, .secret_len = cfg->secret_len,
 		.device = n->device[0] ? n->device : NULL,
 		.max_send_wr = n->cnc.send_queue,
 		.max_recv_wr = 4096,   /* several message pools share the receive queue */
-		.creds = creds, .n_creds = cfg->n_clients,
+		.creds = creds, .n_creds = cfg->n_clients + 1,
 	};
+	struct dm_client_cfg gw;
 	struct dm_xport *x;
 
-	_Static_assert(DM_MAX_CLIENTS <= DM_XPORT_MAX_CREDS, "client table");
+	_Static_assert(DM_MAX_CLIENTS + 1 <= DM_XPORT_MAX_CREDS, "client table");
 	for (uint32_t i = 0; i < cfg->n_clients; i++) {
 		snprintf(creds[i].name, sizeof(creds[i].name), "%s", cfg->clients[i].name);
 		memcpy(creds[i].secret, cfg->clients[i].secret, cfg->clients[i].secret_len);
 		creds[i].secret_len = cfg->clients[i].secret_len;
+	}
+	/* The gateways' own identity (config.h dm_config_gateway_client). */
+	if (dm_config_gateway_client(cfg, &gw)) {
+		p.n_creds--;
+	} else {
+		struct dm_xport_cred *c = &creds[cfg->n_clients];
+
+		snprintf(c->name, sizeof(c->name), "%s", gw.name);
+		memcpy(c->secret, gw.secret, gw.secret_len);
+		c->secret_len = gw.secret_len;
+		memset(&gw, 0, sizeof(gw));
 	}
 	x = dm_xport_open(&p);
 	memset(creds, 0, sizeof(creds));
@@ -118,6 +130,55 @@ static char *call_s3(void *ctx, const char *op, const char *body, size_t len, in
 {
 	return cn_s3_call(ctx, op, body, len, status, out_len);
 }
+
+/* The gateway's graph path (cn_s3.h struct cn_s3_graph_ops) over cn->idx. */
+static int graph_info(void *ctx, const char *bucket, const char *index,
+		      struct cn_s3_graph_info *gi)
+{
+	struct cn *cn = ctx;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->idx;
+
+	if (d && d->bind && !strcmp(d->bind->bucket, bucket) && !strcmp(d->bind->index, index)) {
+		*gi = (struct cn_s3_graph_info){ .gen = d->gen, .metric = (uint32_t)d->p.metric,
+						 .dim = d->p.dim };
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	return rc;
+}
+
+static int graph_keys(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys,
+		      size_t *nk)
+{
+	struct cn *cn = ctx;
+	int rc = 0;
+
+	*nk = 0;
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->idx;
+
+	if (!d || !d->bind || d->gen != gen)
+		rc = -ESTALE;
+	for (size_t i = 0; !rc && i < n; i++) {
+		uint32_t kl;
+		const char *k = dindex_bind_key(d->bind, ids[i], &kl);
+
+		if (!k)
+			continue;
+		keys[*nk] = strndup(k, kl);
+		if (!keys[*nk])
+			rc = -ENOMEM;
+		else
+			(*nk)++;
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	return rc;
+}
+
+static const struct cn_s3_graph_ops graph_ops = { .info = graph_info, .keys = graph_keys };
 #endif
 
 /* Prometheus text for GET /metrics. */
@@ -428,6 +489,7 @@ int main(int argc, char **argv)
 			goto out_free_pool;
 		}
 		if (s3gw) {
+			cn_s3_set_graph(s3gw, &graph_ops, &cn);
 			cn.s3_call = call_s3;
 			cn.s3_ctx = s3gw;
 		}

@@ -1,6 +1,9 @@
 /* config.c: cluster INI file loading and validation (inih does the lexing); the S3
  * identities are in config_s3.c. */
 #include "config.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include "config_int.h"
 #include "wire.h"
 
@@ -303,13 +306,19 @@ static const struct s3_key {
 	{ "queue_depth", 1, 1u << 20, 0, offsetof(struct dm_s3_cfg, queue_depth), false, "" },
 	{ "search_threads", 0, 256, 0, offsetof(struct dm_s3_cfg, search_threads), false, "" },
 	{ "http_threads", 1, 256, 0, offsetof(struct dm_s3_cfg, http_threads), false, "" },
+	{ "graph_min_rows", 0, 1ull << 40, 0, offsetof(struct dm_s3_cfg, graph_min_rows), true,
+	  "" },
+	{ "graph_ef", 1, 65536, 0, offsetof(struct dm_s3_cfg, graph_ef), false, "" },
+	{ "graph_filter_widen", 1, 100, 0, offsetof(struct dm_s3_cfg, graph_filter_widen), false,
+	  "" },
 };
 
 void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 {
 	*s3 = (struct dm_s3_cfg){ .max_scan_bytes = 256ull << 20, .hedge_ms = 50,
 		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
-		.http_threads = 8 };
+		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
+		.graph_filter_widen = 10 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,
@@ -376,6 +385,9 @@ static int client_key(struct parse_ctx *pc, const char *name, const char *key, c
 
 	if (!dm_wire_client_name_ok(name))
 		return fail(pc, "client name '%s' must be 1..63 of A-Z a-z 0-9 _ . -%s", name, "");
+	if (!strcmp(name, DM_GATEWAY_CLIENT))
+		return fail(pc, "client name '%s' is reserved (the compute nodes' own gateway "
+			    "identity)%s", name, "");
 	for (uint32_t i = 0; i < cfg->n_clients; i++)
 		if (!strcmp(cfg->clients[i].name, name))
 			c = &cfg->clients[i];
@@ -836,6 +848,22 @@ int dm_config_load_client(const char *path, const char *client, struct dm_cluste
 		snprintf(err, errlen, "%s: no [client.%s] section", path, client);
 		return -ENOENT;
 	}
+	return 0;
+}
+
+int dm_config_gateway_client(const struct dm_cluster_cfg *cfg, struct dm_client_cfg *out)
+{
+	static const char label[] = "dmann gateway client v1";
+	unsigned int len = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (!cfg->secret_len)
+		return -EACCES;
+	snprintf(out->name, sizeof(out->name), "%s", DM_GATEWAY_CLIENT);
+	if (!HMAC(EVP_sha256(), cfg->secret, (int)cfg->secret_len, (const unsigned char *)label,
+		  sizeof(label) - 1, out->secret, &len) || len != 32)
+		return -EIO;
+	out->secret_len = len;
 	return 0;
 }
 

@@ -88,6 +88,11 @@
  *   queue_depth = 64            ; admitted queries (running + waiting), 1..1048576
  *   search_threads = 0          ; query threads, 0..256 (0: one per online CPU)
  *   http_threads = 8            ; HTTP threads, 1..256
+ *   ; the graph path of an index bulk-imported with `dmann load --bucket --name`:
+ *   graph_min_rows = 20000      ; below this many graph rows the exact scan serves it
+ *   graph_ef = 128              ; HNSW search list size of its queries, 1..65536
+ *   graph_filter_widen = 10     ; a filtered query asks the graph for topK x this many
+ *                               ; candidates (1..100), exact scan when too few pass
  *
  *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
  *                               ; at most 32 identities in all)
@@ -230,6 +235,8 @@ struct dm_cluster_cfg {
 		uint64_t cache_bytes;
 		uint32_t frag_fetch_bytes;
 		uint32_t queue_depth, search_threads, http_threads;
+		uint64_t graph_min_rows;  /* the graph path (docs/api.md) from this many rows */
+		uint32_t graph_ef, graph_filter_widen;
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */
@@ -272,6 +279,12 @@ int dm_config_parse(const char *text, const char *name, const char *base_dir,
  * compute nodes must still know it). 0 or -errno (-ENOENT: no such client) with err. */
 int dm_config_load_client(const char *path, const char *client, struct dm_cluster_cfg *cfg,
 			  char *err, size_t errlen);
+/* The compute nodes' own client identity: their S3 gateways search the HNSW index through
+ * libdmann as this client, and `dmann load` imports through it. Its secret is derived from
+ * the cluster secret (HMAC-SHA256), so only holders of the cluster secret have it; the name
+ * is reserved in [client.NAME]. 0, -EACCES (cfg was loaded without the cluster secret). */
+#define DM_GATEWAY_CLIENT "dmann-gateway"
+int dm_config_gateway_client(const struct dm_cluster_cfg *cfg, struct dm_client_cfg *out);
 /* The [client.NAME] entry, or NULL. */
 const struct dm_client_cfg *dm_config_client(const struct dm_cluster_cfg *cfg,
 					     const char *name);

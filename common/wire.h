@@ -711,7 +711,9 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               (the MN runs the S3 operation on its flat store; writes are durable
  *               (fdatasync) before it answers)
  *   FL_STATE    str bucket, str index   -> u64 epoch, i64 created_ms, u32 dim, u32 metric,
- *               bytes conf, u32 frag_rows, u32 nfrag, nfrag x {u32 rows, u32 dead}
+ *               bytes conf, u32 frag_rows, u32 nfrag, nfrag x {u32 rows, u32 dead},
+ *               u64 mark, u64 mark_tag (the graph mark, flat.h: rows [0, mark) are in
+ *               the HNSW graph of generation mark_tag)
  *               (-ENOENT: no such index)
  *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from,
  *               u32 resp_msg (the requester's receive buffer: the answer's messages may
@@ -726,6 +728,13 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               (-ESTALE: the MN restarted (epoch) or the index was re-created)
  *   FL_INFO     {}                      -> u32 recv_msg (the MN's receive buffer size: the
  *               largest request message it takes; requesters start at 4096)
+ *   FL_GET      str bucket, str index, i64 created_ms, u32 n, n x str key
+ *               -> u32 found, found x {str key, bytes meta, bytes fmeta, dim x f32}
+ *               (the current rows of the keys that exist, in request order; at most
+ *               DM_FL_GET_MAX keys; -ESTALE: the index was re-created)
+ *   FL_MARK     str bucket, str index, i64 created_ms, u64 rows, u64 tag -> {}
+ *               (set the graph mark, flat.h flat_mark_set: -EBUSY when the index does
+ *               not have exactly `rows` rows written; -ESTALE: re-created)
  * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
  * its store: row numbering is valid within one epoch (a restart compacts rows).
  */
@@ -735,6 +744,8 @@ enum dm_wire_fl_op {
 	DM_OP_FL_STATE = 0x1102,
 	DM_OP_FL_FRAG  = 0x1104,
 	DM_OP_FL_INFO  = 0x1106,
+	DM_OP_FL_GET   = 0x1108,
+	DM_OP_FL_MARK  = 0x110a,
 	DM_OP_FL_LAST  = 0x11ff,
 	/* responses: request op + 1 */
 };
@@ -743,6 +754,7 @@ enum dm_wire_fl_op {
 #define DM_FL_MIN_MSG 4096u            /* every FL receiver takes messages this large */
 #define DM_FL_MAX_MSG (1u << 20)       /* largest message size a requester may announce */
 #define DM_FL_FRAG_MAX_BYTES (32u << 20) /* most row bytes in one FL_FRAG answer */
+#define DM_FL_GET_MAX 1024u            /* keys in one FL_GET */
 
 struct dm_wire_fl_chunk {      /* body prefix of every FL message */
 	uint32_t total;            /* payload length of the whole stream */

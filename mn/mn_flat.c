@@ -180,9 +180,125 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 		dm_buf_u32(out, fs[i].rows);
 		dm_buf_u32(out, fs[i].dead);
 	}
+	uint64_t mark, tag;
+
+	flat_mark_get(ix, &mark, &tag);
+	dm_buf_u64(out, mark);
+	dm_buf_u64(out, tag);
 	free(fs);
 	flat_index_put(ix);
 	return 0;
+}
+
+/* The index a request names, if it is still the one created at created_ms (FL_GET,
+ * FL_MARK): a reference, or NULL with *rc = -ENOENT / -ESTALE. */
+static struct flat_index *index_at(struct mn_flat *f, const char *b, const char *x,
+				   int64_t created, int *rc)
+{
+	struct flat_index *ix = flat_index_get(f->st, b, x);
+
+	*rc = ix ? 0 : -ENOENT;
+	if (ix && flat_index_info(ix)->created_ms != created) {
+		flat_index_put(ix);
+		*rc = -ESTALE;
+		return NULL;
+	}
+	return ix;
+}
+
+struct get_out {
+	struct dm_buf *w;
+	uint32_t dim, found;
+};
+
+static int emit_got(void *ctx, const struct flat_row *row)
+{
+	struct get_out *go = ctx;
+
+	go->found++;
+	dm_buf_str(go->w, row->key);
+	dm_buf_bytes(go->w, row->meta, row->meta_len);
+	dm_buf_bytes(go->w, row->fmeta, row->fmeta_len);
+	dm_buf_put(go->w, row->vec, (size_t)go->dim * sizeof(float));
+	return go->w->oom ? -1 : 0;
+}
+
+/* FL_GET: the current rows of up to DM_FL_GET_MAX keys (the graph path's candidates). */
+static int do_get(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	struct dm_buf rows = { 0 };
+	struct flat_index *ix;
+	int64_t created;
+	uint32_t n;
+	char **keys;
+	int rc = 0;
+
+	if (!dm_rbuf_str(in, b, sizeof(b)) || !dm_rbuf_str(in, x, sizeof(x)))
+		return -EBADMSG;
+	created = (int64_t)dm_rbuf_u64(in);
+	n = dm_rbuf_u32(in);
+	if (in->bad || n > DM_FL_GET_MAX)
+		return -EBADMSG;
+	keys = calloc(n ? n : 1, sizeof(*keys));
+	if (!keys)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		uint32_t kl;
+		const char *k = dm_rbuf_bytes(in, &kl, FLAT_KEY_MAX);
+
+		if (in->bad || !kl || memchr(k, 0, kl))
+			rc = -EBADMSG;
+		else if (!(keys[i] = strndup(k, kl)))
+			rc = -ENOMEM;
+	}
+	if (!rc && in->at != in->n)
+		rc = -EBADMSG;
+	ix = rc ? NULL : index_at(f, b, x, created, &rc);
+	if (ix) {
+		struct get_out go = { .w = &rows, .dim = flat_index_info(ix)->dim };
+
+		flat_get(ix, (const char *const *)keys, n, emit_got, &go);
+		flat_index_put(ix);
+		if (rows.oom) {
+			rc = -ENOMEM;
+		} else {
+			dm_buf_u32(out, go.found);
+			dm_buf_put(out, rows.p, rows.n);
+		}
+	}
+	for (uint32_t i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+	free(rows.p);
+	return rc;
+}
+
+/* FL_MARK: set the graph mark (dmann load, after it placed the graph). */
+static int do_mark(struct mn_flat *f, struct dm_rbuf *in)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	struct flat_index *ix;
+	int64_t created;
+	uint64_t rows, tag;
+	int rc;
+
+	if (!dm_rbuf_str(in, b, sizeof(b)) || !dm_rbuf_str(in, x, sizeof(x)))
+		return -EBADMSG;
+	created = (int64_t)dm_rbuf_u64(in);
+	rows = dm_rbuf_u64(in);
+	tag = dm_rbuf_u64(in);
+	if (in->bad || in->at != in->n)
+		return -EBADMSG;
+	ix = index_at(f, b, x, created, &rc);
+	if (!ix)
+		return rc;
+	rc = flat_mark_set(ix, rows, tag);
+	flat_index_put(ix);
+	if (!rc)
+		dm_info("mn%u: %s/%s: graph mark %llu (graph generation %llu)", f->node_id, b, x,
+			(unsigned long long)rows, (unsigned long long)tag);
+	return rc;
 }
 
 struct frag_out {
@@ -296,6 +412,8 @@ int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wir
 	case DM_OP_FL_CALL: st = do_call(f, &in, &out); break;
 	case DM_OP_FL_STATE: st = do_state(f, &in, &out); break;
 	case DM_OP_FL_FRAG: st = do_frag(f, &in, &out, &resp_msg); break;
+	case DM_OP_FL_GET: st = do_get(f, &in, &out); break;
+	case DM_OP_FL_MARK: st = do_mark(f, &in); break;
 	case DM_OP_FL_INFO:
 		st = in.n ? -EBADMSG : 0;
 		dm_buf_u32(&out, ch->pool->size);

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#if DM_HAVE_CLIENT
+#include "cli_import.h"
+#endif
 #include "cluster.h"
 #include "dgen.h"
 #include "dindex.h"
@@ -28,7 +31,8 @@
 
 static void load_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann load --config C --index INDEX [--spare N] [--no-snapshot] [--no-wait]\n\n"
+	fprintf(f, "usage: dmann load --config C --index INDEX [--spare N] [--no-snapshot] [--no-wait]\n"
+		   "                  [--bucket B --name I [--keys FILE] [--metadata FILE]]\n\n"
 		   "Place the index image INDEX on the memory nodes of cluster C as the index's next\n"
 		   "generation: every block on the memory nodes the placement function picks for\n"
 		   "it, the metadata on all of them; then publish it, ask every memory node to\n"
@@ -37,7 +41,20 @@ static void load_usage(FILE *f)
 		   "nodes free it on their own). Compute nodes keep answering queries throughout:\n"
 		   "each query runs on one generation.\n\n"
 		   "  --spare N      room for N more records, written online by `dmann insert`\n"
-		   "                 (default 0: a read-only index)\n");
+		   "                 (default 0: a read-only index)\n"
+		   "  --bucket B --name I\n"
+		   "                 bulk import: first create S3 Vectors index I in bucket B with\n"
+		   "                 the image's dimension and metric (euclidean or cosine) and put\n"
+		   "                 every vector of the image into it (key: the node id, or line i\n"
+		   "                 of --keys; metadata: line i of --metadata, a JSON object or an\n"
+		   "                 empty line), then place the graph bound to it and mark its rows\n"
+		   "                 as indexed: QueryVectors on I then searches the graph for them\n"
+		   "                 and scans only the rows written later (docs/api.md, \"The\n"
+		   "                 graph path\"). I must not exist yet; the cluster serves one\n"
+		   "                 graph, so a later load replaces it (the previous index goes\n"
+		   "                 back to the exact path)\n"
+		   "  --keys FILE    one key per line (1..1024 bytes), as many as the image has vectors\n"
+		   "  --metadata FILE  one JSON object (or an empty line) per vector\n");
 }
 
 static void load_progress(void *arg, uint64_t done)
@@ -51,9 +68,12 @@ int dm_cmd_load(int argc, char **argv)
 		{ "config", required_argument, 0, 'c' }, { "index", required_argument, 0, 'i' },
 		{ "no-snapshot", no_argument, 0, 'n' }, { "no-wait", no_argument, 0, 'w' },
 		{ "spare", required_argument, 0, 's' },
+		{ "bucket", required_argument, 0, 'b' }, { "name", required_argument, 0, 'N' },
+		{ "keys", required_argument, 0, 'k' }, { "metadata", required_argument, 0, 'm' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *index = NULL;
+	struct dm_import im = { 0 };
 	struct dm_cluster_cfg *cfg;
 	struct hnsw_index *idx;
 	struct dm_progress *prog;
@@ -77,6 +97,10 @@ int dm_cmd_load(int argc, char **argv)
 			if (dm_cli_parse_u64("load", "--spare", optarg, 0, DINDEX_MAX_CAP, &spare))
 				return 2;
 			break;
+		case 'b': im.bucket = optarg; break;
+		case 'N': im.index = optarg; break;
+		case 'k': im.keys_file = optarg; break;
+		case 'm': im.meta_file = optarg; break;
 		case 'h': load_usage(stdout); return 0;
 		default: dm_cli_bad_option("load", c, argv, optind); return 2;
 		}
@@ -85,6 +109,17 @@ int dm_cmd_load(int argc, char **argv)
 		load_usage(stderr);
 		return 2;
 	}
+	if (!im.bucket != !im.index || (!im.bucket && (im.keys_file || im.meta_file))) {
+		fprintf(stderr, "dmann load: --bucket and --name go together (and --keys and "
+			"--metadata need them)\n");
+		return 2;
+	}
+#if !DM_HAVE_CLIENT
+	if (im.bucket) {
+		fprintf(stderr, "dmann load: --bucket needs libdmann (built without jansson)\n");
+		return 2;
+	}
+#endif
 	cfg = load_cfg("load", config);
 	if (!cfg)
 		return 1;
@@ -124,13 +159,45 @@ int dm_cmd_load(int argc, char **argv)
 		memcpy(s->retired, retired, sizeof(retired));
 	}
 	t0 = dm_now_ns();
+	struct dindex_bind_in bind = { 0 };
+
+#if DM_HAVE_CLIENT
+	if (im.bucket) {
+		prog = dm_progress_start("import", idx->n);
+		im.progress = load_progress;
+		im.parg = prog;
+		rc = dm_import_rows(cfg, idx, &im, err, sizeof(err));
+		dm_progress_end(prog);
+		if (rc) {
+			fprintf(stderr, "dmann load: import into %s/%s: %s\n", im.bucket, im.index, err);
+			goto out_s;
+		}
+		printf("dmann load: %u vectors put into %s/%s, %.2f s\n", idx->n, im.bucket,
+		       im.index, (double)(dm_now_ns() - t0) / 1e9);
+		bind = (struct dindex_bind_in){ .bucket = im.bucket, .index = im.index,
+						.keys = (const char *const *)im.keys, .n = im.n };
+	}
+#endif
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
-	rc = dindex_load(s, idx, (uint32_t)spare, &gen, load_progress, prog, err, sizeof(err));
+	rc = dindex_load(s, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen, load_progress,
+			 prog, err, sizeof(err));
 	dm_progress_end(prog);
 	if (rc) {
 		fprintf(stderr, "dmann load: %s\n", err);
 		goto out_s;
 	}
+#if DM_HAVE_CLIENT
+	if (im.bucket) {
+		rc = dm_import_mark(cfg, s, &im, gen, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "dmann load: the graph of %s/%s is placed but not marked, so "
+				"the exact path serves the index: %s\n", im.bucket, im.index, err);
+			goto out_s;
+		}
+		printf("dmann load: %s/%s: rows 0..%u are in graph generation %llu\n", im.bucket,
+		       im.index, im.n - 1, (unsigned long long)gen);
+	}
+#endif
 	if (snap && (rc = mn_set_snapshot(s)))
 		fprintf(stderr, "dmann load: warning: snapshot failed: %s\n", strerror(-rc));
 	printf("dmann load: generation %llu: %u records (%.1f MiB) in %llu blocks on %u memory "
@@ -167,6 +234,9 @@ out_s:
 out_x:
 	dm_xport_close(x);
 out_idx:
+#if DM_HAVE_CLIENT
+	dm_import_fini(&im);
+#endif
 	hnsw_free(idx);
 out_cfg:
 	free(cfg);

@@ -254,8 +254,8 @@ int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32
 }
 
 int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
-		uint64_t *gen_out, void (*progress)(void *, uint64_t), void *parg, char *err,
-		size_t errlen)
+		const struct dindex_bind_in *bind, uint64_t *gen_out,
+		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
 {
 	uint32_t r = s->cfg->redundancy ? s->cfg->redundancy : 1;
 	uint64_t done = 0, up_words = 0;
@@ -299,7 +299,8 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 				(unsigned long long)v.min_current, (unsigned long long)v.current, err,
 				(unsigned long long)v.current + 1);
 		else
-			return dindex_load(s, idx, spare, gen_out, progress, parg, err, errlen);
+			return dindex_load(s, idx, spare, bind, gen_out, progress, parg, err,
+					   errlen);
 	}
 	gen = v.has_current ? v.current + 1 : 1;
 	/* Leftovers of an interrupted load of this generation (never published). The current
@@ -387,14 +388,33 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 	for (uint32_t id = 0; id < idx->n; id++)
 		uvn += hnsw_rec(idx, id)->level > 0;
 	size_t uvlen = (size_t)uvn * idx->vdim * sizeof(float);
-	mlen = sizeof(*h) + up_words * 4 + qlen + uvlen;
+	struct dm_buf bt = { 0 };           /* the S3 binding trailer (dindex_bind.h) */
+
+	if (bind) {
+		rc = bind->n == idx->n ? dindex_bind_encode(&bt, bind) : -EINVAL;
+		if (!rc && bt.oom)
+			rc = -ENOMEM;
+		if (rc) {
+			free(up);
+			dm_buf_free(&bt);
+			snprintf(err, errlen, "S3 binding: %s", rc == -EINVAL ?
+				 "bad bucket or index name, a bad key, or not one key per vector" :
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	mlen = sizeof(*h) + up_words * 4 + qlen + uvlen + bt.n;
 	meta = calloc(1, mlen);
 	if (!up || !meta) {
 		free(up);
 		free(meta);
+		dm_buf_free(&bt);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	if (bt.n)
+		memcpy(meta + mlen - bt.n, bt.p, bt.n);
+	dm_buf_free(&bt);
 	h = (struct dindex_meta_hdr *)meta;
 	memcpy(h->magic, DINDEX_MAGIC, 8);
 	h->version = DINDEX_VERSION;
@@ -471,6 +491,7 @@ void dindex_free(struct dindex *d)
 	free(d->uv_store);
 	free(d->uvec);
 	hnsw_upq_free(d->upq);
+	dindex_bind_free(d->bind);
 	free(d);
 }
 
@@ -557,7 +578,7 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 			 h.block_shift ||
 	    h.entry >= h.n || h.max_level < 0 || h.max_level > (int)HNSW_MAX_LEVEL ||
 	    h.up_words > (len - sizeof(h)) / 4 || h.uv_nodes > h.n ||
-	    len != sizeof(h) + h.up_words * 4 + h.q_len + (uint64_t)h.uv_nodes * h.vdim * 4 ||
+	    len < sizeof(h) + h.up_words * 4 + h.q_len + (uint64_t)h.uv_nodes * h.vdim * 4 ||
 	    crc(meta + sizeof(h), h.up_words * 4) != h.up_crc ||
 	    crc(meta + sizeof(h) + h.up_words * 4, h.q_len) != h.q_crc) {
 		snprintf(err, errlen, "index metadata: inconsistent geometry or checksum");
@@ -588,6 +609,14 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 			return -ENOMEM;
 		}
 		memcpy(d->uv_store, uv, uvlen);
+		/* The rest, if any, is the S3 binding (dindex_bind.h). */
+		size_t tail = len - (size_t)(uv + uvlen - meta);
+
+		if (tail) {
+			d->bind = dindex_bind_parse(uv + uvlen, tail, h.n, err, errlen);
+			if (!d->bind)
+				return -errno;
+		}
 	}
 	d->code_bytes = h.code_bytes;
 	d->vdim = h.vdim;

@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 
 #include "cluster.h"
+#include "dindex_bind.h"
 #include "hnsw/hnsw.h"
 #include "hnsw/hnsw_codes.h"
 #include "rpc.h"
@@ -104,15 +105,16 @@ void mn_link_close(struct mn_set *s, uint32_t i);
 /* Ask every reachable memory node to snapshot its region. 0 or the first error. */
 int mn_set_snapshot(struct mn_set *s);
 
-/* Place an index image on the memory nodes as the next generation of the index (dgen.h):
+/* Place an index image on the memory nodes as the next generation of the index (dgen.h)
+ * (bound to an S3 index when bind is not NULL: dindex_bind.h, one key per vector):
  * blocks on their R replicas, metadata everywhere, each object written with one-sided
  * WRITEs and committed with its checksum, then published; the previous generation stays
  * until every compute node released it (waits first for an older one to be released:
  * -EBUSY after the lease). *gen_out (may be NULL) gets the new generation. progress (may
  * be NULL) gets bytes written. 0 or -errno with a message in err. */
 int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
-		uint64_t *gen_out, void (*progress)(void *, uint64_t), void *parg, char *err,
-		size_t errlen);
+		const struct dindex_bind_in *bind, uint64_t *gen_out,
+		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen);
 
 /* A compute node's view of the placed index. */
 struct dindex {
@@ -143,6 +145,7 @@ struct dindex {
 	uint32_t ctr_mn;           /* cap > n: the id counter's memory node and address */
 	uint64_t ctr_addr;
 	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1; [0] unused) */
+	struct dindex_bind *bind;  /* the S3 index it serves and its nodes' keys, or NULL */
 };
 
 /* Read generation gen's metadata and block table from the memory nodes: -ENOENT when it

@@ -20,7 +20,8 @@
 static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 {
 	static const char *const keys[] = { "width", "groups", "max_scan_mb", "hedge_ms",
-		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads" };
+		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
+		"graph_min_rows", "graph_ef", "graph_filter_widen" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -106,6 +107,9 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->hedge_ms = set.hedge_ms;
 	s->frag_piece_bytes = set.frag_fetch_bytes;
 	s->search_threads = set.search_threads;
+	s->graph_min_rows = set.graph_min_rows;
+	s->graph_ef = set.graph_ef;
+	s->graph_widen = set.graph_filter_widen;
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
 	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
@@ -114,6 +118,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	if (dcn && *dcn && dms && strtoul(dcn, NULL, 10) == node->id)
 		s->test_delay_ms = (uint32_t)DM_MIN(strtoul(dms, NULL, 10), 60000ul);
 	pthread_mutex_init(&s->rmu, NULL);
+	pthread_mutex_init(&s->gmu, NULL);
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_init(&s->mn[i].mu, NULL);
 	s->cache = s3_fcache_new(set.cache_bytes);
@@ -189,6 +194,7 @@ err_destroy_locks:
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_destroy(&s->mn[i].mu);
 	pthread_mutex_destroy(&s->rmu);
+	pthread_mutex_destroy(&s->gmu);
 	free(s);
 	errno = err;
 	return NULL;
@@ -209,7 +215,11 @@ void cn_s3_stop(struct cn_s3 *s)
 		}
 		pthread_mutex_destroy(&s->mn[i].mu);
 	}
+	graph_pool_fini(s);
 	s3_fcache_free(s->cache);
+	dm_info("cn%u: s3: %llu graph queries (%llu sent to the exact path after the graph, %llu "
+		"graph errors)", s->node->id, (unsigned long long)s->graph_queries,
+		(unsigned long long)s->graph_fallbacks, (unsigned long long)s->graph_errors);
 	dm_info("cn%u: s3: %llu sub-requests, %llu hedged, %llu retried, %llu fragment fetches, "
 		"%llu plan fallbacks", s->node->id, (unsigned long long)s->subreqs,
 		(unsigned long long)s->hedges, (unsigned long long)s->retries,
@@ -248,6 +258,14 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("plan_fallbacks_total", "Queries scanned by this compute node alone because no "
 	    "replica group could be formed (W x R past the plan table, or no member up).",
 	    __atomic_load_n(&s->plan_fallbacks, __ATOMIC_RELAXED));
+	CTR("graph_queries_total", "QueryVectors served by the graph path (HNSW candidates of a "
+	    "bulk-imported index plus an exact scan of its tail).",
+	    __atomic_load_n(&s->graph_queries, __ATOMIC_RELAXED));
+	CTR("graph_fallbacks_total", "Queries of a graph-bound index sent to the exact path "
+	    "after the graph: too few candidates passed the filter or were alive.",
+	    __atomic_load_n(&s->graph_fallbacks, __ATOMIC_RELAXED));
+	CTR("graph_errors_total", "Graph searches that failed (the exact path served them).",
+	    __atomic_load_n(&s->graph_errors, __ATOMIC_RELAXED));
 	CTR("fragment_cache_hits_total", "Fragment cache lookups that hit.", fc.hits);
 	CTR("fragment_cache_misses_total", "Fragment cache lookups that missed.", fc.misses);
 	CTR("fragment_cache_evictions_total", "Fragments evicted from the cache.", fc.evictions);

@@ -34,6 +34,24 @@ void cn_s3_stop(struct cn_s3 *s);
  * other connections depend on. */
 char *cn_s3_call(struct cn_s3 *s, const char *op, const char *body, size_t len, int *status,
 		 size_t *out_len);
+/* The graph path (cn_s3_graph.c): what the gateway asks the compute node's view of the
+ * HNSW index. Both calls are thread-safe and short (the view's lock). */
+struct cn_s3_graph_info {
+	uint64_t gen;                    /* the view's generation */
+	uint32_t metric, dim;            /* enum dm_metric, dimensions */
+};
+struct cn_s3_graph_ops {
+	/* Whether the view is bound to S3 index bucket/index (dindex_bind.h): 0 with *gi,
+	 * -ENOENT otherwise. */
+	int (*info)(void *ctx, const char *bucket, const char *index, struct cn_s3_graph_info *gi);
+	/* The keys of node ids[0..n) in the view of generation gen, malloc'd into keys[0..*nk)
+	 * (ids without a key are skipped). -ESTALE (the view is of another generation now),
+	 * -ENOMEM. */
+	int (*keys)(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys,
+		    size_t *nk);
+};
+/* Give the gateway the compute node's graph (before the first request; ops stays valid). */
+void cn_s3_set_graph(struct cn_s3 *s, const struct cn_s3_graph_ops *ops, void *ctx);
 /* Write the gateway's counters in the Prometheus text format (s NULL: nothing). */
 void cn_s3_metrics(struct cn_s3 *s, FILE *out);
 

@@ -7,6 +7,7 @@
  *   cn_s3_query.c    the ingress of QueryVectors: plan, fan-out, hedging, retries, merge
  *   cn_s3_hclient.c  the HTTP client of member sub-requests
  *   cn_s3_member.c   the member side: fragment fetch into the cache, exact scan
+ *   cn_s3_graph.c    the graph path of a bulk-imported index (HNSW candidates by key)
  *   s3_fcache.c      the fragment cache (hash map + LRU)
  */
 #ifndef DM_CN_S3_INT_H
@@ -81,8 +82,19 @@ struct cn_s3 {
 		double qps;
 	} rate[64];
 	double scan_ns;                  /* EWMA of a member scan (this CN) */
+	/* The graph path (cn_s3_graph.c): the compute node's view, a pool of libdmann handles
+	 * (as the gateways' identity), settings and counters. */
+	const struct cn_s3_graph_ops *gops;
+	void *gctx;
+	pthread_mutex_t gmu;
+	struct dmann *gidle[16];
+	uint32_t ngidle;
+	uint64_t gretry_at;              /* no new connection before (after a failed one) */
+	uint64_t graph_min_rows;
+	uint32_t graph_ef, graph_widen;
 	/* counters (atomics) */
 	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
+	uint64_t graph_queries, graph_fallbacks, graph_errors;
 };
 
 /* ---- cn_s3_mn.c ---- */
@@ -90,6 +102,8 @@ struct cn_s3 {
 /* A fragment's version in an index state: rows written, of those tombstoned. */
 struct fstat {
 	uint32_t rows, dead;
+	uint32_t from;                   /* a ScanShare's: scan rows from this one on (the
+					  * graph mark's fragment; 0 otherwise) */
 };
 
 /* An index as one MN describes it (FL_STATE). */
@@ -101,6 +115,8 @@ struct ixstate {
 	char *conf;
 	uint32_t conf_len;
 	struct fstat *fr;
+	uint64_t mark, mark_tag;         /* the graph mark (flat.h): rows [0, mark) in graph
+					  * generation mark_tag */
 };
 
 void mnconn_free(struct mnconn *mc);
@@ -169,6 +185,17 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body
 /* Progress on poll events ev; sets done (and failed) when it ends. */
 void hcall_io(struct hcall *h, short ev);
 void hcall_fini(struct hcall *h);
+
+/* ---- cn_s3_graph.c ---- */
+
+/* The graph's candidates for q on index b/x in state st (its graph mark set), as exact
+ * hits of their current rows that pass the filter, into *out (malloc'd, *nout of them;
+ * free the keys and metadata); *complete tells whether they hold the top k of the rows
+ * below the mark (else the exact path must serve the query). 0, 1 (no graph for this
+ * index: the exact path), or -errno (the graph path failed: the exact path). */
+int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
+		const struct s3_qspec *q, struct mhit **out, size_t *nout, bool *complete);
+void graph_pool_fini(struct cn_s3 *s);
 
 /* ---- cn_s3_query.c ---- */
 

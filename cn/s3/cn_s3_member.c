@@ -184,7 +184,7 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 		if (rc)
 			break;
 		pthread_rwlock_rdlock(&f->rw);
-		for (uint32_t r = 0; r < f->rows; r++) {
+		for (uint32_t r = st->fr[frags[i]].from; r < f->rows; r++) {
 			const float *v = f->vec + (size_t)r * st->dim;
 			float d;
 
@@ -327,6 +327,10 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 		frags[i] = (uint64_t)json_integer_value(json_array_get(e, 0));
 		st.fr[frags[i]].rows = (uint32_t)json_integer_value(json_array_get(e, 1));
 		st.fr[frags[i]].dead = (uint32_t)json_integer_value(json_array_get(e, 2));
+		/* optional 4th: the first row to scan (the graph path scans the tail only) */
+		json_int_t from = json_integer_value(json_array_get(e, 3));
+
+		st.fr[frags[i]].from = from > 0 && from <= fr ? (uint32_t)from : 0;
 	}
 	struct s3_qindex qi = { .dim = st.dim, .metric = (enum dm_metric)st.metric,
 				.conf = conf, .conf_len = (uint32_t)clen };

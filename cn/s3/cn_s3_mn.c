@@ -249,6 +249,10 @@ int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 		if (st->fr[i].rows > st->frag_rows || st->fr[i].dead > st->fr[i].rows)
 			rb.bad = true;
 	}
+	st->mark = dm_rbuf_u64(&rb);
+	st->mark_tag = dm_rbuf_u64(&rb);
+	if (rb.at != rb.n || st->mark > (uint64_t)st->nfrag * st->frag_rows)
+		rb.bad = true;
 	free(resp);
 	if (rb.bad) {
 		ixstate_fini(st);

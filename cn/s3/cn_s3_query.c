@@ -55,9 +55,10 @@ static char *subreq_json(const struct ixstate *st, const char *b, const char *x,
 	char *out;
 
 	for (size_t i = 0; i < nf; i++)
-		json_array_append_new(fa, json_pack("[I,i,i]", (json_int_t)frags[i],
+		json_array_append_new(fa, json_pack("[I,i,i,i]", (json_int_t)frags[i],
 						    (int)st->fr[frags[i]].rows,
-						    (int)st->fr[frags[i]].dead));
+						    (int)st->fr[frags[i]].dead,
+						    (int)st->fr[frags[i]].from));
 	o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:s%, s:i, s:o, s:s%}",
 		      "b", b, "x", x, "mn", (int)st->mn,
 		      "epoch", "", "created", "", "dim", (int)st->dim, "metric", (int)st->metric,
@@ -110,12 +111,14 @@ static uint32_t alt_cn(struct cn_s3 *s, const uint32_t *members, uint32_t w, int
 	return s->node->id;
 }
 
-/* Merge the members' partial lists into the QueryVectors response. */
+/* Merge the members' partial lists (and the graph path's hits gh[0..ngh)) into the
+ * QueryVectors response: nearest first, one hit per key. */
 static void merge_answer(const struct ixstate *st, const struct s3_qspec *q,
-			 struct share *sh, uint32_t w, struct s3_resp *r)
+			 struct share *sh, uint32_t w, const struct mhit *gh, size_t ngh,
+			 struct s3_resp *r)
 {
 	struct mhit *all = NULL;
-	size_t n = 0, total = 0;
+	size_t n = 0, total = ngh, out = 0;
 	json_t *arr = json_array(), *o, *e;
 	size_t i, jj;
 
@@ -126,6 +129,8 @@ static void merge_answer(const struct ixstate *st, const struct s3_qspec *q,
 		json_array_append_new(arr, o ? o : json_null());
 	}
 	all = calloc(total ? total : 1, sizeof(*all));
+	for (i = 0; all && i < ngh; i++)
+		all[n++] = gh[i];
 	json_array_foreach(arr, jj, o) {
 		json_array_foreach(json_object_get(o, "h"), i, e) {
 			if (!all)
@@ -142,7 +147,18 @@ static void merge_answer(const struct ixstate *st, const struct s3_qspec *q,
 		qsort(all, n, sizeof(*all), mhit_cmp);
 	json_t *vecs = json_array();
 
-	for (i = 0; all && i < n && i < q->k; i++) {
+	for (i = 0; all && i < n && out < q->k; i++) {
+		/* A key found by both the graph and the tail scan (re-put after the import) has
+		 * the same current row in both: the first is kept. */
+		bool dup = false;
+
+		for (size_t p = 0; p < i && !dup; p++)
+			dup = all[p].key && !strcmp(all[p].key, all[i].key);
+		if (dup) {
+			all[i].key = NULL;
+			continue;
+		}
+		out++;
 		json_t *v = json_pack("{s:s}", "key", all[i].key);
 
 		if (q->ret_dist)
@@ -235,7 +251,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 	const struct ixstate *st = &t->st;
 	struct dm_place_node cns[DM_MAX_NODES], gm[DM_MAX_NODES];
 	uint64_t *fids, *fbytes, total = 0;
-	uint32_t *owner, ncn = 0, w;
+	uint32_t *owner, ncn = 0, w, nf = 0;
 	int rc = -ENOMEM;
 
 	fids = calloc(st->nfrag + 1, sizeof(*fids));
@@ -243,10 +259,13 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 	owner = calloc(st->nfrag + 1, sizeof(*owner));
 	if (!fids || !fbytes || !owner)
 		goto oom;
+	/* The fragments with rows to scan (the graph path scans those from the mark on). */
 	for (uint32_t i = 0; i < st->nfrag; i++) {
-		fids[i] = i;
-		fbytes[i] = (uint64_t)st->fr[i].rows * st->dim * sizeof(float);
-		total += fbytes[i];
+		if (st->fr[i].from >= st->fr[i].rows && st->fr[i].rows)
+			continue;
+		fids[nf] = i;
+		fbytes[nf] = (uint64_t)(st->fr[i].rows - st->fr[i].from) * st->dim * sizeof(float);
+		total += fbytes[nf++];
 	}
 	for (uint32_t c = 0; c < s->cfg->n_cn; c++) {
 		cns[c] = (struct dm_place_node){ .id = c, .capacity = s->cfg->cn[c].capacity > 0 ?
@@ -256,7 +275,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 	}
 	w = s->force_w ? DM_MIN(s->force_w, ncn) : s3_plan_width(total, s->max_scan_bytes, ncn);
 	w = DM_MAX(w, 1u);
-	w = DM_MIN(w, DM_MAX(st->nfrag, 1u));
+	w = DM_MIN(w, DM_MAX(nf, 1u));
 	uint64_t ixid = dm_hash64(flat_key_hash(t->b, strlen(t->b)) ^
 				  flat_key_hash(t->x, strlen(t->x)) ^ (uint64_t)st->created);
 	double qps = rate_note(s, ixid), sns;
@@ -287,8 +306,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 				p->g = (uint32_t)gi;
 	for (uint32_t j = 0; j < w; j++)
 		gm[j] = cns[p->members[p->g * w + j]];
-	if (st->nfrag && s3_plan_shares(fids, fbytes, st->nfrag, gm, w, S3_PLAN_LOAD_CAP,
-					owner)) {
+	if (nf && s3_plan_shares(fids, fbytes, nf, gm, w, S3_PLAN_LOAD_CAP, owner)) {
 		rc = -EINVAL;
 		s3_resp_error(r, 500, "InternalServerException", "share planning failed");
 		goto free_arrays;
@@ -298,8 +316,8 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 		if (!p->sh[j].frags)
 			goto oom;
 	}
-	for (uint32_t i = 0; i < st->nfrag; i++)
-		p->sh[owner[i]].frags[p->sh[owner[i]].nf++] = i;
+	for (uint32_t i = 0; i < nf; i++)
+		p->sh[owner[i]].frags[p->sh[owner[i]].nf++] = fids[i];
 	for (uint32_t j = 0; j < w; j++) {
 		p->sh[j].req = subreq_json(st, t->b, t->x, p->sh[j].frags, p->sh[j].nf, body, len);
 		if (!p->sh[j].req)
@@ -485,6 +503,10 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	struct qtarget t = { .s = s };
 	struct s3_qspec q = { 0 };
 	struct qplan *p = calloc(1, sizeof(*p));
+	struct mhit *gh = NULL;
+	size_t ngh = 0;
+	bool complete = false;
+	int grc = 1;
 
 	memset(r, 0, sizeof(*r));
 	if (!p) {
@@ -493,6 +515,32 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	}
 	if (s3_api_qspec_parse(body, len, resolve_state, &t, &q, r))
 		goto free_query;
+	/* The graph path for the rows below the graph mark, the fan-out for the rest; the
+	 * exact path over everything when the index has no graph or the graph's candidates
+	 * cannot answer (docs/api.md "The graph path"). */
+	grc = graph_query(s, t.b, t.x, &t.st, &q, &gh, &ngh, &complete);
+	if (grc < 0)
+		__atomic_add_fetch(&s->graph_errors, 1, __ATOMIC_RELAXED);
+	if (!grc && !complete) {
+		__atomic_add_fetch(&s->graph_fallbacks, 1, __ATOMIC_RELAXED);
+		grc = 1;
+	}
+	if (!grc) {
+		uint64_t total = 0;
+
+		for (uint32_t i = 0; i < t.st.nfrag; i++) {
+			uint64_t first = (uint64_t)i * t.st.frag_rows;
+
+			total += t.st.fr[i].rows;
+			t.st.fr[i].from = t.st.mark <= first ? 0 :
+				(uint32_t)DM_MIN(t.st.mark - first, (uint64_t)t.st.fr[i].rows);
+		}
+		__atomic_add_fetch(&s->graph_queries, 1, __ATOMIC_RELAXED);
+		if (total <= t.st.mark) {
+			merge_answer(&t.st, &q, p->sh, 0, gh, ngh, r);   /* no tail */
+			goto free_query;
+		}
+	}
 	if (plan_query(s, &t, body, len, p, r) || fan_out(s, p, r))
 		goto free_query;
 	for (uint32_t j = 0; j < p->w; j++)
@@ -501,8 +549,13 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 			memset(&p->sh[j].resp, 0, sizeof(p->sh[j].resp));
 			goto free_query;
 		}
-	merge_answer(&t.st, &q, p->sh, p->w, r);
+	merge_answer(&t.st, &q, p->sh, p->w, grc ? NULL : gh, grc ? 0 : ngh, r);
 free_query:
+	for (size_t i = 0; i < ngh; i++) {
+		free(gh[i].key);
+		free(gh[i].meta);
+	}
+	free(gh);
 	for (uint32_t j = 0; j < DM_MAX_NODES; j++) {
 		free(p->sh[j].frags);
 		free(p->sh[j].req);

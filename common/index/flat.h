@@ -205,6 +205,17 @@ size_t flat_fragments(struct flat_index *ix, uint64_t *bytes, size_t max);
 int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit *out,
 		size_t *nout);
 
+/* The graph mark: rows [0, mark) of an index are held by an HNSW graph identified by tag
+ * (a graph generation), so a planner searches the graph for them and scans only the rows
+ * from the mark on (the tail). It is durable (logged), kept in the store's own numbering
+ * across restarts (a snapshot counts the live rows below it), 0 for a new index, and
+ * dropped with the index. flat_mark_set sets it to `rows`, which must be every row the
+ * index has had written (ids [0, rows), dead or alive) when it applies: -EBUSY when the
+ * index has another count (a write came in between), -ENOENT (index deleted), or the WAL's
+ * error. */
+int flat_mark_set(struct flat_index *ix, uint64_t rows, uint64_t tag);
+void flat_mark_get(struct flat_index *ix, uint64_t *mark, uint64_t *tag);
+
 /* Fragment-level access for readers that cache fragments elsewhere (compute nodes): a
  * fragment's rows never change once written (an overwrite is a tombstone + an append), and
  * its tombstone count only grows, so (rows, dead) is a version: a copy with at least as

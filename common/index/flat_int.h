@@ -10,6 +10,7 @@
  *   flat_snap.c     snapshots, checkpoints, open/recovery/close
  *   flat_scan.c     exact scans with partial top-k
  *   flat_attr.c     catalog attributes (tags, bucket policies)
+ *   flat_mark.c     the graph mark (rows an HNSW graph holds)
  *
  * Lock order: ckmu -> cat -> index wmu -> index rw -> walmu.
  *
@@ -64,6 +65,7 @@ struct flat_index {
 	struct flat_frag **frags;
 	size_t nfrags, capfrags;
 	uint64_t next_id, live;
+	uint64_t mark, mark_tag;       /* the graph mark (flat_mark.c; under rw) */
 	struct keymap map;
 	/* Logged, not yet applied writes (under wmu), in log order; their rows are reserved
 	 * (key-map room, spare fragments) so that applying them cannot fail. */
@@ -171,6 +173,13 @@ int flat_attr_apply(struct flat_store *s, const uint8_t *p, uint32_t n);
 /* Encode attribute i as a FLAT_REC_ATTR payload into b (after flat_rec_begin). */
 void flat_attr_enc(struct dm_buf *b, const struct flat_attr *a);
 void flat_attr_free_all(struct flat_store *s);
+
+/* ---- flat_mark.c ---- */
+/* Replay of a FLAT_REC_MARK record (recovery). */
+int flat_mark_apply(struct flat_store *s, const uint8_t *p, uint32_t n);
+/* The MARK record of ix for a snapshot into b (after flat_rec_begin): the mark counted in
+ * the snapshot's numbering (live rows below it); false when ix has no mark. */
+bool flat_mark_snap(struct flat_index *ix, struct dm_buf *b);
 
 /* ---- flat_apply.c ---- */
 /* Encode a PUT of rows for ix into b (after flat_rec_begin). */

@@ -152,6 +152,9 @@ static void snap_index(struct snapw *w, struct flat_index *ix)
 			nr = 0;
 		}
 	}
+	flat_rec_begin(&w->rec);
+	if (!w->rc && flat_mark_snap(ix, &w->rec))
+		snap_emit(w, FLAT_REC_MARK);
 }
 
 /* Write the whole store as records into fd (cat write lock and every wmu held, every

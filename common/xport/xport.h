@@ -91,7 +91,7 @@ struct dm_rdma_wr {
 };
 
 /* A client identity a server context accepts in the handshake (HS_HELLO_CLIENT, wire.h). */
-#define DM_XPORT_MAX_CREDS 32
+#define DM_XPORT_MAX_CREDS 40   /* [client.NAME] identities and the gateways' own */
 struct dm_xport_cred {
 	char name[64];            /* [A-Za-z0-9_.-]{1,63} */
 	uint8_t secret[64];

@@ -1,0 +1,260 @@
+/* cli_import.c: the S3 side of `dmann load --bucket B --name I` (bulk import): the image's
+ * vectors become the rows of a new S3 Vectors index (through libdmann, as the gateways'
+ * identity: the same put path as every client, durable on every replica of the bucket),
+ * the graph is then placed bound to that index (dindex_bind.h) by the caller, and finally
+ * the index's graph mark is set on every replica of the bucket (FL_MARK: its first n rows
+ * are in the graph of that generation), after which QueryVectors takes the graph path. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_import.h"
+#include "dmann.h"
+#include "fl_rpc.h"
+#include "flat.h"
+#include "hnsw/hnsw_codes.h"
+#include "placement.h"
+#include "util/dm_buf.h"
+
+#define BATCH 1000u
+
+/* The lines of path (n of them wanted; "" lines allowed when empty_ok): malloc'd strings,
+ * or NULL with a message. */
+static char **read_lines(const char *path, uint32_t n, bool empty_ok, size_t max, char *err,
+			 size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	char **out = calloc(n ? n : 1, sizeof(*out));
+	char *line = NULL;
+	size_t cap = 0;
+	uint32_t i = 0;
+	ssize_t len;
+
+	if (!f || !out) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		goto fail;
+	}
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		if (len && line[len - 1] == '\n')
+			line[--len] = 0;
+		if (i == n) {
+			snprintf(err, errlen, "%s: more than %u lines (one per vector of the index)",
+				 path, n);
+			goto fail;
+		}
+		if ((!len && !empty_ok) || (size_t)len > max || memchr(line, 0, (size_t)len)) {
+			snprintf(err, errlen, "%s:%u: %s", path, i + 1, !len ? "empty line" :
+				 (size_t)len > max ? "too long" : "a NUL byte");
+			goto fail;
+		}
+		out[i] = strdup(line);
+		if (!out[i++]) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+	}
+	if (i != n) {
+		snprintf(err, errlen, "%s: %u lines, the index has %u vectors", path, i, n);
+		goto fail;
+	}
+	free(line);
+	fclose(f);
+	return out;
+fail:
+	free(line);
+	if (f)
+		fclose(f);
+	for (uint32_t j = 0; out && j < n; j++)
+		free(out[j]);
+	free(out);
+	return NULL;
+}
+
+void dm_import_fini(struct dm_import *im)
+{
+	for (uint32_t i = 0; im->keys && i < im->n; i++)
+		free(im->keys[i]);
+	free(im->keys);
+	im->keys = NULL;
+}
+
+/* The bucket's replicas, best first (the gateway's bucket_mns). */
+static int bucket_replicas(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out)
+{
+	struct dm_place_node nodes[DM_MAX_NODES];
+	uint32_t r = DM_MAX(1u, DM_MIN(cfg->redundancy ? cfg->redundancy : 1, cfg->n_mn));
+
+	for (uint32_t i = 0; i < cfg->n_mn; i++)
+		nodes[i] = (struct dm_place_node){ .id = i, .capacity = cfg->mn[i].capacity > 0 ?
+			cfg->mn[i].capacity : 1.0, .up = true };
+	return dm_place(flat_key_hash(bucket, strlen(bucket)), nodes, cfg->n_mn, r, out);
+}
+
+int dm_import_rows(const struct dm_cluster_cfg *cfg,
+		   const struct hnsw_index *idx, struct dm_import *im, char *err, size_t errlen)
+{
+	char **meta = NULL;
+	struct dm_client_cfg gw;
+	const char *eps[DM_MAX_NODES];
+	uint32_t ne = 0, dim = idx->p.dim;
+	float *vecs = NULL, *tmp = NULL;
+	dmann_t *d = NULL;
+	int rc = -EINVAL;
+
+	im->n = idx->n;
+	if (idx->p.metric != DM_METRIC_L2 && idx->p.metric != DM_METRIC_COS) {
+		snprintf(err, errlen, "an S3 Vectors index is euclidean or cosine: this image is "
+			 "inner product");
+		return -EINVAL;
+	}
+	if (im->keys_file) {
+		im->keys = read_lines(im->keys_file, idx->n, false, DMANN_MAX_KEY, err, errlen);
+		if (!im->keys)
+			return -EINVAL;
+	} else {
+		im->keys = calloc(idx->n, sizeof(*im->keys));
+		for (uint32_t i = 0; im->keys && i < idx->n; i++)
+			if (asprintf(&im->keys[i], "%u", i) < 0)
+				im->keys[i] = NULL;
+		for (uint32_t i = 0; im->keys && i < idx->n; i++)
+			if (!im->keys[i]) {
+				snprintf(err, errlen, "out of memory");
+				return -ENOMEM;
+			}
+	}
+	if (im->meta_file) {
+		meta = read_lines(im->meta_file, idx->n, true, 40u << 10, err, errlen);
+		if (!meta)
+			return -EINVAL;
+	}
+	if (dm_config_gateway_client(cfg, &gw)) {
+		snprintf(err, errlen, "the cluster file has no cluster secret");
+		goto out;
+	}
+	for (uint32_t i = 0; i < cfg->n_cn; i++)
+		eps[ne++] = cfg->cn[i].address;
+	d = dmann_connect_endpoints(cfg->name, eps, ne, cfg->transport[0] ? cfg->transport : NULL,
+				    gw.name, gw.secret, gw.secret_len);
+	memset(&gw, 0, sizeof(gw));
+	if (!d) {
+		rc = -errno;
+		snprintf(err, errlen, "connecting to the compute nodes: %s", dmann_errmsg());
+		goto out;
+	}
+	rc = dmann_create_index(d, im->bucket, im->index, dim, idx->p.metric == DM_METRIC_COS ?
+				DMANN_COSINE : DMANN_EUCLIDEAN);
+	if (rc) {
+		snprintf(err, errlen, rc == -EEXIST ? "index %s/%s exists: an import makes a new "
+			 "index (delete it first)" : "creating index %s/%s: %s", im->bucket,
+			 im->index, rc == -EEXIST ? "" : dmann_errmsg());
+		goto out;
+	}
+	vecs = malloc((size_t)BATCH * dim * sizeof(float));
+	tmp = malloc((size_t)idx->vdim * sizeof(float));
+	if (!vecs || !tmp) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (uint32_t at = 0; at < idx->n; at += BATCH) {
+		uint32_t nb = DM_MIN(BATCH, idx->n - at);
+		const char *mp[BATCH];
+
+		for (uint32_t i = 0; i < nb; i++) {
+			const float *v = hnsw_rec_vec(hnsw_rec(idx, at + i), idx->vec_off);
+
+			/* With codes the image holds the rotated vector: rotate it back. */
+			if (idx->quant) {
+				hnsw_quant_unrotate(idx->quant, v, tmp);
+				v = tmp;
+			}
+			memcpy(vecs + (size_t)i * dim, v, (size_t)dim * sizeof(float));
+			mp[i] = meta && meta[at + i][0] ? meta[at + i] : NULL;
+		}
+		rc = dmann_put(d, im->bucket, im->index, nb, (const char *const *)im->keys + at, vecs,
+			       dim, meta ? mp : NULL);
+		if (rc) {
+			snprintf(err, errlen, "putting vectors %u..%u: %s", at, at + nb - 1,
+				 dmann_errmsg());
+			goto out;
+		}
+		if (im->progress)
+			im->progress(im->parg, at + nb);
+	}
+out:
+	free(vecs);
+	free(tmp);
+	dmann_close(d);
+	for (uint32_t j = 0; meta && j < idx->n; j++)
+		free(meta[j]);
+	free(meta);
+	return rc;
+}
+
+/* The creation time of index bucket/index on memory node m (each replica has its own). */
+static int index_created(struct mn_set *s, uint32_t m, const char *bucket, const char *index,
+			 int64_t *created)
+{
+	struct dm_buf w = { 0 };
+	uint8_t *resp = NULL;
+	size_t rlen;
+	int rc;
+
+	if (!s->link[m].up)
+		return -EHOSTDOWN;
+	dm_buf_str(&w, bucket);
+	dm_buf_str(&w, index);
+	rc = w.oom ? -ENOMEM : dm_fl_call(&s->link[m].ch, DM_OP_FL_STATE, w.p, w.n, DM_FL_MIN_MSG,
+					   10000, &resp, &rlen);
+	dm_buf_free(&w);
+	if (!rc) {
+		struct dm_rbuf rb = { .p = resp, .n = rlen };
+
+		(void)dm_rbuf_u64(&rb);
+		*created = (int64_t)dm_rbuf_u64(&rb);
+		if (rb.bad)
+			rc = -EBADMSG;
+	}
+	free(resp);
+	return rc;
+}
+
+int dm_import_mark(const struct dm_cluster_cfg *cfg, struct mn_set *s,
+		   const struct dm_import *im, uint64_t gen, char *err, size_t errlen)
+{
+	uint32_t mns[DM_MAX_NODES];
+	int nm = bucket_replicas(cfg, im->bucket, mns);
+
+	for (int i = 0; i < nm; i++) {
+		struct dm_buf w = { 0 };
+		uint8_t *resp = NULL;
+		size_t rlen;
+		int64_t created = 0;
+		int rc = index_created(s, mns[i], im->bucket, im->index, &created);
+
+		if (rc) {
+			snprintf(err, errlen, "memory node %u: reading the state of %s/%s: %s", mns[i],
+				 im->bucket, im->index, strerror(-rc));
+			return rc;
+		}
+		dm_buf_str(&w, im->bucket);
+		dm_buf_str(&w, im->index);
+		dm_buf_u64(&w, (uint64_t)created);
+		dm_buf_u64(&w, im->n);
+		dm_buf_u64(&w, gen);
+		rc = w.oom ? -ENOMEM : !s->link[mns[i]].up ? -EHOSTDOWN :
+		     dm_fl_call(&s->link[mns[i]].ch, DM_OP_FL_MARK, w.p, w.n, DM_FL_MIN_MSG, 10000,
+				&resp, &rlen);
+		dm_buf_free(&w);
+		free(resp);
+		if (rc) {
+			snprintf(err, errlen, "memory node %u: %s", mns[i], rc == -EBUSY ?
+				 "the index was written during the import (its row count is not the "
+				 "image's)" : strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
