@@ -3,8 +3,9 @@
 # the reason when node or the npm modules are missing: a suite that cannot run is a failure,
 # never a skip. Install the modules with
 #   ninja -C <builddir> s3sdk-deps      (npm ci into <builddir>/s3sdk-cache)
-# Usage: run.sh [single|cluster] [https]  (single: dmann-s3; cluster: dmann local up --mn 2
-# --cn 2; https: every SDK client over HTTPS, trusting the gateway's self-signed certificate)
+# Usage: run.sh [single|cluster|graph] [https]  (single: dmann-s3; cluster: dmann local up
+# --mn 2 --cn 2; graph: graph.test.js, the graph path of a bulk-imported index on a local
+# cluster; https: every SDK client over HTTPS, trusting the gateway's self-signed certificate)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${DMANN_BUILD_ROOT:?DMANN_BUILD_ROOT not set}
@@ -33,7 +34,7 @@ single)
 		[ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
 	done
 	;;
-cluster)
+cluster|graph)
 	for b in "$build/cn/dmann" "$build/cn/dmann-cn" "$build/mn/dmann-mn"; do
 		[ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
 	done
@@ -43,11 +44,13 @@ cluster)
 	bin=""
 	;;
 *)
-	echo "usage: run.sh [single|cluster]"
+	echo "usage: run.sh [single|cluster|graph] [https]"
 	exit 2
 	;;
 esac
+suite="$here/s3sdk.test.js"
+[ "$target" = graph ] && suite="$here/graph.test.js"
 S3SDK_HTTPS="$tls" S3SDK_TARGET="$target" DMANN_S3_BIN="$bin" DMANN_BIN_DIR="$build/cn" \
 	DMANN_MN_BIN="$build/mn/dmann-mn" \
 	S3SDK_NODE_MODULES="$mods" exec node --no-warnings --test \
-	--test-reporter=spec "$here/s3sdk.test.js"
+	--test-reporter=spec "$suite"

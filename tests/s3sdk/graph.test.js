@@ -1,0 +1,292 @@
+// graph.test.js: the graph path of QueryVectors through the official AWS SDK for JavaScript
+// (docs/api.md "The graph path"). On a local cluster of 2 MN + 2 CN with redundancy 2:
+//   - an index image of GRAPH_ROWS x 128 vectors with metadata is bulk-imported with
+//     `dmann load --bucket --name --keys --metadata` (rows put through the compute nodes, the
+//     graph placed bound to the index, its graph mark set);
+//   - through the SDK, alternating between the two compute nodes' gateways: 2,000 new rows
+//     (the tail), 200 imported keys put again with new vectors, 200 imported and 50 tail
+//     keys deleted;
+//   - 200 queries without a filter, 200 with a 50% filter and 200 with a 10% filter have
+//     recall@10 >= 0.95 against a brute force computed here over the live rows; no deleted
+//     key comes back; a re-put key comes back only with its new vector's distance; every
+//     result passes its filter;
+//   - a sample of 2,000 acknowledged vectors (imported, tail, re-put), taken as they are
+//     acknowledged, each finds itself first;
+//   - the compute nodes' dmann_cn_s3_graph_queries_total shows the graph path served the
+//     queries (at least 90% of the unfiltered and 50%-filtered ones);
+//   - a memory node SIGKILLed and restarted (its rows renumbered by recovery): the same
+//     queries again, still served by the graph path, same recall.
+// Environment: DMANN_BIN_DIR (dmann, dmann-mn, dmann-cn), S3SDK_NODE_MODULES, GRAPH_ROWS
+// (default 50000; the ASan build uses 10000). Run by tests/s3sdk/run.sh graph.
+'use strict';
+
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const http = require('node:http');
+const os = require('node:os');
+const path = require('node:path');
+
+const sdk = require(path.join(process.env.S3SDK_NODE_MODULES, '@aws-sdk/client-s3vectors'));
+const BINDIR = process.env.DMANN_BIN_DIR;
+const DMANN = path.join(BINDIR, 'dmann');
+const N = Number(process.env.GRAPH_ROWS || 50000);
+const TAIL = 2000, REPUT = 200, DEL = 200, DEL_TAIL = 50, NQ = 200, K = 10, DIM = 128;
+const BUCKET = 'graph-bkt', INDEX = 'graph-idx';
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'dmann-graph-'));
+const cdir = path.join(tmp, 'cluster');
+after(() => {
+  try { execFileSync(DMANN, ['local', 'down', '--dir', cdir], { stdio: 'ignore' }); } catch {}
+  if (!process.env.DMANN_KEEP_TEST_DIR) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+function readFbin(file) {
+  const b = fs.readFileSync(file);
+  const n = b.readInt32LE(0), d = b.readInt32LE(4);
+  const v = new Float32Array(b.buffer.slice(b.byteOffset + 8, b.byteOffset + 8 + n * d * 4));
+  return { n, d, v };
+}
+
+function writeFbin(file, v, n, d) {
+  const h = Buffer.alloc(8);
+  h.writeInt32LE(n, 0);
+  h.writeInt32LE(d, 4);
+  fs.writeFileSync(file, Buffer.concat([h, Buffer.from(v.buffer, v.byteOffset, n * d * 4)]));
+}
+
+function l2(a, ao, b, bo) {
+  let s = 0;
+  for (let j = 0; j < DIM; j++) { const t = a[ao + j] - b[bo + j]; s += t * t; }
+  return s;
+}
+
+const meta = (i) => ({ cat: `c${i % 10}`, half: i % 2 });
+
+// The live rows, as the test acknowledged them: key -> { v (Float32Array), m }.
+const live = new Map();
+const deleted = new Set();
+const reput = new Set();
+let ini, cns = [], clients = [], base, queries;
+
+function clientOf(port) {
+  return new sdk.S3VectorsClient({
+    endpoint: `http://127.0.0.1:${port}`, region: 'us-east-1', maxAttempts: 3,
+    credentials: { accessKeyId: 'DMANNLOCALTEST',
+      secretAccessKey: fs.readFileSync(path.join(cdir, 's3.secret'), 'utf8').trim() },
+  });
+}
+
+function metric(port, name) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: '/metrics' }, (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => {
+        const m = body.match(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, 'm'));
+        resolve(m ? Number(m[1]) : 0);
+      });
+    }).on('error', reject);
+  });
+}
+
+async function graphCounters() {
+  let q = 0, fb = 0, err = 0;
+  for (const c of cns) {
+    q += await metric(c.metrics, 'dmann_cn_s3_graph_queries_total');
+    fb += await metric(c.metrics, 'dmann_cn_s3_graph_fallbacks_total');
+    err += await metric(c.metrics, 'dmann_cn_s3_graph_errors_total');
+  }
+  return { q, fb, err };
+}
+
+function matches(m, filter) {
+  if (!filter) return true;
+  return Object.entries(filter).every(([k, v]) => m[k] === v);
+}
+
+// Brute force over the live rows: the K nearest keys (L2) passing filter, with distances.
+function brute(qv, qo, filter) {
+  const best = [];
+  for (const [key, row] of live) {
+    if (!matches(row.m, filter)) continue;
+    const d = l2(qv, qo, row.v, 0);
+    if (best.length < K || d < best[best.length - 1][1]) {
+      best.push([key, d]);
+      best.sort((a, b) => a[1] - b[1]);
+      if (best.length > K) best.pop();
+    }
+  }
+  return best;
+}
+
+async function query(c, vec, k, filter) {
+  const r = await c.send(new sdk.QueryVectorsCommand({
+    vectorBucketName: BUCKET, indexName: INDEX, topK: k, returnDistance: true,
+    returnMetadata: true, queryVector: { float32: Array.from(vec) }, ...(filter ? { filter } : {}),
+  }));
+  return r.vectors;
+}
+
+// Recall@10 of NQ queries with filter against the brute force; checks every result.
+async function recallRun(filter) {
+  let hit = 0, total = 0;
+  for (let i = 0; i < NQ; i++) {
+    const qv = queries.v.subarray(i * DIM, (i + 1) * DIM);
+    const got = await query(clients[i % 2], qv, K, filter);
+    const want = brute(queries.v, i * DIM, filter);
+    const keys = new Set();
+    for (const g of got) {
+      assert.ok(!deleted.has(g.key), `deleted key ${g.key} returned`);
+      assert.ok(!keys.has(g.key), `key ${g.key} returned twice`);
+      keys.add(g.key);
+      const row = live.get(g.key);
+      assert.ok(row, `unknown key ${g.key}`);
+      assert.ok(matches(g.metadata, filter), `${g.key} fails the filter`);
+      const d = Math.sqrt(l2(queries.v, i * DIM, row.v, 0));
+      assert.ok(Math.abs(g.distance - d) <= 1e-3 * Math.max(1, d),
+        `${g.key}: distance ${g.distance}, its current vector is at ${d}` +
+        (reput.has(g.key) ? ' (re-put key)' : ''));
+    }
+    const wk = new Set(want.map((w) => w[0]));
+    for (const g of got) hit += wk.has(g.key) ? 1 : 0;
+    total += want.length;
+  }
+  return hit / total;
+}
+
+test('bulk import, tail writes, re-puts, deletes, queries on the graph path', async () => {
+  const t0 = Date.now();
+  execFileSync(DMANN, ['local', 'up', '--mn', '2', '--cn', '2', '--dir', cdir, '--redundancy',
+    '2', '--s3-set', 'graph_min_rows=1000'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const text = fs.readFileSync(path.join(cdir, 'cluster.ini'), 'utf8');
+  for (const m of text.matchAll(/^\[cn\.(\d+)\]\naddress = [^\n]+\nmetrics = 127\.0\.0\.1:(\d+)\nhttp = 127\.0\.0\.1:(\d+)$/mg))
+    cns.push({ id: Number(m[1]), metrics: Number(m[2]), http: Number(m[3]) });
+  assert.equal(cns.length, 2, 'two compute nodes with metrics and http in cluster.ini');
+  ini = path.join(cdir, 'cluster.ini');
+  clients = cns.map((c) => clientOf(c.http));
+
+  // Data: N + TAIL + REPUT vectors of a Gaussian mixture (dmann gen), NQ queries.
+  execFileSync(DMANN, ['gen', '--kind', 'sift', '--n', String(N + TAIL + REPUT), '--nq',
+    String(NQ), '--seed', '7', '--out', path.join(tmp, 'data')], { stdio: 'ignore' });
+  base = readFbin(path.join(tmp, 'data', 'base.fbin'));
+  queries = readFbin(path.join(tmp, 'data', 'query.fbin'));
+  assert.equal(base.d, DIM);
+  writeFbin(path.join(tmp, 'import.fbin'), base.v, N, DIM);
+  const keys = [], metas = [];
+  for (let i = 0; i < N; i++) {
+    keys.push(`k${i}`);
+    metas.push(JSON.stringify(meta(i)));
+    live.set(`k${i}`, { v: base.v.slice(i * DIM, (i + 1) * DIM), m: meta(i) });
+  }
+  fs.writeFileSync(path.join(tmp, 'keys.txt'), keys.join('\n') + '\n');
+  fs.writeFileSync(path.join(tmp, 'meta.txt'), metas.join('\n') + '\n');
+  execFileSync(DMANN, ['build', '--base', path.join(tmp, 'import.fbin'), '--metric', 'l2',
+    '--M', '16', '--efc', '100', '--threads', '2', '--out', path.join(tmp, 'idx.hnsw')],
+  { stdio: 'ignore' });
+  const t1 = Date.now();
+  const out = execFileSync(DMANN, ['load', '--config', ini, '--index', path.join(tmp, 'idx.hnsw'),
+    '--bucket', BUCKET, '--name', INDEX, '--keys', path.join(tmp, 'keys.txt'), '--metadata',
+    path.join(tmp, 'meta.txt')], { encoding: 'utf8' });
+  assert.match(out, /rows 0\.\.\d+ are in graph generation \d+/);
+  console.log(`FIGURES import: ${N} x ${DIM} in ${((Date.now() - t1) / 1e3).toFixed(1)} s ` +
+    `(gen + build before it: ${((t1 - t0) / 1e3).toFixed(1)} s)`);
+  // The compute nodes pick the graph up within their refresh period.
+  await new Promise((r) => setTimeout(r, 2500));
+
+  // The self-find sample: vectors taken as they are acknowledged.
+  const sample = [];
+  for (let i = 0; i < 1000; i++) {
+    const j = Math.floor((i * 7919) % N);
+    sample.push(`k${j}`);
+  }
+
+  // Writes through the SDK, alternating gateways.
+  const t2 = Date.now();
+  for (let at = 0; at < TAIL; at += 100) {
+    const vectors = [];
+    for (let i = at; i < at + 100; i++) {
+      const v = base.v.slice((N + i) * DIM, (N + i + 1) * DIM);
+      vectors.push({ key: `t${i}`, data: { float32: Array.from(v) }, metadata: meta(N + i) });
+    }
+    await clients[(at / 100) % 2].send(new sdk.PutVectorsCommand({ vectorBucketName: BUCKET,
+      indexName: INDEX, vectors }));
+    for (const x of vectors) {
+      live.set(x.key, { v: Float32Array.from(x.data.float32), m: x.metadata });
+      if (sample.length < 1800 && Number(x.key.slice(1)) % 2 === 0) sample.push(x.key);
+    }
+  }
+  for (let at = 0; at < REPUT; at += 50) {
+    const vectors = [];
+    for (let i = at; i < at + 50; i++) {
+      const key = `k${(i * 131 + 17) % N}`;
+      const v = base.v.slice((N + TAIL + i) * DIM, (N + TAIL + i + 1) * DIM);
+      vectors.push({ key, data: { float32: Array.from(v) }, metadata: live.get(key).m });
+    }
+    await clients[(at / 50) % 2].send(new sdk.PutVectorsCommand({ vectorBucketName: BUCKET,
+      indexName: INDEX, vectors }));
+    for (const x of vectors) {
+      live.set(x.key, { v: Float32Array.from(x.data.float32), m: x.metadata });
+      reput.add(x.key);
+      if (sample.length < 2000) sample.push(x.key);
+    }
+  }
+  const dels = [];
+  for (let i = 0; i < DEL; i++) {
+    const key = `k${(i * 257 + 5) % N}`;
+    if (!reput.has(key) && !sample.includes(key)) dels.push(key);
+  }
+  for (let i = 0; i < DEL_TAIL; i++) {
+    const key = `t${2 * i + 1}`;
+    dels.push(key);
+  }
+  for (let at = 0; at < dels.length; at += 100) {
+    await clients[1].send(new sdk.DeleteVectorsCommand({ vectorBucketName: BUCKET,
+      indexName: INDEX, keys: dels.slice(at, at + 100) }));
+  }
+  for (const k of dels) { live.delete(k); deleted.add(k); }
+  console.log(`FIGURES writes: ${TAIL} new, ${REPUT} re-put, ${dels.length} deleted through ` +
+    `the SDK in ${((Date.now() - t2) / 1e3).toFixed(1)} s; ${live.size} live rows`);
+
+  const c0 = await graphCounters();
+  const t3 = Date.now();
+  const rNone = await recallRun(null);
+  const c1 = await graphCounters();
+  const rHalf = await recallRun({ half: 0 });
+  const c2 = await graphCounters();
+  const rCat = await recallRun({ cat: 'c3' });
+  const c3 = await graphCounters();
+  const qs = (Date.now() - t3) / 1e3;
+  console.log(`FIGURES recall@10: ${rNone.toFixed(4)} unfiltered, ${rHalf.toFixed(4)} half, ` +
+    `${rCat.toFixed(4)} cat (10%); ${3 * NQ} queries in ${qs.toFixed(1)} s; graph path ` +
+    `${c1.q - c0.q}/${c2.q - c1.q}/${c3.q - c2.q} of ${NQ} each, then sent to the exact ` +
+    `path ${c1.fb - c0.fb}/${c2.fb - c1.fb}/${c3.fb - c2.fb}, graph errors ${c3.err - c0.err}`);
+  assert.ok(rNone >= 0.95, `recall@10 without a filter ${rNone}`);
+  assert.ok(rHalf >= 0.95, `recall@10 with the 50% filter ${rHalf}`);
+  assert.ok(rCat >= 0.95, `recall@10 with the 10% filter ${rCat}`);
+  assert.ok(c1.q - c0.q >= 0.9 * NQ, `graph path served ${c1.q - c0.q} of ${NQ} unfiltered`);
+  assert.ok(c2.q - c1.q >= 0.9 * NQ, `graph path served ${c2.q - c1.q} of ${NQ} half-filtered`);
+  assert.equal(c3.err - c0.err, 0, 'graph searches failed');
+
+  // Self-find: each sampled acknowledged vector is its own nearest neighbour.
+  let found = 0;
+  for (let i = 0; i < sample.length; i++) {
+    const got = await query(clients[i % 2], live.get(sample[i]).v, 1, null);
+    if (got.length && got[0].key === sample[i]) found++;
+  }
+  console.log(`FIGURES self-find: ${found} of ${sample.length}`);
+  assert.equal(found, sample.length, 'acknowledged vectors that do not find themselves');
+
+  // A memory node SIGKILLed and restarted: recovery renumbers its rows and the graph mark.
+  execFileSync(DMANN, ['local', 'kill', '--dir', cdir, 'mn0'], { stdio: 'ignore' });
+  execFileSync(DMANN, ['local', 'start', '--dir', cdir, 'mn0'], { stdio: 'ignore' });
+  await new Promise((r) => setTimeout(r, 3000));
+  const c4 = await graphCounters();
+  const rAfter = await recallRun(null);
+  const c5 = await graphCounters();
+  console.log(`FIGURES after mn0's restart: recall@10 ${rAfter.toFixed(4)}, graph path ` +
+    `${c5.q - c4.q} of ${NQ}`);
+  assert.ok(rAfter >= 0.95, `recall@10 after the restart ${rAfter}`);
+  assert.ok(c5.q - c4.q >= 0.9 * NQ, `graph path after the restart: ${c5.q - c4.q}`);
+});
