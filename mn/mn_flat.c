@@ -389,6 +389,21 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 	return n < 0 ? n : 0;
 }
 
+int mn_flat_handle(struct mn_flat *f, uint16_t op, const uint8_t *req, size_t len,
+		   struct dm_buf *out, uint32_t *resp_msg)
+{
+	struct dm_rbuf in = { .p = req, .n = len };
+
+	switch (op) {
+	case DM_OP_FL_CALL: return do_call(f, &in, out);
+	case DM_OP_FL_STATE: return do_state(f, &in, out);
+	case DM_OP_FL_FRAG: return do_frag(f, &in, out, resp_msg);
+	case DM_OP_FL_GET: return do_get(f, &in, out);
+	case DM_OP_FL_MARK: return do_mark(f, &in);
+	default: return -EPROTO;
+	}
+}
+
 int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wire_hdr *h,
 		  const uint8_t *buf, uint32_t len, uint64_t wr_id)
 {
@@ -406,19 +421,11 @@ int mn_flat_serve(struct mn_flat *f, struct dm_rpc_chan *ch, const struct dm_wir
 	rc = dm_fl_recv_rest(ch, h, buf, len, wr_id, FL_TIMEOUT_MS, &req, &rlen);
 	if (rc)
 		return rc;
-	struct dm_rbuf in = { .p = req, .n = rlen };
-
-	switch (h->op) {
-	case DM_OP_FL_CALL: st = do_call(f, &in, &out); break;
-	case DM_OP_FL_STATE: st = do_state(f, &in, &out); break;
-	case DM_OP_FL_FRAG: st = do_frag(f, &in, &out, &resp_msg); break;
-	case DM_OP_FL_GET: st = do_get(f, &in, &out); break;
-	case DM_OP_FL_MARK: st = do_mark(f, &in); break;
-	case DM_OP_FL_INFO:
-		st = in.n ? -EBADMSG : 0;
+	if (h->op == DM_OP_FL_INFO) {
+		st = rlen ? -EBADMSG : 0;
 		dm_buf_u32(&out, ch->pool->size);
-		break;
-	default: st = -EPROTO; break;
+	} else {
+		st = mn_flat_handle(f, h->op, req, rlen, &out, &resp_msg);
 	}
 	free(req);
 	if (!st && out.oom)

@@ -24,6 +24,13 @@ void mn_flat_close(struct mn_flat *f);
 /* Prometheus text of the store's WAL counters (records, fdatasyncs, bytes, sticky error). */
 void mn_flat_metrics(struct mn_flat *f, FILE *out);
 
+/* Run one reassembled FL request (op: any FL request op but FL_INFO; req[0..len)): the
+ * answer's payload appended to out, *resp_msg the message size the requester announced
+ * (FL_FRAG; left alone otherwise). The peer status: 0 or -errno (-EBADMSG for a malformed
+ * request, -EPROTO for an unknown op). Every field is checked (fuzz_mn_flat). */
+struct dm_buf;
+int mn_flat_handle(struct mn_flat *f, uint16_t op, const uint8_t *req, size_t len,
+		   struct dm_buf *out, uint32_t *resp_msg);
 /* Serve one FL request whose first message (buf, len, wr_id; header h, any FL op) came in
  * on ch: receives the rest of the stream, runs it and sends the response stream. Takes the
  * buffer (reposts it). 0, or -errno when the connection should be closed. */

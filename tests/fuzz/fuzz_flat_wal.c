@@ -1,8 +1,9 @@
 /* fuzz_flat_wal.c: libFuzzer target for the flat store's recovery: the input is cut into
  * records (u8 control | u16 length | payload), framed with valid lengths and CRCs so that
  * the payload decoders are reached, written as a WAL, and the store is opened (replay) and
- * closed again. Control byte: bits 0-2 the record type (0: leave the rest as a torn tail),
- * bits 3-4 the record's inflight count, bit 7 damage the record after framing (a CRC
+ * closed again. Control byte: bits 0-2 the record type (0: leave the rest as a torn tail;
+ * with bit 5 set, 7 more: the attribute and graph-mark records and unknown types), bits 3-4
+ * the record's inflight count, bit 7 damage the record after framing (a CRC
  * failure in the middle of the log: replay must either cut it as a torn tail or refuse the
  * open, depending on the records after it). */
 #include <fcntl.h>
@@ -40,6 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	while (size - off >= 3) {
 		uint8_t type = data[off] & 7, inflight = (data[off] >> 3) & 3;
+
+		if (type && (data[off] & 0x20))
+			type = (uint8_t)(type + 7);       /* 8.. (FLAT_REC_ATTR, FLAT_REC_MARK, ..) */
 		bool damage = data[off] & 0x80;
 		uint16_t len;
 

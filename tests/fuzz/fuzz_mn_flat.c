@@ -1,0 +1,93 @@
+/* fuzz_mn_flat.c: libFuzzer target for the memory node's FL request parsers (mn_flat_handle:
+ * FL_STATE, FL_FRAG, FL_GET, FL_MARK) over a real flat store holding one index of a few
+ * rows. The first input byte picks the op, the rest is the request payload; the first
+ * run also sends well-formed requests so that the answers' paths are reached. FL_CALL (the
+ * S3 operations) has its own target, fuzz_s3_request. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mn_flat.h"
+#include "util/dm_buf.h"
+#include "wire.h"
+
+static struct mn_flat *f;
+
+static int call(uint16_t op, const void *p, size_t n, struct dm_buf *out)
+{
+	uint32_t msg = 0;
+
+	dm_buf_reset(out);
+	return mn_flat_handle(f, op, p, n, out, &msg);
+}
+
+static void s3(const char *op, const char *json)
+{
+	struct dm_buf w = { 0 }, out = { 0 };
+
+	dm_buf_str(&w, op);
+	dm_buf_bytes(&w, json, strlen(json));
+	if (call(DM_OP_FL_CALL, w.p, w.n, &out))
+		abort();
+	dm_buf_free(&w);
+	dm_buf_free(&out);
+}
+
+static void setup(void)
+{
+	static char dir[64];
+	struct dm_buf w = { 0 }, out = { 0 };
+
+	snprintf(dir, sizeof(dir), "/tmp/dmann-fuzz-mnflat-XXXXXX");
+	if (!mkdtemp(dir))
+		abort();
+	f = mn_flat_open(dir, 0, NULL);
+	if (!f)
+		abort();
+	s3("CreateVectorBucket", "{\"vectorBucketName\":\"bkt\"}");
+	s3("CreateIndex", "{\"vectorBucketName\":\"bkt\",\"indexName\":\"idx\",\"dataType\":"
+	   "\"float32\",\"dimension\":2,\"distanceMetric\":\"euclidean\"}");
+	s3("PutVectors", "{\"vectorBucketName\":\"bkt\",\"indexName\":\"idx\",\"vectors\":["
+	   "{\"key\":\"a\",\"data\":{\"float32\":[1,2]},\"metadata\":{\"c\":\"x\"}},"
+	   "{\"key\":\"b\",\"data\":{\"float32\":[3,4]}}]}");
+	/* Well-formed requests: the state (for the creation time), a get, a mark. */
+	dm_buf_str(&w, "bkt");
+	dm_buf_str(&w, "idx");
+	if (call(DM_OP_FL_STATE, w.p, w.n, &out))
+		abort();
+	struct dm_rbuf rb = { .p = out.p, .n = out.n };
+	(void)dm_rbuf_u64(&rb);
+	uint64_t created = dm_rbuf_u64(&rb);
+
+	dm_buf_u64(&w, created);
+	dm_buf_u32(&w, 2);
+	dm_buf_str(&w, "a");
+	dm_buf_str(&w, "zz");
+	if (call(DM_OP_FL_GET, w.p, w.n, &out))
+		abort();
+	w.n = 0;
+	dm_buf_str(&w, "bkt");
+	dm_buf_str(&w, "idx");
+	dm_buf_u64(&w, created);
+	dm_buf_u64(&w, 2);
+	dm_buf_u64(&w, 1);
+	if (call(DM_OP_FL_MARK, w.p, w.n, &out))
+		abort();
+	dm_buf_free(&w);
+	dm_buf_free(&out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const uint16_t ops[] = { DM_OP_FL_STATE, DM_OP_FL_FRAG, DM_OP_FL_GET,
+					DM_OP_FL_MARK };
+	struct dm_buf out = { 0 };
+
+	if (!f)
+		setup();
+	if (!size)
+		return 0;
+	(void)call(ops[data[0] % 4], data + 1, size - 1, &out);
+	dm_buf_free(&out);
+	return 0;
+}
