@@ -151,7 +151,7 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 		return 1;
 	}
 	if (strcmp(key, "refresh_ms") && strcmp(key, "lease_ms") && strcmp(key, "send_queue") &&
-	    strcmp(key, "drain_ms"))
+	    strcmp(key, "drain_ms") && strcmp(key, "call_threads"))
 		return 0;
 	if (per_node) {
 		snprintf(msg, msglen, "%s applies to every compute node: set it in [cn]", key);
@@ -175,6 +175,13 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 			return -EINVAL;
 		}
 		c->drain_ms = (uint32_t)u;
+	} else if (!strcmp(key, "call_threads")) {
+		if (!parse_u64(v, DM_CN_MAX_CALL_THREADS, &u) || u < 1) {
+			snprintf(msg, msglen, "call_threads '%s' must be 1..%u", v,
+				 DM_CN_MAX_CALL_THREADS);
+			return -EINVAL;
+		}
+		c->call_threads = (uint32_t)u;
 	} else {
 		if (!parse_u64(v, 65536, &u) || u < 128) {
 			snprintf(msg, msglen, "send_queue '%s' must be 128..65536", v);
@@ -309,6 +316,7 @@ static const struct s3_key {
 	{ "graph_min_rows", 0, 1ull << 40, 0, offsetof(struct dm_s3_cfg, graph_min_rows), true,
 	  "" },
 	{ "graph_ef", 1, 65536, 0, offsetof(struct dm_s3_cfg, graph_ef), false, "" },
+	{ "graph_beam", 1, 16, 0, offsetof(struct dm_s3_cfg, graph_beam), false, "" },
 	{ "graph_filter_widen", 1, 100, 0, offsetof(struct dm_s3_cfg, graph_filter_widen), false,
 	  "" },
 };
@@ -318,7 +326,7 @@ void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 	*s3 = (struct dm_s3_cfg){ .max_scan_bytes = 256ull << 20, .hedge_ms = 50,
 		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
 		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
-		.graph_filter_widen = 10 };
+		.graph_beam = 4, .graph_filter_widen = 10 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,
@@ -721,7 +729,8 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);
 	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,
-		.lease_ms = 20000, .send_queue = 256, .drain_ms = 5000 };
+		.lease_ms = 20000, .send_queue = 256, .drain_ms = 5000,
+		.call_threads = 8 };
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");
 	line = ini_parse_string(text, handler, pcp);

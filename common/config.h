@@ -54,6 +54,8 @@
  *   drain_ms = 5000             ; SIGTERM: how long a CN that left the cluster state may
  *                               ; keep serving the queries still sent to it, 0..600000
  *                               ; (0: stop at once; it stops earlier once idle)
+ *   call_threads = 8            ; native S3 calls (libdmann C_CALL) one client connection
+ *                               ; may have running at once on a CN, 1..64
  *   refresh_ms = 1000           ; period of the CN's index-generation poll, 50..60000
  *                               ; (a new `dmann load` is served within about this long)
  *   lease_ms = 20000            ; generation lease, 1000..3600000: a memory node frees an
@@ -91,6 +93,7 @@
  *   ; the graph path of an index bulk-imported with `dmann load --bucket --name`:
  *   graph_min_rows = 20000      ; below this many graph rows the exact scan serves it
  *   graph_ef = 128              ; HNSW search list size of its queries, 1..65536
+ *   graph_beam = 4              ; level-0 candidates expanded per round trip, 1..16
  *   graph_filter_widen = 10     ; a filtered query asks the graph for topK x this many
  *                               ; candidates (1..100), exact scan when too few pass
  *
@@ -157,7 +160,9 @@ struct dm_cn_cfg {
 	uint32_t drain_ms;           /* [cn] only: SIGTERM drain bound */
 	uint32_t lease_ms;           /* [cn] only; memory nodes read it too */
 	uint32_t send_queue;         /* [cn] only */
+	uint32_t call_threads;       /* [cn] only: C_CALLs run at once per client connection */
 };
+#define DM_CN_MAX_CALL_THREADS 64u
 #define DM_CN_SET_CACHE 1u
 #define DM_CN_SET_ADMIT 2u
 
@@ -236,7 +241,7 @@ struct dm_cluster_cfg {
 		uint32_t frag_fetch_bytes;
 		uint32_t queue_depth, search_threads, http_threads;
 		uint64_t graph_min_rows;  /* the graph path (docs/api.md) from this many rows */
-		uint32_t graph_ef, graph_filter_widen;
+		uint32_t graph_ef, graph_beam, graph_filter_widen;
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

@@ -135,21 +135,33 @@ struct cn_worker_arg {
 void *cn_worker(void *arg);
 
 /* ---- cn_call.c: native client data ops (C_CALL) ---- */
-#define CN_CALL_WR (1ull << 59)   /* wr_id of an answer's SEND */
+#define CN_CALL_WR (1ull << 59)   /* wr_id of an answer's SEND (Q_ROUTER) */
+#define CN_CALL_ASYNC_WR (1ull << 58)   /* | answer slot: a C_CALL answer's SEND */
+struct cn_call_pool;
 struct cn_call {                  /* one per connection */
 	uint8_t *buf;                 /* DM_C_MAX_RESP bytes, registered */
 	struct dm_mr *mr;
 	bool busy;                    /* the last answer's SEND has not completed */
+	struct cn_call_pool *pool;    /* C_CALLs: threads and answer slots (lazily made) */
 };
-/* Run the C_CALL message msg (validated on receipt) and send its answer on conn; while
- * waiting for the answer buffer, other completions of conn go to other(arg, wc) (false:
- * the connection is gone). 0 or -errno (then drop the connection). */
-int cn_call_run(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, const uint8_t *msg,
-		uint32_t len, bool (*other)(void *, const struct dm_wc *), void *arg);
+/* Hand the C_CALL message msg[0..len) (validated on receipt; copied, so the caller reposts
+ * its buffer) to the connection's call threads ([cn] call_threads of them, started on the
+ * first call): the S3 operation runs there, so one connection's calls run concurrently
+ * (a graph-path query waits on round trips, an exact scan on the CPU). 0 or -ENOMEM. */
+int cn_call_submit(struct cn *cn, struct cn_call *cc, const uint8_t *msg, uint32_t len);
+/* Send the answers of finished calls on conn from free answer slots (signalled SENDs,
+ * wr_id CN_CALL_ASYNC_WR | slot; call cn_call_sent when one completes). The worker calls it
+ * every round; the answers go out in the order the calls finish (clients match them by
+ * req_id). Calls submitted, not yet answered: their number (>= 0), or -errno from the
+ * send (then drop the connection). */
+int cn_call_flush(struct cn_call *cc, struct dm_conn *conn);
+/* The SEND of answer slot `slot` completed: the slot is free again. */
+void cn_call_sent(struct cn_call *cc, uint32_t slot);
 /* Q_ROUTER: send the router's fixed part and oracle (router_export) from the answer buffer
  * (status -EAGAIN before the oracle exists, -ENOSYS without a router). 0 or -errno. */
 int cn_call_router(struct cn *cn, struct cn_call *cc, struct dm_conn *conn, uint64_t req_id,
 		   bool (*other)(void *, const struct dm_wc *), void *arg);
+/* Wait for the running calls, stop the threads, free the buffers. */
 void cn_call_fini(struct cn *cn, struct cn_call *cc);
 
 #endif

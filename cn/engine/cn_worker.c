@@ -656,6 +656,10 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 	if (wc->opcode == DM_WC_SEND) {
 		if (wc->wr_id == CN_CALL_WR)
 			w->call.busy = false;
+		if (wc->wr_id & CN_CALL_ASYNC_WR && !(wc->wr_id & WR_SEND_TAG)) {
+			cn_call_sent(&w->call, (uint32_t)(wc->wr_id & 0xff));
+			return true;
+		}
 		if ((wc->wr_id & WR_SEND_TAG) && (wc->wr_id & 0xffff) < SEND_SLOTS)
 			w->sfree[wc->wr_id & 0xffff] = true;
 		return true;
@@ -858,6 +862,7 @@ void *cn_worker(void *arg)
 	struct worker *w = calloc(1, sizeof(*w));
 	struct cn *cn = a->cn;
 	bool idle = false;
+	int calls = 0;
 
 	if (!w)
 		goto out_close;
@@ -900,8 +905,17 @@ void *cn_worker(void *arg)
 		}
 		cn_read_sync(w);
 		cn_read_timeouts(w, dm_now_ns());
+		/* Answers of finished C_CALLs out; while calls run, an idle wait is short (their
+		 * answers are sent from here). */
+		calls = cn_call_flush(&w->call, w->client);
+		if (calls < 0) {
+			dm_warn("cn%u: client %s: C_CALL answer: %s; closing", cn->node->id,
+				w->client->peer, strerror(-calls));
+			w->client_gone = true;
+		}
 		/* Client: queries in, send credits back. Block briefly only when idle. */
-		n = idle ? dm_conn_wait(w->client, wc, 32, 50) : dm_conn_poll(w->client, wc, 32);
+		n = idle ? dm_conn_wait(w->client, wc, 32, calls > 0 ? 1 : 50) :
+		    dm_conn_poll(w->client, wc, 32);
 		if (n < 0)
 			w->client_gone = true;
 		for (int i = 0; i < n; i++) {
@@ -983,8 +997,7 @@ void *cn_worker(void *arg)
 			/* A client identity's connection may query and read counters only: cache
 			 * size, routing and index reload are the cluster's (admin) business. */
 			if (h.op == DM_OP_C_CALL) {
-				int crc = cn_call_run(cn, &w->call, w->client, b, cr.len,
-						      call_other, w);
+				int crc = cn_call_submit(cn, &w->call, b, cr.len);
 
 				if (crc) {
 					dm_warn("cn%u: client %s: C_CALL: %s; closing", cn->node->id,

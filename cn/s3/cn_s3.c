@@ -21,7 +21,7 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 {
 	static const char *const keys[] = { "width", "groups", "max_scan_mb", "hedge_ms",
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
-		"graph_min_rows", "graph_ef", "graph_filter_widen" };
+		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -109,6 +109,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->search_threads = set.search_threads;
 	s->graph_min_rows = set.graph_min_rows;
 	s->graph_ef = set.graph_ef;
+	s->graph_beam = set.graph_beam;
 	s->graph_widen = set.graph_filter_widen;
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */

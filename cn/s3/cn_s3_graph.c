@@ -199,7 +199,8 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	    gi.metric != st->metric || gi.dim != st->dim)
 		return 1;               /* not bound to this index, or another generation */
 	kg = (uint32_t)DM_MIN((uint64_t)q->k * (q->filter ? s->graph_widen : 2) + 10, 1024u);
-	sp = (struct dmann_search_params){ .k = kg, .ef = DM_MAX(s->graph_ef, kg), .inflight = 1,
+	sp = (struct dmann_search_params){ .k = kg, .ef = DM_MAX(s->graph_ef, kg),
+					   .beam = s->graph_beam, .inflight = 1,
 					   .routing = DMANN_ROUTE_CLIENT };
 	ids = malloc(kg * sizeof(*ids));
 	dists = malloc(kg * sizeof(*dists));

@@ -91,7 +91,7 @@ struct cn_s3 {
 	uint32_t ngidle;
 	uint64_t gretry_at;              /* no new connection before (after a failed one) */
 	uint64_t graph_min_rows;
-	uint32_t graph_ef, graph_widen;
+	uint32_t graph_ef, graph_beam, graph_widen;
 	/* counters (atomics) */
 	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
 	uint64_t graph_queries, graph_fallbacks, graph_errors;
