@@ -1,7 +1,8 @@
 #!/bin/bash
 # demo_test.sh: the README's main command does what it says: `dmann demo` starts a local
-# cluster, builds and loads the index, answers queries with high recall, and leaves no
-# process behind. Usage: demo_test.sh BUILD_ROOT
+# cluster, builds the index and bulk-imports it into an S3 Vectors index, answers native
+# queries with high recall, writes, queries and deletes through the S3 calls (QueryVectors
+# served by the graph path), and leaves no process behind. Usage: demo_test.sh BUILD_ROOT
 set -u
 BUILD=${1:?build root}
 DIR=$(mktemp -d /tmp/dmann-demo-test.XXXXXX)
@@ -21,4 +22,12 @@ done < <(sed -n 's/^recall@10 \([0-9.]*\).*/\1/p' "$DIR/out.txt")
 [ $n = 2 ] || { echo "FAIL: expected 2 bench results, found $n"; exit 1; }
 grep -q "errors" "$DIR/out.txt" && ! grep -q "queries failed" "$DIR/out.txt" ||
 	{ echo "FAIL: queries failed"; exit 1; }
-echo "PASS: demo ran, recall >= 0.95 twice, no process left"
+# The S3 part: new vectors find themselves, QueryVectors' recall, served by the graph path.
+grep -q "each new vector queried with itself: 200 of 200 found first" "$DIR/out.txt" ||
+	{ echo "FAIL: new vectors did not all find themselves"; exit 1; }
+r=$(sed -n 's/^QueryVectors: .* recall@10 \([0-9.]*\).*/\1/p' "$DIR/out.txt")
+awk -v r="${r:-0}" 'BEGIN { exit !(r >= 0.95) }' || { echo "FAIL: QueryVectors recall ${r:-none} < 0.95"; exit 1; }
+g=$(sed -n 's/^served by the graph path: \([0-9]*\) of \([0-9]*\).*/\1 \2/p' "$DIR/out.txt")
+set -- $g
+[ -n "${1:-}" ] && [ "$1" = "$2" ] || { echo "FAIL: the graph path served ${1:-?} of ${2:-?} queries"; exit 1; }
+echo "PASS: demo ran, recall >= 0.95 twice, the S3 calls on the graph path, no process left"

@@ -41,6 +41,10 @@ int dm_cmd_load(int argc, char **argv);
 int dm_cmd_bench(int argc, char **argv);
 int dm_cmd_status(int argc, char **argv);
 int dm_cmd_demo(int argc, char **argv);
+/* cli_demo_s3.c (with libdmann): the S3 part of the demo on index bucket/index: puts, self
+ * queries and deletes 200 vectors, then 500 queries against gt. 0 or 1. */
+int dm_demo_s3(const char *cfg, const char *query, const char *gt, const char *bucket,
+	       const char *index);
 /* cli_insert.c: online inserts into the loaded index. */
 int dm_cmd_insert(int argc, char **argv);
 /* cli_client.c: put, get, delete, query (argv[0] names which) over libdmann. */

@@ -1,8 +1,9 @@
 /* cli_demo.c: `dmann demo`: the whole path in one command. Starts a local cluster of 2
  * memory nodes and 2 compute nodes, builds an HNSW index of Fashion-MNIST (from Debian's
- * dataset-fashion-mnist when installed, a generated SIFT-shaped set otherwise), places it
- * on the memory nodes, runs the query stream through the compute nodes without a cache and
- * with a 10% cache, prints a summary and stops every process it started. The data set and
+ * dataset-fashion-mnist when installed, a generated SIFT-shaped set otherwise), bulk-imports
+ * it into an S3 Vectors index (the graph on the memory nodes), runs the native query stream
+ * through the compute nodes without a cache and with a 10% cache, then the S3 calls on the
+ * same index (cli_demo_s3.c), prints a summary and stops every process it started. The data set and
  * index are kept in a cache directory so that a second run starts at once. */
 #include <getopt.h>
 #include <limits.h>
@@ -20,8 +21,10 @@ static void demo_usage(FILE *f)
 	fprintf(f, "usage: dmann demo [--dir DIR] [--keep]\n\n"
 		   "Start a local cluster (2 memory + 2 compute nodes on loopback), build and load\n"
 		   "an index of Fashion-MNIST (generated data if the Debian package\n"
-		   "dataset-fashion-mnist is missing), run queries with the cache off and at 10%%,\n"
-		   "print a summary, and stop everything it started.\n\n"
+		   "dataset-fashion-mnist is missing), import it into S3 Vectors index demo/fmnist\n"
+		   "(or demo/sift), run native queries with the cache off and at 10%%, then write,\n"
+		   "query and delete through the S3 calls (served by the graph), print a summary,\n"
+		   "and stop everything it started.\n\n"
 		   "  --dir DIR   working directory for data, index and cluster state\n"
 		   "              (default $XDG_CACHE_HOME/dmann-demo or ~/.cache/dmann-demo)\n"
 		   "  --keep      leave the cluster running (stop it with dmann local down --dir DIR/cluster)\n");
@@ -142,10 +145,20 @@ int dm_cmd_demo(int argc, char **argv)
 			return 1;
 	}
 	{
+#if DM_HAVE_CLIENT
+		char *a[] = { "load", "--config", cfg, "--index", idx, "--bucket", "demo",
+			      "--name", fmnist ? "fmnist" : "sift", NULL };
+
+		if (call(dm_cmd_load, "dmann load --bucket demo --name ... (bulk import: the "
+			 "vectors into an S3 Vectors index, the graph's blocks to the memory nodes)",
+			 9, a))
+			goto out_down;
+#else
 		char *a[] = { "load", "--config", cfg, "--index", idx, NULL };
 
 		if (call(dm_cmd_load, "dmann load (blocks to the memory nodes)", 5, a))
 			goto out_down;
+#endif
 	}
 	{
 		char *a0[] = { "bench", "--config", cfg, "--query", query, "--gt", gt, "--k", "10",
@@ -159,6 +172,14 @@ int dm_cmd_demo(int argc, char **argv)
 			 "(after a warm-up pass)", 17, a10))
 			goto out_down;
 	}
+#if DM_HAVE_CLIENT
+	printf("\n== the S3 Vectors API on the same index (libdmann; QueryVectors searches the "
+	       "graph for the imported rows and scans the new ones)\n");
+	fflush(stdout);
+	if (dm_demo_s3(cfg, query, gt, "demo", fmnist ? "fmnist" : "sift"))
+		goto out_down;
+	fflush(stdout);
+#endif
 	{
 		char *a[] = { "status", "--config", cfg, NULL };
 

@@ -1,0 +1,211 @@
+/* cli_demo_s3.c: the S3 Vectors part of `dmann demo`, on the index the demo bulk-imported
+ * with `dmann load --bucket --name`: through libdmann (the S3 calls a user makes), 200 new
+ * vectors are put (the tail), each found first by its own vector, deleted again, then 500
+ * queries are answered with their recall@10 against the exact ground truth. QueryVectors
+ * takes the graph path for the imported rows (docs/api.md "The graph path"): the compute
+ * nodes count it in dmann_cn_s3_graph_queries_total. */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#include "cli.h"
+#include "dmann.h"
+#include "vecfile.h"
+
+#define NEW 200u
+#define NQ 500u
+#define K 10u
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One counter of a node's Prometheus endpoint host:port (a plain HTTP GET /metrics), or
+ * -1 when it cannot be read. */
+static long long metric(const char *hostport, const char *name)
+{
+	char host[DM_ADDR_MAX], *port, *buf = NULL, *p;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	size_t n = 0, cap = 0;
+	long long v = -1;
+	ssize_t r;
+	int fd = -1;
+
+	snprintf(host, sizeof(host), "%s", hostport);
+	port = strrchr(host, ':');
+	if (!port)
+		return -1;
+	*port++ = 0;
+	if (getaddrinfo(host, port, &hints, &ai) || (fd = socket(ai->ai_family, SOCK_STREAM, 0)) < 0 ||
+	    connect(fd, ai->ai_addr, ai->ai_addrlen) ||
+	    write(fd, "GET /metrics HTTP/1.0\r\n\r\n", 26) != 26)
+		goto out;
+	for (;;) {
+		if (n + 4097 > cap) {
+			char *nb = realloc(buf, cap = cap * 2 + 8192);
+
+			if (!nb)
+				goto out;
+			buf = nb;
+		}
+		r = read(fd, buf + n, cap - n - 1);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	if (!buf)
+		goto out;
+	buf[n] = 0;
+	for (p = buf; (p = strstr(p, name)); p++)
+		if ((p == buf || p[-1] == '\n') && (p = strchr(p, ' '))) {
+			v = strtoll(p + 1, NULL, 10);
+			break;
+		}
+out:
+	if (fd >= 0)
+		close(fd);
+	if (ai)
+		freeaddrinfo(ai);
+	free(buf);
+	return v;
+}
+
+/* The graph path's queries over every compute node (-1: a node's counter not read). */
+static long long graph_queries(const char *cfgpath)
+{
+	struct dm_cluster_cfg *c = calloc(1, sizeof(*c));
+	char err[512];
+	long long sum = 0;
+
+	if (!c || dm_config_load_client(cfgpath, "local", c, err, sizeof(err))) {
+		free(c);
+		return -1;
+	}
+	for (uint32_t i = 0; i < c->n_cn && sum >= 0; i++) {
+		long long v = c->cn[i].metrics[0] ?
+			metric(c->cn[i].metrics, "dmann_cn_s3_graph_queries_total") : -1;
+
+		sum = v < 0 ? -1 : sum + v;
+	}
+	free(c);
+	return sum;
+}
+
+int dm_demo_s3(const char *cfg, const char *query, const char *gt, const char *bucket,
+	       const char *index)
+{
+	struct dm_vecs q = { 0 }, g = { 0 };
+	char err[512], (*names)[16] = NULL, **keys = NULL;
+	const char *kp[NEW];
+	float *dist = NULL;
+	uint32_t *cnt = NULL;
+	unsigned self = 0;
+	uint64_t hit = 0;
+	dmann_t *d = NULL;
+	double t0;
+	int rc = 1;
+
+	if (dm_vecs_read(query, DM_VF_AUTO, &q, err, sizeof(err)) ||
+	    dm_vecs_read(gt, DM_VF_AUTO, &g, err, sizeof(err))) {
+		fprintf(stderr, "dmann demo: %s\n", err);
+		goto out;
+	}
+	if (q.n < NEW + NQ || g.n < q.n || g.dim < K) {
+		fprintf(stderr, "dmann demo: %s has too few queries\n", query);
+		goto out;
+	}
+	d = dmann_connect(cfg, "local");
+	names = calloc(NEW, sizeof(*names));
+	keys = calloc((size_t)NQ * K, sizeof(*keys));
+	dist = malloc((size_t)NQ * K * sizeof(*dist));
+	cnt = malloc(NQ * sizeof(*cnt));
+	if (!d || !names || !keys || !dist || !cnt) {
+		fprintf(stderr, "dmann demo: %s\n", d ? "out of memory" : dmann_errmsg());
+		goto out;
+	}
+	/* Writes: the first NEW query vectors as new rows (keys new-0 ...). */
+	for (unsigned i = 0; i < NEW; i++) {
+		snprintf(names[i], sizeof(names[i]), "new-%u", i);
+		kp[i] = names[i];
+	}
+	t0 = now_s();
+	if (dmann_put(d, bucket, index, NEW, kp, q.data, q.dim, NULL)) {
+		fprintf(stderr, "dmann demo: put: %s\n", dmann_errmsg());
+		goto out;
+	}
+	printf("put %u new vectors into %s/%s (acknowledged once durable): %.2f s\n", NEW, bucket,
+	       index, now_s() - t0);
+	/* Each finds itself first (the tail is scanned exactly next to the graph). */
+	if (dmann_batch_query(d, bucket, index, q.data, NEW, q.dim, 1, keys, dist, cnt)) {
+		fprintf(stderr, "dmann demo: query: %s\n", dmann_errmsg());
+		goto out;
+	}
+	for (unsigned i = 0; i < NEW; i++)
+		self += cnt[i] && !strcmp(keys[i], names[i]);
+	dmann_free_keys(keys, NEW);
+	printf("each new vector queried with itself: %u of %u found first\n", self, NEW);
+	if (dmann_delete(d, bucket, index, NEW, kp)) {
+		fprintf(stderr, "dmann demo: delete: %s\n", dmann_errmsg());
+		goto out;
+	}
+	printf("deleted them again\n");
+	/* Queries against the exact ground truth of the imported rows. */
+	const float *qv = (const float *)q.data + (size_t)NEW * q.dim;
+
+	long long g0 = graph_queries(cfg);
+
+	t0 = now_s();
+	if (dmann_batch_query(d, bucket, index, qv, NQ, q.dim, K, keys, dist, cnt)) {
+		fprintf(stderr, "dmann demo: query: %s\n", dmann_errmsg());
+		goto out;
+	}
+	double s = now_s() - t0;
+
+	for (unsigned i = 0; i < NQ; i++) {
+		const int32_t *gi = (const int32_t *)g.data + (size_t)(NEW + i) * g.dim;
+
+		for (unsigned j = 0; j < cnt[i]; j++) {
+			const char *k = keys[(size_t)i * K + j];
+			char *end;
+			long id = strtol(k, &end, 10);
+
+			for (unsigned t = 0; *end == 0 && t < K; t++)
+				hit += gi[t] == id;
+			if (!strncmp(k, "new-", 4))
+				self = 0;           /* a deleted key came back */
+		}
+	}
+	dmann_free_keys(keys, (size_t)NQ * K);
+	long long g1 = graph_queries(cfg);
+
+	printf("QueryVectors: %u queries, recall@10 %.4f (against exact ground truth), %.0f "
+	       "queries/s\n", NQ, (double)hit / (NQ * K), NQ / s);
+	if (g0 >= 0 && g1 >= 0)
+		printf("served by the graph path: %lld of %u (dmann_cn_s3_graph_queries_total)\n",
+		       g1 - g0, NQ);
+	else
+		printf("served by the graph path: the compute nodes' metrics could not be read\n");
+	rc = self == NEW ? 0 : 1;
+	if (rc)
+		fprintf(stderr, "dmann demo: a new vector did not find itself, or a deleted one came "
+			"back\n");
+out:
+	free(names);
+	free(keys);
+	free(dist);
+	free(cnt);
+	dmann_close(d);
+	dm_vecs_free(&q);
+	dm_vecs_free(&g);
+	return rc;
+}
