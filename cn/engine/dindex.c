@@ -134,7 +134,14 @@ int mn_set_snapshot(struct mn_set *s)
 
 		if (!s->link[i].up)
 			continue;
+		/* A snapshot writes at most the region: allow 50 MB/s of it plus 30 s (a
+		 * 3.5 GB region took longer than the channel's 5 s and the answer came late). */
+		int was = s->link[i].ch.timeout_ms;
+		uint64_t ms = 30000 + s->link[i].info.region_len / (50ull << 10);
+
+		s->link[i].ch.timeout_ms = (int)DM_MIN(DM_MAX((uint64_t)was, ms), 3600000ull);
 		rc = dm_rpc_call(&s->link[i].ch, DM_OP_CTL_SNAPSHOT, NULL, 0, NULL, 0, NULL);
+		s->link[i].ch.timeout_ms = was;
 		if (rc && !first)
 			first = rc;
 	}
