@@ -146,8 +146,10 @@ struct cn_call {                  /* one per connection */
 };
 /* Hand the C_CALL message msg[0..len) (validated on receipt; copied, so the caller reposts
  * its buffer) to the connection's call threads ([cn] call_threads of them, started on the
- * first call): the S3 operation runs there, so one connection's calls run concurrently
- * (a graph-path query waits on round trips, an exact scan on the CPU). 0 or -ENOMEM. */
+ * first call): the S3 operation runs there, so one connection's reads (Get*, List*,
+ * QueryVectors) run concurrently (a graph-path query waits on round trips, an exact scan on
+ * the CPU); calls start in arrival order and a write runs alone (after every earlier call,
+ * before any later one), so the connection's writes keep their order. 0 or -ENOMEM. */
 int cn_call_submit(struct cn *cn, struct cn_call *cc, const uint8_t *msg, uint32_t len);
 /* Send the answers of finished calls on conn from free answer slots (signalled SENDs,
  * wr_id CN_CALL_ASYNC_WR | slot; call cn_call_sent when one completes). The worker calls it

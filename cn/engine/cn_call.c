@@ -80,6 +80,7 @@ struct call_job {
 	uint64_t req_id;
 	uint8_t *msg;                 /* the request (a copy) */
 	uint32_t len;
+	bool write;                   /* not Get*, List* or QueryVectors */
 	char *out;                    /* the answer's JSON */
 	size_t olen;
 	int status, err;
@@ -91,6 +92,8 @@ struct cn_call_pool {
 	pthread_cond_t cv;
 	struct call_job *todo, *todo_tail, *done, *done_tail;
 	uint32_t nth, pending;        /* threads; calls submitted, not answered */
+	uint32_t running;             /* calls running ... */
+	bool wrunning;                /* ... one of them a write */
 	bool stop;
 	pthread_t th[DM_CN_MAX_CALL_THREADS];
 	uint32_t nslots;              /* answer slots: one per thread */
@@ -123,6 +126,16 @@ static void job_run(struct cn *cn, struct call_job *j)
 		j->err = -EMSGSIZE;
 }
 
+/* Whether the oldest waiting call may start: calls start in the order they came, reads
+ * (Get*, List*, QueryVectors) side by side, a write only once every earlier call finished
+ * and nothing after it until it finished: the connection's order of writes and of reads
+ * against writes is kept (a put split into several calls applies as a prefix, last
+ * version of a key wins), while its queries run concurrently. */
+static bool may_start(const struct cn_call_pool *p)
+{
+	return p->todo && !p->wrunning && (!p->todo->write || !p->running);
+}
+
 static void *call_thread(void *arg)
 {
 	struct cn_call_pool *p = arg;
@@ -131,23 +144,31 @@ static void *call_thread(void *arg)
 	for (;;) {
 		struct call_job *j;
 
-		while (!p->todo && !p->stop)
+		while (!may_start(p) && !(p->stop && !p->todo))
 			pthread_cond_wait(&p->cv, &p->mu);
-		if (!p->todo)
-			break;
+		if (!may_start(p))
+			break;            /* stopping with nothing to start */
 		j = p->todo;
 		p->todo = j->next;
+		p->running++;
+		p->wrunning = j->write;
+		if (may_start(p))
+			pthread_cond_signal(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 		job_run(p->cn, j);
 		free(j->msg);
 		j->msg = NULL;
 		j->next = NULL;
 		pthread_mutex_lock(&p->mu);
+		p->running--;
+		if (j->write)
+			p->wrunning = false;
 		if (p->done_tail)
 			p->done_tail->next = j;
 		else
 			p->done = j;
 		p->done_tail = j;
+		pthread_cond_broadcast(&p->cv);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -197,6 +218,17 @@ int cn_call_submit(struct cn *cn, struct cn_call *cc, const uint8_t *msg, uint32
 	}
 	memcpy(j->msg, msg, len);
 	j->len = len;
+	{
+		struct dm_wire_hdr h;
+		struct dm_wire_c_call m;
+		const uint8_t *json;
+		const char *op = NULL;
+
+		if (!dm_wire_hdr_decode(msg, len, &h) && !dm_wire_c_check(&h, msg, len, &m, &json))
+			op = dm_c_op_name(m.op);
+		j->write = !op || !(!strncmp(op, "Get", 3) || !strncmp(op, "List", 4) ||
+				    !strcmp(op, "QueryVectors"));
+	}
 	struct cn_call_pool *p = cc->pool;
 
 	pthread_mutex_lock(&p->mu);
