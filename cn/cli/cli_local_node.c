@@ -105,15 +105,20 @@ static int node_entry(const char *dir, const char *name, pid_t *pid, char *ns, s
 }
 
 /* Wait up to ms for pid to be gone (reaped by whoever is its parent, or a zombie). */
+/* Wait until pid has exited: a zombie or gone, not merely without a command line (a process
+ * tearing down a large address space, e.g. under ASan, loses /proc/PID/cmdline before it
+ * closes its files, so its data directory's lock would still be held). */
 static bool wait_gone(pid_t pid, int ms)
 {
+	char buf[512];
+
 	for (int t = 0; t < ms; t += 50) {
 		waitpid(pid, NULL, WNOHANG);
-		if (!dm_local_pid_is_node(pid))
+		if (!pid_running(pid, buf, sizeof(buf)))
 			return true;
 		usleep(50000);
 	}
-	return !dm_local_pid_is_node(pid);
+	return !pid_running(pid, buf, sizeof(buf));
 }
 
 /* The local etcd's last "etcd" line of dir/pids. */

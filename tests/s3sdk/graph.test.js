@@ -280,7 +280,17 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
 
   // A memory node SIGKILLed and restarted: recovery renumbers its rows and the graph mark.
   execFileSync(DMANN, ['local', 'kill', '--dir', cdir, 'mn0'], { stdio: 'ignore' });
-  execFileSync(DMANN, ['local', 'start', '--dir', cdir, 'mn0'], { stdio: 'ignore' });
+  // The killed process may still hold its data directory's lock for a moment while the
+  // kernel tears it down (seen under ASan): start again until it takes it, at most 20 s.
+  for (let i = 0; ; i++) {
+    try {
+      execFileSync(DMANN, ['local', 'start', '--dir', cdir, 'mn0'], { stdio: 'ignore' });
+      break;
+    } catch (e) {
+      if (i >= 40) throw e;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
   await new Promise((r) => setTimeout(r, 3000));
   const c4 = await graphCounters();
   const rAfter = await recallRun(null);
