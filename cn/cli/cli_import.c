@@ -15,7 +15,6 @@
 #include "fl_rpc.h"
 #include "flat.h"
 #include "hnsw/hnsw_codes.h"
-#include "placement.h"
 #include "util/dm_buf.h"
 
 #define BATCH 1000u
@@ -78,18 +77,6 @@ void dm_import_fini(struct dm_import *im)
 		free(im->keys[i]);
 	free(im->keys);
 	im->keys = NULL;
-}
-
-/* The bucket's replicas, best first (the gateway's bucket_mns). */
-static int bucket_replicas(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out)
-{
-	struct dm_place_node nodes[DM_MAX_NODES];
-	uint32_t r = DM_MAX(1u, DM_MIN(cfg->redundancy ? cfg->redundancy : 1, cfg->n_mn));
-
-	for (uint32_t i = 0; i < cfg->n_mn; i++)
-		nodes[i] = (struct dm_place_node){ .id = i, .capacity = cfg->mn[i].capacity > 0 ?
-			cfg->mn[i].capacity : 1.0, .up = true };
-	return dm_place(flat_key_hash(bucket, strlen(bucket)), nodes, cfg->n_mn, r, out);
 }
 
 int dm_import_rows(const struct dm_cluster_cfg *cfg,
@@ -225,7 +212,7 @@ int dm_import_mark(const struct dm_cluster_cfg *cfg, struct mn_set *s,
 		   const struct dm_import *im, uint64_t gen, char *err, size_t errlen)
 {
 	uint32_t mns[DM_MAX_NODES];
-	int nm = bucket_replicas(cfg, im->bucket, mns);
+	int nm = flat_bucket_mns(cfg, im->bucket, mns);
 
 	for (int i = 0; i < nm; i++) {
 		struct dm_buf w = { 0 };

@@ -182,7 +182,6 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	struct cn_s3_graph_info gi;
 	struct dmann_search_params sp = { 0 };
 	uint64_t *ids = NULL;
-	float *dists = NULL;
 	char **keys = NULL;
 	uint32_t cnt = 0, kg;
 	struct mhit *hits = NULL;
@@ -203,10 +202,9 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 					   .beam = s->graph_beam, .inflight = 1,
 					   .routing = DMANN_ROUTE_CLIENT };
 	ids = malloc(kg * sizeof(*ids));
-	dists = malloc(kg * sizeof(*dists));
 	keys = calloc(kg, sizeof(*keys));
 	hits = calloc(kg, sizeof(*hits));
-	if (!ids || !dists || !keys || !hits) {
+	if (!ids || !keys || !hits) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -215,7 +213,8 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 		rc = -EHOSTDOWN;
 		goto out;
 	}
-	rc = dmann_search(h, q->vec, 1, st->dim, &sp, ids, dists, &cnt, NULL);
+	/* The graph's distances are not used: candidates are ranked by their current rows. */
+	rc = dmann_search(h, q->vec, 1, st->dim, &sp, ids, NULL, &cnt, NULL);
 	if (rc) {
 		dm_warn("cn%u: s3: graph search of %s/%s failed (%s: %s); the exact path serves it",
 			s->node->id, b, x, strerror(-rc), dmann_errmsg());
@@ -245,6 +244,5 @@ out:
 	free(keys);
 	free(hits);
 	free(ids);
-	free(dists);
 	return rc;
 }

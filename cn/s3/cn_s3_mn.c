@@ -130,13 +130,7 @@ int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
  * bucket never moves while an MN is down; there is no re-replication yet). */
 int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
 {
-	struct dm_place_node nodes[DM_MAX_NODES];
-	uint64_t h = flat_key_hash(bucket, strlen(bucket));
-
-	for (uint32_t i = 0; i < s->cfg->n_mn; i++)
-		nodes[i] = (struct dm_place_node){ .id = i, .capacity = s->cfg->mn[i].capacity > 0 ?
-			s->cfg->mn[i].capacity : 1.0, .up = true };
-	return dm_place(h, nodes, s->cfg->n_mn, s->redundancy, out);
+	return flat_bucket_mns(s->cfg, bucket, out);
 }
 
 /* FL_CALL of an S3 operation on one MN: fills r from the MN's answer. */

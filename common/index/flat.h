@@ -173,6 +173,13 @@ int flat_get_ids(struct flat_index *ix, const uint64_t *ids, size_t n, flat_row_
 int flat_list(struct flat_index *ix, uint64_t start, uint32_t seg_count, uint32_t seg_index,
 	      size_t max, flat_row_fn fn, void *ctx, uint64_t *next);
 
+/* The memory nodes that hold bucket `bucket` in cluster cfg, best first (weighted
+ * rendezvous over the cluster file's memory nodes by flat_key_hash of the name, [cluster]
+ * redundancy of them): their number, or -errno. The gateway and `dmann load --bucket` use
+ * it. */
+struct dm_cluster_cfg;
+int flat_bucket_mns(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out);
+
 /* Stable 64-bit hash of a key (segments, the key map). */
 uint64_t flat_key_hash(const char *key, size_t len);
 

@@ -3,6 +3,8 @@
  * is visible; the catalog arrays get their room before the record is logged, so applying a
  * logged change cannot fail. */
 #include "flat_int.h"
+#include "config.h"
+#include "placement.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,4 +372,15 @@ struct flat_index *flat_index_get(struct flat_store *s, const char *bucket, cons
 const struct flat_index_info *flat_index_info(const struct flat_index *ix)
 {
 	return &ix->info;
+}
+
+int flat_bucket_mns(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out)
+{
+	struct dm_place_node nodes[DM_MAX_NODES];
+	uint32_t r = DM_MAX(1u, DM_MIN(cfg->redundancy ? cfg->redundancy : 1, cfg->n_mn));
+
+	for (uint32_t i = 0; i < cfg->n_mn; i++)
+		nodes[i] = (struct dm_place_node){ .id = i, .capacity = cfg->mn[i].capacity > 0 ?
+			cfg->mn[i].capacity : 1.0, .up = true };
+	return dm_place(flat_key_hash(bucket, strlen(bucket)), nodes, cfg->n_mn, r, out);
 }
