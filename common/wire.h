@@ -713,7 +713,8 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *   FL_STATE    str bucket, str index   -> u64 epoch, i64 created_ms, u32 dim, u32 metric,
  *               bytes conf, u32 frag_rows, u32 nfrag, nfrag x {u32 rows, u32 dead},
  *               u64 mark, u64 mark_tag (the graph mark, flat.h: rows [0, mark) are in
- *               the HNSW graph of generation mark_tag)
+ *               the HNSW graph of generation mark_tag), u64 gkeys (the length of its key
+ *               log: nodes the online indexer added)
  *               (-ENOENT: no such index)
  *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from,
  *               u32 resp_msg (the requester's receive buffer: the answer's messages may
@@ -735,6 +736,15 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *   FL_MARK     str bucket, str index, i64 created_ms, u64 rows, u64 tag -> {}
  *               (set the graph mark, flat.h flat_mark_set: -EBUSY when the index does
  *               not have exactly `rows` rows written; -ESTALE: re-created)
+ *   FL_GINDEX   str bucket, str index, i64 created_ms, u64 tag, u32 n,
+ *               n x {u64 node id, str key, u32 crc32c of the row's vector} -> u64 mark
+ *               (the online indexer's batch, flat.h flat_gindex_add: logged, then the
+ *               mark moves over the rows it holds; at most DM_FL_GINDEX_MAX entries;
+ *               -ESTALE: re-created, or no graph mark of generation tag)
+ *   FL_GKEYS    str bucket, str index, i64 created_ms, u64 tag, u64 from, u32 max
+ *               -> u64 total, u32 n, n x {u64 node id, str key}
+ *               (entries [from, from + n) of the key log, n <= max <= DM_FL_GKEYS_MAX;
+ *               -ESTALE as FL_GINDEX)
  * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
  * its store: row numbering is valid within one epoch (a restart compacts rows).
  */
@@ -746,6 +756,8 @@ enum dm_wire_fl_op {
 	DM_OP_FL_INFO  = 0x1106,
 	DM_OP_FL_GET   = 0x1108,
 	DM_OP_FL_MARK  = 0x110a,
+	DM_OP_FL_GINDEX = 0x110c,
+	DM_OP_FL_GKEYS = 0x110e,
 	DM_OP_FL_LAST  = 0x11ff,
 	/* responses: request op + 1 */
 };
@@ -755,6 +767,8 @@ enum dm_wire_fl_op {
 #define DM_FL_MAX_MSG (1u << 20)       /* largest message size a requester may announce */
 #define DM_FL_FRAG_MAX_BYTES (32u << 20) /* most row bytes in one FL_FRAG answer */
 #define DM_FL_GET_MAX 1024u            /* keys in one FL_GET */
+#define DM_FL_GINDEX_MAX 8192u         /* entries in one FL_GINDEX (FLAT_GINDEX_MAX) */
+#define DM_FL_GKEYS_MAX 16384u         /* entries in one FL_GKEYS answer */
 
 struct dm_wire_fl_chunk {      /* body prefix of every FL message */
 	uint32_t total;            /* payload length of the whole stream */

@@ -185,6 +185,7 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 	flat_mark_get(ix, &mark, &tag);
 	dm_buf_u64(out, mark);
 	dm_buf_u64(out, tag);
+	dm_buf_u64(out, flat_gindex_count(ix));
 	free(fs);
 	flat_index_put(ix);
 	return 0;
@@ -301,6 +302,118 @@ static int do_mark(struct mn_flat *f, struct dm_rbuf *in)
 	return rc;
 }
 
+/* FL_GINDEX: the online indexer's batch (flat_gindex_add). */
+static int do_gindex(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	struct flat_gentry *e = NULL;
+	char **keys = NULL;
+	struct flat_index *ix;
+	int64_t created;
+	uint64_t tag, mark = 0;
+	uint32_t n;
+	int rc = 0;
+
+	if (!dm_rbuf_str(in, b, sizeof(b)) || !dm_rbuf_str(in, x, sizeof(x)))
+		return -EBADMSG;
+	created = (int64_t)dm_rbuf_u64(in);
+	tag = dm_rbuf_u64(in);
+	n = dm_rbuf_u32(in);
+	if (in->bad || n > DM_FL_GINDEX_MAX || n > (in->n - in->at) / 17)
+		return -EBADMSG;
+	e = calloc(n ? n : 1, sizeof(*e));
+	keys = calloc(n ? n : 1, sizeof(*keys));
+	if (!e || !keys) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		uint32_t kl;
+		const char *k;
+
+		e[i].id = dm_rbuf_u64(in);
+		k = dm_rbuf_bytes(in, &kl, FLAT_KEY_MAX);
+		e[i].vcrc = dm_rbuf_u32(in);
+		if (in->bad || !kl || memchr(k, 0, kl))
+			rc = -EBADMSG;
+		else if (!(keys[i] = strndup(k, kl)))
+			rc = -ENOMEM;
+		e[i].key = keys[i];
+	}
+	if (!rc && in->at != in->n)
+		rc = -EBADMSG;
+	ix = rc ? NULL : index_at(f, b, x, created, &rc);
+	if (ix) {
+		rc = flat_gindex_add(ix, tag, e, n, &mark);
+		flat_index_put(ix);
+		if (!rc)
+			dm_buf_u64(out, mark);
+	}
+out:
+	for (uint32_t i = 0; keys && i < n; i++)
+		free(keys[i]);
+	free(keys);
+	free(e);
+	return rc;
+}
+
+struct gkeys_out {
+	struct dm_buf *w;
+	uint32_t n;
+};
+
+static int emit_gkey(void *ctx, uint64_t id, const char *key)
+{
+	struct gkeys_out *go = ctx;
+
+	dm_buf_u64(go->w, id);
+	dm_buf_str(go->w, key);
+	go->n++;
+	return go->w->oom ? 1 : 0;
+}
+
+/* FL_GKEYS: a piece of the key log (the gateways' node id -> key map). */
+static int do_gkeys(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
+{
+	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
+	struct dm_buf w = { 0 };
+	struct flat_index *ix;
+	int64_t created;
+	uint64_t tag, from, mark, cur, total;
+	uint32_t max;
+	int rc;
+
+	if (!dm_rbuf_str(in, b, sizeof(b)) || !dm_rbuf_str(in, x, sizeof(x)))
+		return -EBADMSG;
+	created = (int64_t)dm_rbuf_u64(in);
+	tag = dm_rbuf_u64(in);
+	from = dm_rbuf_u64(in);
+	max = dm_rbuf_u32(in);
+	if (in->bad || in->at != in->n || max > DM_FL_GKEYS_MAX)
+		return -EBADMSG;
+	ix = index_at(f, b, x, created, &rc);
+	if (!ix)
+		return rc;
+	flat_mark_get(ix, &mark, &cur);
+	if (!cur || cur != tag) {
+		flat_index_put(ix);
+		return -ESTALE;
+	}
+	struct gkeys_out go = { .w = &w };
+
+	total = flat_gindex_read(ix, from, max, emit_gkey, &go);
+	flat_index_put(ix);
+	if (w.oom) {
+		free(w.p);
+		return -ENOMEM;
+	}
+	dm_buf_u64(out, total);
+	dm_buf_u32(out, go.n);
+	dm_buf_put(out, w.p, w.n);
+	free(w.p);
+	return 0;
+}
+
 struct frag_out {
 	struct dm_buf *w;
 	uint32_t dim;
@@ -400,6 +513,8 @@ int mn_flat_handle(struct mn_flat *f, uint16_t op, const uint8_t *req, size_t le
 	case DM_OP_FL_FRAG: return do_frag(f, &in, out, resp_msg);
 	case DM_OP_FL_GET: return do_get(f, &in, out);
 	case DM_OP_FL_MARK: return do_mark(f, &in);
+	case DM_OP_FL_GINDEX: return do_gindex(f, &in, out);
+	case DM_OP_FL_GKEYS: return do_gkeys(f, &in, out);
 	default: return -EPROTO;
 	}
 }

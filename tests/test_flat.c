@@ -1142,3 +1142,110 @@ Test(flat, graph_mark)
 	flat_index_put(ix);
 	flat_close(s);
 }
+
+/* Entries for keys key-<from>..key-<to - 1> at generation gen's vectors (vcrc as the
+ * indexer computes it), node ids 1000 + k. */
+static size_t gentries(struct flat_gentry *e, char (*keys)[32], unsigned from, unsigned to,
+		       unsigned gen, uint32_t dim)
+{
+	float v[64];
+
+	for (unsigned k = from; k < to; k++) {
+		size_t i = k - from;
+
+		snprintf(keys[i], 32, "key-%u", k);
+		vec_of(k, gen, v, dim);
+		e[i] = (struct flat_gentry){ .id = 1000 + k, .key = keys[i],
+					     .vcrc = flat_vec_crc(v, dim) };
+	}
+	return to - from;
+}
+
+static int gkey_cb(void *ctx, uint64_t id, const char *key)
+{
+	unsigned *n = ctx;
+	unsigned k;
+
+	cr_assert_eq(sscanf(key, "key-%u", &k), 1);
+	cr_assert_eq(id, 1000 + k, "node %llu holds %s", (unsigned long long)id, key);
+	(*n)++;
+	return 0;
+}
+
+/* Online indexing: the mark moves over rows the entries hold (by key and vector, in row
+ * order, dead rows passed), not past a row no entry holds or one re-put with another
+ * vector; the key log and the mark survive a crash (WAL) and a snapshot (renumbered); a
+ * new import empties the log. */
+Test(flat, graph_gindex)
+{
+	struct flat_store *s = open_store(32);
+	struct flat_gentry e[64];
+	char keys[64][32];
+	struct flat_index *ix;
+	uint64_t mark, tag;
+	unsigned got = 0;
+	size_t n;
+
+	flat_bucket_create(s, "b", 0);
+	flat_index_create(s, "b", "i", 8, DM_METRIC_L2, NULL, 0, 0);
+	ix = flat_index_get(s, "b", "i");
+	put_range(ix, 0, 50, 1);
+	n = gentries(e, keys, 50, 55, 1, 8);
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), -ESTALE, "no mark yet");
+	cr_assert_eq(flat_mark_set(ix, 50, 7), 0);
+	put_range(ix, 50, 70, 1);            /* the tail: rows 50..69 */
+	cr_assert_eq(flat_gindex_add(ix, 8, e, n, &mark), -ESTALE, "another generation");
+	e[0].key = "";
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), -EINVAL, "an empty key");
+	n = gentries(e, keys, 55, 60, 1, 8);
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), 0);
+	cr_assert_eq(mark, 50, "row 50 is not held yet: %llu", (unsigned long long)mark);
+	n = gentries(e, keys, 50, 55, 1, 8);
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), 0);
+	cr_assert_eq(mark, 60, "rows 50..59 held: %llu", (unsigned long long)mark);
+	put_range(ix, 61, 62, 2);            /* key-61 re-put: row 61 dead, row 70 new */
+	n = gentries(e, keys, 60, 62, 1, 8); /* key-61 at its old vector */
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), 0);
+	cr_assert_eq(mark, 62, "row 61 is dead: %llu", (unsigned long long)mark);
+	n = gentries(e, keys, 62, 70, 2, 8); /* the wrong vectors */
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), 0);
+	cr_assert_eq(mark, 62, "vectors differ: %llu", (unsigned long long)mark);
+	n = gentries(e, keys, 62, 71, 1, 8); /* key-70 before it exists */
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), 0);
+	cr_assert_eq(mark, 70, "row 70 (key-61 at gen 2) is not held: %llu",
+		     (unsigned long long)mark);
+	n = gentries(e, keys, 61, 62, 2, 8);
+	e[0].id = 1061;
+	cr_assert_eq(flat_gindex_add(ix, 7, e, n, &mark), 0);
+	cr_assert_eq(mark, 71, "%llu", (unsigned long long)mark);
+	put_range(ix, 70, 71, 1);            /* row 71: key-70, held already */
+	cr_assert_eq(flat_gindex_add(ix, 7, NULL, 0, &mark), 0);
+	cr_assert_eq(mark, 72, "the advance alone: %llu", (unsigned long long)mark);
+	cr_assert_eq(flat_gindex_count(ix), 5 + 5 + 2 + 8 + 9 + 1);
+	flat_index_put(ix);
+	flat_abandon(s);                     /* a crash: the WAL replays it */
+
+	s = open_store(32);
+	ix = flat_index_get(s, "b", "i");
+	flat_mark_get(ix, &mark, &tag);
+	cr_assert_eq(mark, 72, "after WAL replay: %llu", (unsigned long long)mark);
+	cr_assert_eq(flat_gindex_count(ix), 30);
+	cr_assert_eq(flat_checkpoint(s), 0);
+	flat_index_put(ix);
+	flat_abandon(s);
+
+	s = open_store(32);                  /* from the snapshot: row 61 compacted away */
+	ix = flat_index_get(s, "b", "i");
+	flat_mark_get(ix, &mark, &tag);
+	cr_assert_eq(mark, 71, "after the snapshot: %llu", (unsigned long long)mark);
+	cr_assert_eq(tag, 7);
+	cr_assert_eq(flat_gindex_read(ix, 0, 1000, gkey_cb, &got), 30);
+	cr_assert_eq(got, 30);
+	got = 0;
+	cr_assert_eq(flat_gindex_read(ix, 27, 5, gkey_cb, &got), 30);
+	cr_assert_eq(got, 3, "a piece of the log");
+	cr_assert_eq(flat_mark_set(ix, 71, 9), 0);
+	cr_assert_eq(flat_gindex_count(ix), 0, "a new generation has an empty log");
+	flat_index_put(ix);
+	flat_close(s);
+}

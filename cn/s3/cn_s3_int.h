@@ -117,6 +117,7 @@ struct ixstate {
 	struct fstat *fr;
 	uint64_t mark, mark_tag;         /* the graph mark (flat.h): rows [0, mark) in graph
 					  * generation mark_tag */
+	uint64_t gkeys;                  /* length of its key log (online indexer) */
 };
 
 void mnconn_free(struct mnconn *mc);

@@ -245,6 +245,7 @@ int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 	}
 	st->mark = dm_rbuf_u64(&rb);
 	st->mark_tag = dm_rbuf_u64(&rb);
+	st->gkeys = dm_rbuf_u64(&rb);
 	if (rb.at != rb.n || st->mark > (uint64_t)st->nfrag * st->frag_rows)
 		rb.bad = true;
 	free(resp);

@@ -223,6 +223,31 @@ int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit
 int flat_mark_set(struct flat_index *ix, uint64_t rows, uint64_t tag);
 void flat_mark_get(struct flat_index *ix, uint64_t *mark, uint64_t *tag);
 
+/* Online indexing (flat_gindex.c): an indexer that inserted rows of the tail into graph
+ * generation `tag` (and made the graph durable) hands over one entry per node: its id, the
+ * row's key and flat_vec_crc of the row's vector. flat_gindex_add logs them (durable when
+ * it returns), appends them to the index's key log and moves the mark over every row from
+ * it on that is dead or whose key and vector an entry (of this or an earlier call) holds,
+ * up to the first row no entry holds; *mark (optional) gets the new mark. n may be 0 (the
+ * advance alone). -EINVAL (more than FLAT_GINDEX_MAX entries, a bad key), -ESTALE (the
+ * index has no graph mark or one of another generation), -ENOENT (deleted), -ENOMEM or the
+ * WAL's error; nothing is logged then. A new flat_mark_set empties the key log. */
+#define FLAT_GINDEX_MAX 8192u
+struct flat_gentry {
+	uint64_t id;
+	const char *key;
+	uint32_t vcrc;
+};
+uint32_t flat_vec_crc(const float *v, uint32_t dim);
+int flat_gindex_add(struct flat_index *ix, uint64_t tag, const struct flat_gentry *e, size_t n,
+		    uint64_t *mark);
+/* The key log from entry `from` on, at most max entries, in log order: fn per entry (a
+ * non-zero return stops). Returns the log's length. */
+typedef int (*flat_gkey_fn)(void *ctx, uint64_t id, const char *key);
+uint64_t flat_gindex_read(struct flat_index *ix, uint64_t from, size_t max, flat_gkey_fn fn,
+			  void *ctx);
+uint64_t flat_gindex_count(struct flat_index *ix);
+
 /* Fragment-level access for readers that cache fragments elsewhere (compute nodes): a
  * fragment's rows never change once written (an overwrite is a tombstone + an append), and
  * its tombstone count only grows, so (rows, dead) is a version: a copy with at least as

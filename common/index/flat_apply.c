@@ -161,6 +161,8 @@ int flat_apply_record(struct flat_store *s, uint32_t type, const uint8_t *p, uin
 		return flat_attr_apply(s, p, n);
 	case FLAT_REC_MARK:
 		return flat_mark_apply(s, p, n);
+	case FLAT_REC_GINDEX:
+		return flat_gindex_apply(s, p, n);
 	case FLAT_REC_PUT:
 	case FLAT_REC_DEL:
 		flat_rd_name(&rd, b, FLAT_NAME_MAX);

@@ -58,6 +58,7 @@ void flat_index_free(struct flat_index *ix)
 	}
 	free(ix->frags);
 	free(ix->map.slot);
+	flat_gix_clear(&ix->gix);
 	free(ix->conf);
 	pthread_mutex_destroy(&ix->wmu);
 	pthread_cond_destroy(&ix->apply_cv);

@@ -11,6 +11,7 @@
  *   flat_scan.c     exact scans with partial top-k
  *   flat_attr.c     catalog attributes (tags, bucket policies)
  *   flat_mark.c     the graph mark (rows an HNSW graph holds)
+ *   flat_gindex.c   its online part: the key log of nodes an indexer added, the advance
  *
  * Lock order: ckmu -> cat -> index wmu -> index rw -> walmu.
  *
@@ -52,6 +53,21 @@ struct keymap {
 	size_t cap, n;
 };
 
+/* One node an indexer added to the graph (flat_gindex.c). */
+struct flat_gkey {
+	uint64_t id;
+	char *key;
+	uint32_t vcrc;
+};
+
+/* The key log of an index's graph generation and the set of row versions it holds. */
+struct flat_gix {
+	struct flat_gkey *log;         /* in log order (under rw; grows under wmu + rw) */
+	size_t n, cap;
+	uint64_t *set;                 /* open addressing, 0 = empty (under wmu) */
+	size_t scap, sn;
+};
+
 struct flat_index {
 	struct flat_store *s;
 	struct flat_index_info info;
@@ -66,6 +82,7 @@ struct flat_index {
 	size_t nfrags, capfrags;
 	uint64_t next_id, live;
 	uint64_t mark, mark_tag;       /* the graph mark (flat_mark.c; under rw) */
+	struct flat_gix gix;           /* its online part (flat_gindex.c) */
 	struct keymap map;
 	/* Logged, not yet applied writes (under wmu), in log order; their rows are reserved
 	 * (key-map room, spare fragments) so that applying them cannot fail. */
@@ -180,6 +197,15 @@ int flat_mark_apply(struct flat_store *s, const uint8_t *p, uint32_t n);
 /* The MARK record of ix for a snapshot into b (after flat_rec_begin): the mark counted in
  * the snapshot's numbering (live rows below it); false when ix has no mark. */
 bool flat_mark_snap(struct flat_index *ix, struct dm_buf *b);
+
+/* ---- flat_gindex.c ---- */
+/* Replay of a FLAT_REC_GINDEX record (recovery). */
+int flat_gindex_apply(struct flat_store *s, const uint8_t *p, uint32_t n);
+/* The next GINDEX record of ix's key log from entry *at for a snapshot into b (after
+ * flat_rec_begin; *at advanced), false when the log is done. */
+bool flat_gindex_snap(struct flat_index *ix, size_t *at, struct dm_buf *b);
+/* Forget the key log (a new graph generation, or the index freed). */
+void flat_gix_clear(struct flat_gix *g);
 
 /* ---- flat_apply.c ---- */
 /* Encode a PUT of rows for ix into b (after flat_rec_begin). */

@@ -37,6 +37,7 @@ int flat_mark_set(struct flat_index *ix, uint64_t rows, uint64_t tag)
 		pthread_rwlock_wrlock(&ix->rw);
 		ix->mark = rows;
 		ix->mark_tag = tag;
+		flat_gix_clear(&ix->gix);     /* the key log was the old graph's */
 		pthread_rwlock_unlock(&ix->rw);
 	}
 out_unlock:
@@ -70,6 +71,7 @@ int flat_mark_apply(struct flat_store *s, const uint8_t *p, uint32_t n)
 		return -EBADMSG;
 	s->ix[i]->mark = mark;
 	s->ix[i]->mark_tag = tag;
+	flat_gix_clear(&s->ix[i]->gix);
 	return 0;
 }
 

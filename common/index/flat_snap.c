@@ -153,8 +153,14 @@ static void snap_index(struct snapw *w, struct flat_index *ix)
 		}
 	}
 	flat_rec_begin(&w->rec);
-	if (!w->rc && flat_mark_snap(ix, &w->rec))
+	if (!w->rc && flat_mark_snap(ix, &w->rec)) {
+		size_t at = 0;
+
 		snap_emit(w, FLAT_REC_MARK);
+		/* the key log after its mark: replayed, it advances the mark as it did */
+		while (!w->rc && (flat_rec_begin(&w->rec), flat_gindex_snap(ix, &at, &w->rec)))
+			snap_emit(w, FLAT_REC_GINDEX);
+	}
 }
 
 /* Write the whole store as records into fd (cat write lock and every wmu held, every

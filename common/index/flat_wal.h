@@ -30,8 +30,9 @@ enum flat_rec_type {
 	FLAT_REC_SNAP_END = 7,         /* last record of a complete snapshot */
 	FLAT_REC_ATTR = 8,             /* a catalog attribute set or cleared (flat_attr.c) */
 	FLAT_REC_MARK = 9,             /* an index's graph mark (flat_mark.c) */
+	FLAT_REC_GINDEX = 10,          /* nodes an indexer added to the graph (flat_gindex.c) */
 };
-#define FLAT_REC_LAST FLAT_REC_MARK
+#define FLAT_REC_LAST FLAT_REC_GINDEX
 
 uint32_t flat_crc32c(uint32_t crc, const void *p, size_t n);
 

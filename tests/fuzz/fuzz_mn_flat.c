@@ -1,5 +1,6 @@
 /* fuzz_mn_flat.c: libFuzzer target for the memory node's FL request parsers (mn_flat_handle:
- * FL_STATE, FL_FRAG, FL_GET, FL_MARK) over a real flat store holding one index of a few
+ * FL_STATE, FL_FRAG, FL_GET, FL_MARK,
+ * FL_GINDEX, FL_GKEYS) over a real flat store holding one index of a few
  * rows. The first input byte picks the op, the rest is the request payload; the first
  * run also sends well-formed requests so that the answers' paths are reached. FL_CALL (the
  * S3 operations) has its own target, fuzz_s3_request. */
@@ -73,6 +74,17 @@ static void setup(void)
 	dm_buf_u64(&w, 1);
 	if (call(DM_OP_FL_MARK, w.p, w.n, &out))
 		abort();
+	w.n = 0;
+	dm_buf_str(&w, "bkt");
+	dm_buf_str(&w, "idx");
+	dm_buf_u64(&w, created);
+	dm_buf_u64(&w, 1);
+	dm_buf_u32(&w, 1);
+	dm_buf_u64(&w, 7);
+	dm_buf_str(&w, "a");
+	dm_buf_u32(&w, 0);
+	if (call(DM_OP_FL_GINDEX, w.p, w.n, &out))
+		abort();
 	dm_buf_free(&w);
 	dm_buf_free(&out);
 }
@@ -80,14 +92,14 @@ static void setup(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const uint16_t ops[] = { DM_OP_FL_STATE, DM_OP_FL_FRAG, DM_OP_FL_GET,
-					DM_OP_FL_MARK };
+					DM_OP_FL_MARK, DM_OP_FL_GINDEX, DM_OP_FL_GKEYS };
 	struct dm_buf out = { 0 };
 
 	if (!f)
 		setup();
 	if (!size)
 		return 0;
-	(void)call(ops[data[0] % 4], data + 1, size - 1, &out);
+	(void)call(ops[data[0] % DM_ARRAY_SIZE(ops)], data + 1, size - 1, &out);
 	dm_buf_free(&out);
 	return 0;
 }
