@@ -21,6 +21,7 @@
 #endif
 #if DM_HAVE_HTTP
 #include "cn_s3.h"
+#include "cn_graph.h"
 #endif
 
 static volatile sig_atomic_t got_signal;
@@ -131,54 +132,6 @@ static char *call_s3(void *ctx, const char *op, const char *body, size_t len, in
 	return cn_s3_call(ctx, op, body, len, status, out_len);
 }
 
-/* The gateway's graph path (cn_s3.h struct cn_s3_graph_ops) over cn->idx. */
-static int graph_info(void *ctx, const char *bucket, const char *index,
-		      struct cn_s3_graph_info *gi)
-{
-	struct cn *cn = ctx;
-	int rc = -ENOENT;
-
-	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->idx;
-
-	if (d && d->bind && !strcmp(d->bind->bucket, bucket) && !strcmp(d->bind->index, index)) {
-		*gi = (struct cn_s3_graph_info){ .gen = d->gen, .metric = (uint32_t)d->p.metric,
-						 .dim = d->p.dim };
-		rc = 0;
-	}
-	pthread_rwlock_unlock(&cn->lock);
-	return rc;
-}
-
-static int graph_keys(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys,
-		      size_t *nk)
-{
-	struct cn *cn = ctx;
-	int rc = 0;
-
-	*nk = 0;
-	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->idx;
-
-	if (!d || !d->bind || d->gen != gen)
-		rc = -ESTALE;
-	for (size_t i = 0; !rc && i < n; i++) {
-		uint32_t kl;
-		const char *k = dindex_bind_key(d->bind, ids[i], &kl);
-
-		if (!k)
-			continue;
-		keys[*nk] = strndup(k, kl);
-		if (!keys[*nk])
-			rc = -ENOMEM;
-		else
-			(*nk)++;
-	}
-	pthread_rwlock_unlock(&cn->lock);
-	return rc;
-}
-
-static const struct cn_s3_graph_ops graph_ops = { .info = graph_info, .keys = graph_keys };
 #endif
 
 /* Prometheus text for GET /metrics. */
@@ -489,7 +442,7 @@ int main(int argc, char **argv)
 			goto out_free_pool;
 		}
 		if (s3gw) {
-			cn_s3_set_graph(s3gw, &graph_ops, &cn);
+			cn_s3_set_graph(s3gw, &cn_graph_ops, &cn);
 			cn.s3_call = call_s3;
 			cn.s3_ctx = s3gw;
 		}
@@ -587,6 +540,7 @@ int main(int argc, char **argv)
 #if DM_HAVE_HTTP
 	cn_s3_stop(s3gw);
 	s3gw = NULL;
+	cn_graph_fini(&cn);
 #endif
 	router_stop(cn.rt);   /* joins the router thread: no new SERVE worker after this */
 	for (int i = 0; i < 100 && atomic_load(&cn.workers); i++)
@@ -596,6 +550,7 @@ out_free_pool:
 #if DM_HAVE_HTTP
 	cn_s3_stop(s3gw);
 	s3gw = NULL;
+	cn_graph_fini(&cn);
 #endif
 	atomic_store(&cn.stopping, true);
 	router_stop(cn.rt);

@@ -319,6 +319,11 @@ static const struct s3_key {
 	{ "graph_beam", 1, 16, 0, offsetof(struct dm_s3_cfg, graph_beam), false, "" },
 	{ "graph_filter_widen", 1, 100, 0, offsetof(struct dm_s3_cfg, graph_filter_widen), false,
 	  "" },
+	{ "index_interval_ms", 0, 3600000, 0, offsetof(struct dm_s3_cfg, index_interval_ms), false,
+	  " ms" },
+	{ "index_batch", 1, 8192, 0, offsetof(struct dm_s3_cfg, index_batch), false, "" },
+	{ "index_threads", 1, 64, 0, offsetof(struct dm_s3_cfg, index_threads), false, "" },
+	{ "index_ef", 1, 65536, 0, offsetof(struct dm_s3_cfg, index_ef), false, "" },
 };
 
 void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
@@ -326,7 +331,8 @@ void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 	*s3 = (struct dm_s3_cfg){ .max_scan_bytes = 256ull << 20, .hedge_ms = 50,
 		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
 		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
-		.graph_beam = 4, .graph_filter_widen = 10 };
+		.graph_beam = 4, .graph_filter_widen = 10, .index_interval_ms = 1000,
+		.index_batch = 2000, .index_threads = 4, .index_ef = 100 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,

@@ -96,6 +96,12 @@
  *   graph_beam = 4              ; level-0 candidates expanded per round trip, 1..16
  *   graph_filter_widen = 10     ; a filtered query asks the graph for topK x this many
  *                               ; candidates (1..100), exact scan when too few pass
+ *   ; the online indexer of a graph-bound index (one compute node runs it):
+ *   index_interval_ms = 1000    ; how often it looks for rows past the mark, 0..3600000
+ *                               ; (0: no online indexing, the tail is scanned exactly)
+ *   index_batch = 2000          ; rows per batch (one graph snapshot each), 1..8192
+ *   index_threads = 4           ; insert threads, 1..64
+ *   index_ef = 100              ; efConstruction of its inserts, 1..65536
  *
  *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
  *                               ; at most 32 identities in all)
@@ -242,6 +248,7 @@ struct dm_cluster_cfg {
 		uint32_t queue_depth, search_threads, http_threads;
 		uint64_t graph_min_rows;  /* the graph path (docs/api.md) from this many rows */
 		uint32_t graph_ef, graph_beam, graph_filter_widen;
+		uint32_t index_interval_ms, index_batch, index_threads, index_ef;
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

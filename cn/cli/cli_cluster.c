@@ -40,8 +40,10 @@ static void load_usage(FILE *f)
 		   "to it and the previous generation is freed (--no-wait: do not wait; the memory\n"
 		   "nodes free it on their own). Compute nodes keep answering queries throughout:\n"
 		   "each query runs on one generation.\n\n"
-		   "  --spare N      room for N more records, written online by `dmann insert`\n"
-		   "                 (default 0: a read-only index)\n"
+		   "  --spare N      room for N more records, written online by `dmann insert` or,\n"
+		   "                 with --bucket, by the online indexer (default 0: a read-only\n"
+		   "                 index; with --bucket a quarter of the image's nodes, at least\n"
+		   "                 10000: rows past it stay in the tail, scanned exactly)\n"
 		   "  --bucket B --name I\n"
 		   "                 bulk import: first create S3 Vectors index I in bucket B with\n"
 		   "                 the image's dimension and metric (euclidean or cosine) and put\n"
@@ -83,6 +85,7 @@ int dm_cmd_load(int argc, char **argv)
 	char err[1024];
 	uint64_t t0, gen = 0;
 	unsigned long long spare = 0;
+	bool spare_set = false;
 	struct dgen_view v;
 	int c, rc, status = 1;
 
@@ -96,6 +99,7 @@ int dm_cmd_load(int argc, char **argv)
 		case 's':
 			if (dm_cli_parse_u64("load", "--spare", optarg, 0, DINDEX_MAX_CAP, &spare))
 				return 2;
+			spare_set = true;
 			break;
 		case 'b': im.bucket = optarg; break;
 		case 'N': im.index = optarg; break;
@@ -178,6 +182,10 @@ int dm_cmd_load(int argc, char **argv)
 						.keys = (const char *const *)im.keys, .n = im.n };
 	}
 #endif
+	/* A bulk import is written online afterwards: room for the indexer by default. */
+	if (im.bucket && !spare_set)
+		spare = DM_MIN(DM_MAX((unsigned long long)idx->n / 4, 10000ull),
+			       (unsigned long long)DINDEX_MAX_CAP - idx->n);
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
 	rc = dindex_load(s, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen, load_progress,
 			 prog, err, sizeof(err));

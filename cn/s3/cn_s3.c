@@ -21,7 +21,8 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 {
 	static const char *const keys[] = { "width", "groups", "max_scan_mb", "hedge_ms",
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
-		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen" };
+		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen", "index_interval_ms",
+		"index_batch", "index_threads", "index_ef" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -111,6 +112,10 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->graph_ef = set.graph_ef;
 	s->graph_beam = set.graph_beam;
 	s->graph_widen = set.graph_filter_widen;
+	s->ix.interval_ms = set.index_interval_ms;
+	s->ix.batch = set.index_batch;
+	s->ix.threads = set.index_threads;
+	s->ix.ef = set.index_ef;
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
 	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
@@ -120,6 +125,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		s->test_delay_ms = (uint32_t)DM_MIN(strtoul(dms, NULL, 10), 60000ul);
 	pthread_mutex_init(&s->rmu, NULL);
 	pthread_mutex_init(&s->gmu, NULL);
+	pthread_mutex_init(&s->gk.mu, NULL);
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_init(&s->mn[i].mu, NULL);
 	s->cache = s3_fcache_new(set.cache_bytes);
@@ -196,6 +202,7 @@ err_destroy_locks:
 		pthread_mutex_destroy(&s->mn[i].mu);
 	pthread_mutex_destroy(&s->rmu);
 	pthread_mutex_destroy(&s->gmu);
+	pthread_mutex_destroy(&s->gk.mu);
 	free(s);
 	errno = err;
 	return NULL;
@@ -205,6 +212,7 @@ void cn_s3_stop(struct cn_s3 *s)
 {
 	if (!s)
 		return;
+	indexer_stop(s);
 	s3_http_stop(s->https);
 	s3_http_stop(s->http);
 	for (uint32_t i = 0; i < s->cfg->n_mn; i++) {
@@ -217,6 +225,7 @@ void cn_s3_stop(struct cn_s3 *s)
 		pthread_mutex_destroy(&s->mn[i].mu);
 	}
 	graph_pool_fini(s);
+	gk_fini(s);
 	s3_fcache_free(s->cache);
 	dm_info("cn%u: s3: %llu graph queries (%llu sent to the exact path after the graph, %llu "
 		"graph errors)", s->node->id, (unsigned long long)s->graph_queries,
@@ -267,6 +276,24 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	    __atomic_load_n(&s->graph_fallbacks, __ATOMIC_RELAXED));
 	CTR("graph_errors_total", "Graph searches that failed (the exact path served them).",
 	    __atomic_load_n(&s->graph_errors, __ATOMIC_RELAXED));
+	CTR("indexed_rows_total", "Tail rows the online indexer put into the graph and handed "
+	    "over to every replica (the mark moved over them).",
+	    __atomic_load_n(&s->ix.rows, __ATOMIC_RELAXED));
+	CTR("index_batches_total", "Batches of the online indexer handed over.",
+	    __atomic_load_n(&s->ix.batches, __ATOMIC_RELAXED));
+	CTR("index_errors_total", "Online indexer steps that failed (inserts, snapshots, "
+	    "hand-overs); the rows stay in the tail.",
+	    __atomic_load_n(&s->ix.errors, __ATOMIC_RELAXED));
+	CTR("index_snapshots_total", "Graph snapshots the online indexer asked for.",
+	    __atomic_load_n(&s->ix.snapshots, __ATOMIC_RELAXED));
+	CTR("index_snapshot_seconds_total", "Seconds spent in those snapshots (whole seconds).",
+	    __atomic_load_n(&s->ix.snapshot_ns, __ATOMIC_RELAXED) / 1000000000ull);
+	CTR("index_insert_milliseconds_total", "Milliseconds the online indexer spent inserting "
+	    "rows into the graph (its rate: indexed rows over this).",
+	    __atomic_load_n(&s->ix.insert_ns, __ATOMIC_RELAXED) / 1000000ull);
+	GAUGE("index_lag_rows", "Rows past the graph mark on the indexed bucket's primary at the "
+	      "indexer's last look (0 on compute nodes that do not index).",
+	      __atomic_load_n(&s->ix.lag, __ATOMIC_RELAXED));
 	CTR("fragment_cache_hits_total", "Fragment cache lookups that hit.", fc.hits);
 	CTR("fragment_cache_misses_total", "Fragment cache lookups that missed.", fc.misses);
 	CTR("fragment_cache_evictions_total", "Fragments evicted from the cache.", fc.evictions);

@@ -44,13 +44,30 @@ struct cn_s3_graph_ops {
 	/* Whether the view is bound to S3 index bucket/index (dindex_bind.h): 0 with *gi,
 	 * -ENOENT otherwise. */
 	int (*info)(void *ctx, const char *bucket, const char *index, struct cn_s3_graph_info *gi);
-	/* The keys of node ids[0..n) in the view of generation gen, malloc'd into keys[0..*nk)
-	 * (ids without a key are skipped). -ESTALE (the view is of another generation now),
-	 * -ENOMEM. */
-	int (*keys)(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys,
-		    size_t *nk);
+	/* The keys the binding gives node ids[0..n) in the view of generation gen: keys[i]
+	 * malloc'd, or NULL for an id the binding has no key for (one the online indexer
+	 * added: cn_s3_gkeys.c knows those). -ESTALE (the view is of another generation now),
+	 * -ENOMEM (keys[] all NULL then). */
+	int (*keys)(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys);
+	/* The online indexer (cn_s3_index.c); NULL members: this compute node indexes nothing.
+	 * bound: the S3 index the view is bound to (bucket and index into room for 64 bytes
+	 * each) and its generation: 0, or -ENOENT. */
+	int (*bound)(void *ctx, char *bucket, char *index, uint64_t *gen);
+	/* Whether this compute node runs the indexer now (the first compute node with a
+	 * gateway that the cluster state does not declare down). */
+	bool (*indexer)(void *ctx);
+	/* Insert vecs[0..n) (dim floats each) into the view of generation gen with up to
+	 * nthreads threads at search breadth ef: ids[i] gets row i's node id, or UINT64_MAX
+	 * for a row that was not inserted. The number inserted, or -errno when none was
+	 * (-ESTALE another generation now, -ENOSPC the graph is full, ...). */
+	int (*insert)(void *ctx, uint64_t gen, const float *vecs, uint32_t n, uint32_t dim,
+		      uint32_t ef, uint32_t nthreads, uint64_t *ids);
+	/* Make the graph durable: every reachable memory node snapshots its region. 0 or
+	 * -errno. */
+	int (*snapshot)(void *ctx);
 };
-/* Give the gateway the compute node's graph (before the first request; ops stays valid). */
+/* Give the gateway the compute node's graph (before the first request; ops stays valid);
+ * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */
 void cn_s3_set_graph(struct cn_s3 *s, const struct cn_s3_graph_ops *ops, void *ctx);
 /* Write the gateway's counters in the Prometheus text format (s NULL: nothing). */
 void cn_s3_metrics(struct cn_s3 *s, FILE *out);

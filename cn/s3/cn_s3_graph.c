@@ -26,6 +26,7 @@ void cn_s3_set_graph(struct cn_s3 *s, const struct cn_s3_graph_ops *ops, void *c
 {
 	s->gops = ops;
 	s->gctx = ctx;
+	indexer_start(s);
 }
 
 /* A libdmann handle of the pool, connected as the gateways' identity to every compute
@@ -176,6 +177,33 @@ out:
 	return rc;
 }
 
+static int key_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sort keys[0..n) and drop repeats (two nodes of one key: a row indexed again after a
+ * re-put); the new count. */
+static size_t unique_keys(char **keys, size_t n)
+{
+	size_t m = 0;
+
+	if (n < 2)
+		return n;
+	qsort(keys, n, sizeof(*keys), key_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (m && !strcmp(keys[m - 1], keys[i])) {
+			free(keys[i]);
+			keys[i] = NULL;
+		} else {
+			keys[m++] = keys[i];
+		}
+	}
+	for (size_t i = m; i < n; i++)
+		keys[i] = NULL;
+	return m;
+}
+
 int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
 		const struct s3_qspec *q, struct mhit **out, size_t *nout, bool *complete)
 {
@@ -224,11 +252,20 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	}
 	if (rc)
 		goto out;
-	/* Node ids to keys with our view of the same generation (a node id past the keys was
-	 * inserted online without one: it is skipped). */
-	rc = s->gops->keys(s->gctx, gi.gen, ids, cnt, keys, &nk);
+	/* Node ids to keys: the binding's for the imported nodes (our view of the same
+	 * generation), the key log's for those the online indexer added; a node id neither
+	 * knows (inserted, not yet handed over) is skipped: its row is in the tail. */
+	rc = s->gops->keys(s->gctx, gi.gen, ids, cnt, keys);
+	if (!rc)
+		rc = gk_keys(s, b, x, st, ids, cnt, keys);
+	for (size_t i = 0; i < cnt; i++)
+		if (keys[i])
+			keys[nk++] = keys[i];
+	for (size_t i = nk; i < cnt; i++)
+		keys[i] = NULL;
 	if (rc)
 		goto out;
+	nk = unique_keys(keys, nk);
 	rc = fetch_rows(s, b, x, st, q, keys, nk, hits, &nh);
 	if (rc)
 		goto out;

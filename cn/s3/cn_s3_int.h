@@ -8,6 +8,8 @@
  *   cn_s3_hclient.c  the HTTP client of member sub-requests
  *   cn_s3_member.c   the member side: fragment fetch into the cache, exact scan
  *   cn_s3_graph.c    the graph path of a bulk-imported index (HNSW candidates by key)
+ *   cn_s3_gkeys.c    the copy of its key log (node ids the online indexer added -> keys)
+ *   cn_s3_index.c    the online indexer (tail rows into the graph, the mark moved on)
  *   s3_fcache.c      the fragment cache (hash map + LRU)
  */
 #ifndef DM_CN_S3_INT_H
@@ -51,6 +53,31 @@ struct mnslot {
 	uint64_t down_until;             /* atomic, dm_now_ns */
 };
 
+/* The copy of one memory node's key log of a graph-bound index (cn_s3_gkeys.c). */
+struct gkcache {
+	pthread_mutex_t mu;
+	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
+	int64_t created;
+	uint64_t tag, epoch;
+	uint32_t mn;
+	uint64_t n;                      /* log entries [0, n) copied */
+	struct gkslot { uint64_t id; char *key; } *slot;   /* open addressing, key NULL = empty */
+	size_t cap, used;
+};
+
+/* The online indexer (cn_s3_index.c). */
+struct s3_indexer {
+	pthread_t t;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;                       /* under mu */
+	uint32_t interval_ms, batch, threads, ef;
+	uint64_t full_until;             /* the graph was full: no insert before this */
+	/* counters (atomics) */
+	uint64_t rows, batches, errors, snapshots, snapshot_ns, insert_ns, lag;
+};
+
 struct cn_s3 {
 	const struct dm_cluster_cfg *cfg;
 	const struct dm_node_cfg *node;
@@ -92,6 +119,8 @@ struct cn_s3 {
 	uint64_t gretry_at;              /* no new connection before (after a failed one) */
 	uint64_t graph_min_rows;
 	uint32_t graph_ef, graph_beam, graph_widen;
+	struct gkcache gk;
+	struct s3_indexer ix;
 	/* counters (atomics) */
 	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
 	uint64_t graph_queries, graph_fallbacks, graph_errors;
@@ -197,6 +226,21 @@ void hcall_fini(struct hcall *h);
 int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
 		const struct s3_qspec *q, struct mhit **out, size_t *nout, bool *complete);
 void graph_pool_fini(struct cn_s3 *s);
+
+/* ---- cn_s3_gkeys.c ---- */
+
+/* Fill the NULL entries of keys[0..n) for node ids[0..n) from the key log of index b/x as
+ * state st describes it (brought up to st->gkeys entries first); ids the log does not hold
+ * stay NULL. 0 or -errno (the MN's, -ENOMEM). */
+int gk_keys(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
+	    const uint64_t *ids, size_t n, char **keys);
+void gk_fini(struct cn_s3 *s);
+
+/* ---- cn_s3_index.c ---- */
+
+/* Start the indexer thread (graph ops set, interval not 0); stop and join it. */
+void indexer_start(struct cn_s3 *s);
+void indexer_stop(struct cn_s3 *s);
 
 /* ---- cn_s3_query.c ---- */
 

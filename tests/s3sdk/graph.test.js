@@ -6,16 +6,22 @@
 //   - through the SDK, alternating between the two compute nodes' gateways: 2,000 new rows
 //     (the tail), 200 imported keys put again with new vectors, 200 imported and 50 tail
 //     keys deleted;
-//   - 200 queries without a filter, 200 with a 50% filter and 200 with a 10% filter have
-//     recall@10 >= 0.95 against a brute force computed here over the live rows; no deleted
-//     key comes back; a re-put key comes back only with its new vector's distance; every
-//     result passes its filter;
+//   - while the online indexer moves the tail into the graph, and again once it is done
+//     (dmann_cn_s3_index_lag_rows 0, every written row counted in
+//     dmann_cn_s3_indexed_rows_total): 200 queries without a filter, 200 with a 50% filter
+//     and 200 with a 10% filter have recall@10 >= 0.95 against a brute force computed here
+//     over the live rows; no deleted key comes back; a re-put key comes back only with its
+//     new vector's distance; every result passes its filter;
 //   - a sample of 2,000 acknowledged vectors (imported, tail, re-put), taken as they are
-//     acknowledged, each finds itself first;
+//     acknowledged, each finds itself first (after indexing: through the graph, the tail is
+//     empty);
 //   - the compute nodes' dmann_cn_s3_graph_queries_total shows the graph path served the
 //     queries (at least 90% of the unfiltered and 50%-filtered ones);
 //   - a memory node SIGKILLed and restarted (its rows renumbered by recovery): the same
-//     queries again, still served by the graph path, same recall.
+//     queries again, still served by the graph path, same recall;
+//   - every node SIGKILLed at once and started again (the graph comes back from the memory
+//     nodes' snapshots, the marks and key logs from the flat stores' logs): every sampled
+//     vector and every tail row still finds itself first, recall as before.
 // Environment: DMANN_BIN_DIR (dmann, dmann-mn, dmann-cn), S3SDK_NODE_MODULES, GRAPH_ROWS
 // (default 50000; the ASan build uses 10000). Run by tests/s3sdk/run.sh graph.
 'use strict';
@@ -89,6 +95,24 @@ function metric(port, name) {
       });
     }).on('error', reject);
   });
+}
+
+async function sumMetric(name) {
+  let v = 0;
+  for (const c of cns) v += await metric(c.metrics, name);
+  return v;
+}
+
+// Until the online indexer has moved every tail row into the graph (at most 300 s).
+async function waitIndexed(minRows) {
+  const t = Date.now();
+  for (;;) {
+    const lag = await sumMetric('dmann_cn_s3_index_lag_rows');
+    const rows = await sumMetric('dmann_cn_s3_indexed_rows_total');
+    if (lag === 0 && rows >= minRows) return { rows, s: (Date.now() - t) / 1e3 };
+    assert.ok(Date.now() - t < 300000, `indexing not done after 300 s: lag ${lag}, ${rows} rows`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 async function graphCounters() {
@@ -249,6 +273,10 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   console.log(`FIGURES writes: ${TAIL} new, ${REPUT} re-put, ${dels.length} deleted through ` +
     `the SDK in ${((Date.now() - t2) / 1e3).toFixed(1)} s; ${live.size} live rows`);
 
+  const lag0 = await sumMetric('dmann_cn_s3_index_lag_rows');
+  const idx0 = await sumMetric('dmann_cn_s3_indexed_rows_total');
+  console.log(`FIGURES before the first round: ${idx0} rows indexed, ${lag0} past the mark ` +
+    '(at the indexer\'s last look)');
   const c0 = await graphCounters();
   const t3 = Date.now();
   const rNone = await recallRun(null);
@@ -258,7 +286,9 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   const rCat = await recallRun({ cat: 'c3' });
   const c3 = await graphCounters();
   const qs = (Date.now() - t3) / 1e3;
-  console.log(`FIGURES recall@10: ${rNone.toFixed(4)} unfiltered, ${rHalf.toFixed(4)} half, ` +
+  const idx1 = await sumMetric('dmann_cn_s3_indexed_rows_total');
+  console.log(`FIGURES rows indexed during the first round: ${idx1 - idx0}`);
+  console.log(`FIGURES recall@10 (while indexing): ${rNone.toFixed(4)} unfiltered, ${rHalf.toFixed(4)} half, ` +
     `${rCat.toFixed(4)} cat (10%); ${3 * NQ} queries in ${qs.toFixed(1)} s; graph path ` +
     `${c1.q - c0.q}/${c2.q - c1.q}/${c3.q - c2.q} of ${NQ} each, then sent to the exact ` +
     `path ${c1.fb - c0.fb}/${c2.fb - c1.fb}/${c3.fb - c2.fb}, graph errors ${c3.err - c0.err}`);
@@ -269,14 +299,46 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   assert.ok(c2.q - c1.q >= 0.9 * NQ, `graph path served ${c2.q - c1.q} of ${NQ} half-filtered`);
   assert.equal(c3.err - c0.err, 0, 'graph searches failed');
 
+  // Indexing done: the tail is in the graph, the same checks again.
+  const wrote = TAIL - DEL_TAIL + REPUT;
+  const ixd = await waitIndexed(wrote);
+  const snaps = await sumMetric('dmann_cn_s3_index_snapshots_total');
+  const insMs = await sumMetric('dmann_cn_s3_index_insert_milliseconds_total');
+  console.log(`FIGURES indexed: ${ixd.rows} rows in the graph ${ixd.s.toFixed(1)} s after the ` +
+    `first recall round (${snaps} graph snapshots; inserts at ` +
+    `${(ixd.rows / Math.max(insMs, 1) * 1e3).toFixed(0)} rows/s)`);
+  const c6 = await graphCounters();
+  const iNone = await recallRun(null);
+  const c7 = await graphCounters();
+  const iHalf = await recallRun({ half: 0 });
+  const c8 = await graphCounters();
+  const iCat = await recallRun({ cat: 'c3' });
+  const c9 = await graphCounters();
+  console.log(`FIGURES recall@10 (indexed): ${iNone.toFixed(4)} unfiltered, ` +
+    `${iHalf.toFixed(4)} half, ${iCat.toFixed(4)} cat (10%); graph path ` +
+    `${c7.q - c6.q}/${c8.q - c7.q}/${c9.q - c8.q} of ${NQ} each, exact after the graph ` +
+    `${c7.fb - c6.fb}/${c8.fb - c7.fb}/${c9.fb - c8.fb}, graph errors ${c9.err - c6.err}`);
+  assert.ok(iNone >= 0.95, `indexed: recall@10 without a filter ${iNone}`);
+  assert.ok(iHalf >= 0.95, `indexed: recall@10 with the 50% filter ${iHalf}`);
+  assert.ok(iCat >= 0.95, `indexed: recall@10 with the 10% filter ${iCat}`);
+  assert.ok(c7.q - c6.q >= 0.9 * NQ, `indexed: graph path served ${c7.q - c6.q} unfiltered`);
+  assert.ok(c8.q - c7.q >= 0.9 * NQ, `indexed: graph path served ${c8.q - c7.q} half-filtered`);
+  assert.equal(c9.err - c6.err, 0, 'indexed: graph searches failed');
+
   // Self-find: each sampled acknowledged vector is its own nearest neighbour.
-  let found = 0;
-  for (let i = 0; i < sample.length; i++) {
-    const got = await query(clients[i % 2], live.get(sample[i]).v, 1, null);
-    if (got.length && got[0].key === sample[i]) found++;
-  }
-  console.log(`FIGURES self-find: ${found} of ${sample.length}`);
-  assert.equal(found, sample.length, 'acknowledged vectors that do not find themselves');
+  const selfFind = async (keys, what) => {
+    let found = 0;
+    const miss = [];
+    for (let i = 0; i < keys.length; i++) {
+      const got = await query(clients[i % 2], live.get(keys[i]).v, 1, null);
+      if (got.length && got[0].key === keys[i]) found++;
+      else if (miss.length < 5) miss.push(keys[i]);
+    }
+    console.log(`FIGURES self-find ${what}: ${found} of ${keys.length}`);
+    assert.equal(found, keys.length, `${what}: acknowledged vectors that do not find ` +
+      `themselves, e.g. ${miss.join(' ')}`);
+  };
+  await selfFind(sample, 'sample (indexed)');
 
   // A memory node SIGKILLed and restarted: recovery renumbers its rows and the graph mark.
   execFileSync(DMANN, ['local', 'kill', '--dir', cdir, 'mn0'], { stdio: 'ignore' });
@@ -299,4 +361,31 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
     `${c5.q - c4.q} of ${NQ}`);
   assert.ok(rAfter >= 0.95, `recall@10 after the restart ${rAfter}`);
   assert.ok(c5.q - c4.q >= 0.9 * NQ, `graph path after the restart: ${c5.q - c4.q}`);
+
+  // Every node SIGKILLed at once (a power cut), then started again: the graph from the
+  // memory nodes' snapshots, marks and key logs from the flat stores' logs.
+  for (const n of ['cn0', 'cn1', 'mn0', 'mn1'])
+    execFileSync(DMANN, ['local', 'kill', '--dir', cdir, n], { stdio: 'ignore' });
+  for (const n of ['mn0', 'mn1', 'cn0', 'cn1']) {
+    for (let i = 0; ; i++) {
+      try {
+        execFileSync(DMANN, ['local', 'start', '--dir', cdir, n], { stdio: 'ignore' });
+        break;
+      } catch (e) {
+        if (i >= 40) throw e;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+  await new Promise((r) => setTimeout(r, 4000));
+  const c10 = await graphCounters();
+  const rCut = await recallRun(null);
+  const c11 = await graphCounters();
+  console.log(`FIGURES after a full-cluster SIGKILL: recall@10 ${rCut.toFixed(4)}, graph path ` +
+    `${c11.q - c10.q} of ${NQ}`);
+  assert.ok(rCut >= 0.95, `recall@10 after the full restart ${rCut}`);
+  assert.ok(c11.q - c10.q >= 0.9 * NQ, `graph path after the full restart: ${c11.q - c10.q}`);
+  const tailKeys = [...live.keys()].filter((k) => k[0] === 't');
+  await selfFind(sample, 'sample (after the full restart)');
+  await selfFind(tailKeys, 'tail rows (after the full restart)');
 });

@@ -1,0 +1,216 @@
+/* cn_graph.c: the compute node's side of its gateway's graph path (cn_graph.h). The
+ * gateway asks the node's index view for the keys of graph node ids and, on the one
+ * compute node that runs the online indexer (cn/s3/cn_s3_index.c), inserts tail rows into
+ * the graph with the online insert engine (cn_insert.h) on a few threads, and has every
+ * memory node snapshot its region so that the inserted records are durable before the
+ * indexer hands them over to the flat store. */
+#include "cn_graph.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cn_insert.h"
+#include "dindex.h"
+#include "dindex_bind.h"
+
+#define INS_CHUNK 16u                /* rows a thread takes at a time */
+#define INS_MAX_THREADS 64u
+#define SNAP_CONNECT_MS 2000
+
+/* The indexer's engines: one indexer thread per process calls insert, so they are not
+ * shared; created on first use, freed by cn_graph_fini. */
+static struct cn_insert *engines[INS_MAX_THREADS];
+
+static int graph_info(void *ctx, const char *bucket, const char *index,
+		      struct cn_s3_graph_info *gi)
+{
+	struct cn *cn = ctx;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->idx;
+
+	if (d && d->bind && !strcmp(d->bind->bucket, bucket) && !strcmp(d->bind->index, index)) {
+		*gi = (struct cn_s3_graph_info){ .gen = d->gen, .metric = (uint32_t)d->p.metric,
+						 .dim = d->p.dim };
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	return rc;
+}
+
+static int graph_keys(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys)
+{
+	struct cn *cn = ctx;
+	int rc = 0;
+
+	memset(keys, 0, n * sizeof(*keys));
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->idx;
+
+	if (!d || !d->bind || d->gen != gen)
+		rc = -ESTALE;
+	for (size_t i = 0; !rc && i < n; i++) {
+		uint32_t kl;
+		const char *k = dindex_bind_key(d->bind, ids[i], &kl);
+
+		if (k && !(keys[i] = strndup(k, kl)))
+			rc = -ENOMEM;
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	if (rc == -ENOMEM)
+		for (size_t i = 0; i < n; i++) {
+			free(keys[i]);
+			keys[i] = NULL;
+		}
+	return rc;
+}
+
+static int graph_bound(void *ctx, char *bucket, char *index, uint64_t *gen)
+{
+	struct cn *cn = ctx;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->idx;
+
+	if (d && d->bind) {
+		snprintf(bucket, 64, "%s", d->bind->bucket);
+		snprintf(index, 64, "%s", d->bind->index);
+		*gen = d->gen;
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	return rc;
+}
+
+static bool graph_indexer(void *ctx)
+{
+	struct cn *cn = ctx;
+	const struct dm_cluster_cfg *cfg = cn->cfg;
+
+	for (uint32_t c = 0; c < cfg->n_cn && c < DM_MAX_NODES; c++) {
+		bool down;
+
+		if (!cfg->cn[c].http[0])
+			continue;       /* no gateway there: it runs no indexer */
+		down = c == cn->node->id ? atomic_load(&cn->state_self_down) :
+					  atomic_load(&cn->state_cn_down[c]);
+		if (!down)
+			return c == cn->node->id;
+	}
+	return false;
+}
+
+struct ins_job {
+	struct cn *cn;
+	uint64_t gen;
+	const float *v;
+	uint32_t n, dim, ef;
+	uint64_t *ids;
+	atomic_uint next, done;
+	atomic_int err;
+};
+
+struct ins_arg {
+	struct ins_job *j;
+	struct cn_insert *e;
+	pthread_t t;
+};
+
+static void *ins_main(void *arg)
+{
+	struct ins_arg *a = arg;
+	struct ins_job *j = a->j;
+	struct cn *cn = j->cn;
+
+	for (;;) {
+		uint32_t i = atomic_fetch_add(&j->next, INS_CHUNK), cnt;
+		struct cn_insert_stats st = { 0 };
+		int rc;
+
+		if (i >= j->n || atomic_load(&j->err))
+			break;
+		cnt = DM_MIN(INS_CHUNK, j->n - i);
+		pthread_rwlock_rdlock(&cn->lock);
+		rc = cn->idx && cn->idx->gen == j->gen ?
+			cn_insert_run(a->e, cn->idx, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef,
+				      j->ids + i, &st) : -ESTALE;
+		pthread_rwlock_unlock(&cn->lock);
+		atomic_fetch_add(&cn->inserts, st.inserted);
+		atomic_fetch_add(&cn->insert_links, st.links);
+		atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
+		atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
+		atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
+		atomic_fetch_add(&cn->salvaged, st.salvaged);
+		atomic_fetch_add(&j->done, (unsigned)st.inserted);
+		for (uint64_t k = st.inserted; k < cnt; k++)
+			j->ids[i + k] = UINT64_MAX;
+		if (st.inserted < cnt) {
+			int err = rc < 0 ? rc : st.err ? st.err : -EIO;
+			int zero = 0;
+
+			atomic_compare_exchange_strong(&j->err, &zero, err);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static int graph_insert(void *ctx, uint64_t gen, const float *vecs, uint32_t n, uint32_t dim,
+			uint32_t ef, uint32_t nthreads, uint64_t *ids)
+{
+	struct cn *cn = ctx;
+	struct ins_arg a[INS_MAX_THREADS];
+	struct ins_job j = { .cn = cn, .gen = gen, .v = vecs, .n = n, .dim = dim, .ef = ef,
+			     .ids = ids };
+	uint32_t nt = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = UINT64_MAX;
+	nthreads = DM_MAX(1u, DM_MIN(nthreads, INS_MAX_THREADS));
+	nthreads = DM_MIN(nthreads, (n + INS_CHUNK - 1) / INS_CHUNK);
+	for (uint32_t t = 0; t < nthreads; t++) {
+		if (!engines[t] && !(engines[t] = cn_insert_new(cn)))
+			break;
+		a[nt] = (struct ins_arg){ .j = &j, .e = engines[t] };
+		if (pthread_create(&a[nt].t, NULL, ins_main, &a[nt]))
+			break;
+		nt++;
+	}
+	if (!nt && n)
+		return -ENOMEM;
+	for (uint32_t t = 0; t < nt; t++)
+		pthread_join(a[t].t, NULL);
+	if (atomic_load(&j.done))
+		return (int)atomic_load(&j.done);
+	return n ? atomic_load(&j.err) : 0;
+}
+
+static int graph_snapshot(void *ctx)
+{
+	struct cn *cn = ctx;
+	struct mn_set *s = mn_set_open(cn->cfg, cn->x, cn->pool, false, SNAP_CONNECT_MS);
+	int rc;
+
+	if (!s)
+		return -errno;
+	rc = mn_set_snapshot(s);
+	mn_set_close(s);
+	return rc;
+}
+
+const struct cn_s3_graph_ops cn_graph_ops = {
+	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexer = graph_indexer,
+	.insert = graph_insert, .snapshot = graph_snapshot,
+};
+
+void cn_graph_fini(struct cn *cn)
+{
+	(void)cn;
+	for (uint32_t t = 0; t < INS_MAX_THREADS; t++) {
+		cn_insert_free(engines[t]);
+		engines[t] = NULL;
+	}
+}

@@ -1,0 +1,459 @@
+/* cn_s3_index.c: the online indexer of a graph-bound index (docs/api.md, "Online
+ * indexing"). One compute node runs it (cn_s3_graph_ops.indexer: the first compute node
+ * with a gateway that the cluster state does not declare down). Every [s3]
+ * index_interval_ms it
+ *   1. reads the index's state from the first reachable replica of its bucket (the
+ *      primary) and, when rows past the graph mark exist, up to [s3] index_batch live
+ *      rows from the mark on (FL_FRAG), skipping rows it has handed over already;
+ *   2. inserts them into the graph through the compute node's online insert engine
+ *      (cn_insert.h: INSERT of Malkov & Yashunin against remote memory) on [s3]
+ *      index_threads threads at efConstruction [s3] index_ef;
+ *   3. makes the graph durable: every memory node snapshots its region;
+ *   4. hands the batch to every replica of the bucket (FL_GINDEX: node id, key, CRC32C of
+ *      the vector per row; logged there), which moves each replica's mark over the rows it
+ *      holds.
+ * A row is in the tail's scan set until step 4 reached its replica, and in the graph only
+ * once the graph holding it is durable, so no acknowledged row is ever in neither, across
+ * restarts too (a graph restored from an older snapshot lacks only nodes whose rows are
+ * still past the mark). A batch whose snapshot or hand-over failed is kept and handed over
+ * again (to the replicas that missed it) before anything new is inserted; rows whose
+ * insert failed stay in the tail (a full graph: -ENOSPC, counted and logged once). A
+ * compute node that dies mid-batch leaves nodes nobody has a key for: they route but are
+ * never returned (their rows are indexed again by the next indexer). */
+#include "cn_s3_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define IX_PIECE_BYTES (8u << 20)     /* row bytes per FL_FRAG answer */
+#define IX_FULL_WAIT_NS 30000000000ull /* a full graph is tried again after this */
+
+/* A batch inserted into the graph and not yet handed over to every replica. */
+struct ipend {
+	bool have, durable;
+	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
+	int64_t created;
+	uint64_t tag;
+	uint32_t n;
+	uint64_t *ids;
+	char **keys;
+	uint32_t *vcrc;
+	uint64_t acked;                  /* replicas (by memory node id) that took it */
+};
+
+/* Row versions handed over for the current index (key hash ^ vector CRC): rows past a row
+ * the mark stops at are read again, and must not be inserted twice. */
+struct handed {
+	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
+	int64_t created;
+	uint64_t tag;
+	uint64_t *set;
+	size_t cap, n;
+};
+
+/* Rows read from the tail. */
+struct tail {
+	uint32_t n, max, dim;
+	float *vec;
+	char **keys;
+	uint32_t *vcrc;
+};
+
+static uint64_t ver_hash(const char *key, uint32_t vcrc)
+{
+	uint64_t h = flat_key_hash(key, strlen(key)) ^ ((uint64_t)vcrc * 0x9e3779b97f4a7c15ull);
+
+	return h ? h : 1;
+}
+
+static bool handed_has(const struct handed *hd, uint64_t h)
+{
+	if (!hd->cap)
+		return false;
+	for (size_t i = h & (hd->cap - 1);; i = (i + 1) & (hd->cap - 1)) {
+		if (hd->set[i] == h)
+			return true;
+		if (!hd->set[i])
+			return false;
+	}
+}
+
+static void handed_add(struct handed *hd, uint64_t h)
+{
+	if ((hd->n + 1) * 2 > hd->cap) {
+		size_t cap = hd->cap ? hd->cap * 2 : 4096;
+		uint64_t *ns = calloc(cap, sizeof(*ns));
+
+		if (!ns)
+			return;         /* only a cost: such a row may be inserted twice */
+		for (size_t i = 0; i < hd->cap; i++) {
+			if (!hd->set[i])
+				continue;
+			size_t j = hd->set[i] & (cap - 1);
+
+			while (ns[j])
+				j = (j + 1) & (cap - 1);
+			ns[j] = hd->set[i];
+		}
+		free(hd->set);
+		hd->set = ns;
+		hd->cap = cap;
+	}
+	size_t i = h & (hd->cap - 1);
+
+	while (hd->set[i] && hd->set[i] != h)
+		i = (i + 1) & (hd->cap - 1);
+	if (!hd->set[i]) {
+		hd->set[i] = h;
+		hd->n++;
+	}
+}
+
+static void pend_free(struct ipend *p)
+{
+	for (uint32_t i = 0; p->keys && i < p->n; i++)
+		free(p->keys[i]);
+	free(p->keys);
+	free(p->ids);
+	free(p->vcrc);
+	memset(p, 0, sizeof(*p));
+}
+
+static void tail_free(struct tail *t)
+{
+	for (uint32_t i = 0; t->keys && i < t->n; i++)
+		free(t->keys[i]);
+	free(t->keys);
+	free(t->vec);
+	free(t->vcrc);
+	memset(t, 0, sizeof(*t));
+}
+
+/* One FL_FRAG piece of fragment f from row `from` into t (live rows not handed over);
+ * *next gets the row after the piece. */
+static int read_piece(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
+		      uint64_t f, uint32_t from, const struct handed *hd, struct tail *t,
+		      uint32_t *next)
+{
+	struct dm_buf w = { 0 };
+	uint8_t *resp = NULL;
+	size_t rlen;
+	uint32_t rows;
+	const uint8_t *dead;
+	int rc;
+
+	dm_buf_str(&w, b);
+	dm_buf_str(&w, x);
+	dm_buf_u64(&w, st->epoch);
+	dm_buf_u64(&w, (uint64_t)st->created);
+	dm_buf_u64(&w, f);
+	dm_buf_u32(&w, from);
+	dm_buf_u32(&w, MY_MSG);
+	dm_buf_u32(&w, IX_PIECE_BYTES);
+	rc = mn_call(s, st->mn, DM_OP_FL_FRAG, &w, &resp, &rlen);   /* frees w */
+	if (rc)
+		return rc;
+	struct dm_rbuf rb = { .p = resp, .n = rlen };
+
+	rows = dm_rbuf_u32(&rb);
+	dead = dm_rbuf_get(&rb, rows);
+	if (rb.bad || rows <= from || rows > st->frag_rows) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	for (uint32_t r = from; r < rows && !rc; r++) {
+		uint32_t kl, ml, fl;
+		const char *k = dm_rbuf_bytes(&rb, &kl, FLAT_KEY_MAX);
+		const void *v;
+
+		(void)dm_rbuf_bytes(&rb, &ml, DM_FL_MAX_STREAM);
+		(void)dm_rbuf_bytes(&rb, &fl, DM_FL_MAX_STREAM);
+		v = dm_rbuf_get(&rb, (size_t)st->dim * sizeof(float));
+		if (rb.bad || !kl || memchr(k, 0, kl)) {
+			rc = -EBADMSG;
+			break;
+		}
+		if (dead[r] || t->n == t->max)
+			continue;
+		float *dst = t->vec + (size_t)t->n * st->dim;
+
+		memcpy(dst, v, (size_t)st->dim * sizeof(float));
+		char *key = strndup(k, kl);
+
+		if (!key) {
+			rc = -ENOMEM;
+			break;
+		}
+		uint32_t crc = flat_vec_crc(dst, st->dim);
+
+		if (handed_has(hd, ver_hash(key, crc))) {
+			free(key);
+			continue;
+		}
+		t->keys[t->n] = key;
+		t->vcrc[t->n] = crc;
+		t->n++;
+	}
+	if (!rc && rb.at != rb.n)
+		rc = -EBADMSG;
+	*next = rows;
+out:
+	free(resp);
+	return rc;
+}
+
+/* Up to t->max live rows from the mark on (primary's state st). */
+static int read_tail(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
+		     const struct handed *hd, struct tail *t)
+{
+	for (uint64_t f = st->mark / st->frag_rows; f < st->nfrag && t->n < t->max; f++) {
+		uint32_t from = f == st->mark / st->frag_rows ?
+				(uint32_t)(st->mark % st->frag_rows) : 0;
+
+		while (from < st->fr[f].rows && t->n < t->max) {
+			int rc = read_piece(s, b, x, st, f, from, hd, t, &from);
+
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* FL_GINDEX of batch p (NULL: the advance alone) on memory node mn. */
+static int hand_over(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
+		     int64_t created, uint64_t tag, const struct ipend *p)
+{
+	struct dm_buf w = { 0 };
+	uint8_t *resp = NULL;
+	size_t rlen;
+	int rc;
+
+	dm_buf_str(&w, b);
+	dm_buf_str(&w, x);
+	dm_buf_u64(&w, (uint64_t)created);
+	dm_buf_u64(&w, tag);
+	dm_buf_u32(&w, p ? p->n : 0);
+	for (uint32_t i = 0; p && i < p->n; i++) {
+		dm_buf_u64(&w, p->ids[i]);
+		dm_buf_str(&w, p->keys[i]);
+		dm_buf_u32(&w, p->vcrc[i]);
+	}
+	rc = mn_call(s, mn, DM_OP_FL_GINDEX, &w, &resp, &rlen);   /* frees w */
+	free(resp);
+	return rc;
+}
+
+/* Insert the tail rows t into the graph of generation gen: the inserted ones become batch
+ * p. */
+static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
+			 const struct ixstate *st, uint64_t gen, struct tail *t, struct ipend *p)
+{
+	struct s3_indexer *ix = &s->ix;
+	uint64_t *ids = malloc((size_t)t->n * sizeof(*ids));
+	int rc;
+
+	if (!ids)
+		return;
+	uint64_t t0 = dm_now_ns();
+
+	rc = s->gops->insert(s->gctx, gen, t->vec, t->n, st->dim, ix->ef, ix->threads, ids);
+	__atomic_add_fetch(&ix->insert_ns, dm_now_ns() - t0, __ATOMIC_RELAXED);
+	if (rc < (int)t->n) {
+		bool full = rc == -ENOSPC || rc == -ENOENT;
+
+		__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
+		if (!full || !ix->full_until)
+			dm_warn("cn%u: s3: indexer: %s/%s: %d of %u rows inserted into the graph%s%s; "
+				"the others stay in the tail (scanned exactly)%s", s->node->id, b, x,
+				rc > 0 ? rc : 0, t->n, rc < 0 ? ": " : "",
+				rc == -ENOENT ? "the graph has no spare room (dmann load --spare)" :
+				rc < 0 ? strerror(-rc) : "",
+				full ? "; trying again every 30 s" : "");
+		/* A full graph: try again later, not every round. */
+		ix->full_until = full ? dm_now_ns() + IX_FULL_WAIT_NS : 0;
+	}
+	if (rc <= 0) {
+		free(ids);
+		return;
+	}
+	*p = (struct ipend){ .have = true, .created = st->created, .tag = gen,
+			     .ids = calloc((size_t)rc, sizeof(uint64_t)),
+			     .keys = calloc((size_t)rc, sizeof(char *)),
+			     .vcrc = calloc((size_t)rc, sizeof(uint32_t)) };
+	snprintf(p->b, sizeof(p->b), "%s", b);
+	snprintf(p->x, sizeof(p->x), "%s", x);
+	if (!p->ids || !p->keys || !p->vcrc) {
+		pend_free(p);   /* the nodes stay keyless: the rows are indexed again later */
+		free(ids);
+		return;
+	}
+	for (uint32_t i = 0; i < t->n; i++) {
+		if (ids[i] == UINT64_MAX)
+			continue;
+		p->ids[p->n] = ids[i];
+		p->keys[p->n] = t->keys[i];
+		p->vcrc[p->n] = t->vcrc[i];
+		t->keys[i] = NULL;
+		p->n++;
+	}
+	free(ids);
+}
+
+static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
+{
+	struct s3_indexer *ix = &s->ix;
+	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
+	uint32_t mns[DM_MAX_NODES];
+	struct ixstate st;
+	uint64_t gen, total = 0;
+	int nm, pi = -1;
+
+	if (s->gops->bound(s->gctx, b, x, &gen) || !s->gops->indexer(s->gctx))
+		return;
+	nm = bucket_mns(s, b, mns);
+	for (int i = 0; i < nm && pi < 0; i++)
+		if (!mn_is_down(s, mns[i]) && ixstate_fetch(s, mns[i], b, x, &st) == 0)
+			pi = i;
+	if (pi < 0)
+		return;
+	if (st.mark_tag != gen || !st.mark)
+		goto out;               /* the index is not (or no longer) this graph's */
+	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->created != st.created ||
+	    hd->tag != gen) {
+		free(hd->set);
+		*hd = (struct handed){ .created = st.created, .tag = gen };
+		snprintf(hd->b, sizeof(hd->b), "%s", b);
+		snprintf(hd->x, sizeof(hd->x), "%s", x);
+	}
+	if (p->have && (strcmp(p->b, b) || strcmp(p->x, x) || p->created != st.created ||
+			p->tag != gen))
+		pend_free(p);           /* re-created or imported again meanwhile */
+	for (uint32_t i = 0; i < st.nfrag; i++)
+		total += st.fr[i].rows;
+	__atomic_store_n(&ix->lag, total > st.mark ? total - st.mark : 0, __ATOMIC_RELAXED);
+	if (!p->have && total > st.mark && dm_now_ns() >= ix->full_until) {
+		struct tail t = { .max = ix->batch, .dim = st.dim };
+
+		t.vec = malloc((size_t)t.max * st.dim * sizeof(float));
+		t.keys = calloc(t.max, sizeof(char *));
+		t.vcrc = calloc(t.max, sizeof(uint32_t));
+		if (t.vec && t.keys && t.vcrc && read_tail(s, b, x, &st, hd, &t) == 0 && t.n)
+			insert_batch(s, b, x, &st, gen, &t, p);
+		tail_free(&t);
+	}
+	if (p->have && !p->durable) {
+		uint64_t t0 = dm_now_ns();
+		int rc = s->gops->snapshot(s->gctx);
+
+		__atomic_add_fetch(&ix->snapshots, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ix->snapshot_ns, dm_now_ns() - t0, __ATOMIC_RELAXED);
+		if (rc) {
+			__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
+			dm_warn("cn%u: s3: indexer: the snapshot of the graph failed (%s); %u rows "
+				"wait in the tail", s->node->id, strerror(-rc), p->n);
+			goto out;
+		}
+		p->durable = true;
+	}
+	/* The hand-over to every replica of the bucket (or, with nothing new, the advance
+	 * alone: rows that reached a replica after the entries that hold them). */
+	bool all = true;
+
+	for (int i = 0; i < nm; i++) {
+		uint64_t bit = 1ull << (mns[i] % 64);
+		int rc;
+
+		if (p->have && (p->acked & bit))
+			continue;
+		if (mn_is_down(s, mns[i])) {
+			all = false;
+			continue;
+		}
+		rc = hand_over(s, mns[i], b, x, st.created, gen, p->have ? p : NULL);
+		if (!rc && p->have)
+			p->acked |= bit;
+		if (rc && rc != -ENOENT && rc != -ESTALE && p->have) {
+			all = false;
+			__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
+		}
+	}
+	if (p->have && all) {
+		dm_info("cn%u: s3: indexer: %u rows of %s/%s handed over to the graph (%llu rows "
+			"were past the mark)", s->node->id, p->n, b, x,
+			(unsigned long long)(total - st.mark));
+		for (uint32_t i = 0; i < p->n; i++)
+			handed_add(hd, ver_hash(p->keys[i], p->vcrc[i]));
+		__atomic_add_fetch(&ix->rows, p->n, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ix->batches, 1, __ATOMIC_RELAXED);
+		pend_free(p);
+	}
+out:
+	ixstate_fini(&st);
+}
+
+static void *indexer_main(void *arg)
+{
+	struct cn_s3 *s = arg;
+	struct s3_indexer *ix = &s->ix;
+	struct ipend p = { 0 };
+	struct handed hd = { 0 };
+
+	pthread_mutex_lock(&ix->mu);
+	while (!ix->stop) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += ix->interval_ms / 1000;
+		ts.tv_nsec += (long)(ix->interval_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&ix->cv, &ix->mu, &ts);
+		if (ix->stop)
+			break;
+		pthread_mutex_unlock(&ix->mu);
+		round_once(s, &p, &hd);
+		pthread_mutex_lock(&ix->mu);
+	}
+	pthread_mutex_unlock(&ix->mu);
+	pend_free(&p);
+	free(hd.set);
+	return NULL;
+}
+
+void indexer_start(struct cn_s3 *s)
+{
+	struct s3_indexer *ix = &s->ix;
+
+	if (ix->started || !s->gops || !s->gops->insert || !ix->interval_ms)
+		return;
+	pthread_mutex_init(&ix->mu, NULL);
+	pthread_cond_init(&ix->cv, NULL);
+	ix->stop = false;
+	if (pthread_create(&ix->t, NULL, indexer_main, s)) {
+		dm_warn("cn%u: s3: no online indexer: %s", s->node->id, strerror(errno));
+		pthread_cond_destroy(&ix->cv);
+		pthread_mutex_destroy(&ix->mu);
+		return;
+	}
+	ix->started = true;
+}
+
+void indexer_stop(struct cn_s3 *s)
+{
+	struct s3_indexer *ix = &s->ix;
+
+	if (!ix->started)
+		return;
+	pthread_mutex_lock(&ix->mu);
+	ix->stop = true;
+	pthread_cond_signal(&ix->cv);
+	pthread_mutex_unlock(&ix->mu);
+	pthread_join(ix->t, NULL);
+	pthread_cond_destroy(&ix->cv);
+	pthread_mutex_destroy(&ix->mu);
+	ix->started = false;
+}
