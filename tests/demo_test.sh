@@ -1,8 +1,9 @@
 #!/bin/bash
 # demo_test.sh: the README's main command does what it says: `dmann demo` starts a local
 # cluster, builds the index and bulk-imports it into an S3 Vectors index, answers native
-# queries with high recall, writes, queries and deletes through the S3 calls (QueryVectors
-# served by the graph path), and leaves no process behind. Usage: demo_test.sh BUILD_ROOT
+# queries with high recall, writes, queries and deletes through the S3 calls (the written
+# rows indexed online and found through the graph, QueryVectors served by the graph path),
+# and leaves no process behind. Usage: demo_test.sh BUILD_ROOT
 set -u
 BUILD=${1:?build root}
 DIR=$(mktemp -d /tmp/dmann-demo-test.XXXXXX)
@@ -25,9 +26,11 @@ grep -q "errors" "$DIR/out.txt" && ! grep -q "queries failed" "$DIR/out.txt" ||
 # The S3 part: new vectors find themselves, QueryVectors' recall, served by the graph path.
 grep -q "each new vector queried with itself: 200 of 200 found first" "$DIR/out.txt" ||
 	{ echo "FAIL: new vectors did not all find themselves"; exit 1; }
+grep -q "the online indexer moved them into the graph within .*: 200 of 200 found first, 200 of 200 queries on the graph path" "$DIR/out.txt" ||
+	{ echo "FAIL: the online indexer did not move the new vectors into the graph, or they were not found through it"; exit 1; }
 r=$(sed -n 's/^QueryVectors: .* recall@10 \([0-9.]*\).*/\1/p' "$DIR/out.txt")
 awk -v r="${r:-0}" 'BEGIN { exit !(r >= 0.95) }' || { echo "FAIL: QueryVectors recall ${r:-none} < 0.95"; exit 1; }
 g=$(sed -n 's/^served by the graph path: \([0-9]*\) of \([0-9]*\).*/\1 \2/p' "$DIR/out.txt")
 set -- $g
 [ -n "${1:-}" ] && [ "$1" = "$2" ] || { echo "FAIL: the graph path served ${1:-?} of ${2:-?} queries"; exit 1; }
-echo "PASS: demo ran, recall >= 0.95 twice, the S3 calls on the graph path, no process left"
+echo "PASS: demo ran, recall >= 0.95 twice, the S3 calls on the graph path, new rows indexed online, no process left"
