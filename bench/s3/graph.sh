@@ -16,7 +16,7 @@
 # <!-- BEGIN graph --> markers of docs/benchmarks.md.
 #
 # Env: N (1000000), TAIL (50000), WARM (500), MEAS (2000), EF (graph_ef, 64), CACHE ([cn]
-# cache, 10%), IXBATCH ([s3] index_batch, 8192), BUILD
+# cache, 10%), IXBATCH ([s3] index_batch, 8192), IXTHREADS ([s3] index_threads, 4), BUILD
 # (build), WORK (/dev/shm/dmann-graph or ~/.cache/dmann-bench/graph).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +29,7 @@ MEAS=${MEAS:-2000}
 EF=${EF:-64}
 CACHE=${CACHE:-10%}
 IXBATCH=${IXBATCH:-8192}
+IXTHREADS=${IXTHREADS:-4}
 SPARE=$((TAIL + TAIL / 5))
 DMANN=$ROOT/$BUILD/cn/dmann
 GB=$ROOT/$BUILD/bench/graph_bench
@@ -79,7 +80,7 @@ rm -f "$WORK/import.fbin"
 REC=$(( $(stat -c %s "$WORK/idx.hnsw") / 1048576 ))
 REGION=$(( REC * 2 * (N + SPARE) / N + 512 ))
 "$DMANN" local up --mn 2 --cn 2 --dir "$CDIR" --redundancy 2 --region-mb $REGION \
-	--s3-set graph_ef=$EF --s3-set index_batch=$IXBATCH --cn-set cache=$CACHE >/dev/null
+	--s3-set graph_ef=$EF --s3-set index_batch=$IXBATCH --s3-set index_threads=$IXTHREADS --cn-set cache=$CACHE >/dev/null
 INI=$CDIR/cluster.ini
 log "bulk import into bkt/idx (region ${REGION} MiB per memory node)"
 T0=$(date +%s.%N)
@@ -147,13 +148,13 @@ run exact
 ELAPSED=$(( $(date +%s) - START ))
 
 $PY - "$WORK" "$ROOT/docs/benchmarks.md" "$N" "$TAIL" "$WARM" "$MEAS" "$EF" "$BUILD_S" \
-	"$IMPORT_S" "$ELAPSED" "$CACHE" "$INDEX_S" "$IXBATCH" <<'EOF'
+	"$IMPORT_S" "$ELAPSED" "$CACHE" "$INDEX_S" "$IXBATCH" "$IXTHREADS" <<'EOF'
 import json, re, subprocess, sys
 w, md = sys.argv[1], sys.argv[2]
 n, tail, warm, meas, ef = map(int, sys.argv[3:8])
 build_s, import_s, elapsed = float(sys.argv[8]), float(sys.argv[9]), sys.argv[10]
 cache = sys.argv[11]
-index_s, ixbatch = float(sys.argv[12]), int(sys.argv[13])
+index_s, ixbatch, ixthreads = float(sys.argv[12]), int(sys.argv[13]), int(sys.argv[14])
 irows, ins_ms, snaps, snap_s = map(int, open(w + "/index.txt").read().split())
 g = json.load(open(w + "/graph.json")); x = json.load(open(w + "/exact.json"))
 put = json.load(open(w + "/put.json"))
@@ -169,7 +170,7 @@ out = ["## The graph path against the exact path (issue 13)", "",
        "--name` in %.0f s on a local cluster of 2 memory + 2 compute nodes (R=2, tcp, loopback, "
        "one 2-core machine for every process), then %d more rows put through libdmann in %.0f s "
        "and moved into the graph by the online indexer (one compute node, `[s3] index_threads "
-       "= 4`, `index_ef = 100`, `index_batch = %d`); queries start once no row is past the "
+       "= %d`, `index_ef = 100`, `index_batch = %d`); queries start once no row is past the "
        "graph mark. Queries through libdmann's `dmann_batch_query` (up to 32 requests in "
        "flight per compute node for both paths), %d warm-up queries, then %d other queries "
        "measured; recall@10 against the exact top-10 over all %d rows. The exact path is the "
@@ -177,7 +178,7 @@ out = ["## The graph path against the exact path (issue 13)", "",
        "planner's distributed scan, fragments cached on the CNs, warmed with the same warm-up "
        "queries). graph_ef = %d, graph_beam = 4, `[cn] cache = %s`, `[cn] call_threads = 8`. "
        "Machine: %s; commit %s; %s s." %
-       (n + tail, n, build_s, import_s, tail, put["s"], ixbatch, warm, meas, n + tail, ef,
+       (n + tail, n, build_s, import_s, tail, put["s"], ixthreads, ixbatch, warm, meas, n + tail, ef,
         cache, isa, commit, elapsed), "",
        "| indexing | rows | seconds | rows/s |", "|---|---:|---:|---:|",
        "| offline build (`dmann build`, 2 threads, one machine) | %d | %.0f | %.0f |" %
