@@ -1,9 +1,11 @@
 /* cn_graph.c: the compute node's side of its gateway's graph path (cn_graph.h). The
  * gateway asks the node's index view for the keys of graph node ids and, on the one
  * compute node that runs the online indexer (cn/s3/cn_s3_index.c), inserts tail rows into
- * the graph with the online insert engine (cn_insert.h) on a few threads, and has every
- * memory node snapshot its region so that the inserted records are durable before the
- * indexer hands them over to the flat store. */
+ * the graph with the online insert engine (cn_insert.h) on a few threads, and makes the
+ * inserted records durable before the indexer hands them over to the flat store: every
+ * byte range the engines wrote is recorded, and each memory node writes just those ranges
+ * into its region snapshot (FL_SNAPDELTA; it takes a full snapshot itself when its objects
+ * changed since the last one), or a full snapshot when a range could not be recorded. */
 #include "cn_graph.h"
 
 #include <stdatomic.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "cn_insert.h"
+#include "fl_rpc.h"
 #include "dindex.h"
 #include "dindex_bind.h"
 
@@ -21,6 +24,36 @@
 /* The indexer's engines: one indexer thread per process calls insert, so they are not
  * shared; created on first use, freed by cn_graph_fini. */
 static struct cn_insert *engines[INS_MAX_THREADS];
+/* What the engines wrote since the last snapshot (same thread). */
+static struct cn_insert_range *dirty;
+static size_t ndirty, capdirty;
+static bool dirty_lost;
+
+/* Move engine e's recorded ranges into the dirty list. */
+static void collect(struct cn_insert *e)
+{
+	size_t n;
+	bool lost;
+	struct cn_insert_range *r = cn_insert_take_ranges(e, &n, &lost);
+
+	dirty_lost |= lost;
+	if (n && ndirty + n > capdirty) {
+		size_t cap = DM_MAX(capdirty * 2, ndirty + n);
+		struct cn_insert_range *nd = realloc(dirty, cap * sizeof(*nd));
+
+		if (!nd) {
+			dirty_lost = true;
+			n = 0;
+		} else {
+			dirty = nd;
+			capdirty = cap;
+		}
+	}
+	if (n)
+		memcpy(dirty + ndirty, r, n * sizeof(*r));
+	ndirty += n;
+	free(r);
+}
 
 static int graph_info(void *ctx, const char *bucket, const char *index,
 		      struct cn_s3_graph_info *gi)
@@ -174,6 +207,7 @@ static int graph_insert(void *ctx, uint64_t gen, const float *vecs, uint32_t n, 
 	for (uint32_t t = 0; t < nthreads; t++) {
 		if (!engines[t] && !(engines[t] = cn_insert_new(cn)))
 			break;
+		cn_insert_track(engines[t], true);
 		a[nt] = (struct ins_arg){ .j = &j, .e = engines[t] };
 		if (pthread_create(&a[nt].t, NULL, ins_main, &a[nt]))
 			break;
@@ -181,23 +215,100 @@ static int graph_insert(void *ctx, uint64_t gen, const float *vecs, uint32_t n, 
 	}
 	if (!nt && n)
 		return -ENOMEM;
-	for (uint32_t t = 0; t < nt; t++)
+	for (uint32_t t = 0; t < nt; t++) {
 		pthread_join(a[t].t, NULL);
+		collect(a[t].e);
+	}
 	if (atomic_load(&j.done))
 		return (int)atomic_load(&j.done);
 	return n ? atomic_load(&j.err) : 0;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const struct cn_insert_range *x = a, *y = b;
+
+	if (x->mn != y->mn)
+		return x->mn < y->mn ? -1 : 1;
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* The dirty ranges r[0..n) (sorted) of memory node i, merged, as one FL_SNAPDELTA; a node
+ * that refuses it takes a full snapshot. */
+static int snap_one(const struct cn *cn, struct mn_set *s, uint32_t i,
+		    const struct cn_insert_range *r, size_t n)
+{
+	struct dm_buf w = { 0 };
+	uint8_t *resp = NULL;
+	size_t rlen, cnt = 0, at;
+	uint64_t ms = 30000 + s->link[i].info.region_len / (50ull << 10);
+	int rc;
+
+	dm_buf_u32(&w, 0);
+	for (size_t k = 0; k < n; k = at) {
+		uint64_t lo = r[k].addr, hi = r[k].addr + r[k].len;
+
+		/* overlapping only: touching ranges may belong to two objects */
+		for (at = k + 1; at < n && r[at].addr < hi; at++)
+			hi = DM_MAX(hi, r[at].addr + r[at].len);
+		while (lo < hi) {       /* ranges are u32 long */
+			uint32_t len = (uint32_t)DM_MIN(hi - lo, (uint64_t)1 << 30);
+
+			dm_buf_u64(&w, lo);
+			dm_buf_u32(&w, len);
+			lo += len;
+			cnt++;
+		}
+	}
+	if (w.oom || cnt > DM_FL_SNAPDELTA_MAX) {
+		dm_buf_free(&w);
+		return dm_rpc_call(&s->link[i].ch, DM_OP_CTL_SNAPSHOT, NULL, 0, NULL, 0, NULL);
+	}
+	dm_put_le32(w.p, (uint32_t)cnt);
+	rc = dm_fl_call(&s->link[i].ch, DM_OP_FL_SNAPDELTA, w.p, w.n, DM_FL_MIN_MSG,
+			(int)DM_MIN(ms, 3600000ull), &resp, &rlen);
+	dm_buf_free(&w);
+	free(resp);
+	if (rc == -EINVAL || rc == -EPROTO || rc == -ENOSYS) {
+		dm_warn("cn%u: memory node %u refused a snapshot delta (%s): full snapshot",
+			cn->node->id, i, strerror(-rc));
+		rc = dm_rpc_call(&s->link[i].ch, DM_OP_CTL_SNAPSHOT, NULL, 0, NULL, 0, NULL);
+	}
+	return rc;
 }
 
 static int graph_snapshot(void *ctx)
 {
 	struct cn *cn = ctx;
 	struct mn_set *s = mn_set_open(cn->cfg, cn->x, cn->pool, false, SNAP_CONNECT_MS);
-	int rc;
+	int rc = 0;
 
 	if (!s)
 		return -errno;
-	rc = mn_set_snapshot(s);
+	if (dirty_lost) {
+		rc = mn_set_snapshot(s);
+	} else {
+		qsort(dirty, ndirty, sizeof(*dirty), range_cmp);
+		for (size_t k = 0, at; k < ndirty; k = at) {
+			uint32_t m = dirty[k].mn;
+
+			for (at = k + 1; at < ndirty && dirty[at].mn == m; at++)
+				;
+			/* A node down now took none of these WRITEs since it went down; what it
+			 * took before comes back only with a full copy (as with mn_set_snapshot). */
+			if (m >= s->n || !s->link[m].up)
+				continue;
+			int r = snap_one(cn, s, m, dirty + k, at - k);
+
+			if (r && !rc)
+				rc = r;
+		}
+	}
 	mn_set_close(s);
+	if (!rc) {
+		ndirty = 0;
+		dirty_lost = false;
+	}
 	return rc;
 }
 
@@ -213,4 +324,7 @@ void cn_graph_fini(struct cn *cn)
 		cn_insert_free(engines[t]);
 		engines[t] = NULL;
 	}
+	free(dirty);
+	dirty = NULL;
+	ndirty = capdirty = 0;
 }

@@ -745,6 +745,12 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               -> u64 total, u32 n, n x {u64 node id, str key}
  *               (entries [from, from + n) of the key log, n <= max <= DM_FL_GKEYS_MAX;
  *               -ESTALE as FL_GINDEX)
+ *   FL_SNAPDELTA u32 n, n x {u64 addr, u32 len} -> u32 full
+ *               (served by the memory node's store, mn_store.h mn_store_snapshot_delta:
+ *               bring its region snapshot up to date for these ranges of mutable objects,
+ *               addresses as CTL_ALLOC gives them; full = 1 when a full snapshot was taken
+ *               instead; at most DM_FL_SNAPDELTA_MAX ranges; -EINVAL: a range outside the
+ *               region or in an immutable object)
  * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
  * its store: row numbering is valid within one epoch (a restart compacts rows).
  */
@@ -758,6 +764,7 @@ enum dm_wire_fl_op {
 	DM_OP_FL_MARK  = 0x110a,
 	DM_OP_FL_GINDEX = 0x110c,
 	DM_OP_FL_GKEYS = 0x110e,
+	DM_OP_FL_SNAPDELTA = 0x1110,
 	DM_OP_FL_LAST  = 0x11ff,
 	/* responses: request op + 1 */
 };
@@ -769,6 +776,7 @@ enum dm_wire_fl_op {
 #define DM_FL_GET_MAX 1024u            /* keys in one FL_GET */
 #define DM_FL_GINDEX_MAX 8192u         /* entries in one FL_GINDEX (FLAT_GINDEX_MAX) */
 #define DM_FL_GKEYS_MAX 16384u         /* entries in one FL_GKEYS answer */
+#define DM_FL_SNAPDELTA_MAX (4u << 20)  /* ranges in one FL_SNAPDELTA */
 
 struct dm_wire_fl_chunk {      /* body prefix of every FL message */
 	uint32_t total;            /* payload length of the whole stream */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "fl_rpc.h"
 #include "dm_config.h"
 #include "mem.h"
 #include "metrics.h"
@@ -203,6 +204,65 @@ static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body
 	return 0;
 }
 
+/* FL_SNAPDELTA (wire.h): the snapshot brought up to date for the ranges an online
+ * writer changed. Returns a transport error (the connection is closed); the request's own
+ * status goes back to the peer. */
+static int serve_snapdelta(struct mn *m, struct dm_rpc_chan *ch, const struct dm_wire_hdr *h,
+			   const uint8_t *buf, uint32_t len, uint64_t wr_id)
+{
+	struct mn_range *r = NULL;
+	uint8_t *req, body[4];
+	size_t rlen;
+	uint32_t n = 0;
+	bool full = false;
+	int rc, st = 0;
+
+	rc = dm_wire_fl_check(h, buf, len);
+	if (rc || (h->op & 1)) {
+		dm_msgpool_repost(ch->pool, wr_id);
+		return rc ? rc : -EPROTO;
+	}
+	rc = dm_fl_recv_rest(ch, h, buf, len, wr_id, 10000, &req, &rlen);
+	if (rc)
+		return rc;
+	struct dm_rbuf rb = { .p = req, .n = rlen };
+	uint64_t base = (uint64_t)(uintptr_t)m->st->region.addr;
+
+	n = dm_rbuf_u32(&rb);
+	if (rb.bad || n > DM_FL_SNAPDELTA_MAX || n > (rlen - rb.at) / 12)
+		st = -EBADMSG;
+	else if (!(r = malloc((size_t)(n ? n : 1) * sizeof(*r))))
+		st = -ENOMEM;
+	for (uint32_t i = 0; !st && i < n; i++) {
+		uint64_t addr = dm_rbuf_u64(&rb);
+
+		r[i].len = dm_rbuf_u32(&rb);
+		if (addr < base) {
+			st = -EINVAL;
+			break;
+		}
+		r[i].off = addr - base;
+	}
+	if (!st && (rb.bad || rb.at != rb.n))
+		st = -EBADMSG;
+	free(req);
+	if (!st) {
+		uint64_t t0 = dm_now_ns();
+
+		st = mn_store_snapshot_delta(m->st, m->snap_path, r, n, &full);
+		if (st)
+			dm_err("mn%u: snapshot delta of %u ranges to %s failed: %s", m->node->id, n,
+			       m->snap_path, strerror(-st));
+		else
+			dm_info("mn%u: %s snapshot for %u ranges in %.3f s", m->node->id,
+				 full ? "full" : "delta", n, (double)(dm_now_ns() - t0) / 1e9);
+	}
+	free(r);
+	dm_put_le32(body, full ? 1 : 0);
+	return dm_fl_send(ch, h->op + 1, h->req_id, st, st ? NULL : body, st ? 0 : 4,
+			  DM_FL_MIN_MSG);
+}
+
 struct conn_arg {
 	struct mn *m;
 	struct dm_conn *c;
@@ -258,6 +318,15 @@ static void *conn_thread(void *arg)
 			dm_rpc_chan_fini(&ch);
 			mn_fwd_adopt(m->fwd, a->c, &hello);
 			goto out_handed_over;
+		}
+		if (rc == 0 && h.op == DM_OP_FL_SNAPDELTA) {
+			rc = serve_snapdelta(m, &ch, &h, buf, len, wr_id);
+			if (rc) {
+				dm_warn("mn%u: snapshot delta from %s: %s; closing", m->node->id,
+					a->c->peer, strerror(-rc));
+				break;
+			}
+			continue;
 		}
 #if DM_HAVE_HTTP
 		if (rc == 0 && h.op >= DM_OP_FL_FIRST && h.op <= DM_OP_FL_LAST && m->flat) {

@@ -43,6 +43,7 @@ void mn_store_free(struct mn_store *st)
 	dm_region_free(&st->region);
 	pthread_mutex_destroy(&st->lock);
 	free(st->objs);
+	free(st->snap_loc);
 	free(st);
 }
 
@@ -69,6 +70,7 @@ static int place(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off)
 		/* Keep the hole's full length so it can be reused whole again later. */
 		hole->key = key;
 		hole->state = MN_OBJ_WRITING;
+		st->objver++;
 		hole->crc = 0;
 		hole->flags = 0;
 		*off = hole->off;
@@ -80,6 +82,7 @@ static int place(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *off)
 		return -ENOSPC;
 	o = &st->objs[st->nobj++];
 	*o = (struct mn_obj){ .key = key, .off = st->used, .len = need, .state = MN_OBJ_WRITING };
+	st->objver++;
 	st->used += need;
 	*off = o->off;
 	return 0;
@@ -100,8 +103,10 @@ int mn_store_alloc(struct mn_store *st, uint64_t key, uint64_t len, uint64_t *of
 		*off = o->off;
 		rc = 0;
 	} else {
-		if (o)
+		if (o) {
 			o->state = MN_OBJ_FREE;
+			st->objver++;
+		}
 		rc = place(st, key, len, off);
 	}
 	pthread_mutex_unlock(&st->lock);
@@ -133,6 +138,7 @@ int mn_store_commit(struct mn_store *st, uint64_t key, uint64_t len, uint32_t cr
 			o->crc = crc;
 			o->flags = flags;
 			o->state = MN_OBJ_COMMITTED;
+			st->objver++;
 		}
 	}
 	pthread_mutex_unlock(&st->lock);
@@ -163,6 +169,7 @@ static int drop_locked(struct mn_store *st, uint64_t key_value, uint64_t mask)
 
 		if (o->state != MN_OBJ_FREE && (o->key & mask) == (key_value & mask)) {
 			o->state = MN_OBJ_FREE;
+			st->objver++;
 			/* Committed objects keep only their exact length: restore the hole. */
 			o->len = DM_ALIGN_UP(o->len, MN_OBJ_ALIGN);
 			n++;
@@ -380,7 +387,124 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+static int loc_cmp(const void *a, const void *b)
+{
+	const struct mn_snap_loc *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Remember where a full snapshot put each object's bytes (lock held). */
+static void snap_layout(struct mn_store *st, const struct snap_ent *ents, uint32_t count)
+{
+	struct mn_snap_loc *l = calloc(count ? count : 1, sizeof(*l));
+	uint64_t foff = 8 + 4 + 4 + 8 + (uint64_t)count * sizeof(*ents) + 4;
+
+	free(st->snap_loc);
+	st->snap_loc = l;
+	st->nsnap_loc = 0;
+	st->snap_objver = 0;
+	if (!l)
+		return;         /* the next delta is a full snapshot */
+	for (uint32_t i = 0; i < count; i++) {
+		l[i] = (struct mn_snap_loc){ ents[i].off, ents[i].len, foff, ents[i].flags };
+		foff += ents[i].len;
+	}
+	qsort(l, count, sizeof(*l), loc_cmp);
+	st->nsnap_loc = count;
+	st->snap_objver = st->objver + 1;   /* never 0: objver + 1 below is compared */
+}
+
+static const struct mn_snap_loc *loc_of(const struct mn_store *st, uint64_t off)
+{
+	uint32_t lo = 0, hi = st->nsnap_loc;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (st->snap_loc[mid].off <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo)
+		return NULL;
+	const struct mn_snap_loc *l = &st->snap_loc[lo - 1];
+
+	return off - l->off < l->len ? l : NULL;
+}
+
+static int snapshot_locked(struct mn_store *st, const char *path);
+
+int mn_store_snapshot_delta(struct mn_store *st, const char *path, const struct mn_range *r,
+			    size_t n, bool *full)
+{
+	int fd, rc = 0;
+
+	*full = false;
+	pthread_mutex_lock(&st->lock);
+	for (size_t i = 0; i < n; i++)
+		if (!r[i].len || r[i].off > st->region.len || r[i].len > st->region.len - r[i].off) {
+			rc = -EINVAL;
+			goto out_unlock;
+		}
+	if (!st->snap_objver || st->snap_objver != st->objver + 1) {
+		*full = true;
+		rc = snapshot_locked(st, path);
+		goto out_unlock;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct mn_snap_loc *l = loc_of(st, r[i].off);
+
+		if (!l || !(l->flags & MN_OBJ_MUTABLE) || r[i].off + r[i].len > l->off + l->len) {
+			rc = -EINVAL;
+			goto out_unlock;
+		}
+	}
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		goto out_unlock;
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct mn_snap_loc *l = loc_of(st, r[i].off);
+		const char *src = (const char *)st->region.addr + r[i].off;
+		off_t at = (off_t)(l->foff + (r[i].off - l->off));
+		size_t left = r[i].len;
+
+		while (left && !rc) {
+			ssize_t w = pwrite(fd, src, left, at);
+
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				rc = w < 0 ? -errno : -EIO;
+			else {
+				src += w;
+				at += w;
+				left -= (size_t)w;
+			}
+		}
+	}
+	if (!rc && fdatasync(fd))
+		rc = -errno;
+	close(fd);
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
 int mn_store_snapshot(struct mn_store *st, const char *path)
+{
+	int rc;
+
+	pthread_mutex_lock(&st->lock);
+	rc = snapshot_locked(st, path);
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+static int snapshot_locked(struct mn_store *st, const char *path)
 {
 	char tmp[1024];
 	struct snap_ent *ents = NULL;
@@ -390,12 +514,9 @@ int mn_store_snapshot(struct mn_store *st, const char *path)
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
 		return -ENAMETOOLONG;
-	pthread_mutex_lock(&st->lock);
 	ents = calloc(st->nobj ? st->nobj : 1, sizeof(*ents));
-	if (!ents) {
-		rc = -ENOMEM;
-		goto out_unlock;
-	}
+	if (!ents)
+		return -ENOMEM;
 	for (uint32_t i = 0; i < st->nobj; i++)
 		if (st->objs[i].state == MN_OBJ_COMMITTED)
 			ents[count++] = (struct snap_ent){ st->objs[i].key, st->objs[i].off,
@@ -426,10 +547,10 @@ int mn_store_snapshot(struct mn_store *st, const char *path)
 		rc = -errno;
 	if (rc)
 		unlink(tmp);
+	else
+		snap_layout(st, ents, count);
 out_free:
 	free(ents);
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
 	return rc;
 }
 
@@ -512,6 +633,8 @@ int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t er
 					       MN_OBJ_COMMITTED, ents[i].flags };
 	st->nobj = count;
 	st->used = DM_ALIGN_UP(end, MN_OBJ_ALIGN);
+	st->objver++;
+	snap_layout(st, ents, count);     /* the file is this snapshot: deltas may follow */
 	gen_rebuild(st);
 	pthread_mutex_unlock(&st->lock);
 	rc = 0;

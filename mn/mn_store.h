@@ -68,6 +68,12 @@ struct mn_store {
 	uint64_t lease_ns;
 	uint64_t gen_t0;    /* when the table was set up (counts as every CN's last report) */
 	struct mn_gen gens[MN_MAX_GEN_INDEXES];
+	/* The last full snapshot's layout, for mn_store_snapshot_delta: its committed objects
+	 * sorted by region offset with their data offsets in the file; valid while objver
+	 * (bumped by every change of an object's state) equals snap_objver. */
+	uint64_t objver, snap_objver;
+	struct mn_snap_loc { uint64_t off, len, foff; uint32_t flags; } *snap_loc;
+	uint32_t nsnap_loc;
 };
 
 /* Constructor: allocates the region (hugepages / NUMA as asked). NULL with errno. */
@@ -103,6 +109,20 @@ void mn_store_gen_tick(struct mn_store *st);
 
 /* Save committed objects to path (path.tmp, fsync, rename). 0 or -errno. */
 int mn_store_snapshot(struct mn_store *st, const char *path);
+/* One byte range of the region that one-sided WRITEs changed (region offset, length). */
+struct mn_range {
+	uint64_t off;
+	uint32_t len;
+};
+/* Bring the snapshot at path (the last full one) up to date for the ranges given: each is
+ * copied from the region into the file where its object's bytes are, then the file is
+ * fdatasync'ed. Only for ranges inside mutable committed objects, and only while the set of
+ * objects is the one the last full snapshot of path wrote: otherwise (and when there was
+ * none) a full snapshot is taken instead. -EINVAL for a range outside the region or inside
+ * an object that is not mutable (nothing written then), -errno of the file. *full tells
+ * whether a full snapshot was taken. */
+int mn_store_snapshot_delta(struct mn_store *st, const char *path, const struct mn_range *r,
+			    size_t n, bool *full);
 /* Load a snapshot into an empty store. -ENOENT when there is none; -EBADMSG (with err
  * naming the problem) for a corrupted or truncated file; -ENOSPC if it does not fit. */
 int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t errlen);

@@ -264,3 +264,71 @@ Test(mn_store, generation_messages)
 	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_PUBLISH + 1, 0), (int)sizeof(st));
 	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_REPORT + 1, -EBUSY), 0);
 }
+
+/* A delta snapshot: ranges of mutable objects written in place into the last full snapshot
+ * (restored as if a full snapshot had been taken); a range in an immutable object or past
+ * the region refused; a changed object set, or no snapshot yet, takes a full snapshot. */
+Test(mn_store, snapshot_delta)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF), *st2;
+	char path[] = "/tmp/dmann-snapd-XXXXXX", err[256];
+	uint64_t off[3];
+	struct mn_obj o;
+	bool full;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	unlink(path);
+	for (unsigned i = 0; i < 3; i++) {
+		cr_assert_eq(mn_store_alloc(st, i, 8192, &off[i]), 0);
+		fill(st, off[i], 8192, i);
+		cr_assert_eq(mn_store_commit(st, i, 8192, crc_of(st, off[i], 8192),
+					     i == 1 ? 0 : MN_OBJ_MUTABLE), 0);
+	}
+	struct mn_range r[2] = { { off[0] + 100, 300 }, { off[2] + 8000, 192 } };
+
+	cr_assert_eq(mn_store_snapshot_delta(st, path, r, 2, &full), 0);
+	cr_assert(full, "no snapshot yet: a full one");
+	fill(st, off[0] + 100, 300, 9);          /* one-sided WRITEs into mutable objects */
+	fill(st, off[2] + 8000, 192, 10);
+	fill(st, off[2] + 10, 10, 11);           /* not in a range: stays old in the file */
+	cr_assert_eq(mn_store_snapshot_delta(st, path, r, 2, &full), 0);
+	cr_assert(!full, "a delta");
+	st2 = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st2, path, err, sizeof(err)), 0, "%s", err);
+	for (unsigned i = 0; i < 3; i++) {
+		const char *a = (char *)st->region.addr + off[i], *b;
+
+		cr_assert_eq(mn_store_lookup(st2, i, &o), 0);
+		b = (char *)st2->region.addr + o.off;
+		if (i == 2) {
+			cr_assert_neq(memcmp(a + 10, b + 10, 10), 0, "outside the ranges: old bytes");
+			cr_assert_eq(memcmp(a + 20, b + 20, 8192 - 20), 0);
+		} else {
+			cr_assert_eq(memcmp(a, b, 8192), 0, "object %u", i);
+		}
+	}
+	mn_store_free(st2);
+	struct mn_range bad[2] = { { off[1] + 10, 10 }, { (1 << 20) - 4, 8 } };
+
+	cr_assert_eq(mn_store_snapshot_delta(st, path, &bad[0], 1, &full), -EINVAL,
+		     "an immutable object");
+	cr_assert_eq(mn_store_snapshot_delta(st, path, &bad[1], 1, &full), -EINVAL,
+		     "past the region");
+	/* A new object: the next one is full again, and has it. */
+	cr_assert_eq(mn_store_alloc(st, 7, 100, &off[0]), 0);
+	fill(st, off[0], 100, 7);
+	cr_assert_eq(mn_store_commit(st, 7, 100, crc_of(st, off[0], 100), 0), 0);
+	cr_assert_eq(mn_store_snapshot_delta(st, path, r, 1, &full), 0);
+	cr_assert(full, "the object set changed");
+	st2 = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st2, path, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(mn_store_lookup(st2, 7, &o), 0);
+	/* After a restore the file is the restored snapshot: deltas go on from it. */
+	cr_assert_eq(mn_store_snapshot_delta(st2, path, r, 1, &full), 0);
+	cr_assert(!full);
+	mn_store_free(st2);
+	unlink(path);
+	mn_store_free(st);
+}

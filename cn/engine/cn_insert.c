@@ -59,6 +59,10 @@ struct cn_insert {
 	struct hnsw_src src;
 	const struct dindex *d;
 	struct cn_insert_stats *st;
+	/* the dirty-range log (cn_insert_track) */
+	bool track, track_lost;
+	struct cn_insert_range *dirty;
+	size_t ndirty, capdirty;
 };
 
 static void conn_failed(struct cn_insert *e, uint32_t m);
@@ -131,6 +135,7 @@ void cn_insert_free(struct cn_insert *e)
 	free_buffers(e);
 	hnsw_query_free(e->q);
 	hnsw_qest_free(e->qe);
+	free(e->dirty);
 	free(e);
 }
 
@@ -245,9 +250,50 @@ static int wait_range(struct cn_insert *e, uint32_t m, uint64_t first, uint64_t 
 static int rw_piece(struct cn_insert *e, bool write, uint32_t m, void *local, uint64_t remote,
 		    uint32_t rkey, uint32_t len);
 
+/* Record that [remote, remote + len) on memory node m is written (tracking on). */
+static void dirty_add(struct cn_insert *e, uint32_t m, uint64_t remote, uint32_t len)
+{
+	if (!e->track || e->track_lost)
+		return;
+	if (e->ndirty && e->dirty[e->ndirty - 1].mn == m &&
+	    e->dirty[e->ndirty - 1].addr == remote && e->dirty[e->ndirty - 1].len >= len)
+		return;                  /* the same record again (a header word after it) */
+	if (e->ndirty == e->capdirty) {
+		size_t cap = e->capdirty ? e->capdirty * 2 : 1024;
+		struct cn_insert_range *nd = realloc(e->dirty, cap * sizeof(*nd));
+
+		if (!nd) {
+			e->track_lost = true;
+			return;
+		}
+		e->dirty = nd;
+		e->capdirty = cap;
+	}
+	e->dirty[e->ndirty++] = (struct cn_insert_range){ .mn = m, .len = len, .addr = remote };
+}
+
+void cn_insert_track(struct cn_insert *e, bool on)
+{
+	e->track = on;
+}
+
+struct cn_insert_range *cn_insert_take_ranges(struct cn_insert *e, size_t *n, bool *lost)
+{
+	struct cn_insert_range *r = e->dirty;
+
+	*n = e->ndirty;
+	*lost = e->track_lost;
+	e->dirty = NULL;
+	e->ndirty = e->capdirty = 0;
+	e->track_lost = false;
+	return r;
+}
+
 static int rw(struct cn_insert *e, bool write, uint32_t m, void *local, uint64_t remote,
 	      uint32_t rkey, uint32_t len)
 {
+	if (write)
+		dirty_add(e, m, remote, len);
 	if (write && e->torn && len > 64) {
 		for (uint32_t o = 0; o < len; o += 64) {
 			int rc = rw_piece(e, true, m, (uint8_t *)local + o, remote + o, rkey,
@@ -292,6 +338,7 @@ static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote,
 
 	if (!c)
 		return -EHOSTUNREACH;
+	dirty_add(e, m, remote, 8);
 	if (e->mn_atomics) {
 		struct dm_wire_ctl_atomic a = { .addr = remote, .compare = expect, .value = desired,
 						.op = faa ? DM_CTL_ATOMIC_FAA : DM_CTL_ATOMIC_CAS };

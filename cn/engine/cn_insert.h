@@ -69,4 +69,17 @@ void cn_insert_free(struct cn_insert *e);
 int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs, uint32_t n,
 		  uint32_t dim, uint32_t ef, uint64_t *ids, struct cn_insert_stats *st);
 
+/* The dirty-range log, for a snapshot of only what was written (the online indexer's
+ * FL_SNAPDELTA): while on, every byte range this engine WRITEs or changes atomically on a
+ * memory node (records, header words, the id counter) is recorded. take hands the ranges
+ * recorded so far over (malloc'd, *n of them, in write order; free them) and starts
+ * afresh; *lost is true when a range could not be recorded (no memory): the caller must
+ * take a full snapshot then. */
+struct cn_insert_range {
+	uint32_t mn, len;
+	uint64_t addr;                  /* the memory node's address (region base + offset) */
+};
+void cn_insert_track(struct cn_insert *e, bool on);
+struct cn_insert_range *cn_insert_take_ranges(struct cn_insert *e, size_t *n, bool *lost);
+
 #endif

@@ -274,6 +274,9 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("graph_fallbacks_total", "Queries of a graph-bound index sent to the exact path "
 	    "after the graph: too few candidates passed the filter or were alive.",
 	    __atomic_load_n(&s->graph_fallbacks, __ATOMIC_RELAXED));
+	CTR("graph_tail_rows_total", "Rows past the graph mark (dead ones included) that graph-path "
+	    "queries scanned exactly: what the online indexer has not yet moved into the graph.",
+	    __atomic_load_n(&s->graph_tail_rows, __ATOMIC_RELAXED));
 	CTR("graph_errors_total", "Graph searches that failed (the exact path served them).",
 	    __atomic_load_n(&s->graph_errors, __ATOMIC_RELAXED));
 	CTR("indexed_rows_total", "Tail rows the online indexer put into the graph and handed "

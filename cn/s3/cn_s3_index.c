@@ -371,7 +371,26 @@ static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 			all = false;
 			continue;
 		}
-		rc = hand_over(s, mns[i], b, x, st.created, gen, p->have ? p : NULL);
+		/* Each replica created its copy of the index at its own instant: requests name
+		 * that replica's creation time. */
+		int64_t created = st.created;
+
+		if (i != pi) {
+			struct ixstate rs;
+
+			rc = ixstate_fetch(s, mns[i], b, x, &rs);
+			if (!rc) {
+				created = rs.created;
+				ixstate_fini(&rs);
+			} else if (rc != -ENOENT) {
+				if (p->have) {
+					all = false;
+					__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
+				}
+				continue;
+			}
+		}
+		rc = hand_over(s, mns[i], b, x, created, gen, p->have ? p : NULL);
 		if (!rc && p->have)
 			p->acked |= bit;
 		if (rc && rc != -ENOENT && rc != -ESTALE && p->have) {

@@ -123,7 +123,7 @@ struct cn_s3 {
 	struct s3_indexer ix;
 	/* counters (atomics) */
 	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
-	uint64_t graph_queries, graph_fallbacks, graph_errors;
+	uint64_t graph_queries, graph_fallbacks, graph_errors, graph_tail_rows;
 };
 
 /* ---- cn_s3_mn.c ---- */

@@ -536,6 +536,8 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 				(uint32_t)DM_MIN(t.st.mark - first, (uint64_t)t.st.fr[i].rows);
 		}
 		__atomic_add_fetch(&s->graph_queries, 1, __ATOMIC_RELAXED);
+		if (total > t.st.mark)
+			__atomic_add_fetch(&s->graph_tail_rows, total - t.st.mark, __ATOMIC_RELAXED);
 		if (total <= t.st.mark) {
 			merge_answer(&t.st, &q, p->sh, 0, gh, ngh, r);   /* no tail */
 			goto free_query;
