@@ -225,26 +225,7 @@ static int serve_snapdelta(struct mn *m, struct dm_rpc_chan *ch, const struct dm
 	rc = dm_fl_recv_rest(ch, h, buf, len, wr_id, 10000, &req, &rlen);
 	if (rc)
 		return rc;
-	struct dm_rbuf rb = { .p = req, .n = rlen };
-	uint64_t base = (uint64_t)(uintptr_t)m->st->region.addr;
-
-	n = dm_rbuf_u32(&rb);
-	if (rb.bad || n > DM_FL_SNAPDELTA_MAX || n > (rlen - rb.at) / 12)
-		st = -EBADMSG;
-	else if (!(r = malloc((size_t)(n ? n : 1) * sizeof(*r))))
-		st = -ENOMEM;
-	for (uint32_t i = 0; !st && i < n; i++) {
-		uint64_t addr = dm_rbuf_u64(&rb);
-
-		r[i].len = dm_rbuf_u32(&rb);
-		if (addr < base) {
-			st = -EINVAL;
-			break;
-		}
-		r[i].off = addr - base;
-	}
-	if (!st && (rb.bad || rb.at != rb.n))
-		st = -EBADMSG;
+	st = mn_snapdelta_parse(req, rlen, (uint64_t)(uintptr_t)m->st->region.addr, &r, &n);
 	free(req);
 	if (!st) {
 		uint64_t t0 = dm_now_ns();

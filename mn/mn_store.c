@@ -1,6 +1,7 @@
 /* mn_store.c: objects in the memory node's region: allocate, commit with checksum, look up,
  * drop, snapshot and restore. */
 #include "mn_store.h"
+#include "util/dm_buf.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -435,6 +436,36 @@ static const struct mn_snap_loc *loc_of(const struct mn_store *st, uint64_t off)
 }
 
 static int snapshot_locked(struct mn_store *st, const char *path);
+
+int mn_snapdelta_parse(const uint8_t *p, size_t len, uint64_t base, struct mn_range **r,
+		       uint32_t *n)
+{
+	struct dm_rbuf rb = { .p = p, .n = len };
+	uint32_t cnt = dm_rbuf_u32(&rb);
+	struct mn_range *out;
+
+	*r = NULL;
+	*n = 0;
+	if (rb.bad || cnt > DM_FL_SNAPDELTA_MAX || cnt > (len - rb.at) / 12 ||
+	    (len - rb.at) != (size_t)cnt * 12)
+		return -EBADMSG;
+	out = malloc((size_t)(cnt ? cnt : 1) * sizeof(*out));
+	if (!out)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < cnt; i++) {
+		uint64_t addr = dm_rbuf_u64(&rb);
+
+		out[i].len = dm_rbuf_u32(&rb);
+		if (addr < base) {
+			free(out);
+			return -EINVAL;
+		}
+		out[i].off = addr - base;
+	}
+	*r = out;
+	*n = cnt;
+	return 0;
+}
 
 int mn_store_snapshot_delta(struct mn_store *st, const char *path, const struct mn_range *r,
 			    size_t n, bool *full)

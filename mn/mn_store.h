@@ -123,6 +123,11 @@ struct mn_range {
  * whether a full snapshot was taken. */
 int mn_store_snapshot_delta(struct mn_store *st, const char *path, const struct mn_range *r,
 			    size_t n, bool *full);
+/* Parse an FL_SNAPDELTA payload (wire.h: u32 n, n x {u64 addr, u32 len}) of a region at
+ * address base into *r (malloc'd, *n ranges as region offsets). 0, -EBADMSG (malformed),
+ * -EINVAL (an address below base), -ENOMEM. */
+int mn_snapdelta_parse(const uint8_t *p, size_t len, uint64_t base, struct mn_range **r,
+		       uint32_t *n);
 /* Load a snapshot into an empty store. -ENOENT when there is none; -EBADMSG (with err
  * naming the problem) for a corrupted or truncated file; -ENOSPC if it does not fit. */
 int mn_store_restore(struct mn_store *st, const char *path, char *err, size_t errlen);

@@ -33,6 +33,7 @@
 struct ipend {
 	bool have, durable;
 	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
+	uint32_t mn;                     /* the primary it was read from, at created */
 	int64_t created;
 	uint64_t tag;
 	uint32_t n;
@@ -46,6 +47,7 @@ struct ipend {
  * the mark stops at are read again, and must not be inserted twice. */
 struct handed {
 	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
+	uint32_t mn;                     /* as struct ipend */
 	int64_t created;
 	uint64_t tag;
 	uint64_t *set;
@@ -278,7 +280,7 @@ static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
 		free(ids);
 		return;
 	}
-	*p = (struct ipend){ .have = true, .created = st->created, .tag = gen,
+	*p = (struct ipend){ .have = true, .mn = st->mn, .created = st->created, .tag = gen,
 			     .ids = calloc((size_t)rc, sizeof(uint64_t)),
 			     .keys = calloc((size_t)rc, sizeof(char *)),
 			     .vcrc = calloc((size_t)rc, sizeof(uint32_t)) };
@@ -320,15 +322,19 @@ static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 		return;
 	if (st.mark_tag != gen || !st.mark)
 		goto out;               /* the index is not (or no longer) this graph's */
-	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->created != st.created ||
-	    hd->tag != gen) {
+	/* Another index, generation or incarnation (each replica has its own creation time:
+	 * compared on the same memory node only) starts afresh. */
+	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->tag != gen ||
+	    (hd->mn == st.mn && hd->created != st.created)) {
 		free(hd->set);
-		*hd = (struct handed){ .created = st.created, .tag = gen };
+		*hd = (struct handed){ .tag = gen };
 		snprintf(hd->b, sizeof(hd->b), "%s", b);
 		snprintf(hd->x, sizeof(hd->x), "%s", x);
 	}
-	if (p->have && (strcmp(p->b, b) || strcmp(p->x, x) || p->created != st.created ||
-			p->tag != gen))
+	hd->mn = st.mn;
+	hd->created = st.created;
+	if (p->have && (strcmp(p->b, b) || strcmp(p->x, x) || p->tag != gen ||
+			(p->mn == st.mn && p->created != st.created)))
 		pend_free(p);           /* re-created or imported again meanwhile */
 	for (uint32_t i = 0; i < st.nfrag; i++)
 		total += st.fr[i].rows;

@@ -1,18 +1,23 @@
 /* fuzz_mn_flat.c: libFuzzer target for the memory node's FL request parsers (mn_flat_handle:
- * FL_STATE, FL_FRAG, FL_GET, FL_MARK,
- * FL_GINDEX, FL_GKEYS) over a real flat store holding one index of a few
- * rows. The first input byte picks the op, the rest is the request payload; the first
- * run also sends well-formed requests so that the answers' paths are reached. FL_CALL (the
- * S3 operations) has its own target, fuzz_s3_request. */
+ * FL_STATE, FL_FRAG, FL_GET, FL_MARK, FL_GINDEX, FL_GKEYS) over a real flat store holding
+ * one index of a few rows, and of FL_SNAPDELTA (mn_snapdelta_parse, then
+ * mn_store_snapshot_delta on a small store with a snapshot, addresses as region offsets).
+ * The first input byte picks the op, the rest is the request payload; the first run also
+ * sends well-formed requests so that the answers' paths are reached. FL_CALL (the S3
+ * operations) has its own target, fuzz_s3_request. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "mn_flat.h"
+#include "mn_store.h"
 #include "util/dm_buf.h"
 #include "wire.h"
 
 static struct mn_flat *f;
+static struct mn_store *ms;
+static char snap[96];
 
 static int call(uint16_t op, const void *p, size_t n, struct dm_buf *out)
 {
@@ -34,6 +39,20 @@ static void s3(const char *op, const char *json)
 	dm_buf_free(&out);
 }
 
+/* zlib crc32 of n zero bytes (a fresh region is zeroed). */
+static uint32_t crc_zero(size_t n)
+{
+	static const uint8_t z[4096];
+	uint32_t c = 0;
+
+	for (size_t i = 0; i < n; i += sizeof(z)) {
+		size_t k = n - i < sizeof(z) ? n - i : sizeof(z);
+
+		c = (uint32_t)crc32_z(c, z, k);
+	}
+	return c;
+}
+
 static void setup(void)
 {
 	static char dir[64];
@@ -44,6 +63,16 @@ static void setup(void)
 		abort();
 	f = mn_flat_open(dir, 0, NULL);
 	if (!f)
+		abort();
+	/* The store of FL_SNAPDELTA: one mutable and one immutable object, a full snapshot. */
+	uint64_t off;
+
+	ms = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	snprintf(snap, sizeof(snap), "%s/region.snap", dir);
+	if (!ms || mn_store_alloc(ms, 1, 65536, &off) ||
+	    mn_store_commit(ms, 1, 65536, crc_zero(65536), MN_OBJ_MUTABLE) ||
+	    mn_store_alloc(ms, 2, 4096, &off) || mn_store_commit(ms, 2, 4096, crc_zero(4096), 0) ||
+	    mn_store_snapshot(ms, snap))
 		abort();
 	s3("CreateVectorBucket", "{\"vectorBucketName\":\"bkt\"}");
 	s3("CreateIndex", "{\"vectorBucketName\":\"bkt\",\"indexName\":\"idx\",\"dataType\":"
@@ -99,7 +128,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		setup();
 	if (!size)
 		return 0;
-	(void)call(ops[data[0] % DM_ARRAY_SIZE(ops)], data + 1, size - 1, &out);
+	if (data[0] % (DM_ARRAY_SIZE(ops) + 1) == DM_ARRAY_SIZE(ops)) {
+		struct mn_range *r;
+		uint32_t n;
+		bool full;
+
+		if (!mn_snapdelta_parse(data + 1, size - 1, 0, &r, &n)) {
+			(void)mn_store_snapshot_delta(ms, snap, r, n, &full);
+			free(r);
+		}
+		return 0;
+	}
+	(void)call(ops[data[0] % (DM_ARRAY_SIZE(ops) + 1)], data + 1, size - 1, &out);
 	dm_buf_free(&out);
 	return 0;
 }
