@@ -16,6 +16,7 @@
 #include "fl_rpc.h"
 #include "dindex.h"
 #include "dindex_bind.h"
+#include "cache.h"
 
 #define INS_CHUNK 16u                /* rows a thread takes at a time */
 #define INS_MAX_THREADS 64u
@@ -174,6 +175,7 @@ static void *ins_main(void *arg)
 		atomic_fetch_add(&cn->inserts, st.inserted);
 		atomic_fetch_add(&cn->insert_links, st.links);
 		atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
+		atomic_fetch_add(&cn->insert_links_forced, st.forced);
 		atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
 		atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
 		atomic_fetch_add(&cn->salvaged, st.salvaged);
@@ -312,9 +314,19 @@ static int graph_snapshot(void *ctx)
 	return rc;
 }
 
+static void graph_cache_clear(void *ctx)
+{
+	struct cn *cn = ctx;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	if (cn->cache)
+		dm_cache_clear(cn->cache);
+	pthread_rwlock_unlock(&cn->lock);
+}
+
 const struct cn_s3_graph_ops cn_graph_ops = {
 	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexer = graph_indexer,
-	.insert = graph_insert, .snapshot = graph_snapshot,
+	.insert = graph_insert, .snapshot = graph_snapshot, .cache_clear = graph_cache_clear,
 };
 
 void cn_graph_fini(struct cn *cn)

@@ -248,11 +248,17 @@ static void cn_metrics(void *arg, FILE *out)
 			     "# HELP dmann_cn_insert_locks_broken_total Record locks of gone holders "
 			     "broken (held past the lease) and their records restored.\n"
 			     "# TYPE dmann_cn_insert_locks_broken_total counter\n"
-			     "dmann_cn_insert_locks_broken_total{node=\"%u\"} %lu\n",
+			     "dmann_cn_insert_locks_broken_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_links_forced_total New nodes none of whose "
+			     "neighbours took the back-link, linked from the nearest in its farthest "
+			     "slot.\n"
+			     "# TYPE dmann_cn_insert_links_forced_total counter\n"
+			     "dmann_cn_insert_links_forced_total{node=\"%u\"} %lu\n",
 			id, atomic_load(&cn->inserts), id, atomic_load(&cn->insert_links), id,
 			atomic_load(&cn->insert_links_dropped), id,
 			atomic_load(&cn->insert_lock_retries), id,
-			atomic_load(&cn->insert_locks_broken));
+			atomic_load(&cn->insert_locks_broken), id,
+			atomic_load(&cn->insert_links_forced));
 	}
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"

@@ -703,8 +703,11 @@ static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm
 	return rc;
 }
 
+/* The back-link nb -> id under nb's record lock. With force, x takes nb's farthest
+ * neighbour's slot even when it is farther (a new node none of its neighbours linked to
+ * would be unreachable). */
 static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint32_t id,
-		     const float *xr)
+		     const float *xr, bool force)
 {
 	const struct dindex *d = e->d;
 	uint32_t M = d->p.M, holder = e->cn->node->id + 1;
@@ -788,8 +791,10 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 			for (uint32_t j = 1; j < cnt; j++)
 				if (e->est[j] > e->est[far])
 					far = j;
-			if (kern(ev, xr, d->vdim) < e->est[far])
+			if (force || kern(ev, xr, d->vdim) < e->est[far])
 				slot = far;
+		} else if (!dup && force) {
+			slot = cnt - 1;         /* no codes to rank by: the last one */
 		}
 		h->seq = seq + 2;
 		h->holder = 0;
@@ -914,10 +919,20 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 	float xcopy[vdim];
 
 	memcpy(xcopy, e->xr, (size_t)vdim * sizeof(float));
+	uint64_t links0 = e->st->links;
+
 	for (uint32_t j = 0; j < ns; j++) {
-		rc = link_back(e, kern, e->sel[j].id, (uint32_t)id, xcopy);
+		rc = link_back(e, kern, e->sel[j].id, (uint32_t)id, xcopy, false);
 		if (rc)
 			return rc;
+	}
+	/* None of them took x (each list full of nearer nodes): the nearest one must, or no
+	 * search could reach x. */
+	if (ns && e->st->links == links0) {
+		rc = link_back(e, kern, e->sel[0].id, (uint32_t)id, xcopy, true);
+		if (rc)
+			return rc;
+		e->st->forced++;
 	}
 	*out_id = id;
 	return 0;

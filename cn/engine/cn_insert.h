@@ -13,7 +13,8 @@
  *   5. for each neighbour e, the back-link under e's record lock: READ e (primary replica),
  *      CAS its 8-byte header word from the stable value read to seq + 1 with this CN's id
  *      as holder, add x to e's list (a free slot, else x replaces e's farthest neighbour
- *      when x is closer; distances from e's own codes, whose residual norms are exact),
+ *      when x is closer; distances from e's own codes, whose residual norms are exact;
+ *      when no neighbour took x, the nearest one is made to, in its farthest slot),
  *      with x's code in that slot; WRITE the record with seq + 2 to the other replicas,
  *      then the body and last the header word to the primary (the release). A lock is
  *      never held across more than one READ round, and never two at once. A header word
@@ -52,6 +53,7 @@ struct cn_insert;
 struct cn_insert_stats {
 	uint64_t inserted, links, links_dropped, lock_retries, rereads, reads, locks_broken;
 	uint64_t salvaged;  /* torn records of a gone holder with no whole copy, salvaged */
+	uint64_t forced;    /* new nodes no neighbour linked to: linked from the nearest by force */
 	int err;            /* what stopped a batch early (0: all inserted) */
 };
 

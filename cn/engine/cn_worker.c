@@ -802,6 +802,7 @@ static void reply_insert(struct worker *w, const uint8_t *buf, uint32_t len, uin
 	atomic_fetch_add(&cn->inserts, st.inserted);
 	atomic_fetch_add(&cn->insert_links, st.links);
 	atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
+	atomic_fetch_add(&cn->insert_links_forced, st.forced);
 	atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
 	atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
 	atomic_fetch_add(&cn->salvaged, st.salvaged);

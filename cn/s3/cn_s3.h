@@ -65,6 +65,8 @@ struct cn_s3_graph_ops {
 	/* Make the graph durable: every reachable memory node snapshots its region. 0 or
 	 * -errno. */
 	int (*snapshot)(void *ctx);
+	/* Drop every record this compute node caches (the indexer changed graph records). */
+	void (*cache_clear)(void *ctx);
 };
 /* Give the gateway the compute node's graph (before the first request; ops stays valid);
  * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */

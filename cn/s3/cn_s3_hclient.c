@@ -15,11 +15,10 @@
 #include <unistd.h>
 
 /* Start a signed POST /_dmann/ScanShare to CN cn (non-blocking). false on failure. */
-bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body)
+bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op, const char *body)
 {
 	const char *hp = s->cfg->cn[cn].http;
-	char host[DM_ADDR_MAX], *colon, date[32], sha[65], auth[512];
-	const char *path = "/_dmann/ScanShare";
+	char host[DM_ADDR_MAX], *colon, date[32], sha[65], auth[512], path[64];
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
 	size_t blen = strlen(body);
 	time_t now = time(NULL);
@@ -28,6 +27,7 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body
 
 	memset(h, 0, sizeof(*h));
 	h->fd = -1;
+	snprintf(path, sizeof(path), "/_dmann/%s", op);
 	h->cn = cn;
 	snprintf(host, sizeof(host), "%s", hp);
 	colon = strrchr(host, ':');

@@ -22,6 +22,8 @@
  * never returned (their rows are indexed again by the next indexer). */
 #include "cn_s3_int.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -303,6 +305,54 @@ static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
 	free(ids);
 }
 
+/* Drop the record caches of this and every other compute node with a gateway (the others
+ * through the internal CacheClear; one that does not answer within 5 s is down or cut off
+ * and is warned about). */
+static void clear_caches(struct cn_s3 *s)
+{
+	const struct dm_cluster_cfg *cfg = s->cfg;
+	struct hcall calls[DM_MAX_NODES];
+	uint32_t nc = 0;
+	uint64_t until = dm_now_ns() + 5000000000ull;
+
+	if (s->gops->cache_clear)
+		s->gops->cache_clear(s->gctx);
+	for (uint32_t c = 0; c < cfg->n_cn && c < DM_MAX_NODES; c++) {
+		if (c == s->node->id || !cfg->cn[c].http[0])
+			continue;
+		if (hcall_start(s, &calls[nc], c, "CacheClear", "{}"))
+			nc++;
+		else
+			dm_warn("cn%u: s3: indexer: cannot reach cn%u to drop its record cache",
+				s->node->id, c);
+	}
+	for (;;) {
+		struct pollfd pfd[DM_MAX_NODES];
+		uint32_t np = 0, idx[DM_MAX_NODES];
+
+		for (uint32_t i = 0; i < nc; i++)
+			if (!calls[i].done) {
+				pfd[np] = (struct pollfd){ .fd = calls[i].fd, .events = POLLIN |
+					(calls[i].sent < calls[i].out.n ? POLLOUT : 0) };
+				idx[np++] = i;
+			}
+		if (!np || dm_now_ns() >= until)
+			break;
+		if (poll(pfd, np, 100) < 0 && errno != EINTR)
+			break;
+		for (uint32_t k = 0; k < np; k++)
+			if (pfd[k].revents)
+				hcall_io(&calls[idx[k]], pfd[k].revents);
+	}
+	for (uint32_t i = 0; i < nc; i++) {
+		if (!calls[i].done || calls[i].failed)
+			dm_warn("cn%u: s3: indexer: cn%u did not drop its record cache (%s); its "
+				"searches may miss the new rows until it does", s->node->id,
+				calls[i].cn, calls[i].done ? "failed" : "no answer in 5 s");
+		hcall_fini(&calls[i]);
+	}
+}
+
 static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 {
 	struct s3_indexer *ix = &s->ix;
@@ -362,6 +412,10 @@ static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 			goto out;
 		}
 		p->durable = true;
+		/* Compute nodes cache records: the ones these inserts back-linked are stale in
+		 * their caches, and a search through a stale copy cannot reach the new nodes.
+		 * Every cache is dropped before the rows leave the tail. */
+		clear_caches(s);
 	}
 	/* The hand-over to every replica of the bucket (or, with nothing new, the advance
 	 * alone: rows that reached a replica after the entries that hold them). */

@@ -195,7 +195,7 @@ void json_resp(struct s3_resp *r, json_t *o);
 
 /* ---- cn_s3_hclient.c ---- */
 
-/* One sub-request in flight: a signed POST /_dmann/ScanShare on a non-blocking socket. */
+/* One sub-request in flight: a signed POST /_dmann/<op> on a non-blocking socket. */
 struct hcall {
 	int fd;
 	uint32_t cn;                     /* target CN */
@@ -210,8 +210,10 @@ struct hcall {
 	size_t blen;
 };
 
-/* Start a sub-request to CN cn (connect, sign, queue the bytes). false on failure. */
-bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *body);
+/* Start a sub-request of internal operation op (ScanShare, CacheClear) to CN cn (connect,
+ * sign, queue the bytes). false on failure. */
+bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op,
+		 const char *body);
 /* Progress on poll events ev; sets done (and failed) when it ends. */
 void hcall_io(struct hcall *h, short ev);
 void hcall_fini(struct hcall *h);

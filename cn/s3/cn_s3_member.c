@@ -283,6 +283,13 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 	int mn, dim, metric, fr, rc;
 
 	memset(r, 0, sizeof(*r));
+	if (!strcmp(op, "CacheClear")) {
+		/* The online indexer changed graph records: drop this node's cached copies. */
+		if (s->gops && s->gops->cache_clear)
+			s->gops->cache_clear(s->gctx);
+		json_resp(r, json_object());
+		goto out;
+	}
 	if (strcmp(op, "ScanShare")) {
 		s3_resp_error(r, 404, "UnknownOperationException", "unknown internal operation");
 		goto out;

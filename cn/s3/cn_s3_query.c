@@ -367,7 +367,7 @@ static int fan_out(struct cn_s3 *s, struct qplan *p, struct s3_resp *r)
 			local = (int)j;
 			continue;
 		}
-		if (hcall_start(s, &calls[ncalls], c, sh[j].req)) {
+		if (hcall_start(s, &calls[ncalls], c, "ScanShare", sh[j].req)) {
 			calls[ncalls].share = j;
 			sh[j].tries++;
 			ncalls++;
@@ -423,7 +423,7 @@ static int fan_out(struct cn_s3 *s, struct qplan *p, struct s3_resp *r)
 				run_local(s, &sh[j]);
 				continue;
 			}
-			if (hcall_start(s, &calls[ncalls], c, sh[j].req)) {
+			if (hcall_start(s, &calls[ncalls], c, "ScanShare", sh[j].req)) {
 				calls[ncalls].share = j;
 				calls[ncalls].hedge = true;
 				pf[np] = (struct pollfd){ .fd = calls[ncalls].fd,
