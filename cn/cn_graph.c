@@ -172,13 +172,7 @@ static void *ins_main(void *arg)
 			cn_insert_run(a->e, cn->idx, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef,
 				      j->ids + i, &st) : -ESTALE;
 		pthread_rwlock_unlock(&cn->lock);
-		atomic_fetch_add(&cn->inserts, st.inserted);
-		atomic_fetch_add(&cn->insert_links, st.links);
-		atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
-		atomic_fetch_add(&cn->insert_links_forced, st.forced);
-		atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
-		atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
-		atomic_fetch_add(&cn->salvaged, st.salvaged);
+		cn_insert_count(cn, &st);
 		atomic_fetch_add(&j->done, (unsigned)st.inserted);
 		for (uint64_t k = st.inserted; k < cnt; k++)
 			j->ids[i + k] = UINT64_MAX;

@@ -272,6 +272,17 @@ static void dirty_add(struct cn_insert *e, uint32_t m, uint64_t remote, uint32_t
 	e->dirty[e->ndirty++] = (struct cn_insert_range){ .mn = m, .len = len, .addr = remote };
 }
 
+void cn_insert_count(struct cn *cn, const struct cn_insert_stats *st)
+{
+	atomic_fetch_add(&cn->inserts, st->inserted);
+	atomic_fetch_add(&cn->insert_links, st->links);
+	atomic_fetch_add(&cn->insert_links_dropped, st->links_dropped);
+	atomic_fetch_add(&cn->insert_links_forced, st->forced);
+	atomic_fetch_add(&cn->insert_lock_retries, st->lock_retries);
+	atomic_fetch_add(&cn->insert_locks_broken, st->locks_broken);
+	atomic_fetch_add(&cn->salvaged, st->salvaged);
+}
+
 void cn_insert_track(struct cn_insert *e, bool on)
 {
 	e->track = on;

@@ -82,6 +82,8 @@ struct cn_insert_range {
 	uint64_t addr;                  /* the memory node's address (region base + offset) */
 };
 void cn_insert_track(struct cn_insert *e, bool on);
+/* Add st's counters to compute node cn's (its Prometheus metrics). */
+void cn_insert_count(struct cn *cn, const struct cn_insert_stats *st);
 struct cn_insert_range *cn_insert_take_ranges(struct cn_insert *e, size_t *n, bool *lost);
 
 #endif

@@ -799,13 +799,7 @@ static void reply_insert(struct worker *w, const uint8_t *buf, uint32_t len, uin
 	rc = cn->idx ? cn_insert_run(w->ins, cn->idx, v, m.n, m.dim, m.ef, ids, &st) : -ENOENT;
 	pthread_rwlock_unlock(&cn->lock);
 	free(v);
-	atomic_fetch_add(&cn->inserts, st.inserted);
-	atomic_fetch_add(&cn->insert_links, st.links);
-	atomic_fetch_add(&cn->insert_links_dropped, st.links_dropped);
-	atomic_fetch_add(&cn->insert_links_forced, st.forced);
-	atomic_fetch_add(&cn->insert_lock_retries, st.lock_retries);
-	atomic_fetch_add(&cn->insert_locks_broken, st.locks_broken);
-	atomic_fetch_add(&cn->salvaged, st.salvaged);
+	cn_insert_count(cn, &st);
 	if (rc <= 0) {
 		if (rc < 0 && rc != -ENOSPC && rc != -ENOENT)
 			dm_warn("cn%u: insert failed: %s", cn->node->id, strerror(-rc));
