@@ -353,9 +353,12 @@ static void clear_caches(struct cn_s3 *s)
 	}
 }
 
-static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
+/* One round; true when it handed over a full batch (more rows may be waiting: the next
+ * round starts at once). */
+static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 {
 	struct s3_indexer *ix = &s->ix;
+	bool more = false;
 	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
 	uint32_t mns[DM_MAX_NODES];
 	struct ixstate st;
@@ -363,13 +366,13 @@ static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 	int nm, pi = -1;
 
 	if (s->gops->bound(s->gctx, b, x, &gen) || !s->gops->indexer(s->gctx))
-		return;
+		return false;
 	nm = bucket_mns(s, b, mns);
 	for (int i = 0; i < nm && pi < 0; i++)
 		if (!mn_is_down(s, mns[i]) && ixstate_fetch(s, mns[i], b, x, &st) == 0)
 			pi = i;
 	if (pi < 0)
-		return;
+		return false;
 	if (st.mark_tag != gen || !st.mark)
 		goto out;               /* the index is not (or no longer) this graph's */
 	/* Another index, generation or incarnation (each replica has its own creation time:
@@ -466,10 +469,12 @@ static void round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 			handed_add(hd, ver_hash(p->keys[i], p->vcrc[i]));
 		__atomic_add_fetch(&ix->rows, p->n, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&ix->batches, 1, __ATOMIC_RELAXED);
+		more = p->n >= ix->batch;
 		pend_free(p);
 	}
 out:
 	ixstate_fini(&st);
+	return more;
 }
 
 static void *indexer_main(void *arg)
@@ -478,11 +483,18 @@ static void *indexer_main(void *arg)
 	struct s3_indexer *ix = &s->ix;
 	struct ipend p = { 0 };
 	struct handed hd = { 0 };
+	bool more = false;
 
 	pthread_mutex_lock(&ix->mu);
 	while (!ix->stop) {
 		struct timespec ts;
 
+		if (more) {             /* a full batch went: rows may be waiting */
+			pthread_mutex_unlock(&ix->mu);
+			more = round_once(s, &p, &hd);
+			pthread_mutex_lock(&ix->mu);
+			continue;
+		}
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += ix->interval_ms / 1000;
 		ts.tv_nsec += (long)(ix->interval_ms % 1000) * 1000000L;
@@ -494,7 +506,7 @@ static void *indexer_main(void *arg)
 		if (ix->stop)
 			break;
 		pthread_mutex_unlock(&ix->mu);
-		round_once(s, &p, &hd);
+		more = round_once(s, &p, &hd);
 		pthread_mutex_lock(&ix->mu);
 	}
 	pthread_mutex_unlock(&ix->mu);
