@@ -9,6 +9,7 @@
  * every node below the query's mark has its key (nodes past it are either unknown here,
  * and their rows are in the tail the query scans, or known and merged by key). */
 #include "cn_s3_int.h"
+#include "util/dm_hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,18 +30,11 @@ void gk_fini(struct cn_s3 *s)
 	pthread_mutex_destroy(&s->gk.mu);
 }
 
-static uint64_t id_hash(uint64_t id)
-{
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdull;
-	return id ^ (id >> 33);
-}
-
 static struct gkslot *gk_find(const struct gkcache *g, uint64_t id)
 {
 	if (!g->cap)
 		return NULL;
-	for (size_t i = id_hash(id) & (g->cap - 1);; i = (i + 1) & (g->cap - 1)) {
+	for (size_t i = dm_hash64(id) & (g->cap - 1);; i = (i + 1) & (g->cap - 1)) {
 		if (!g->slot[i].key)
 			return NULL;
 		if (g->slot[i].id == id)
@@ -62,7 +56,7 @@ static int gk_add(struct gkcache *g, uint64_t id, char *key)
 		for (size_t i = 0; i < g->cap; i++) {
 			if (!g->slot[i].key)
 				continue;
-			size_t j = id_hash(g->slot[i].id) & (cap - 1);
+			size_t j = dm_hash64(g->slot[i].id) & (cap - 1);
 
 			while (ns[j].key)
 				j = (j + 1) & (cap - 1);
@@ -72,7 +66,7 @@ static int gk_add(struct gkcache *g, uint64_t id, char *key)
 		g->slot = ns;
 		g->cap = cap;
 	}
-	size_t i = id_hash(id) & (g->cap - 1);
+	size_t i = dm_hash64(id) & (g->cap - 1);
 
 	while (g->slot[i].key && g->slot[i].id != id)
 		i = (i + 1) & (g->cap - 1);

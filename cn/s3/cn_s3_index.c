@@ -21,6 +21,7 @@
  * compute node that dies mid-batch leaves nodes nobody has a key for: they route but are
  * never returned (their rows are indexed again by the next indexer). */
 #include "cn_s3_int.h"
+#include "util/dm_u64set.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -52,8 +53,7 @@ struct handed {
 	uint32_t mn;                     /* as struct ipend */
 	int64_t created;
 	uint64_t tag;
-	uint64_t *set;
-	size_t cap, n;
+	struct dm_u64set set;
 };
 
 /* Rows read from the tail. */
@@ -64,54 +64,11 @@ struct tail {
 	uint32_t *vcrc;
 };
 
-static uint64_t ver_hash(const char *key, uint32_t vcrc)
-{
-	uint64_t h = flat_key_hash(key, strlen(key)) ^ ((uint64_t)vcrc * 0x9e3779b97f4a7c15ull);
-
-	return h ? h : 1;
-}
-
-static bool handed_has(const struct handed *hd, uint64_t h)
-{
-	if (!hd->cap)
-		return false;
-	for (size_t i = h & (hd->cap - 1);; i = (i + 1) & (hd->cap - 1)) {
-		if (hd->set[i] == h)
-			return true;
-		if (!hd->set[i])
-			return false;
-	}
-}
-
+/* Only a cost when it fails: such a row may be inserted twice. */
 static void handed_add(struct handed *hd, uint64_t h)
 {
-	if ((hd->n + 1) * 2 > hd->cap) {
-		size_t cap = hd->cap ? hd->cap * 2 : 4096;
-		uint64_t *ns = calloc(cap, sizeof(*ns));
-
-		if (!ns)
-			return;         /* only a cost: such a row may be inserted twice */
-		for (size_t i = 0; i < hd->cap; i++) {
-			if (!hd->set[i])
-				continue;
-			size_t j = hd->set[i] & (cap - 1);
-
-			while (ns[j])
-				j = (j + 1) & (cap - 1);
-			ns[j] = hd->set[i];
-		}
-		free(hd->set);
-		hd->set = ns;
-		hd->cap = cap;
-	}
-	size_t i = h & (hd->cap - 1);
-
-	while (hd->set[i] && hd->set[i] != h)
-		i = (i + 1) & (hd->cap - 1);
-	if (!hd->set[i]) {
-		hd->set[i] = h;
-		hd->n++;
-	}
+	if (!dm_u64set_reserve(&hd->set, 1))
+		dm_u64set_add(&hd->set, h);
 }
 
 static void pend_free(struct ipend *p)
@@ -191,7 +148,7 @@ static int read_piece(struct cn_s3 *s, const char *b, const char *x, const struc
 		}
 		uint32_t crc = flat_vec_crc(dst, st->dim);
 
-		if (handed_has(hd, ver_hash(key, crc))) {
+		if (dm_u64set_has(&hd->set, flat_row_version(key, crc))) {
 			free(key);
 			continue;
 		}
@@ -379,7 +336,7 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 	 * compared on the same memory node only) starts afresh. */
 	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->tag != gen ||
 	    (hd->mn == st.mn && hd->created != st.created)) {
-		free(hd->set);
+		dm_u64set_free(&hd->set);
 		*hd = (struct handed){ .tag = gen };
 		snprintf(hd->b, sizeof(hd->b), "%s", b);
 		snprintf(hd->x, sizeof(hd->x), "%s", x);
@@ -466,7 +423,7 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 			"were past the mark)", s->node->id, p->n, b, x,
 			(unsigned long long)(total - st.mark));
 		for (uint32_t i = 0; i < p->n; i++)
-			handed_add(hd, ver_hash(p->keys[i], p->vcrc[i]));
+			handed_add(hd, flat_row_version(p->keys[i], p->vcrc[i]));
 		__atomic_add_fetch(&ix->rows, p->n, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&ix->batches, 1, __ATOMIC_RELAXED);
 		more = p->n >= ix->batch;
@@ -511,7 +468,7 @@ static void *indexer_main(void *arg)
 	}
 	pthread_mutex_unlock(&ix->mu);
 	pend_free(&p);
-	free(hd.set);
+	dm_u64set_free(&hd.set);
 	return NULL;
 }
 

@@ -239,6 +239,8 @@ struct flat_gentry {
 	uint32_t vcrc;
 };
 uint32_t flat_vec_crc(const float *v, uint32_t dim);
+/* A row version (key, flat_vec_crc of its vector) as a non-zero 64-bit hash. */
+uint64_t flat_row_version(const char *key, uint32_t vcrc);
 int flat_gindex_add(struct flat_index *ix, uint64_t tag, const struct flat_gentry *e, size_t n,
 		    uint64_t *mark);
 /* The key log from entry `from` on, at most max entries, in log order: fn per entry (a

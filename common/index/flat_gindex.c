@@ -26,63 +26,12 @@ uint32_t flat_vec_crc(const float *v, uint32_t dim)
 	return flat_crc32c(0, v, (size_t)dim * sizeof(float));
 }
 
-/* A row version's hash in the set: never 0 (the empty slot). */
-static uint64_t ver_hash(uint64_t khash, uint32_t vcrc)
+uint64_t flat_row_version(const char *key, uint32_t vcrc)
 {
-	uint64_t h = khash ^ ((uint64_t)vcrc * 0x9e3779b97f4a7c15ull);
+	uint64_t h = flat_key_hash(key, strlen(key)) ^ ((uint64_t)vcrc * 0x9e3779b97f4a7c15ull);
 
 	h ^= h >> 29;
 	return h ? h : 1;
-}
-
-static bool set_has(const struct flat_gix *g, uint64_t h)
-{
-	if (!g->scap)
-		return false;
-	for (size_t i = h & (g->scap - 1);; i = (i + 1) & (g->scap - 1)) {
-		if (g->set[i] == h)
-			return true;
-		if (!g->set[i])
-			return false;
-	}
-}
-
-/* Insert h (room ensured by set_room). */
-static void set_add(struct flat_gix *g, uint64_t h)
-{
-	size_t i = h & (g->scap - 1);
-
-	while (g->set[i] && g->set[i] != h)
-		i = (i + 1) & (g->scap - 1);
-	if (!g->set[i]) {
-		g->set[i] = h;
-		g->sn++;
-	}
-}
-
-/* Room for n more hashes at load <= 1/2 (-ENOMEM, the set unchanged). */
-static int set_room(struct flat_gix *g, size_t n)
-{
-	size_t cap = g->scap ? g->scap : 64;
-	uint64_t *ns;
-
-	while ((g->sn + n) * 2 > cap)
-		cap *= 2;
-	if (cap == g->scap)
-		return 0;
-	ns = calloc(cap, sizeof(*ns));
-	if (!ns)
-		return -ENOMEM;
-	struct flat_gix ng = { .set = ns, .scap = cap };
-
-	for (size_t i = 0; i < g->scap; i++)
-		if (g->set[i])
-			set_add(&ng, g->set[i]);
-	free(g->set);
-	g->set = ns;
-	g->scap = cap;
-	g->sn = ng.sn;
-	return 0;
 }
 
 void flat_gix_clear(struct flat_gix *g)
@@ -90,7 +39,7 @@ void flat_gix_clear(struct flat_gix *g)
 	for (size_t i = 0; i < g->n; i++)
 		free(g->log[i].key);
 	free(g->log);
-	free(g->set);
+	dm_u64set_free(&g->set);
 	memset(g, 0, sizeof(*g));
 }
 
@@ -104,7 +53,7 @@ static uint64_t advance_to(const struct flat_index *ix)
 			struct flat_row r;
 
 			flat_fill_row(ix, m, &r);
-			if (!set_has(&ix->gix, ver_hash(flat_key_hash(r.key, strlen(r.key)),
+			if (!dm_u64set_has(&ix->gix.set, flat_row_version(r.key,
 						      flat_vec_crc(r.vec, ix->info.dim))))
 				break;
 		}
@@ -151,7 +100,7 @@ static int gprep_init(struct flat_index *ix, struct gprep *p, const struct flat_
 			rc = -ENOMEM;
 	}
 	if (!rc)
-		rc = set_room(g, n);
+		rc = dm_u64set_reserve(&g->set, n);
 	if (!rc && g->n + n > g->cap) {
 		size_t cap = DM_MAX(g->cap * 2, g->n + n + 64);
 		struct flat_gkey *nl;
@@ -177,7 +126,7 @@ static void gprep_apply(struct flat_index *ix, struct gprep *p)
 
 	for (size_t i = 0; p->e && i < p->n; i++) {
 		g->log[g->n++] = p->e[i];
-		set_add(g, ver_hash(flat_key_hash(p->e[i].key, strlen(p->e[i].key)),
+		dm_u64set_add(&g->set, flat_row_version(p->e[i].key,
 				    p->e[i].vcrc));
 	}
 	free(p->e);

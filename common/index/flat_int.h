@@ -28,6 +28,7 @@
 
 #include "flat.h"
 #include "util/dm_buf.h"
+#include "util/dm_u64set.h"
 #include "flat_wal.h"
 
 #include <pthread.h>
@@ -64,8 +65,7 @@ struct flat_gkey {
 struct flat_gix {
 	struct flat_gkey *log;         /* in log order (under rw; grows under wmu + rw) */
 	size_t n, cap;
-	uint64_t *set;                 /* open addressing, 0 = empty (under wmu) */
-	size_t scap, sn;
+	struct dm_u64set set;          /* indexed row versions (under wmu) */
 };
 
 struct flat_index {
