@@ -181,6 +181,10 @@ static void cn_metrics(void *arg, FILE *out)
 			     "replica by a writer that died holding them, used salvaged.\n"
 			     "# TYPE dmann_cn_torn_records_salvaged_total counter\n"
 			     "dmann_cn_torn_records_salvaged_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_record_rereads_total Records a query read again because "
+			     "the copy was torn or held by a writer.\n"
+			     "# TYPE dmann_cn_record_rereads_total counter\n"
+			     "dmann_cn_record_rereads_total{node=\"%u\"} %lu\n"
 			     "# HELP dmann_cn_mn_marked_down_total Memory nodes marked down.\n"
 			     "# TYPE dmann_cn_mn_marked_down_total counter\n"
 			     "dmann_cn_mn_marked_down_total{node=\"%u\"} %lu\n"
@@ -191,7 +195,7 @@ static void cn_metrics(void *arg, FILE *out)
 			     "# TYPE dmann_cn_mn_down gauge\n"
 			     "dmann_cn_mn_down{node=\"%u\"} %u\n",
 			id, atomic_load(&cn->failovers), id, atomic_load(&cn->salvaged), id,
-			atomic_load(&cn->mn_downs), id,
+			atomic_load(&cn->rereads), id, atomic_load(&cn->mn_downs), id,
 			atomic_load(&cn->mn_ups), id, down);
 		down = 0;
 		for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
@@ -253,12 +257,17 @@ static void cn_metrics(void *arg, FILE *out)
 			     "neighbours took the back-link, linked from the nearest in its farthest "
 			     "slot.\n"
 			     "# TYPE dmann_cn_insert_links_forced_total counter\n"
-			     "dmann_cn_insert_links_forced_total{node=\"%u\"} %lu\n",
+			     "dmann_cn_insert_links_forced_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_links_kept_total Neighbours a back-link pushed "
+			     "out of a full list, linked from the new node instead.\n"
+			     "# TYPE dmann_cn_insert_links_kept_total counter\n"
+			     "dmann_cn_insert_links_kept_total{node=\"%u\"} %lu\n",
 			id, atomic_load(&cn->inserts), id, atomic_load(&cn->insert_links), id,
 			atomic_load(&cn->insert_links_dropped), id,
 			atomic_load(&cn->insert_lock_retries), id,
 			atomic_load(&cn->insert_locks_broken), id,
-			atomic_load(&cn->insert_links_forced));
+			atomic_load(&cn->insert_links_forced), id,
+			atomic_load(&cn->insert_links_kept));
 	}
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"

@@ -53,6 +53,7 @@ struct cn {
 	uint32_t rejoin_ms[DM_MAX_NODES];  /* ctl_lock: its back-off */
 	atomic_ulong failovers;           /* READs reissued to another replica */
 	atomic_ulong salvaged;            /* torn records left by a dead writer, read salvaged */
+	atomic_ulong rereads;             /* record READs repeated: torn or held (queries) */
 	atomic_ulong mn_downs, mn_ups;    /* memory nodes marked down / up again */
 	/* The cluster state (cn_state.c): memory nodes the etcd up-set declares down
 	 * (cn_refresh does not bring them back), its version, versions applied. */
@@ -76,6 +77,7 @@ struct cn {
 	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
 	atomic_ulong insert_locks_broken;  /* locks of gone holders broken (cn_insert.h) */
 	atomic_ulong insert_links_forced;  /* new nodes linked from their nearest by force */
+	atomic_ulong insert_links_kept;    /* pushed-out neighbours linked from the new node */
 
 	struct router *rt;                /* oracle, routing, forwarding (router.c) */
 	atomic_uint qlen;                 /* local queue: queries admitted, not answered */

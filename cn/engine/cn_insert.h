@@ -54,6 +54,7 @@ struct cn_insert_stats {
 	uint64_t inserted, links, links_dropped, lock_retries, rereads, reads, locks_broken;
 	uint64_t salvaged;  /* torn records of a gone holder with no whole copy, salvaged */
 	uint64_t forced;    /* new nodes no neighbour linked to: linked from the nearest by force */
+	uint64_t kept;      /* neighbours a back-link pushed out, linked from the new node */
 	int err;            /* what stopped a batch early (0: all inserted) */
 };
 

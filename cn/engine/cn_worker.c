@@ -196,6 +196,7 @@ void cn_worker_advance(struct worker *w, struct qslot *q)
 			/* Torn or garbage: read it again. */
 			again = true;
 			q->rereads++;
+			atomic_fetch_add_explicit(&w->cn->rereads, 1, memory_order_relaxed);
 			q->remote[j] = 3;
 			continue;
 		}
