@@ -1,7 +1,7 @@
 /* cn_graph.c: the compute node's side of its gateway's graph path (cn_graph.h). The
- * gateway asks the node's index view for the keys of graph node ids and, on the one
- * compute node that runs the online indexer (cn/s3/cn_s3_index.c), inserts tail rows into
- * the graph with the online insert engine (cn_insert.h) on a few threads, and makes the
+ * gateway asks the node's index view for the keys of graph node ids and, on the compute
+ * nodes that run the online indexer (cn/s3/cn_s3_index.c), inserts tail rows into the
+ * graph with the online insert engine (cn_insert.h) on a few threads, and makes the
  * inserted records durable before the indexer hands them over to the flat store: every
  * byte range the engines wrote is recorded, and each memory node writes just those ranges
  * into its region snapshot (FL_SNAPDELTA; it takes a full snapshot itself when its objects
@@ -119,10 +119,11 @@ static int graph_bound(void *ctx, char *bucket, char *index, uint64_t *gen)
 	return rc;
 }
 
-static bool graph_indexer(void *ctx)
+static uint32_t graph_indexers(void *ctx, uint32_t *cns)
 {
 	struct cn *cn = ctx;
 	const struct dm_cluster_cfg *cfg = cn->cfg;
+	uint32_t n = 0;
 
 	for (uint32_t c = 0; c < cfg->n_cn && c < DM_MAX_NODES; c++) {
 		bool down;
@@ -132,9 +133,9 @@ static bool graph_indexer(void *ctx)
 		down = c == cn->node->id ? atomic_load(&cn->state_self_down) :
 					  atomic_load(&cn->state_cn_down[c]);
 		if (!down)
-			return c == cn->node->id;
+			cns[n++] = c;
 	}
-	return false;
+	return n;
 }
 
 struct ins_job {
@@ -319,7 +320,7 @@ static void graph_cache_clear(void *ctx)
 }
 
 const struct cn_s3_graph_ops cn_graph_ops = {
-	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexer = graph_indexer,
+	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexers = graph_indexers,
 	.insert = graph_insert, .snapshot = graph_snapshot, .cache_clear = graph_cache_clear,
 };
 

@@ -53,9 +53,11 @@ struct cn_s3_graph_ops {
 	 * bound: the S3 index the view is bound to (bucket and index into room for 64 bytes
 	 * each) and its generation: 0, or -ENOENT. */
 	int (*bound)(void *ctx, char *bucket, char *index, uint64_t *gen);
-	/* Whether this compute node runs the indexer now (the first compute node with a
-	 * gateway that the cluster state does not declare down). */
-	bool (*indexer)(void *ctx);
+	/* The compute nodes that run the indexer now: those with a gateway that the cluster
+	 * state does not declare down, ascending ids into cns (room for DM_MAX_NODES); their
+	 * number. Each indexes the rows whose key it wins by rendezvous hashing among them
+	 * (cn_s3_index.c). */
+	uint32_t (*indexers)(void *ctx, uint32_t *cns);
 	/* Insert vecs[0..n) (dim floats each) into the view of generation gen with up to
 	 * nthreads threads at search breadth ef: ids[i] gets row i's node id, or UINT64_MAX
 	 * for a row that was not inserted. The number inserted, or -errno when none was

@@ -1,17 +1,21 @@
 /* cn_s3_index.c: the online indexer of a graph-bound index (docs/api.md, "Online
- * indexing"). One compute node runs it (cn_s3_graph_ops.indexer: the first compute node
- * with a gateway that the cluster state does not declare down). Every [s3]
- * index_interval_ms it
+ * indexing"). Every compute node with a gateway that the cluster state does not declare
+ * down runs it (cn_s3_graph_ops.indexers), each on the rows whose key it wins by
+ * rendezvous hashing among those nodes (struct owners), so the compute nodes index in
+ * parallel and no row twice while the set stays the same. Every [s3] index_interval_ms
+ * each
  *   1. reads the index's state from the first reachable replica of its bucket (the
  *      primary) and, when rows past the graph mark exist, up to [s3] index_batch live
- *      rows from the mark on (FL_FRAG), skipping rows it has handed over already;
+ *      rows it owns from the mark on (FL_FRAG), skipping rows it has handed over already;
  *   2. inserts them into the graph through the compute node's online insert engine
- *      (cn_insert.h: INSERT of Malkov & Yashunin against remote memory) on [s3]
- *      index_threads threads at efConstruction [s3] index_ef;
- *   3. makes the graph durable: every memory node snapshots its region;
+ *      (cn_insert.h: INSERT of Malkov & Yashunin against remote memory; records are locked
+ *      one at a time, so indexers on several nodes share the graph) on [s3] index_threads
+ *      threads at efConstruction [s3] index_ef;
+ *   3. makes the graph durable: every memory node snapshots the ranges it wrote;
  *   4. hands the batch to every replica of the bucket (FL_GINDEX: node id, key, CRC32C of
  *      the vector per row; logged there), which moves each replica's mark over the rows it
- *      holds.
+ *      holds (the mark stops at the first row no indexer has handed over yet; rows past it
+ *      stay in the scan set and are merged with the graph's by key).
  * A row is in the tail's scan set until step 4 reached its replica, and in the graph only
  * once the graph holding it is durable, so no acknowledged row is ever in neither, across
  * restarts too (a graph restored from an older snapshot lacks only nodes whose rows are
@@ -19,8 +23,11 @@
  * again (to the replicas that missed it) before anything new is inserted; rows whose
  * insert failed stay in the tail (a full graph: -ENOSPC, counted and logged once). A
  * compute node that dies mid-batch leaves nodes nobody has a key for: they route but are
- * never returned (their rows are indexed again by the next indexer). */
+ * never returned; once the cluster state declares it down its rows belong to the others,
+ * which index them again (and, past the mark, also rows it had handed over: two nodes of
+ * one key, merged at query time). */
 #include "cn_s3_int.h"
+#include "util/dm_hash.h"
 #include "util/dm_u64set.h"
 
 #include <errno.h>
@@ -55,6 +62,33 @@ struct handed {
 	uint64_t tag;
 	struct dm_u64set set;
 };
+
+/* The indexers now (ascending compute node ids) and this one's place among them. */
+struct owners {
+	uint32_t n, self;
+	uint32_t cns[DM_MAX_NODES];
+};
+
+/* Whether key k (kl bytes) is this indexer's: rendezvous hashing, the highest
+ * dm_hash64(key hash ^ node) wins. */
+static bool owns(const struct owners *o, const char *k, uint32_t kl)
+{
+	uint64_t kh, best = 0;
+	uint32_t win = 0;
+
+	if (o->n < 2)
+		return true;
+	kh = dm_fnv1a64(DM_FNV64_INIT, k, kl);
+	for (uint32_t i = 0; i < o->n; i++) {
+		uint64_t h = dm_hash64(kh ^ ((uint64_t)(o->cns[i] + 1) * DM_GOLDEN64));
+
+		if (i == 0 || h > best) {
+			best = h;
+			win = o->cns[i];
+		}
+	}
+	return win == o->self;
+}
 
 /* Rows read from the tail. */
 struct tail {
@@ -91,11 +125,11 @@ static void tail_free(struct tail *t)
 	memset(t, 0, sizeof(*t));
 }
 
-/* One FL_FRAG piece of fragment f from row `from` into t (live rows not handed over);
- * *next gets the row after the piece. */
+/* One FL_FRAG piece of fragment f from row `from` into t (live rows of ours not handed
+ * over); *next gets the row after the piece. */
 static int read_piece(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
-		      uint64_t f, uint32_t from, const struct handed *hd, struct tail *t,
-		      uint32_t *next)
+		      uint64_t f, uint32_t from, const struct owners *o,
+		      const struct handed *hd, struct tail *t, uint32_t *next)
 {
 	struct dm_buf w = { 0 };
 	uint8_t *resp = NULL;
@@ -135,7 +169,7 @@ static int read_piece(struct cn_s3 *s, const char *b, const char *x, const struc
 			rc = -EBADMSG;
 			break;
 		}
-		if (dead[r] || t->n == t->max)
+		if (dead[r] || t->n == t->max || !owns(o, k, kl))
 			continue;
 		float *dst = t->vec + (size_t)t->n * st->dim;
 
@@ -164,16 +198,16 @@ out:
 	return rc;
 }
 
-/* Up to t->max live rows from the mark on (primary's state st). */
+/* Up to t->max live rows of ours from the mark on (primary's state st). */
 static int read_tail(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
-		     const struct handed *hd, struct tail *t)
+		     const struct owners *o, const struct handed *hd, struct tail *t)
 {
 	for (uint64_t f = st->mark / st->frag_rows; f < st->nfrag && t->n < t->max; f++) {
 		uint32_t from = f == st->mark / st->frag_rows ?
 				(uint32_t)(st->mark % st->frag_rows) : 0;
 
 		while (from < st->fr[f].rows && t->n < t->max) {
-			int rc = read_piece(s, b, x, st, f, from, hd, t, &from);
+			int rc = read_piece(s, b, x, st, f, from, o, hd, t, &from);
 
 			if (rc)
 				return rc;
@@ -262,20 +296,22 @@ static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
 	free(ids);
 }
 
-/* Drop the record caches of this and every other compute node with a gateway (the others
- * through the internal CacheClear; one that does not answer within 5 s is down or cut off
- * and is warned about). */
+/* Drop the record caches of this and every other compute node with a gateway that the
+ * cluster state does not declare down (the others through the internal CacheClear; one
+ * that does not answer within 5 s is cut off and is warned about). */
 static void clear_caches(struct cn_s3 *s)
 {
-	const struct dm_cluster_cfg *cfg = s->cfg;
 	struct hcall calls[DM_MAX_NODES];
-	uint32_t nc = 0;
+	uint32_t nc = 0, live[DM_MAX_NODES], nl;
 	uint64_t until = dm_now_ns() + 5000000000ull;
 
 	if (s->gops->cache_clear)
 		s->gops->cache_clear(s->gctx);
-	for (uint32_t c = 0; c < cfg->n_cn && c < DM_MAX_NODES; c++) {
-		if (c == s->node->id || !cfg->cn[c].http[0])
+	nl = s->gops->indexers(s->gctx, live);
+	for (uint32_t i = 0; i < nl; i++) {
+		uint32_t c = live[i];
+
+		if (c == s->node->id)
 			continue;
 		if (hcall_start(s, &calls[nc], c, "CacheClear", "{}"))
 			nc++;
@@ -319,10 +355,17 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 	char b[NAME_MAX_ + 1], x[NAME_MAX_ + 1];
 	uint32_t mns[DM_MAX_NODES];
 	struct ixstate st;
+	struct owners own = { .self = s->node->id };
 	uint64_t gen, total = 0;
 	int nm, pi = -1;
+	bool in = false;
 
-	if (s->gops->bound(s->gctx, b, x, &gen) || !s->gops->indexer(s->gctx))
+	if (s->gops->bound(s->gctx, b, x, &gen))
+		return false;
+	own.n = s->gops->indexers(s->gctx, own.cns);
+	for (uint32_t i = 0; i < own.n; i++)
+		in |= own.cns[i] == own.self;
+	if (!in)
 		return false;
 	nm = bucket_mns(s, b, mns);
 	for (int i = 0; i < nm && pi < 0; i++)
@@ -355,7 +398,7 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 		t.vec = malloc((size_t)t.max * st.dim * sizeof(float));
 		t.keys = calloc(t.max, sizeof(char *));
 		t.vcrc = calloc(t.max, sizeof(uint32_t));
-		if (t.vec && t.keys && t.vcrc && read_tail(s, b, x, &st, hd, &t) == 0 && t.n)
+		if (t.vec && t.keys && t.vcrc && read_tail(s, b, x, &st, &own, hd, &t) == 0 && t.n)
 			insert_batch(s, b, x, &st, gen, &t, p);
 		tail_free(&t);
 	}
