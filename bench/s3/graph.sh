@@ -31,24 +31,8 @@ CACHE=${CACHE:-10%}
 IXBATCH=${IXBATCH:-8192}
 IXTHREADS=${IXTHREADS:-4}
 SPARE=$((TAIL + TAIL / 5))
-DMANN=$ROOT/$BUILD/cn/dmann
-GB=$ROOT/$BUILD/bench/graph_bench
-PY=/usr/bin/python3
-export DMANN_NO_PROGRESS=1
-if [ -z "${WORK:-}" ]; then
-	WORK=${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench/graph
-	[ -d /dev/shm ] && [ -w /dev/shm ] && WORK=/dev/shm/dmann-graph
-fi
-for b in "$DMANN" "$GB" "$ROOT/$BUILD/cn/dmann-cn" "$ROOT/$BUILD/mn/dmann-mn"; do
-	[ -x "$b" ] || { echo "graph.sh: build first: meson setup $BUILD && ninja -C $BUILD ($b)" >&2; exit 1; }
-done
-CDIR=$WORK/cluster
-cleanup() { "$DMANN" local down --dir "$CDIR" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-rm -rf "$WORK"
-mkdir -p "$WORK"
-START=$(date +%s)
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+. "$ROOT/bench/s3/lib.sh"
+bench_init graph
 
 log "data: $((N + TAIL)) x 96, $((WARM + MEAS)) queries"
 "$DMANN" gen --kind deep --n $((N + TAIL)) --nq $((WARM + MEAS)) --seed 3 --out "$WORK/d" >/dev/null
@@ -87,15 +71,7 @@ T0=$(date +%s.%N)
 "$DMANN" load --config "$INI" --index "$WORK/idx.hnsw" --bucket bench-bkt --name bench-idx \
 	--spare $SPARE >"$WORK/load.txt"
 IMPORT_S=$(echo "$(date +%s.%N) - $T0" | bc)
-ports=$(awk '/^\[cn\./{c=1} /^\[mn\./{c=0} c && /^metrics =/{split($3,a,":"); print a[2]}' "$INI")
-msum() {   # the sum of a counter over the compute nodes
-	local t=0 v p
-	for p in $ports; do
-		v=$(curl -s "127.0.0.1:$p/metrics" | awk -v n="$1" '$1 ~ "^"n"[{]" {print $2}')
-		t=$((t + ${v:-0}))
-	done
-	echo $t
-}
+bench_ports
 log "tail: $TAIL rows put through libdmann, indexed online"
 T0=$(date +%s.%N)
 "$GB" put --config "$INI" --bucket bench-bkt --name bench-idx --base "$WORK/d/base.fbin" \
@@ -169,8 +145,8 @@ out = ["## The graph path against the exact path (issue 13)", "",
        "RaBitQ codes; built in %.0f s with 2 threads) bulk-imported with `dmann load --bucket "
        "--name` in %.0f s on a local cluster of 2 memory + 2 compute nodes (R=2, tcp, loopback, "
        "one 2-core machine for every process), then %d more rows put through libdmann in %.0f s "
-       "and moved into the graph by the online indexer (one compute node, `[s3] index_threads "
-       "= %d`, `index_ef = 100`, `index_batch = %d`); queries start once no row is past the "
+       "and moved into the graph by the online indexers (both compute nodes, each its share of "
+       "the keys, `[s3] index_threads = %d`, `index_ef = 100`, `index_batch = %d`); queries start once no row is past the "
        "graph mark. Queries through libdmann's `dmann_batch_query` (up to 32 requests in "
        "flight per compute node for both paths), %d warm-up queries, then %d other queries "
        "measured; recall@10 against the exact top-10 over all %d rows. The exact path is the "
