@@ -107,7 +107,8 @@ struct dindex_bind *dindex_bind_parse(const uint8_t *p, size_t len, uint32_t n, 
 	for (uint32_t i = 0; i < nk; i++) {
 		uint32_t kl = bd->off[i + 1] - bd->off[i];
 
-		if (bd->off[i + 1] < bd->off[i] || kl < 1 || kl > DINDEX_BIND_KEY_MAX ||
+		if (bd->off[i + 1] < bd->off[i] || bd->off[i + 1] > kbytes || kl < 1 ||
+		    kl > DINDEX_BIND_KEY_MAX ||
 		    memchr(bd->keys + bd->off[i], 0, kl))
 			goto bad;
 	}
