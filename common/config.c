@@ -364,7 +364,8 @@ int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *ms
 
 static void mn_settings_default(struct dm_mn_settings *m)
 {
-	*m = (struct dm_mn_settings){ .flat_frag_rows = 4096, .wal_group_commit = true };
+	*m = (struct dm_mn_settings){ .flat_frag_rows = 4096, .wal_group_commit = true,
+				      .flat_max_mb = DM_FLAT_MAX_AUTO };
 }
 
 static int mn_settings_key(struct parse_ctx *pc, const char *key, const char *v)
@@ -376,6 +377,14 @@ static int mn_settings_key(struct parse_ctx *pc, const char *key, const char *v)
 		if (!parse_u64(v, 1u << 20, &u) || u < 16)
 			return fail(pc, "flat_frag_rows '%s' must be an integer in 16..1048576%s", v, "");
 		m->flat_frag_rows = (uint32_t)u;
+	} else if (!strcmp(key, "flat_max_mb")) {
+		if (!strcmp(v, "auto"))
+			m->flat_max_mb = DM_FLAT_MAX_AUTO;
+		else if (!parse_u64(v, 1u << 30, &u))
+			return fail(pc, "flat_max_mb '%s' must be auto or an integer in "
+				    "0..1073741824 (MiB; 0: no limit)%s", v, "");
+		else
+			m->flat_max_mb = u;
 	} else if (!strcmp(key, "wal_group_commit")) {
 		if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
 			m->wal_group_commit = true;

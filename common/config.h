@@ -130,6 +130,12 @@
  *                               ; when the store opens (row numbering is per open anyway);
  *                               ; DMANN_FLAT_FRAG_ROWS in the MN's environment overrides
  *                               ; it (tests use small fragments)
+ *   flat_max_mb = auto          ; most MiB of rows a memory node's flat store holds
+ *                               ; (vectors, keys, metadata; deleted rows until the next
+ *                               ; restart compacts them): a write past it is refused with
+ *                               ; ServiceQuotaExceededException (HTTP 402), nothing of it
+ *                               ; acknowledged. auto: 3/4 of the machine's memory; 0: no
+ *                               ; limit; else 1..1073741824
  *   wal_group_commit = yes      ; yes: writes that arrive together share one fdatasync;
  *                               ; no: one fdatasync per write, serialised (the behaviour
  *                               ; before group commit, kept for comparisons). Either way
@@ -257,8 +263,10 @@ struct dm_cluster_cfg {
 		bool spill_cache;
 	} router;
 	/* [mn] (settings of all memory nodes; parsed by mn_settings_key in config.c) */
+#define DM_FLAT_MAX_AUTO UINT64_MAX  /* flat_max_mb = auto: 3/4 of physical memory */
 	struct dm_mn_settings {
 		uint32_t flat_frag_rows;     /* default 4096 */
+		uint64_t flat_max_mb;        /* 0: no limit (default: DM_FLAT_MAX_AUTO) */
 		bool wal_group_commit;       /* default true */
 	} mn_set;
 	struct dm_cn_cfg cn_all;     /* [cn]: every compute node's settings */

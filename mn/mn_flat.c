@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "fl_rpc.h"
 #include "flat.h"
@@ -42,6 +43,18 @@ static uint32_t frag_rows_override(uint32_t node_id, uint32_t rows)
 	return (uint32_t)v;
 }
 
+/* [mn] flat_max_mb in bytes: auto is 3/4 of the machine's physical memory. */
+static uint64_t flat_max_bytes(uint64_t mb)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	if (mb != DM_FLAT_MAX_AUTO)
+		return mb << 20;
+	if (pages <= 0 || psz <= 0)
+		return 0;
+	return (uint64_t)pages * (uint64_t)psz / 4 * 3;
+}
+
 struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 			     const struct dm_mn_settings *set)
 {
@@ -57,6 +70,7 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 		o.frag_rows = set->flat_frag_rows;
 		o.no_group_commit = !set->wal_group_commit;
 	}
+	o.max_bytes = flat_max_bytes(set ? set->flat_max_mb : DM_FLAT_MAX_AUTO);
 	o.frag_rows = frag_rows_override(node_id, o.frag_rows);
 	f->st = flat_open(dir, &o);
 	if (!f->st) {
@@ -80,9 +94,16 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 	 * epoch tells compute-node caches which numbering they hold. */
 	if (getrandom(&f->epoch, sizeof(f->epoch), 0) != sizeof(f->epoch))
 		f->epoch = dm_now_ns();
-	dm_info("mn%u: flat store %s open (epoch %016llx, %u rows per fragment, group commit %s)",
-		node_id, dir, (unsigned long long)f->epoch, o.frag_rows,
-		o.no_group_commit ? "off" : "on");
+	uint64_t used, max;
+
+	flat_store_usage(f->st, &used, &max);
+	dm_info("mn%u: flat store %s open (epoch %016llx, %u rows per fragment, group commit %s, "
+		"%llu MiB of rows, limit %s%llu MiB)", node_id, dir, (unsigned long long)f->epoch,
+		o.frag_rows, o.no_group_commit ? "off" : "on", (unsigned long long)(used >> 20),
+		max ? "" : "none, ", (unsigned long long)(max >> 20));
+	if (max && used > max)
+		dm_warn("mn%u: the flat store holds more than its limit ([mn] flat_max_mb): every "
+			"put is refused until rows are freed", node_id);
 	return f;
 }
 
@@ -117,6 +138,19 @@ void mn_flat_metrics(struct mn_flat *f, FILE *out)
 		f->node_id, (unsigned long long)ws.records, f->node_id,
 		(unsigned long long)ws.syncs, f->node_id, (unsigned long long)ws.bytes, f->node_id,
 		ws.error ? 1 : 0);
+
+	uint64_t used, max;
+
+	flat_store_usage(f->st, &used, &max);
+	fprintf(out, "# HELP dmann_mn_flat_bytes Bytes of rows the flat store holds (deleted rows "
+		     "until a restart compacts them).\n"
+		     "# TYPE dmann_mn_flat_bytes gauge\n"
+		     "dmann_mn_flat_bytes{node=\"%u\"} %llu\n"
+		     "# HELP dmann_mn_flat_max_bytes Its limit ([mn] flat_max_mb; 0: none): puts past "
+		     "it get ServiceQuotaExceededException.\n"
+		     "# TYPE dmann_mn_flat_max_bytes gauge\n"
+		     "dmann_mn_flat_max_bytes{node=\"%u\"} %llu\n",
+		f->node_id, (unsigned long long)used, f->node_id, (unsigned long long)max);
 }
 
 /* FL_CALL: run one S3 operation. */

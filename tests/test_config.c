@@ -105,12 +105,20 @@ Test(config, mn_flat_settings)
 	cr_assert_eq(dm_config_parse(good, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(c->mn_set.flat_frag_rows, 4096);
 	cr_assert(c->mn_set.wal_group_commit);
+	cr_assert_eq(c->mn_set.flat_max_mb, DM_FLAT_MAX_AUTO);
 	cr_assert_eq(dm_config_parse(HDR "[mn]\nflat_frag_rows = 64\nwal_group_commit = no\n"
+				     "flat_max_mb = 512\n"
 				     "[mn.0]\naddress = h:1\n", "c.ini", dir, c, err, sizeof(err)),
 		     0, "%s", err);
 	cr_assert_eq(c->mn_set.flat_frag_rows, 64);
 	cr_assert(!c->mn_set.wal_group_commit);
+	cr_assert_eq(c->mn_set.flat_max_mb, 512);
+	cr_assert_eq(dm_config_parse(HDR "[mn]\nflat_max_mb = 0\n[mn.0]\naddress = h:1\n",
+				     "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c->mn_set.flat_max_mb, 0);
 	free(c);
+	expect_error(HDR "[mn]\nflat_max_mb = lots\n", "c.ini:5: flat_max_mb 'lots' must be");
+	expect_error(HDR "[mn]\nflat_max_mb = 1073741825\n", "c.ini:5: flat_max_mb");
 	expect_error(HDR "[mn]\nflat_frag_rows = 15\n", "c.ini:5: flat_frag_rows '15' must be");
 	expect_error(HDR "[mn]\nflat_frag_rows = 1048577\n", "c.ini:5: flat_frag_rows");
 	expect_error(HDR "[mn]\nflat_frag_rows = 4k\n", "c.ini:5: flat_frag_rows");

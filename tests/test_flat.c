@@ -597,6 +597,111 @@ Test(flat, failed_put_is_not_logged)
 	flat_close(s);
 }
 
+/* The bytes put_range(from, to, gen) adds (flat_row_bytes of each row). */
+static uint64_t range_bytes(uint32_t dim, unsigned from, unsigned to, unsigned gen)
+{
+	uint64_t b = 0;
+
+	for (unsigned k = from; k < to; k++) {
+		char key[32], meta[48];
+
+		snprintf(key, sizeof(key), "key-%u", k);
+		snprintf(meta, sizeof(meta), "{\"n\":%u,\"gen\":%u}", k, gen);
+		b += flat_row_bytes(dim, strlen(key), (uint32_t)strlen(meta), 1);
+	}
+	return b;
+}
+
+static struct flat_store *open_limited(uint64_t max)
+{
+	struct flat_opts o = { .frag_rows = 64, .max_bytes = max };
+	struct flat_store *s = flat_open(tdir, &o);
+
+	cr_assert_not_null(s, "flat_open: %s", strerror(errno));
+	return s;
+}
+
+static int put_one(struct flat_index *ix, unsigned k, unsigned gen)
+{
+	uint32_t d = flat_index_info(ix)->dim;
+	float v[64];
+	char key[32], meta[48];
+
+	snprintf(key, sizeof(key), "key-%u", k);
+	snprintf(meta, sizeof(meta), "{\"n\":%u,\"gen\":%u}", k, gen);
+	vec_of(k, gen, v, d);
+	return flat_put(ix, &(struct flat_row_in){ key, v, meta, (uint32_t)strlen(meta),
+						   &meta[5], 1 }, 1);
+}
+
+/* Capacity (flat_opts.max_bytes): a put past the limit fails with -ENOSPC and is neither
+ * applied nor logged; deleted rows hold their bytes until a reopen compacts them; a deleted
+ * index gives its bytes back at once; replay at open is never refused, even past a limit
+ * lowered since. */
+Test(flat, capacity_limit)
+{
+	uint64_t full = range_bytes(16, 0, 300, 1), used, max, wal;
+	struct flat_store *s = open_limited(full + 10);   /* 300 rows, not one more */
+	struct flat_index *ix = make_index(s, 16);
+	const char *del[] = { "key-0", "key-1", "key-2" };
+
+	put_range(ix, 0, 300, 1);
+	flat_store_usage(s, &used, &max);
+	cr_assert_eq(used, full);
+	cr_assert_eq(max, full + 10);
+	wal = flat_wal_bytes(s);
+	cr_assert_eq(put_one(ix, 300, 1), -ENOSPC);
+	cr_assert_eq(put_one(ix, 5, 2), -ENOSPC, "a re-put needs room too (the old row stays)");
+	cr_assert_eq(flat_wal_bytes(s), wal, "a refused put was logged");
+	expect_absent(ix, 300, 301);
+	expect_range(ix, 0, 300, 1);
+	cr_assert_eq(flat_delete(ix, del, 3), 0, "deletes are never refused");
+	cr_assert_eq(put_one(ix, 300, 1), -ENOSPC, "deleted rows hold their bytes until a reopen");
+
+	/* A second index shares the store's limit. */
+	cr_assert_eq(flat_index_create(s, "b", "j", 16, DM_METRIC_L2, NULL, 0, 0), 0);
+	struct flat_index *jx = flat_index_get(s, "b", "j");
+
+	cr_assert_eq(put_one(jx, 0, 1), -ENOSPC);
+	flat_index_put(ix);
+	flat_index_put(jx);
+	flat_close(s);
+
+	/* Reopened: the three deleted rows are compacted away, three rows fit again. */
+	s = open_limited(full + 10);
+	ix = flat_index_get(s, "b", "i");
+	jx = flat_index_get(s, "b", "j");
+	flat_store_usage(s, &used, &max);
+	cr_assert_eq(used, full - range_bytes(16, 0, 3, 1));
+	expect_absent(ix, 0, 3);
+	expect_absent(ix, 300, 301);
+	expect_range(ix, 3, 300, 1);
+	cr_assert_eq(put_one(jx, 0, 1), 0);
+	cr_assert_eq(put_one(jx, 1, 1), 0);
+	cr_assert_eq(put_one(jx, 2, 1), 0);
+	cr_assert_eq(put_one(jx, 3, 1), -ENOSPC);
+
+	/* A deleted index gives its rows' bytes back at once. */
+	flat_index_put(ix);
+	cr_assert_eq(flat_index_delete(s, "b", "i"), 0);
+	flat_store_usage(s, &used, &max);
+	cr_assert_eq(used, range_bytes(16, 0, 3, 1));
+	for (unsigned k = 3; k < 200; k++)
+		cr_assert_eq(put_one(jx, k, 1), 0, "key-%u", k);
+	flat_index_put(jx);
+	flat_abandon(s);         /* a crash: the rows come back from the WAL */
+
+	/* Replay past a lower limit: every acknowledged row is back, new puts refused. */
+	s = open_limited(1000);
+	jx = flat_index_get(s, "b", "j");
+	flat_store_usage(s, &used, &max);
+	cr_assert_eq(used, range_bytes(16, 0, 200, 1));
+	expect_range(jx, 0, 200, 1);
+	cr_assert_eq(put_one(jx, 200, 1), -ENOSPC);
+	flat_index_put(jx);
+	flat_close(s);
+}
+
 /* A failed fdatasync: that write and every later one fail (the store cannot know what
  * reached the disk), the counters say so; after a reopen the store works again, and the
  * write that failed may or may not be there afterwards (its outcome is unknown, as after a

@@ -105,6 +105,46 @@ static void make_index(const char *metric)
 			 "{\"nonFilterableMetadataKeys\":[\"text\"]}}", metric));
 }
 
+/* A full store (flat_opts.max_bytes): PutVectors is refused with
+ * ServiceQuotaExceededException (402) and nothing of it is stored; DeleteIndex frees the
+ * room. */
+Test(s3api, full_store_refuses_puts_with_quota_exceeded)
+{
+	s3_api_free(api);
+	flat_close(store);
+	store = flat_open(tdir, &(struct flat_opts){ .max_bytes = 4096 });
+	cr_assert_not_null(store);
+	api = s3_api_new(store, "us-east-1", "123456789012");
+	make_index("euclidean");
+	int ok = 0;
+
+	for (; ok < 1000; ok++) {
+		char body[256];
+		struct s3_resp r;
+
+		snprintf(body, sizeof(body), "{" IX ",\"vectors\":[{\"key\":\"k%d\",\"data\":"
+			 "{\"float32\":[1,2,3]},\"metadata\":{\"n\":%d}}]}", ok, ok);
+		s3_api_handle(api, "PutVectors", body, strlen(body), &r);
+		if (r.status != 200) {
+			cr_assert_eq(r.status, 402, "%d %s", r.status, r.body);
+			cr_assert_str_eq(r.errtype, "ServiceQuotaExceededException");
+			s3_resp_free(&r);
+			break;
+		}
+		s3_resp_free(&r);
+	}
+	cr_assert(ok > 10 && ok < 1000, "%d puts fit in 4 KiB", ok);
+	json_t *o = call("GetVectors", 200, "{" IX ",\"keys\":[\"k0\",\"k%d\"]}", ok);
+
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 1, "the refused row is there");
+	json_decref(o);
+	json_decref(call("DeleteIndex", 200, "{" IX "}"));
+	json_decref(call("CreateIndex", 200, "{" IX ",\"dataType\":\"float32\",\"dimension\":3,"
+			 "\"distanceMetric\":\"euclidean\"}"));
+	json_decref(call("PutVectors", 200, "{" IX ",\"vectors\":[{\"key\":\"k0\",\"data\":"
+			 "{\"float32\":[1,2,3]}}]}"));
+}
+
 Test(s3api, buckets_and_indexes)
 {
 	json_t *o;

@@ -40,6 +40,7 @@ static void local_usage(FILE *f)
 		"usage: dmann local up --mn N --cn M --dir DIR [--netns --rate RATE] [--region-mb MB]\n"
 		"                       [--redundancy R] [--base-port P] [--transport tcp|verbs] [--host IP]\n"
 		"                       [--router KEY=VALUE ...] [--cn-set KEY=VALUE ...]\n"
+		"                       [--mn-set KEY=VALUE ...]\n"
 		"                       [--s3-set KEY=VALUE ...] [--s3-identity NAME ...] [--https]\n"
 		"       dmann local down --dir DIR\n"
 		"       dmann local kill|stop|start --dir DIR NODE   (failure drills: --help)\n\n"
@@ -64,6 +65,7 @@ static void local_usage(FILE *f)
 		"                  --router strategy=adaptive --router recluster_secs=5\n"
 		"  --cn-set K=V    a [cn] setting (repeatable), e.g. --cn-set cache=10%%\n"
 		"  --s3-set K=V    an [s3] setting (repeatable), e.g. --s3-set policy_default=deny\n"
+		"  --mn-set K=V    an [mn] setting (repeatable), e.g. --mn-set flat_max_mb=64\n"
 		"  --s3-identity NAME  one more S3 identity (repeatable, at most 8): access key\n"
 		"                  DMANNID<NAME upper-cased>, secret in DIR/s3.NAME.secret\n"
 		"  --https         also serve the gateway over HTTPS (every CN's `https` port) with a\n"
@@ -447,15 +449,15 @@ static int cmd_up(int argc, char **argv)
 		{ "redundancy", required_argument, NULL, 'D' },
 		{ "transport", required_argument, NULL, 't' }, { "host", required_argument, NULL, 'H' },
 		{ "router", required_argument, NULL, 'o' }, { "cn-set", required_argument, NULL, 'C' },
-		{ "s3-set", required_argument, NULL, 'S' },
+		{ "s3-set", required_argument, NULL, 'S' }, { "mn-set", required_argument, NULL, 'M' },
 		{ "s3-identity", required_argument, NULL, 'I' }, { "https", no_argument, NULL, 'T' },
 		{ "no-etcd", no_argument, NULL, 'E' }, { "member-lease", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned long long nmn = 2, ncn = 2, region = 512, base = 0, redundancy = 1, lease_s = 5;
-	const char *rset[16], *cset[16], *sset[16], *ids[8];
-	int nrset = 0, ncset = 0, nsset = 0, nids = 0;
+	const char *rset[16], *cset[16], *sset[16], *mset[16], *ids[8];
+	int nrset = 0, ncset = 0, nsset = 0, nmset = 0, nids = 0;
 	bool https = false, etcd = DM_HAVE_ETCD;
 	char etcd_ep[160] = "", etcd_dir[1024] = "";
 	pid_t etcd_pid = -1;
@@ -511,16 +513,18 @@ static int cmd_up(int argc, char **argv)
 			break;
 		case 'o':
 		case 'S':
+		case 'M':
 		case 'C': {
 			const char *eq = strchr(optarg, '=');
-			const char **set = c == 'o' ? rset : c == 'S' ? sset : cset;
-			int *nset = c == 'o' ? &nrset : c == 'S' ? &nsset : &ncset;
+			const char **set = c == 'o' ? rset : c == 'S' ? sset : c == 'M' ? mset : cset;
+			int *nset = c == 'o' ? &nrset : c == 'S' ? &nsset : c == 'M' ? &nmset : &ncset;
 
 			/* The key and value are checked by the config parser below. */
 			if (!eq || eq == optarg || strpbrk(optarg, "\n\r[];#") ||
 			    *nset == (int)DM_ARRAY_SIZE(rset)) {
 				fprintf(stderr, "dmann local up: --%s '%s': want KEY=VALUE (at most %zu)\n",
-					c == 'o' ? "router" : c == 'S' ? "s3-set" : "cn-set", optarg,
+					c == 'o' ? "router" : c == 'S' ? "s3-set" : c == 'M' ? "mn-set" :
+					"cn-set", optarg,
 					DM_ARRAY_SIZE(rset));
 				return 2;
 			}
@@ -638,6 +642,7 @@ static int cmd_up(int argc, char **argv)
 			ids[i], ak, ids[i]);
 	}
 	fprintf(f, "\n[client.local]\nsecret_file = client.secret\n");
+	put_sets(f, "mn", mset, nmset);
 	put_sets(f, "router", rset, nrset);
 	put_sets(f, "cn", cset, ncset);
 	if (netns)

@@ -22,6 +22,8 @@
  *     than 1024 bytes, wrong dimension, a NaN or Inf component, k outside 1..100), -ENOENT
  *     unknown bucket or index, -E2BIG more than DMANN_MAX_BATCH items, -EPERM refused
  *     (AccessDenied / admin operation), -EAGAIN the cluster is overloaded (retry),
+ *     -ENOSPC a write the memory nodes have no room for (ServiceQuotaExceeded: nothing of
+ *     it was acknowledged; delete an index, or raise [mn] flat_max_mb),
  *     -ETIMEDOUT / -ECONNRESET / -ENOTCONN transport trouble, -EIO any other server error,
  *     -ENOMEM.
  *   - Thread-safety: a dmann_t may be used from several threads at once; calls on one

@@ -59,7 +59,8 @@ static int aws_error(int status, const char *json, size_t len)
 	const char *type = json_string_value(json_object_get(o, "__type"));
 	const char *msg = json_string_value(json_object_get(o, "message"));
 	int err = status == 404 ? -ENOENT : status == 409 ? -EEXIST : status == 403 ? -EPERM :
-		  status == 503 ? -EAGAIN : status == 413 ? -E2BIG : status < 500 ? -EINVAL :
+		  status == 503 ? -EAGAIN : status == 413 ? -E2BIG : status == 402 ? -ENOSPC :
+		  status < 500 ? -EINVAL :
 		  -EIO;
 
 	if (type && strstr(type, "NotFound"))

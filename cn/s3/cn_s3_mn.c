@@ -172,7 +172,8 @@ int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t
 	/* errtype must outlive the response: map it to the static names s3_http sends. */
 	static const char *const types[] = { "ValidationException", "NotFoundException",
 		"ConflictException", "ServiceUnavailableException", "AccessDeniedException",
-		"InternalServerException", "UnknownOperationException" };
+		"InternalServerException", "UnknownOperationException",
+		"ServiceQuotaExceededException" };
 	r->errtype = NULL;
 	for (size_t i = 0; et[0] && i < DM_ARRAY_SIZE(types); i++)
 		if (!strcmp(et, types[i]))

@@ -67,10 +67,17 @@ void be_handle(void *ctx, const char *op, const char *body, size_t len,
 			*r = one;
 			if (r->status != 200)
 				return;               /* validation / conflict: nothing written */
+		} else if (one.status != r->status) {
+			/* A replica refused what the first one took (e.g. it is full: 402): not
+			 * durable on every replica, so not acknowledged; the client gets that
+			 * replica's error (a retry overwrites the first replica's copy). */
+			dm_warn("s3: %s: mn%u answered %d, mn%u %d", op, mns[0], r->status, mns[i],
+				one.status);
+			s3_resp_free(r);
+			*r = one;
+			if (r->status != 200)
+				return;
 		} else {
-			if (one.status != r->status)
-				dm_warn("s3: %s: mn%u answered %d, mn%u %d", op, mns[0], r->status,
-					mns[i], one.status);
 			s3_resp_free(&one);
 		}
 	}

@@ -48,6 +48,9 @@ struct flat_opts {
 	bool no_sync;                   /* skip fsync (tests of non-durability paths only) */
 	bool no_group_commit;           /* one fdatasync per write, under the WAL lock (the
 					   behaviour before group commit; for comparisons) */
+	uint64_t max_bytes;             /* most bytes of rows the store holds (flat_row_bytes
+					   summed over every index; 0 = no limit): a put past it
+					   fails with -ENOSPC. Replay at open is never refused. */
 };
 
 /* WAL counters since open. */
@@ -111,6 +114,13 @@ int flat_checkpoint(struct flat_store *s);
 /* Bytes currently in the WAL. */
 uint64_t flat_wal_bytes(struct flat_store *s);
 void flat_wal_stats(struct flat_store *s, struct flat_wal_stats *out);
+/* The bytes one row holds in memory: its vector and norm, key, metadata and per-row
+ * bookkeeping. A deleted or overwritten row keeps holding them until the store is opened
+ * again (a restart compacts it away); a deleted index gives its rows' bytes back at once. */
+uint64_t flat_row_bytes(uint32_t dim, size_t key_len, uint32_t meta_len, uint32_t fmeta_len);
+/* Bytes of rows the store holds now (every index, dead rows not yet compacted included) and
+ * its limit (flat_opts.max_bytes, 0 = none). */
+void flat_store_usage(struct flat_store *s, uint64_t *used, uint64_t *max);
 
 /* Catalog. Names are validated by the caller (the gateway applies AWS naming rules); the
  * engine only bounds their length. -EEXIST, -ENOENT, -ENOTEMPTY (bucket with indexes). */
@@ -156,7 +166,8 @@ void flat_index_stats(struct flat_index *ix, uint64_t *live, uint64_t *rows, uin
 
 /* Insert or overwrite rows; durable when it returns 0. A key repeated in one call: the last
  * one wins. -EINVAL for a bad key or length, -E2BIG for a call whose record passes 64 MiB,
- * -ENOMEM; nothing is logged or applied then. */
+ * -ENOSPC when the rows would take the store past flat_opts.max_bytes, -ENOMEM; nothing is
+ * logged or applied then. */
 int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n);
 /* Delete keys (missing keys are ignored); durable when it returns. Returns 0. */
 int flat_delete(struct flat_index *ix, const char *const *keys, size_t n);

@@ -290,6 +290,8 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 	struct dm_buf b = { 0 };
 	struct flat_prow *p;
 	struct flat_pending pw = { .nrows = n };
+	struct flat_store *s = ix->s;
+	uint64_t max = s->o.max_bytes, need = 0;
 	size_t np = 0;
 	int rc;
 
@@ -301,9 +303,24 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 		if (!key_ok(rows[i].key) || !rows[i].vec ||
 		    (rows[i].meta_len && !rows[i].meta) || (rows[i].fmeta_len && !rows[i].fmeta))
 			return -EINVAL;
+	/* Capacity: the rows' bytes are admitted before anything is logged (and given back
+	 * once they are placed, when they count in s->bytes instead). */
+	for (size_t i = 0; i < n && max; i++)
+		need += flat_row_bytes(ix->info.dim, strlen(rows[i].key), rows[i].meta_len,
+				       rows[i].fmeta_len);
+	if (max) {
+		uint64_t adm = __atomic_add_fetch(&s->admitted, need, __ATOMIC_RELAXED);
+
+		if (__atomic_load_n(&s->bytes, __ATOMIC_RELAXED) + adm > max) {
+			__atomic_sub_fetch(&s->admitted, need, __ATOMIC_RELAXED);
+			return -ENOSPC;
+		}
+	}
 	p = calloc(n, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
+	if (!p) {
+		rc = -ENOMEM;
+		goto out_unadmit;
+	}
 	for (; np < n; np++) {
 		rc = flat_prow_init(&p[np], rows[np].key, rows[np].vec, rows[np].meta,
 				    rows[np].meta_len, rows[np].fmeta, rows[np].fmeta_len);
@@ -317,6 +334,9 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 out_free:
 	prows_free(p, np);
 	dm_buf_free(&b);
+out_unadmit:
+	if (max)
+		__atomic_sub_fetch(&s->admitted, need, __ATOMIC_RELAXED);
 	return rc;
 }
 

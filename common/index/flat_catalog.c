@@ -48,6 +48,8 @@ err_nomem:
 
 void flat_index_free(struct flat_index *ix)
 {
+	if (ix->s && ix->bytes)
+		__atomic_sub_fetch(&ix->s->bytes, ix->bytes, __ATOMIC_RELAXED);
 	for (size_t i = 0; i < ix->nfrags; i++)
 		flat_frag_free(ix->frags[i]);
 	while (ix->spare) {
@@ -70,6 +72,12 @@ void flat_index_put(struct flat_index *ix)
 {
 	if (ix && __atomic_sub_fetch(&ix->refs, 1, __ATOMIC_ACQ_REL) == 0)
 		flat_index_free(ix);
+}
+
+void flat_store_usage(struct flat_store *s, uint64_t *used, uint64_t *max)
+{
+	*used = __atomic_load_n(&s->bytes, __ATOMIC_RELAXED);
+	*max = s->o.max_bytes;
 }
 
 ssize_t flat_bucket_find(struct flat_store *s, const char *name)

@@ -256,8 +256,19 @@ void flat_unreserve(struct flat_index *ix, uint64_t n)
 	ix->pending_rows -= n;        /* spare fragments stay for later writes */
 }
 
+uint64_t flat_row_bytes(uint32_t dim, size_t key_len, uint32_t meta_len, uint32_t fmeta_len)
+{
+	/* a fragment's columns (vector, norm, key hash, key and meta pointers, two lengths,
+	 * the dead flag), the key string and the one meta allocation (meta, fmeta, a NUL) */
+	return (uint64_t)dim * sizeof(float) + sizeof(float) + sizeof(uint64_t) +
+	       2 * sizeof(void *) + 2 * sizeof(uint32_t) + 1 + key_len + 1 + meta_len +
+	       fmeta_len + 1;
+}
+
 void flat_place(struct flat_index *ix, struct flat_prow *p)
 {
+	uint64_t nb = flat_row_bytes(ix->info.dim, strlen(p->key), p->meta_len, p->fmeta_len);
+
 	uint32_t dim = ix->info.dim, r;
 	uint64_t id = ix->next_id;
 	struct flat_frag *f;
@@ -291,6 +302,8 @@ void flat_place(struct flat_index *ix, struct flat_prow *p)
 	ix->next_id++;
 	ix->live++;
 	ix->pending_rows--;
+	ix->bytes += nb;
+	__atomic_add_fetch(&ix->s->bytes, nb, __ATOMIC_RELAXED);
 	p->key = NULL;
 	p->meta = NULL;
 }

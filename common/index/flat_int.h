@@ -88,6 +88,7 @@ struct flat_index {
 	 * (key-map room, spare fragments) so that applying them cannot fail. */
 	struct flat_pending *qhead, *qtail;
 	uint64_t pending_rows;
+	uint64_t bytes;                /* flat_row_bytes of every row placed (under wmu) */
 	struct flat_frag *spare;       /* preallocated empty fragments */
 	size_t nspare;
 };
@@ -114,6 +115,9 @@ struct flat_store {
 	bool syncing;                  /* a leader is in fdatasync */
 	int wal_err;                   /* sticky: a failed write/sync; the store refuses writes */
 	uint64_t n_records, n_syncs;   /* statistics */
+	/* Capacity (atomics): bytes of the rows placed in every index, and bytes of puts
+	 * admitted and not yet placed (flat_put checks both against o.max_bytes). */
+	uint64_t bytes, admitted;
 };
 
 /* A write logged and not yet applied: lives in its writer's stack frame until done. Once a

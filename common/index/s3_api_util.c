@@ -89,6 +89,11 @@ void s3a_engine_err(struct s3_resp *r, int rc, const char *what)
 	case -ENOTEMPTY:
 		s3_resp_error(r, 409, "ConflictException", "The %s is not empty", what);
 		break;
+	case -ENOSPC:
+		s3_resp_error(r, 402, "ServiceQuotaExceededException",
+			      "The memory nodes holding this %s are full ([mn] flat_max_mb); "
+			      "delete an index or add memory", what);
+		break;
 	default:
 		s3_resp_error(r, 500, "InternalServerException", "internal error: %s",
 			      strerror(-rc));
