@@ -161,7 +161,8 @@ out = ["## The graph path against the exact path (issue 13)", "",
        (n, build_s, n / build_s),
        "| online indexer, from the first put until no row is past the mark | %d | %.0f | %.0f |" %
        (tail, index_s, tail / index_s),
-       "| of which graph inserts (counter; %d graph snapshots took %d s more) | %d | %.0f | %.0f |" %
+       "| of which graph inserts (counter: the insert time of both indexers added up; %d graph "
+       "snapshots took %d s more) | %d | %.0f | %.0f |" %
        (snaps, snap_s, irows, ins_ms / 1e3, irows / max(ins_ms / 1e3, 1e-9)), "",
        "| path | queries/s | recall@10 | served by the graph (counter) |", "|---|---:|---:|---:|",
        "| graph (HNSW candidates, the tail indexed) | %.1f | %.4f | %d of %d (%d sent on to the exact path) |" %

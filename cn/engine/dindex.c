@@ -842,6 +842,61 @@ out_free:
 	return rc;
 }
 
+int dindex_read_block(struct mn_set *s, const struct dindex *d, uint32_t b, void *buf,
+		      uint64_t *len)
+{
+	uint64_t first = (uint64_t)b << d->p.block_shift, done = 0;
+	uint64_t want = DM_MIN(1ull << d->p.block_shift, (uint64_t)d->cap - first) * d->rec_size;
+	int rc = -EHOSTDOWN;
+
+	if (b >= d->nblocks)
+		return -EINVAL;
+	for (uint32_t j = 0; j < d->nrep; j++) {
+		size_t i = (size_t)b * d->nrep + j;
+		uint32_t m = d->block_mn[i];
+		struct dm_mr *mr;
+
+		if (m == DINDEX_NO_MN || !d->block_addr[i] || !s->link[m].up)
+			continue;
+		rc = dm_xport_reg(s->x, buf, want, 0, &mr);
+		if (rc)
+			return rc;
+		rc = xfer(&s->link[m], false, buf, mr, d->block_addr[i], want, NULL, NULL, &done);
+		dm_xport_dereg(s->x, mr);
+		if (!rc) {
+			*len = want;
+			return 0;
+		}
+	}
+	return rc;
+}
+
+int dindex_read_ctr(struct mn_set *s, const struct dindex *d, uint64_t *next)
+{
+	uint64_t done = 0, *buf;
+	struct dm_mr *mr;
+	int rc;
+
+	if (d->cap <= d->n || !d->ctr_addr) {
+		*next = d->n;
+		return d->cap <= d->n ? 0 : -EHOSTDOWN;
+	}
+	if (!s->link[d->ctr_mn].up)
+		return -EHOSTDOWN;
+	buf = aligned_alloc(64, 64);
+	if (!buf)
+		return -ENOMEM;
+	rc = dm_xport_reg(s->x, buf, 64, 0, &mr);
+	if (!rc) {
+		rc = xfer(&s->link[d->ctr_mn], false, buf, mr, d->ctr_addr, 64, NULL, NULL, &done);
+		dm_xport_dereg(s->x, mr);
+	}
+	if (!rc)
+		*next = buf[0];
+	free(buf);
+	return rc;
+}
+
 int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
 		      uint32_t to, uint64_t *bytes)
 {

@@ -197,6 +197,15 @@ int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t
 /* The memory nodes that hold block b under s's placement (the cluster file's nodes minus
  * the retired ones, weighted rendezvous), best first: their count (<= r). */
 int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out);
+/* Read block b of view d (its records, ids b << block_shift on, up to the capacity) from
+ * the first replica whose address d knows and whose node is up into buf (room for
+ * 2^block_shift records; registered here for the READ): *len gets the bytes read. Records a
+ * writer holds meanwhile may be torn (check them with dindex_rec_ok). 0 or -errno. */
+int dindex_read_block(struct mn_set *s, const struct dindex *d, uint32_t b, void *buf,
+		      uint64_t *len);
+/* The id counter of an index with spare room: the next id an insert takes (*next; ids
+ * below it were handed out). Without spare room *next = d->n. 0 or -errno. */
+int dindex_read_ctr(struct mn_set *s, const struct dindex *d, uint64_t *next);
 /* Re-replication: copy block b of view d (or the id counter, b = DINDEX_CTR_BLOCK) from
  * memory node `from` (whose address of it is known to d, or looked up) to memory node `to`,
  * committed with the same key, length and mutability, then read back and compared (the

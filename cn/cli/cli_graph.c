@@ -1,0 +1,346 @@
+/* cli_graph.c: `dmann graph check`: the health of the HNSW graph the memory nodes hold.
+ * As an admin it opens the current generation's view (dindex_open), reads every block with
+ * one-sided READs and reports: ids handed out (the insert id counter), records whole, torn
+ * (a writer holds them, or died holding them) or empty (an id taken by an insert that never
+ * wrote its record), neighbour ids out of range, level-0 edges, and the nodes no search can
+ * reach: a breadth-first walk from the entry point over the upper lists and the level-0
+ * lists, as HNSW's search descends and then expands (Malkov & Yashunin, Algorithms 2 and 5).
+ * Unreachable nodes are listed with their S3 keys where the binding names them (bulk-
+ * imported ids; the keys of ids the online indexer added live in the flat stores' key logs).
+ * Read-only: it changes nothing. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cluster.h"
+#include "dgen.h"
+#include "dindex.h"
+#include "hnsw/hnsw_layout.h"
+
+static void graph_usage(FILE *f)
+{
+	fprintf(f, "usage: dmann graph check --config C [--list N] [--json]\n\n"
+		   "Read every record of the HNSW graph placed on cluster C's memory nodes (the\n"
+		   "current generation; one-sided READs as an admin, nothing is changed) and report\n"
+		   "its health: records whole, torn or empty, neighbour ids out of range, edges, and\n"
+		   "the nodes no search can reach from the entry point (HNSW's descent through the\n"
+		   "upper levels, then level 0). Exit status 0 when the check ran (whatever it\n"
+		   "found), 1 when it could not, 2 for bad usage.\n\n"
+		   "  --list N   name at most N unreachable nodes (0..100000, default 20)\n"
+		   "  --json     one JSON object with the figures\n");
+}
+
+struct gcheck {
+	uint64_t used;            /* ids handed out */
+	uint64_t whole, torn, empty, bad_ids, edges, reached, unreached, no_inlink;
+	uint32_t *adj;            /* used x 2M level-0 lists */
+	uint16_t *n0;             /* per id: its list length */
+	uint8_t *st;              /* per id: 0 empty, 1 whole, 2 torn */
+};
+
+enum { ST_EMPTY, ST_WHOLE, ST_TORN };
+
+static bool rec_zero(const uint8_t *r, uint32_t len)
+{
+	for (uint32_t i = 0; i < len; i++)
+		if (r[i])
+			return false;
+	return true;
+}
+
+/* Read every block (a block with torn records is read again, up to 3 more times). */
+static int read_records(struct mn_set *s, const struct dindex *d, struct gcheck *g)
+{
+	uint32_t bs = 1u << d->p.block_shift, M2 = 2 * d->p.M;
+	uint64_t nb = (g->used + bs - 1) / bs;
+	uint8_t *buf = aligned_alloc(64, DM_ALIGN_UP((size_t)bs * d->rec_size, 64));
+	int rc = buf ? 0 : -ENOMEM;
+
+	for (uint64_t b = 0; b < nb && !rc; b++) {
+		uint64_t len = 0, first = b * bs;
+		uint32_t torn = 0;
+
+		for (int t = 0; t < 4; t++) {
+			rc = dindex_read_block(s, d, (uint32_t)b, buf, &len);
+			if (rc)
+				break;
+			torn = 0;
+			for (uint64_t id = first; id < DM_MIN(first + bs, g->used); id++) {
+				const uint8_t *r = buf + (id - first) * d->rec_size;
+				const struct hnsw_rec_hdr *h = (const struct hnsw_rec_hdr *)r;
+
+				if ((id - first + 1) * d->rec_size > len)
+					g->st[id] = ST_EMPTY;
+				else if (rec_zero(r, d->rec_size))
+					g->st[id] = ST_EMPTY;
+				else if (!dindex_rec_ok(d, h))   /* as readers take it */
+					g->st[id] = ST_TORN, torn++;
+				else
+					g->st[id] = ST_WHOLE;
+				if (g->st[id] == ST_WHOLE) {
+					const uint32_t *ids = hnsw_rec_nbrs(h);
+
+					g->n0[id] = (uint16_t)h->n0;
+					memcpy(g->adj + id * M2, ids, h->n0 * sizeof(uint32_t));
+				} else {
+					g->n0[id] = 0;
+				}
+			}
+			if (!torn)
+				break;
+		}
+	}
+	free(buf);
+	return rc;
+}
+
+/* Breadth-first from the entry point over upper and level-0 lists. */
+static int walk(const struct dindex *d, struct gcheck *g, uint8_t *seen)
+{
+	uint32_t M2 = 2 * d->p.M, *q = malloc(g->used * sizeof(uint32_t));
+	uint32_t *inl = calloc(g->used, sizeof(uint32_t));
+	uint64_t head = 0, tail = 0;
+
+	if (!q || !inl) {
+		free(q);
+		free(inl);
+		return -ENOMEM;
+	}
+	for (uint64_t id = 0; id < g->used; id++) {
+		if (g->st[id] == ST_WHOLE)
+			g->whole++;
+		else if (g->st[id] == ST_TORN)
+			g->torn++;
+		else
+			g->empty++;
+		for (uint32_t j = 0; j < g->n0[id]; j++) {
+			uint32_t v = g->adj[id * M2 + j];
+
+			if (v >= g->used) {
+				g->bad_ids++;
+				continue;
+			}
+			g->edges++;
+			if (v != id)
+				inl[v]++;
+		}
+	}
+	if (d->entry < g->used) {
+		seen[d->entry] = 1;
+		q[tail++] = d->entry;
+	}
+	while (head < tail) {
+		uint32_t u = q[head++];
+
+		if (u < d->n && d->upl[u]) {
+			uint32_t lv = d->up_store[(d->upl[u] - d->up_store) - 1];
+
+			for (uint32_t l = 0; l < lv; l++) {
+				const uint32_t *w = d->upl[u] + (size_t)l * hnsw_up_list_words(d->p.M);
+
+				for (uint32_t j = 0; j < w[0]; j++)
+					if (w[1 + j] < g->used && !seen[w[1 + j]]) {
+						seen[w[1 + j]] = 1;
+						q[tail++] = w[1 + j];
+					}
+			}
+		}
+		for (uint32_t j = 0; j < g->n0[u]; j++) {
+			uint32_t v = g->adj[(uint64_t)u * M2 + j];
+
+			if (v < g->used && !seen[v]) {
+				seen[v] = 1;
+				q[tail++] = v;
+			}
+		}
+	}
+	for (uint64_t id = 0; id < g->used; id++) {
+		if (g->st[id] != ST_WHOLE)
+			continue;
+		if (seen[id])
+			g->reached++;
+		else
+			g->unreached++;
+		if (!inl[id] && id != d->entry && !(id < d->n && d->upl[id]))
+			g->no_inlink++;
+	}
+	free(q);
+	free(inl);
+	return 0;
+}
+
+static void print_key(const struct dindex *d, uint64_t id, bool json)
+{
+	uint32_t kl;
+	const char *k = dindex_bind_key(d->bind, id, &kl);
+
+	if (!k) {
+		printf(json ? "null" : "(added online: see the key log)");
+		return;
+	}
+	putchar('"');
+	for (uint32_t i = 0; i < kl; i++) {
+		unsigned char c = (unsigned char)k[i];
+
+		if (json && (c == '"' || c == '\\'))
+			printf("\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+static int graph_check(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' }, { "list", required_argument, NULL, 'l' },
+		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *config = NULL;
+	unsigned long long list = 20;
+	bool json = false;
+	struct dm_cluster_cfg *cfg;
+	struct dm_xport *x;
+	struct mn_set *s;
+	struct dindex *d = NULL;
+	struct dgen_view v;
+	struct gcheck g = { 0 };
+	uint8_t *seen = NULL;
+	uint64_t next = 0;
+	char err[512];
+	int c, rc, status = 1;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config = optarg; break;
+		case 'l':
+			if (dm_cli_parse_u64("graph check", "--list", optarg, 0, 100000, &list))
+				return 2;
+			break;
+		case 'j': json = true; break;
+		case 'h': graph_usage(stdout); return 0;
+		default: dm_cli_bad_option("graph check", c, argv, optind); return 2;
+		}
+	}
+	if (!config || optind != argc) {
+		graph_usage(stderr);
+		return 2;
+	}
+	cfg = dm_cli_load_cfg("graph check", config);
+	if (!cfg)
+		return 1;
+	x = dm_cluster_xport(cfg, NULL);
+	if (!x)
+		goto out_cfg;
+	s = mn_set_open(cfg, x, NULL, false, 5000);
+	if (!s) {
+		fprintf(stderr, "dmann graph check: cannot reach the memory nodes of %s: %s\n",
+			config, strerror(errno));
+		goto out_x;
+	}
+	rc = dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL);
+	if (rc || !v.has_current) {
+		fprintf(stderr, "dmann graph check: %s\n", rc ? strerror(-rc) :
+			"no index is loaded on the memory nodes (dmann load)");
+		goto out_s;
+	}
+	rc = dindex_open(s, v.current, &d, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dmann graph check: generation %llu: %s\n",
+			(unsigned long long)v.current, rc == -EBADMSG ? err : strerror(-rc));
+		goto out_s;
+	}
+	rc = dindex_read_ctr(s, d, &next);
+	if (rc) {
+		fprintf(stderr, "dmann graph check: the id counter: %s\n", strerror(-rc));
+		goto out_d;
+	}
+	g.used = DM_MIN(DM_MAX(next, (uint64_t)d->n), (uint64_t)d->cap);
+	g.adj = malloc(g.used * 2 * d->p.M * sizeof(uint32_t));
+	g.n0 = calloc(g.used, sizeof(*g.n0));
+	g.st = calloc(g.used, 1);
+	seen = calloc(g.used, 1);
+	if (!g.adj || !g.n0 || !g.st || !seen) {
+		fprintf(stderr, "dmann graph check: out of memory for %llu nodes\n",
+			(unsigned long long)g.used);
+		goto out_g;
+	}
+	rc = read_records(s, d, &g);
+	if (!rc)
+		rc = walk(d, &g, seen);
+	if (rc) {
+		fprintf(stderr, "dmann graph check: reading the records: %s\n", strerror(-rc));
+		goto out_g;
+	}
+	if (json)
+		printf("{\"generation\":%llu,\"capacity\":%u,\"imported\":%u,\"ids\":%llu,"
+		       "\"whole\":%llu,\"torn\":%llu,\"empty\":%llu,\"bad_ids\":%llu,\"edges\":%llu,"
+		       "\"reachable\":%llu,\"unreachable\":%llu,\"no_inlink\":%llu,"
+		       "\"unreachable_nodes\":[", (unsigned long long)d->gen, d->cap, d->n,
+		       (unsigned long long)g.used, (unsigned long long)g.whole,
+		       (unsigned long long)g.torn, (unsigned long long)g.empty,
+		       (unsigned long long)g.bad_ids, (unsigned long long)g.edges,
+		       (unsigned long long)g.reached, (unsigned long long)g.unreached,
+		       (unsigned long long)g.no_inlink);
+	else
+		printf("generation %llu: %llu ids handed out (%u imported, room for %u): %llu "
+		       "records whole, %llu torn, %llu empty; %llu level-0 edges, %llu neighbour ids "
+		       "out of range\nreachable from the entry point: %llu; unreachable: %llu (of "
+		       "which %llu have no in-link at all)\n", (unsigned long long)d->gen,
+		       (unsigned long long)g.used, d->n, d->cap, (unsigned long long)g.whole,
+		       (unsigned long long)g.torn, (unsigned long long)g.empty,
+		       (unsigned long long)g.edges, (unsigned long long)g.bad_ids,
+		       (unsigned long long)g.reached, (unsigned long long)g.unreached,
+		       (unsigned long long)g.no_inlink);
+	for (uint64_t id = 0, shown = 0; id < g.used && shown < list; id++) {
+		if (g.st[id] != ST_WHOLE || seen[id])
+			continue;
+		if (json) {
+			printf("%s{\"id\":%llu,\"n0\":%u,\"key\":", shown ? "," : "",
+			       (unsigned long long)id, g.n0[id]);
+			print_key(d, id, true);
+			printf("}");
+		} else {
+			printf("  unreachable: id %llu (%s, %u out-links), key ", (unsigned long long)id,
+			       id < d->n ? "imported" : "added online", g.n0[id]);
+			print_key(d, id, false);
+			printf("\n");
+		}
+		shown++;
+	}
+	if (json)
+		printf("]}\n");
+	status = 0;
+out_g:
+	free(seen);
+	free(g.adj);
+	free(g.n0);
+	free(g.st);
+out_d:
+	dindex_free(d);
+out_s:
+	mn_set_close(s);
+out_x:
+	dm_xport_close(x);
+out_cfg:
+	free(cfg);
+	return status;
+}
+
+int dm_cmd_graph(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "check"))
+		return graph_check(argc - 1, argv + 1);
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		graph_usage(stdout);
+		return 0;
+	}
+	graph_usage(stderr);
+	return 2;
+}
