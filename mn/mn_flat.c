@@ -59,7 +59,10 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 			     const struct dm_mn_settings *set)
 {
 	struct mn_flat *f = calloc(1, sizeof(*f));
-	struct flat_opts o = { .checkpoint_bytes = 256ull << 20, .frag_rows = 4096 };
+	/* lock_wait_ms: this node's previous process, SIGKILLed a moment ago, may hold the
+	 * directory's lock until every copy of its descriptor is closed (seen under ASan). */
+	struct flat_opts o = { .checkpoint_bytes = 256ull << 20, .frag_rows = 4096,
+			       .lock_wait_ms = 5000 };
 
 	if (!f) {
 		errno = ENOMEM;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "flat.h"
@@ -369,6 +370,33 @@ Test(flat, busy_dir)
 
 	cr_assert_null(t);
 	cr_assert_eq(errno, EBUSY);
+	flat_close(s);
+}
+
+static void *close_later(void *p)
+{
+	usleep(300000);
+	flat_close(p);
+	return NULL;
+}
+
+/* lock_wait_ms: a lock still held after it fails with EBUSY; one released meanwhile (the
+ * previous process of a restarted memory node going away) is taken. */
+Test(flat, busy_dir_waits_for_the_lock)
+{
+	struct flat_store *s = open_store(0);
+	struct timespec a, b;
+	pthread_t th;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	cr_assert_null(flat_open(tdir, &(struct flat_opts){ .lock_wait_ms = 200 }));
+	cr_assert_eq(errno, EBUSY);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	cr_assert_geq((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000, 200);
+	cr_assert_eq(pthread_create(&th, NULL, close_later, s), 0);
+	s = flat_open(tdir, &(struct flat_opts){ .lock_wait_ms = 5000 });
+	pthread_join(th, NULL);
+	cr_assert_not_null(s, "the lock was released after 300 ms: %s", strerror(errno));
 	flat_close(s);
 }
 

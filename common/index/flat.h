@@ -48,6 +48,9 @@ struct flat_opts {
 	bool no_sync;                   /* skip fsync (tests of non-durability paths only) */
 	bool no_group_commit;           /* one fdatasync per write, under the WAL lock (the
 					   behaviour before group commit; for comparisons) */
+	uint32_t lock_wait_ms;          /* the directory's lock held by another process: try
+					   again for this long before failing with EBUSY (a
+					   process SIGKILLed a moment ago may still hold it) */
 	uint64_t max_bytes;             /* most bytes of rows the store holds (flat_row_bytes
 					   summed over every index; 0 = no limit): a put past it
 					   fails with -ENOSPC. Replay at open is never refused. */

@@ -394,10 +394,16 @@ struct flat_store *flat_open(const char *dir, const struct flat_opts *opts)
 		dm_err("flat: cannot open %s: %s", lock, strerror(errno));
 		goto err_free_store;
 	}
-	if (flock(s->lockfd, LOCK_EX | LOCK_NB)) {
+	for (uint32_t waited = 0; flock(s->lockfd, LOCK_EX | LOCK_NB); waited += 100) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		dm_err("flat: %s is in use by another process", dir);
-		goto err_free_store;
+		if (rc != -EBUSY || waited >= s->o.lock_wait_ms) {
+			dm_err("flat: %s is in use by another process", dir);
+			goto err_free_store;
+		}
+		if (!waited)
+			dm_warn("flat: %s is locked by another process; trying again for %u ms", dir,
+				s->o.lock_wait_ms);
+		usleep(100000);
 	}
 	unlink(tmp);
 	rc = load_snapshot(s, &snap_lsn);
