@@ -303,40 +303,35 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 		if (!key_ok(rows[i].key) || !rows[i].vec ||
 		    (rows[i].meta_len && !rows[i].meta) || (rows[i].fmeta_len && !rows[i].fmeta))
 			return -EINVAL;
-	/* Capacity: the rows' bytes are admitted before anything is logged (and given back
-	 * once they are placed, when they count in s->bytes instead). */
-	for (size_t i = 0; i < n && max; i++)
-		need += flat_row_bytes(ix->info.dim, strlen(rows[i].key), rows[i].meta_len,
-				       rows[i].fmeta_len);
-	if (max) {
-		uint64_t adm = __atomic_add_fetch(&s->admitted, need, __ATOMIC_RELAXED);
-
-		if (__atomic_load_n(&s->bytes, __ATOMIC_RELAXED) + adm > max) {
-			__atomic_sub_fetch(&s->admitted, need, __ATOMIC_RELAXED);
-			return -ENOSPC;
-		}
-	}
 	p = calloc(n, sizeof(*p));
-	if (!p) {
-		rc = -ENOMEM;
-		goto out_unadmit;
-	}
+	if (!p)
+		return -ENOMEM;
 	for (; np < n; np++) {
 		rc = flat_prow_init(&p[np], rows[np].key, rows[np].vec, rows[np].meta,
 				    rows[np].meta_len, rows[np].fmeta, rows[np].fmeta_len);
 		if (rc)
 			goto out_free;
+		if (max)
+			need += flat_row_bytes(ix->info.dim, p[np].key_len, p[np].meta_len,
+					       p[np].fmeta_len);
+	}
+	/* Capacity: the rows' bytes are admitted before anything is logged (and given back
+	 * once they are placed, when they count in s->bytes instead). */
+	if (max && __atomic_load_n(&s->bytes, __ATOMIC_RELAXED) +
+			   __atomic_add_fetch(&s->admitted, need, __ATOMIC_RELAXED) > max) {
+		rc = -ENOSPC;
+		goto out_unadmit;
 	}
 	flat_rec_begin(&b);
 	flat_enc_put(&b, ix, rows, n);
 	pw.rows = p;
 	rc = log_and_commit(ix, &b, FLAT_REC_PUT, &pw);
-out_free:
-	prows_free(p, np);
-	dm_buf_free(&b);
 out_unadmit:
 	if (max)
 		__atomic_sub_fetch(&s->admitted, need, __ATOMIC_RELAXED);
+out_free:
+	prows_free(p, np);
+	dm_buf_free(&b);
 	return rc;
 }
 

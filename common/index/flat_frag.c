@@ -172,8 +172,10 @@ static bool fault(void)
 int flat_prow_init(struct flat_prow *p, const char *key, const void *vec, const void *meta,
 		   uint32_t mlen, const void *fmeta, uint32_t flen)
 {
+	size_t kl = strlen(key);
+
 	*p = (struct flat_prow){ .meta_len = mlen, .fmeta_len = flen, .vec = vec,
-		.khash = flat_key_hash(key, strlen(key)) };
+		.key_len = (uint32_t)kl, .khash = flat_key_hash(key, kl) };
 	p->key = fault() ? NULL : strdup(key);
 	p->meta = fault() ? NULL : malloc((size_t)mlen + flen + 1);
 	if (!p->key || !p->meta) {
@@ -267,8 +269,7 @@ uint64_t flat_row_bytes(uint32_t dim, size_t key_len, uint32_t meta_len, uint32_
 
 void flat_place(struct flat_index *ix, struct flat_prow *p)
 {
-	uint64_t nb = flat_row_bytes(ix->info.dim, strlen(p->key), p->meta_len, p->fmeta_len);
-
+	uint64_t nb = flat_row_bytes(ix->info.dim, p->key_len, p->meta_len, p->fmeta_len);
 	uint32_t dim = ix->info.dim, r;
 	uint64_t id = ix->next_id;
 	struct flat_frag *f;

@@ -146,6 +146,7 @@ struct flat_prow {
 	char *key;                     /* owned until placed */
 	uint8_t *meta;                 /* meta then fmeta, owned until placed */
 	uint32_t meta_len, fmeta_len;
+	uint32_t key_len;              /* strlen(key) */
 	uint64_t khash;
 	const void *vec;               /* dim floats, any alignment (copied when placed) */
 };
