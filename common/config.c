@@ -324,6 +324,7 @@ static const struct s3_key {
 	{ "index_batch", 1, 8192, 0, offsetof(struct dm_s3_cfg, index_batch), false, "" },
 	{ "index_threads", 1, 64, 0, offsetof(struct dm_s3_cfg, index_threads), false, "" },
 	{ "index_ef", 1, 65536, 0, offsetof(struct dm_s3_cfg, index_ef), false, "" },
+	{ "member_conns", 0, 256, 0, offsetof(struct dm_s3_cfg, member_conns), false, "" },
 };
 
 void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
@@ -332,7 +333,7 @@ void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
 		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
 		.graph_beam = 4, .graph_filter_widen = 10, .index_interval_ms = 1000,
-		.index_batch = 2000, .index_threads = 4, .index_ef = 100 };
+		.index_batch = 2000, .index_threads = 4, .index_ef = 100, .member_conns = 8 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,

@@ -255,6 +255,7 @@ struct dm_cluster_cfg {
 		uint64_t graph_min_rows;  /* the graph path (docs/api.md) from this many rows */
 		uint32_t graph_ef, graph_beam, graph_filter_widen;
 		uint32_t index_interval_ms, index_batch, index_threads, index_ef;
+		uint32_t member_conns;   /* idle kept-alive connections per member CN (0: none) */
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

@@ -22,7 +22,7 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 	static const char *const keys[] = { "width", "groups", "max_scan_mb", "hedge_ms",
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
 		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen", "index_interval_ms",
-		"index_batch", "index_threads", "index_ef" };
+		"index_batch", "index_threads", "index_ef", "member_conns" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -116,6 +116,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->ix.batch = set.index_batch;
 	s->ix.threads = set.index_threads;
 	s->ix.ef = set.index_ef;
+	s->member_conns = DM_MIN(set.member_conns, (uint32_t)HPOOL_MAX);
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
 	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
@@ -126,6 +127,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	pthread_mutex_init(&s->rmu, NULL);
 	pthread_mutex_init(&s->gmu, NULL);
 	pthread_mutex_init(&s->gk.mu, NULL);
+	pthread_mutex_init(&s->hpool_mu, NULL);
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_init(&s->mn[i].mu, NULL);
 	s->cache = s3_fcache_new(set.cache_bytes);
@@ -203,6 +205,7 @@ err_destroy_locks:
 	pthread_mutex_destroy(&s->rmu);
 	pthread_mutex_destroy(&s->gmu);
 	pthread_mutex_destroy(&s->gk.mu);
+	pthread_mutex_destroy(&s->hpool_mu);
 	free(s);
 	errno = err;
 	return NULL;
@@ -226,12 +229,15 @@ void cn_s3_stop(struct cn_s3 *s)
 	}
 	graph_pool_fini(s);
 	gk_fini(s);
+	hpool_fini(s);
 	s3_fcache_free(s->cache);
 	dm_info("cn%u: s3: %llu graph queries (%llu sent to the exact path after the graph, %llu "
 		"graph errors)", s->node->id, (unsigned long long)s->graph_queries,
 		(unsigned long long)s->graph_fallbacks, (unsigned long long)s->graph_errors);
-	dm_info("cn%u: s3: %llu sub-requests, %llu hedged, %llu retried, %llu fragment fetches, "
-		"%llu plan fallbacks", s->node->id, (unsigned long long)s->subreqs,
+	dm_info("cn%u: s3: %llu sub-requests (%llu connections opened, %llu kept-alive ones "
+		"reused), %llu hedged, %llu retried, %llu fragment fetches, %llu plan fallbacks",
+		s->node->id, (unsigned long long)s->subreqs, (unsigned long long)s->subreq_conns,
+		(unsigned long long)s->subreq_reused,
 		(unsigned long long)s->hedges, (unsigned long long)s->retries,
 		(unsigned long long)s->fetches, (unsigned long long)s->plan_fallbacks);
 	dm_msgpool_free(s->pool);
@@ -259,6 +265,11 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 				     (unsigned long long)(v))
 	CTR("subrequests_total", "Scan sub-requests sent to other compute nodes.",
 	    __atomic_load_n(&s->subreqs, __ATOMIC_RELAXED));
+	CTR("subrequest_connections_total", "Connections opened to other compute nodes' "
+	    "gateways for sub-requests (the rest reused kept-alive ones).",
+	    __atomic_load_n(&s->subreq_conns, __ATOMIC_RELAXED));
+	CTR("subrequest_reused_total", "Sub-requests sent on a kept-alive connection "
+	    "([s3] member_conns).", __atomic_load_n(&s->subreq_reused, __ATOMIC_RELAXED));
 	CTR("hedges_total", "Slow scan members hedged to another compute node.",
 	    __atomic_load_n(&s->hedges, __ATOMIC_RELAXED));
 	CTR("retries_total", "Failed scan shares retried elsewhere.",

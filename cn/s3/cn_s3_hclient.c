@@ -1,6 +1,11 @@
 /* cn_s3_hclient.c: the internal HTTP client of the ingress: one member sub-request
- * (POST /_dmann/ScanShare to another CN's gateway, SigV4-signed with the cluster-internal
- * key, Connection: close) driven on a non-blocking socket by the ingress's poll loop. */
+ * (POST /_dmann/ScanShare or CacheClear to another CN's gateway, SigV4-signed with the
+ * cluster-internal key) driven on a non-blocking socket by the caller's poll loop, on a
+ * kept-alive connection from a per-CN pool ([s3] member_conns idle ones at most; 0: one
+ * connection per sub-request, "Connection: close"). A pooled connection the member closed
+ * meanwhile is noticed before use (peek) or, when the close races the request, by an end
+ * before any answer byte: the request is then sent once more on a new connection, so a
+ * member is never taken for down because of an idle connection it dropped. */
 #include "cn_s3_int.h"
 
 #include <netdb.h>
@@ -10,16 +15,86 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Start a signed POST /_dmann/ScanShare to CN cn (non-blocking). false on failure. */
+/* A new non-blocking connection to CN cn's gateway (connect in progress); -1 on failure. */
+static int hconnect(struct cn_s3 *s, uint32_t cn)
+{
+	const char *hp = s->cfg->cn[cn].http;
+	char host[DM_ADDR_MAX], *colon;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	int fd, one = 1;
+
+	snprintf(host, sizeof(host), "%s", hp);
+	colon = strrchr(host, ':');
+	if (!colon)
+		return -1;
+	*colon = 0;
+	if (colon > host && colon[-1] == ']')
+		colon[-1] = 0;                  /* [v6]:port */
+	if (getaddrinfo(host[0] == '[' ? host + 1 : host, colon + 1, &hints, &ai) || !ai)
+		return -1;
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS)) {
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return -1;
+	}
+	freeaddrinfo(ai);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	__atomic_add_fetch(&s->subreq_conns, 1, __ATOMIC_RELAXED);
+	return fd;
+}
+
+/* An idle pooled connection to cn that the member has not closed; -1 if none. */
+static int hpool_take(struct cn_s3 *s, uint32_t cn)
+{
+	for (;;) {
+		int fd = -1;
+		char c;
+
+		pthread_mutex_lock(&s->hpool_mu);
+		if (s->hpool[cn].n)
+			fd = s->hpool[cn].fd[--s->hpool[cn].n];
+		pthread_mutex_unlock(&s->hpool_mu);
+		if (fd < 0)
+			return -1;
+		/* Idle means nothing to read: EOF, an error or stray bytes retire it. */
+		if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+		    (errno == EAGAIN || errno == EWOULDBLOCK))
+			return fd;
+		close(fd);
+	}
+}
+
+static void hpool_put(struct cn_s3 *s, uint32_t cn, int fd)
+{
+	pthread_mutex_lock(&s->hpool_mu);
+	if (s->hpool[cn].n < s->member_conns) {
+		s->hpool[cn].fd[s->hpool[cn].n++] = fd;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&s->hpool_mu);
+	if (fd >= 0)
+		close(fd);
+}
+
+void hpool_fini(struct cn_s3 *s)
+{
+	for (uint32_t c = 0; c < DM_MAX_NODES; c++)
+		while (s->hpool[c].n)
+			close(s->hpool[c].fd[--s->hpool[c].n]);
+}
+
+/* Start a signed POST /_dmann/<op> to CN cn (non-blocking). false on failure. */
 bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op, const char *body)
 {
 	const char *hp = s->cfg->cn[cn].http;
-	char host[DM_ADDR_MAX], *colon, date[32], sha[65], auth[512], path[64];
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	char date[32], sha[65], auth[512], path[64];
 	size_t blen = strlen(body);
 	time_t now = time(NULL);
 	struct tm tm;
@@ -27,28 +102,12 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op, 
 
 	memset(h, 0, sizeof(*h));
 	h->fd = -1;
+	h->s = s;
+	h->clen = -1;
 	snprintf(path, sizeof(path), "/_dmann/%s", op);
 	h->cn = cn;
-	snprintf(host, sizeof(host), "%s", hp);
-	colon = strrchr(host, ':');
-	if (!colon)
+	if (!strchr(hp, ':'))
 		return false;
-	*colon = 0;
-	if (colon > host && colon[-1] == ']')
-		colon[-1] = 0;                  /* [v6]:port */
-	if (getaddrinfo(host[0] == '[' ? host + 1 : host, colon + 1, &hints, &ai) || !ai)
-		return false;
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS)) {
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(ai);
-		return false;
-	}
-	freeaddrinfo(ai);
-	int one = 1;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
 	s3_sha256_hex(body, blen, sha);
@@ -61,33 +120,79 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op, 
 	if (s3_sigv4_authorization(&sr, s->icred.access_key, s->icred.secret_key, date,
 				   "us-east-1", "s3vectors",
 				   "content-type;host;x-amz-content-sha256;x-amz-date", sha, auth,
-				   sizeof(auth))) {
-		close(fd);
+				   sizeof(auth)))
 		return false;
-	}
 	dm_buf_printf(&h->out,
 		      "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
 		      "Content-Length: %zu\r\nx-amz-date: %s\r\nx-amz-content-sha256: %s\r\n"
-		      "Authorization: %s\r\nConnection: close\r\n\r\n",
-		      path, hp, blen, date, sha, auth);
+		      "Authorization: %s\r\nConnection: %s\r\n\r\n",
+		      path, hp, blen, date, sha, auth, s->member_conns ? "keep-alive" : "close");
 	dm_buf_put(&h->out, body, blen);
 	if (h->out.oom) {
 		dm_buf_free(&h->out);
-		close(fd);
+		return false;
+	}
+	fd = s->member_conns ? hpool_take(s, cn) : -1;
+	if (fd >= 0) {
+		h->reused = true;
+		__atomic_add_fetch(&s->subreq_reused, 1, __ATOMIC_RELAXED);
+	} else {
+		fd = hconnect(s, cn);
+	}
+	if (fd < 0) {
+		dm_buf_free(&h->out);
 		return false;
 	}
 	h->fd = fd;
 	return true;
 }
 
-/* Parse a complete response (EOF seen). */
-void hcall_finish(struct hcall *h)
+/* A kept-alive connection ended before any byte of the answer (the member closed it while
+ * it sat idle): send the request again on a new connection. false when that fails too. */
+static bool hcall_redo(struct hcall *h)
 {
+	if (!h->reused || h->in.n || h->done)
+		return false;
+	close(h->fd);
+	h->reused = false;
+	h->sent = 0;
+	h->fd = hconnect(h->s, h->cn);
+	return h->fd >= 0;
+}
+
+/* The response header is complete at hdr_len bytes: its Content-Length (-1 if none) and
+ * whether the member keeps the connection open. */
+static void hcall_header(struct hcall *h)
+{
+	const char *in = (const char *)h->in.p, *end = in + h->hdr_len;
+	bool close_ = false;
+
+	for (const char *l = memchr(in, '\n', h->hdr_len); l && l + 1 < end;
+	     l = memchr(l + 1, '\n', (size_t)(end - l - 1))) {
+		const char *v = l + 1;
+
+		if (!strncasecmp(v, "Content-Length:", 15))
+			h->clen = strtoll(v + 15, NULL, 10);
+		else if (!strncasecmp(v, "Connection:", 11)) {
+			v += 11;
+			while (*v == ' ')
+				v++;
+			close_ = !strncasecmp(v, "close", 5);
+		}
+	}
+	h->keep = !close_ && h->clen >= 0 && h->s->member_conns;
+}
+
+/* Parse a complete response: the connection ended (eof), or the header and Content-Length
+ * bytes of body are in. */
+static void hcall_finish(struct hcall *h, bool eof)
+{
+	const char *in = (const char *)h->in.p;
 	const char *sep;
 
-	const char *in = (const char *)h->in.p;
-
 	h->done = true;
+	if (eof)
+		h->keep = false;
 	if (!in || h->in.n < 12 || strncmp(in, "HTTP/1.", 7)) {
 		h->failed = true;
 		return;
@@ -100,8 +205,20 @@ void hcall_finish(struct hcall *h)
 	}
 	h->body = sep + 4;
 	h->blen = h->in.n - (size_t)(h->body - in);
-	if (h->status != 200)
+	if (h->clen >= 0) {
+		if (h->blen < (size_t)h->clen) {
+			h->failed = true;       /* ended in the middle of the body */
+			h->keep = false;
+			return;
+		}
+		if (h->blen > (size_t)h->clen)
+			h->keep = false;        /* more than was announced: do not reuse */
+		h->blen = (size_t)h->clen;
+	}
+	if (h->status != 200) {
 		h->failed = true;
+		h->keep = false;
+	}
 }
 
 /* Progress on poll events. */
@@ -110,45 +227,67 @@ void hcall_io(struct hcall *h, short ev)
 	if (h->done)
 		return;
 	if (ev & (POLLERR | POLLNVAL)) {
-		h->done = h->failed = true;
+		if (!hcall_redo(h))
+			h->done = h->failed = true;
 		return;
 	}
 	while ((ev & POLLOUT) && h->sent < h->out.n) {
 		ssize_t n = send(h->fd, h->out.p + h->sent, h->out.n - h->sent, MSG_NOSIGNAL);
 
 		if (n < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
+			if (errno != EAGAIN && errno != EWOULDBLOCK && !hcall_redo(h))
 				h->done = h->failed = true;
-			break;
+			return;
 		}
 		h->sent += (size_t)n;
 	}
-	if (ev & (POLLIN | POLLHUP)) {
-		for (;;) {
-			if (!dm_buf_reserve(&h->in, 65536 + 1)) {
-				h->done = h->failed = true;
+	if (!(ev & (POLLIN | POLLHUP)))
+		return;
+	for (;;) {
+		if (!dm_buf_reserve(&h->in, 65536 + 1)) {
+			h->done = h->failed = true;
+			return;
+		}
+		ssize_t n = recv(h->fd, h->in.p + h->in.n, h->in.cap - h->in.n - 1, 0);
+
+		if (n > 0) {
+			h->in.n += (size_t)n;
+			h->in.p[h->in.n] = 0;
+			if (!h->hdr_len) {
+				const char *in = (const char *)h->in.p;
+				const char *sep = memmem(in, h->in.n, "\r\n\r\n", 4);
+
+				if (sep) {
+					h->hdr_len = (size_t)(sep + 4 - in);
+					hcall_header(h);
+				}
+			}
+			if (h->hdr_len && h->clen >= 0 &&
+			    h->in.n - h->hdr_len >= (size_t)h->clen) {
+				hcall_finish(h, false);
 				return;
 			}
-			ssize_t n = recv(h->fd, h->in.p + h->in.n, h->in.cap - h->in.n - 1, 0);
-
-			if (n > 0) {
-				h->in.n += (size_t)n;
-				h->in.p[h->in.n] = 0;
-				continue;
-			}
-			if (n == 0)
-				hcall_finish(h);
-			else if (errno != EAGAIN && errno != EWOULDBLOCK)
-				h->done = h->failed = true;
-			break;
+			continue;
 		}
+		if (n == 0) {
+			if (!hcall_redo(h))
+				hcall_finish(h, true);
+		} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			if (!hcall_redo(h))
+				h->done = h->failed = true;
+		}
+		return;
 	}
 }
 
 void hcall_fini(struct hcall *h)
 {
-	if (h->fd >= 0)
-		close(h->fd);
+	if (h->fd >= 0) {
+		if (h->done && !h->failed && h->keep)
+			hpool_put(h->s, h->cn, h->fd);
+		else
+			close(h->fd);
+	}
 	dm_buf_free(&h->out);
 	dm_buf_free(&h->in);
 	h->fd = -1;

@@ -78,6 +78,8 @@ struct s3_indexer {
 	uint64_t rows, batches, errors, snapshots, snapshot_ns, insert_ns, lag;
 };
 
+#define HPOOL_MAX 32              /* idle connections kept per member CN, at most */
+
 struct cn_s3 {
 	const struct dm_cluster_cfg *cfg;
 	const struct dm_node_cfg *node;
@@ -121,8 +123,18 @@ struct cn_s3 {
 	uint32_t graph_ef, graph_beam, graph_widen;
 	struct gkcache gk;
 	struct s3_indexer ix;
+	/* Sub-requests to other CNs' gateways (cn_s3_hclient.c): idle kept-alive connections
+	 * per CN, at most member_conns each ([s3] member_conns; 0: one connection per
+	 * sub-request, closed after it). */
+	pthread_mutex_t hpool_mu;
+	uint32_t member_conns;
+	struct hpool {
+		int fd[HPOOL_MAX];
+		uint32_t n;
+	} hpool[DM_MAX_NODES];
 	/* counters (atomics) */
 	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
+	uint64_t subreq_conns, subreq_reused;   /* connections opened / kept-alive ones reused */
 	uint64_t graph_queries, graph_fallbacks, graph_errors, graph_tail_rows;
 };
 
@@ -198,12 +210,17 @@ void json_resp(struct s3_resp *r, json_t *o);
 /* One sub-request in flight: a signed POST /_dmann/<op> on a non-blocking socket. */
 struct hcall {
 	int fd;
+	struct cn_s3 *s;
 	uint32_t cn;                     /* target CN */
 	uint32_t share;                  /* which share it serves */
 	bool hedge;
+	bool reused;                     /* on a kept-alive connection from the pool */
+	bool keep;                       /* done: the connection may serve the next one */
 	struct dm_buf out;               /* request bytes */
 	size_t sent;
 	struct dm_buf in;                /* response bytes */
+	size_t hdr_len;                  /* response header bytes (0: not complete yet) */
+	long long clen;                  /* its Content-Length (-1: none) */
 	bool done, failed;
 	int status;
 	const char *body;                /* into in */
@@ -216,7 +233,11 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op,
 		 const char *body);
 /* Progress on poll events ev; sets done (and failed) when it ends. */
 void hcall_io(struct hcall *h, short ev);
+/* End a sub-request: its connection goes back to the pool when the answer was whole and
+ * the member keeps it open, else it is closed. */
 void hcall_fini(struct hcall *h);
+/* Close the pool's idle connections (cn_s3_stop). */
+void hpool_fini(struct cn_s3 *s);
 
 /* ---- cn_s3_graph.c ---- */
 

@@ -951,11 +951,49 @@ test('fan-out: a slow member is hedged, a dead one retried elsewhere', { skip: !
     await stopServer(s4);
     // cn0 counted what it did at its clean stop.
     const m = fs.readFileSync(path.join(s4.cdir, 'cn0.log'), 'utf8')
-      .match(/s3: (\d+) sub-requests, (\d+) hedged, (\d+) retried/);
+      .match(/s3: (\d+) sub-requests \(\d+ connections opened, \d+ kept-alive ones reused\), (\d+) hedged, (\d+) retried/);
     assert.ok(m, 'cn0 reported no S3 counters');
     assert.ok(Number(m[1]) >= 1, 'cn0 sent no sub-request to cn1 (no fan-out)');
     assert.ok(Number(m[2]) >= 1, 'the slow member was not hedged');
     assert.ok(Number(m[3]) >= 1, 'the dead member was not retried elsewhere');
+  });
+
+// Sub-requests to members go over kept-alive connections ([s3] member_conns, default 8):
+// 40 fanned-out queries open a handful of connections and reuse them, with the same answers
+// as with member_conns = 0 (one connection per sub-request, the member closing it).
+test('fan-out: sub-requests reuse kept-alive connections to members', { skip: !CLUSTER },
+  async () => {
+    const rows = makeVectors(1500, 8, 22, 'k');
+    const run = async (env) => {
+      const dir = fs.mkdtempSync(path.join(tmp, 'keep-'));
+      const sk = await startServer(dir, ['--frag-rows', '128', '--env', JSON.stringify(env)]);
+      const ck = client(sk);
+      await send(ck, 'CreateVectorBucketCommand', { vectorBucketName: 'keep' });
+      await send(ck, 'CreateIndexCommand', { vectorBucketName: 'keep', indexName: 'keep-ix',
+        dataType: 'float32', dimension: 8, distanceMetric: 'euclidean' });
+      await putAll(ck, 'keep', 'keep-ix', rows);
+      for (let i = 0; i < 40; i++) {
+        const q = rows[(i * 37) % rows.length].data.float32;
+        const out = await send(ck, 'QueryVectorsCommand', { vectorBucketName: 'keep',
+          indexName: 'keep-ix', topK: 10, queryVector: { float32: q }, returnDistance: true });
+        assertSameAsBruteForce(out.vectors, rows, 'euclidean', q, 10);
+      }
+      await stopServer(sk);
+      const m = fs.readFileSync(path.join(sk.cdir, 'cn0.log'), 'utf8')
+        .match(/s3: (\d+) sub-requests \((\d+) connections opened, (\d+) kept-alive ones reused\)/);
+      assert.ok(m, 'cn0 reported no S3 counters');
+      return { subreqs: Number(m[1]), conns: Number(m[2]), reused: Number(m[3]) };
+    };
+    const keep = await run({ DMANN_S3_WIDTH: '2' });
+    const close = await run({ DMANN_S3_WIDTH: '2', DMANN_S3_MEMBER_CONNS: '0' });
+    console.log(`# fan-out connections: kept alive ${JSON.stringify(keep)}, ` +
+      `member_conns 0 ${JSON.stringify(close)}`);
+    assert.ok(keep.subreqs >= 40, `cn0 fanned out ${keep.subreqs} sub-requests for 40 queries`);
+    assert.ok(keep.reused >= keep.subreqs - 8, `kept-alive connections reused ${keep.reused} ` +
+      `times for ${keep.subreqs} sub-requests`);
+    assert.ok(keep.conns <= 8, `${keep.conns} connections opened (member_conns 8)`);
+    assert.ok(close.subreqs >= 40 && close.reused === 0 && close.conns >= close.subreqs,
+      `member_conns 0: ${JSON.stringify(close)}`);
   });
 
 // Regression: an index at the API's limits (dimension 4096, 40 KB of metadata per vector,
