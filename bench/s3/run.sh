@@ -46,22 +46,31 @@ t0=$(date +%s.%N)
 load_s=$(echo "$(date +%s.%N) - $t0" | bc)
 w1=$("$bench" query "${auth[@]}" --query "$query" --nq "$nq" --label "W=1")
 
-# Same data (on the memory nodes), compute nodes restarted with W = 2.
-for id in 0 1; do
-	pid=$(awk -v n="cn$id" '$2 == n {print $1}' "$cdir/pids")
-	kill "$pid"
-	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-	DMANN_S3_WIDTH=2 setsid "$build/cn/dmann-cn" --config "$cdir/cluster.ini" --id "$id" \
-		>>"$cdir/cn$id.log" 2>&1 &
-	restarted+=($!)
-done
-port=${ep##*:}
-for i in $(seq 100); do
-	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-	sleep 0.1
-done
-sleep 0.5
+# Same data (on the memory nodes), compute nodes restarted with the environment given.
+restart_cns() {
+	for id in 0 1; do
+		pid=$(awk -v n="cn$id" '$2 == n {print $1}' "$cdir/pids")
+		if [ ${#restarted[@]} -ge 2 ]; then pid=${restarted[$id]}; fi
+		kill "$pid"
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+		env "$@" setsid "$build/cn/dmann-cn" --config "$cdir/cluster.ini" --id "$id" \
+			>>"$cdir/cn$id.log" 2>&1 &
+		restarted[$id]=$!
+	done
+	port=${ep##*:}
+	for i in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+		sleep 0.1
+	done
+	sleep 0.5
+}
+# W = 2: sub-requests on kept-alive connections ([s3] member_conns, default 8), then the
+# same with member_conns = 0 (a new connection per sub-request, as before 2026-12-04).
+restart_cns DMANN_S3_WIDTH=2
 w2=$("$bench" query "${auth[@]}" --query "$query" --nq "$nq" --label "W=2")
+restart_cns DMANN_S3_WIDTH=2 DMANN_S3_MEMBER_CONNS=0
+w2c=$("$bench" query "${auth[@]}" --query "$query" --nq "$nq" --label "W=2 (member_conns=0)")
+isa=$(grep -o -w -E 'avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')
 
 field() { echo "$1" | sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 out=$work/table.md
@@ -79,13 +88,19 @@ out=$work/table.md
 	     "scans on the ingress CN; W = 2 splits the fragments between both CNs (one" \
 	     "sub-request over HTTP) and merges the partial top-k lists. For W = 1 the" \
 	     "number of groups is pinned to 2 (\`DMANN_S3_GROUPS=2\`: every CN is a group and the" \
-	     "ingress scans by itself); left to the rate rule a rarely queried index has one group."
+	     "ingress scans by itself); left to the rate rule a rarely queried index has one group." \
+	     "W = 2 runs twice: with the sub-requests on kept-alive connections (\`[s3]" \
+	     "member_conns\`, default 8) and with \`member_conns = 0\` (a new connection per" \
+	     "sub-request, the member closing it). Machine: ${isa:-no AVX2}."
 	echo
 	echo "| W | p50 | p99 | QPS (1 client) |"
 	echo "|---|---|---|---|"
-	for r in "$w1" "$w2"; do
+	for r in "$w1" "$w2" "$w2c"; do
 		echo "| $(field "$r" label | sed 's/W=//') | $(field "$r" p50_us) µs | $(field "$r" p99_us) µs | $(field "$r" qps) |"
 	done
+	echo
+	echo "W = 2 QPS with kept-alive sub-request connections / with a new connection per" \
+	     "sub-request: $(printf "%.2f" "$(echo "scale=4; $(field "$w2" qps) / $(field "$w2c" qps)" | bc)")x."
 	echo
 	echo "Scan rate of one core, measured in the same run on the same $n x 384 floats" \
 	     "($(field "$scan" kernel) kernels): the members' exact cosine scan (dot product," \

@@ -7,6 +7,7 @@
  * before any answer byte: the request is then sent once more on a new connection, so a
  * member is never taken for down because of an idle connection it dropped. */
 #include "cn_s3_int.h"
+#include "s3_hresp.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,7 +103,6 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op, 
 	memset(h, 0, sizeof(*h));
 	h->fd = -1;
 	h->s = s;
-	h->clen = -1;
 	snprintf(path, sizeof(path), "/_dmann/%s", op);
 	h->cn = cn;
 	if (!strchr(hp, ':'))
@@ -160,61 +159,19 @@ static bool hcall_redo(struct hcall *h)
 	return h->fd >= 0;
 }
 
-/* The response header is complete at hdr_len bytes: its Content-Length (-1 if none) and
- * whether the member keeps the connection open. */
-static void hcall_header(struct hcall *h)
+/* The answer is in (rc 1 of s3_hresp_parse) or broken (rc < 0). */
+static void hcall_done(struct hcall *h, int rc, const struct s3_hresp *r)
 {
-	const char *in = (const char *)h->in.p, *end = in + h->hdr_len;
-	bool close_ = false;
-
-	for (const char *l = memchr(in, '\n', h->hdr_len); l && l + 1 < end;
-	     l = memchr(l + 1, '\n', (size_t)(end - l - 1))) {
-		const char *v = l + 1;
-
-		if (!strncasecmp(v, "Content-Length:", 15))
-			h->clen = strtoll(v + 15, NULL, 10);
-		else if (!strncasecmp(v, "Connection:", 11)) {
-			v += 11;
-			while (*v == ' ')
-				v++;
-			close_ = !strncasecmp(v, "close", 5);
-		}
-	}
-	h->keep = !close_ && h->clen >= 0 && h->s->member_conns;
-}
-
-/* Parse a complete response: the connection ended (eof), or the header and Content-Length
- * bytes of body are in. */
-static void hcall_finish(struct hcall *h, bool eof)
-{
-	const char *in = (const char *)h->in.p;
-	const char *sep;
-
 	h->done = true;
-	if (eof)
+	if (rc < 0) {
+		h->failed = true;
 		h->keep = false;
-	if (!in || h->in.n < 12 || strncmp(in, "HTTP/1.", 7)) {
-		h->failed = true;
 		return;
 	}
-	h->status = atoi(in + 9);
-	sep = memmem(in, h->in.n, "\r\n\r\n", 4);
-	if (!sep) {
-		h->failed = true;
-		return;
-	}
-	h->body = sep + 4;
-	h->blen = h->in.n - (size_t)(h->body - in);
-	if (h->clen >= 0) {
-		if (h->blen < (size_t)h->clen) {
-			h->failed = true;       /* ended in the middle of the body */
-			h->keep = false;
-			return;
-		}
-		if (h->blen > (size_t)h->clen)
-			h->keep = false;        /* more than was announced: do not reuse */
-		h->blen = (size_t)h->clen;
-	}
+	h->status = r->status;
+	h->body = r->body;
+	h->blen = r->blen;
+	h->keep = r->keep && h->s->member_conns;
 	if (h->status != 200) {
 		h->failed = true;
 		h->keep = false;
@@ -224,6 +181,9 @@ static void hcall_finish(struct hcall *h, bool eof)
 /* Progress on poll events. */
 void hcall_io(struct hcall *h, short ev)
 {
+	struct s3_hresp r;
+	int rc;
+
 	if (h->done)
 		return;
 	if (ev & (POLLERR | POLLNVAL)) {
@@ -253,25 +213,16 @@ void hcall_io(struct hcall *h, short ev)
 		if (n > 0) {
 			h->in.n += (size_t)n;
 			h->in.p[h->in.n] = 0;
-			if (!h->hdr_len) {
-				const char *in = (const char *)h->in.p;
-				const char *sep = memmem(in, h->in.n, "\r\n\r\n", 4);
-
-				if (sep) {
-					h->hdr_len = (size_t)(sep + 4 - in);
-					hcall_header(h);
-				}
-			}
-			if (h->hdr_len && h->clen >= 0 &&
-			    h->in.n - h->hdr_len >= (size_t)h->clen) {
-				hcall_finish(h, false);
-				return;
-			}
-			continue;
+			rc = s3_hresp_parse((const char *)h->in.p, h->in.n, false, &r);
+			if (!rc)
+				continue;
+			hcall_done(h, rc, &r);
+			return;
 		}
 		if (n == 0) {
 			if (!hcall_redo(h))
-				hcall_finish(h, true);
+				hcall_done(h, s3_hresp_parse((const char *)h->in.p, h->in.n, true, &r),
+					   &r);
 		} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
 			if (!hcall_redo(h))
 				h->done = h->failed = true;

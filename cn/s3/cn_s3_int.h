@@ -218,9 +218,7 @@ struct hcall {
 	bool keep;                       /* done: the connection may serve the next one */
 	struct dm_buf out;               /* request bytes */
 	size_t sent;
-	struct dm_buf in;                /* response bytes */
-	size_t hdr_len;                  /* response header bytes (0: not complete yet) */
-	long long clen;                  /* its Content-Length (-1: none) */
+	struct dm_buf in;                /* response bytes (parsed by s3_hresp.c) */
 	bool done, failed;
 	int status;
 	const char *body;                /* into in */
