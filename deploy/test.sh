@@ -47,12 +47,21 @@ setup() {
 	fi
 }
 
-# run DIR [meson test options...]
+# run DIR [meson test options...]; then the run's slowest tests (where CI's hour goes).
 run() {
 	local dir=$1; shift
 	local log="$dir.test.log"
 	meson test -C "$dir" --print-errorlogs "$@" 2>&1 | tee "$log"
 	count "$log"
+	/usr/bin/python3 - "$dir/meson-logs/testlog.json" <<'EOF' || true
+import json, sys
+try:
+    runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+except OSError:
+    sys.exit(0)
+runs.sort(key=lambda r: -r.get("duration", 0))
+print("slowest: " + ", ".join("%s %.0f s" % (r["name"], r["duration"]) for r in runs[:8]))
+EOF
 }
 
 step "build (-Werror) and run suites fast and graph"
