@@ -232,8 +232,9 @@ void cn_s3_stop(struct cn_s3 *s)
 	hpool_fini(s);
 	s3_fcache_free(s->cache);
 	dm_info("cn%u: s3: %llu graph queries (%llu sent to the exact path after the graph, %llu "
-		"graph errors)", s->node->id, (unsigned long long)s->graph_queries,
-		(unsigned long long)s->graph_fallbacks, (unsigned long long)s->graph_errors);
+		"by the filter estimate, %llu graph errors)", s->node->id,
+		(unsigned long long)s->graph_queries, (unsigned long long)s->graph_fallbacks,
+		(unsigned long long)s->graph_planned_exact, (unsigned long long)s->graph_errors);
 	dm_info("cn%u: s3: %llu sub-requests (%llu connections opened, %llu kept-alive ones "
 		"reused), %llu hedged, %llu retried, %llu fragment fetches, %llu plan fallbacks",
 		s->node->id, (unsigned long long)s->subreqs, (unsigned long long)s->subreq_conns,
@@ -288,6 +289,10 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("graph_tail_rows_total", "Rows past the graph mark (dead ones included) that graph-path "
 	    "queries scanned exactly: what the online indexer has not yet moved into the graph.",
 	    __atomic_load_n(&s->graph_tail_rows, __ATOMIC_RELAXED));
+	CTR("graph_planned_exact_total", "Filtered queries of a graph-bound index that the "
+	    "filter's cardinality estimate sent straight to the exact path (too few rows pass "
+	    "for the graph's candidates to hold topK of them).",
+	    __atomic_load_n(&s->graph_planned_exact, __ATOMIC_RELAXED));
 	CTR("graph_errors_total", "Graph searches that failed (the exact path served them).",
 	    __atomic_load_n(&s->graph_errors, __ATOMIC_RELAXED));
 	CTR("indexed_rows_total", "Tail rows the online indexer put into the graph and handed "

@@ -226,6 +226,24 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	    gi.metric != st->metric || gi.dim != st->dim)
 		return 1;               /* not bound to this index, or another generation */
 	kg = (uint32_t)DM_MIN((uint64_t)q->k * (q->filter ? s->graph_widen : 2) + 10, 1024u);
+	if (q->filter) {
+		/* Cardinality estimate: ask the graph for enough candidates that about 2k of
+		 * them pass (the share that passes in a sample of the index's rows); when that
+		 * is more than the graph can give, the exact path answers at once. */
+		uint32_t seen, passed;
+
+		if (!filter_sample(s, st, b, x, q->filter, &seen, &passed) &&
+		    seen >= FSAMPLE_MIN) {
+			uint64_t want = passed ? (2 * (uint64_t)q->k * seen + passed - 1) / passed
+					       : UINT64_MAX;
+
+			if (want > 1024 - 10) {
+				__atomic_add_fetch(&s->graph_planned_exact, 1, __ATOMIC_RELAXED);
+				return 1;
+			}
+			kg = (uint32_t)DM_MAX(want + 10, (uint64_t)q->k * 2 + 10);
+		}
+	}
 	sp = (struct dmann_search_params){ .k = kg, .ef = DM_MAX(s->graph_ef, kg),
 					   .beam = s->graph_beam, .inflight = 1,
 					   .routing = DMANN_ROUTE_CLIENT };

@@ -136,6 +136,7 @@ struct cn_s3 {
 	uint64_t hedges, retries, subreqs, fetches, plan_fallbacks;
 	uint64_t subreq_conns, subreq_reused;   /* connections opened / kept-alive ones reused */
 	uint64_t graph_queries, graph_fallbacks, graph_errors, graph_tail_rows;
+	uint64_t graph_planned_exact;    /* filtered queries the estimate sent to the exact path */
 };
 
 /* ---- cn_s3_mn.c ---- */
@@ -172,6 +173,12 @@ int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out);
 /* An S3 operation on one MN (FL_CALL): 0 with r filled from its answer, or -errno. */
 int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t len,
 	  struct s3_resp *r);
+/* The filter's cardinality estimate: of *seen sampled live rows of the index (up to 1,024
+ * from up to 4 fragments spread over it, through the fragment cache), *passed pass flt.
+ * 0 or -errno (cn_s3_member.c). */
+#define FSAMPLE_MIN 64u            /* fewer sampled rows: no estimate (the widen rule) */
+int filter_sample(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
+		  const struct s3_filter *flt, uint32_t *seen, uint32_t *passed);
 /* 503: memory node mn is unreachable. */
 void unavailable(struct s3_resp *r, const char *what, uint32_t mn);
 int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,

@@ -15,6 +15,7 @@
 #include "flat.h"
 #include "s3_filter.h"
 #include "topk.h"
+#include "util/dm_hash.h"
 
 int mhit_cmp(const void *a, const void *b)
 {
@@ -143,6 +144,63 @@ static int cfrag_refresh(struct cn_s3 *s, struct s3_frag *f, const struct fstat 
 			break;
 	}
 	pthread_mutex_unlock(&f->fetch);
+	return rc;
+}
+
+/* The filter's cardinality estimate (docs/api.md "The graph path"): the share of a sample
+ * of live rows that pass f. The sample is up to FSAMPLE_ROWS rows at hashed positions in up
+ * to FSAMPLE_FRAGS fragments evenly spread over the index (the ingress's fragment cache holds
+ * them after the first query: a sealed fragment is fetched once). *seen rows were looked
+ * at, *passed of them passed. 0 or -errno (nothing counted then). */
+#define FSAMPLE_FRAGS 4u
+#define FSAMPLE_ROWS  1024u
+int filter_sample(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
+		  const struct s3_filter *flt, uint32_t *seen, uint32_t *passed)
+{
+	uint32_t nf = 0, frags[FSAMPLE_FRAGS];
+	int rc = 0;
+
+	*seen = *passed = 0;
+	for (uint32_t i = 0; i < FSAMPLE_FRAGS && st->nfrag; i++) {
+		uint32_t f = (uint32_t)(((uint64_t)st->nfrag * (2 * i + 1)) / (2 * FSAMPLE_FRAGS));
+
+		if (st->fr[f].rows && (!nf || frags[nf - 1] != f))
+			frags[nf++] = f;
+	}
+	for (uint32_t i = 0; i < nf && !rc; i++) {
+		struct s3_fkey key = { .mn = st->mn, .frag = frags[i], .bucket = b, .index = x,
+				       .epoch = st->epoch, .created = st->created };
+		struct s3_frag *f = s3_fcache_get(s->cache, &key, st->dim, NULL);
+		uint32_t rows, per;
+
+		if (!f) {
+			rc = -errno;
+			break;
+		}
+		rc = cfrag_refresh(s, f, &st->fr[frags[i]]);
+		if (!rc) {
+			pthread_rwlock_rdlock(&f->rw);
+			rows = DM_MIN(f->rows, st->fr[frags[i]].rows);
+			per = DM_MIN(rows, FSAMPLE_ROWS / nf);
+			/* Rows at hashed positions (the same ones every time), not at a fixed
+			 * stride: metadata that repeats with the row number (a category per
+			 * row mod 10) would alias with a stride. A fragment sampled whole when
+			 * it is small. */
+			for (uint32_t j = 0; j < per; j++) {
+				uint32_t r = per == rows ? j :
+					(uint32_t)(dm_hash64((uint64_t)frags[i] << 32 | j) % rows);
+
+				if (f->deadf[r])
+					continue;
+				(*seen)++;
+				*passed += s3_filter_match(flt, f->meta[r] + f->mlen[r], f->flen[r]);
+			}
+			pthread_rwlock_unlock(&f->rw);
+		}
+		s3_fcache_put(s->cache, f);
+	}
+	if (rc)
+		*seen = *passed = 0;
 	return rc;
 }
 

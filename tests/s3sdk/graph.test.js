@@ -72,7 +72,7 @@ function l2(a, ao, b, bo) {
   return s;
 }
 
-const meta = (i) => ({ cat: `c${i % 10}`, half: i % 2 });
+const meta = (i) => ({ cat: `c${i % 10}`, half: i % 2, pct: i % 100 });
 
 // The live rows, as the test acknowledged them: key -> { v (Float32Array), m }.
 const live = new Map();
@@ -123,13 +123,14 @@ async function waitIndexed(minRows) {
 }
 
 async function graphCounters() {
-  let q = 0, fb = 0, err = 0;
+  let q = 0, fb = 0, err = 0, pe = 0;
   for (const c of cns) {
     q += await metric(c.metrics, 'dmann_cn_s3_graph_queries_total');
     fb += await metric(c.metrics, 'dmann_cn_s3_graph_fallbacks_total');
     err += await metric(c.metrics, 'dmann_cn_s3_graph_errors_total');
+    pe += await metric(c.metrics, 'dmann_cn_s3_graph_planned_exact_total');
   }
-  return { q, fb, err };
+  return { q, fb, err, pe };
 }
 
 function matches(m, filter) {
@@ -302,7 +303,8 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   console.log(`FIGURES recall@10 (while indexing): ${rNone.toFixed(4)} unfiltered, ${rHalf.toFixed(4)} half, ` +
     `${rCat.toFixed(4)} cat (10%); ${3 * NQ} queries in ${qs.toFixed(1)} s; graph path ` +
     `${c1.q - c0.q}/${c2.q - c1.q}/${c3.q - c2.q} of ${NQ} each, then sent to the exact ` +
-    `path ${c1.fb - c0.fb}/${c2.fb - c1.fb}/${c3.fb - c2.fb}, graph errors ${c3.err - c0.err}`);
+    `path ${c1.fb - c0.fb}/${c2.fb - c1.fb}/${c3.fb - c2.fb}, sent there by the filter ` +
+    `estimate ${c1.pe - c0.pe}/${c2.pe - c1.pe}/${c3.pe - c2.pe}, graph errors ${c3.err - c0.err}`);
   assert.ok(rNone >= 0.95, `recall@10 without a filter ${rNone}`);
   assert.ok(rHalf >= 0.95, `recall@10 with the 50% filter ${rHalf}`);
   assert.ok(rCat >= 0.95, `recall@10 with the 10% filter ${rCat}`);
@@ -328,10 +330,20 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   const c8 = await graphCounters();
   const iCat = await recallRun({ cat: 'c3' });
   const c9 = await graphCounters();
+  // A 1% filter: the cardinality estimate sends every query straight to the exact path.
+  const iPct = await recallRun({ pct: 7 });
+  const cP = await graphCounters();
   console.log(`FIGURES recall@10 (indexed): ${iNone.toFixed(4)} unfiltered, ` +
-    `${iHalf.toFixed(4)} half, ${iCat.toFixed(4)} cat (10%); graph path ` +
-    `${c7.q - c6.q}/${c8.q - c7.q}/${c9.q - c8.q} of ${NQ} each, exact after the graph ` +
-    `${c7.fb - c6.fb}/${c8.fb - c7.fb}/${c9.fb - c8.fb}, graph errors ${c9.err - c6.err}`);
+    `${iHalf.toFixed(4)} half, ${iCat.toFixed(4)} cat (10%), ${iPct.toFixed(4)} pct (1%); ` +
+    `graph path ${c7.q - c6.q}/${c8.q - c7.q}/${c9.q - c8.q}/${cP.q - c9.q} of ${NQ} each, ` +
+    `exact after the graph ${c7.fb - c6.fb}/${c8.fb - c7.fb}/${c9.fb - c8.fb}/` +
+    `${cP.fb - c9.fb}, exact by the filter estimate ${c7.pe - c6.pe}/${c8.pe - c7.pe}/` +
+    `${c9.pe - c8.pe}/${cP.pe - c9.pe}, graph errors ${cP.err - c6.err}`);
+  assert.ok(iPct >= 0.95, `indexed: recall@10 with the 1% filter ${iPct}`);
+  assert.equal(cP.pe - c9.pe, NQ, 'the 1% filter goes to the exact path by the estimate');
+  assert.equal(cP.fb - c9.fb, 0, 'no 1% query tried the graph first');
+  assert.equal(c7.pe - c6.pe, 0, 'unfiltered queries never use the estimate');
+  assert.equal(c8.pe - c7.pe, 0, 'the 50% filter stays on the graph path');
   const tail1 = await sumMetric('dmann_cn_s3_graph_tail_rows_total');
   console.log(`FIGURES tail rows scanned by the ${NQ} unfiltered queries after indexing: ` +
     `${tail1 - tail0}`);
