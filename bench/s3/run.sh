@@ -47,14 +47,15 @@ load_s=$(echo "$(date +%s.%N) - $t0" | bc)
 w1=$("$bench" query "${auth[@]}" --query "$query" --nq "$nq" --label "W=1")
 
 # Same data (on the memory nodes), compute nodes restarted with the environment given.
+# The compute nodes' current pids: those `dmann local up` started, then the restarted ones.
+cnpid=("$(awk '$2 == "cn0" {print $1}' "$cdir/pids")" "$(awk '$2 == "cn1" {print $1}' "$cdir/pids")")
 restart_cns() {
 	for id in 0 1; do
-		pid=$(awk -v n="cn$id" '$2 == n {print $1}' "$cdir/pids")
-		if [ ${#restarted[@]} -ge 2 ]; then pid=${restarted[$id]}; fi
-		kill "$pid"
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+		kill "${cnpid[$id]}"
+		while kill -0 "${cnpid[$id]}" 2>/dev/null; do sleep 0.1; done
 		env "$@" setsid "$build/cn/dmann-cn" --config "$cdir/cluster.ini" --id "$id" \
 			>>"$cdir/cn$id.log" 2>&1 &
+		cnpid[$id]=$!
 		restarted[$id]=$!
 	done
 	port=${ep##*:}

@@ -236,14 +236,13 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 		if (!filter_sample(s, st, b, x, q->filter, &seen, &passed) &&
 		    seen >= FSAMPLE_MIN) {
 			double lo = (double)passed - 2.0 * sqrt((double)passed);
-			double w = lo > 0 ? ceil(2.0 * (double)q->k * seen / lo) : 1e18;
-			uint64_t want = w < 1e18 ? (uint64_t)w : UINT64_MAX;
+			double want = lo > 0 ? ceil(2.0 * (double)q->k * seen / lo) : INFINITY;
 
 			if (want > 1024 - 10) {
 				__atomic_add_fetch(&s->graph_planned_exact, 1, __ATOMIC_RELAXED);
 				return 1;
 			}
-			kg = (uint32_t)DM_MAX(want + 10, (uint64_t)q->k * 2 + 10);
+			kg = (uint32_t)DM_MAX((uint64_t)want + 10, (uint64_t)q->k * 2 + 10);
 		}
 	}
 	sp = (struct dmann_search_params){ .k = kg, .ef = DM_MAX(s->graph_ef, kg),

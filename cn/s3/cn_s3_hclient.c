@@ -105,8 +105,6 @@ bool hcall_start(struct cn_s3 *s, struct hcall *h, uint32_t cn, const char *op, 
 	h->s = s;
 	snprintf(path, sizeof(path), "/_dmann/%s", op);
 	h->cn = cn;
-	if (!strchr(hp, ':'))
-		return false;
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
 	s3_sha256_hex(body, blen, sha);
@@ -171,7 +169,7 @@ static void hcall_done(struct hcall *h, int rc, const struct s3_hresp *r)
 	h->status = r->status;
 	h->body = r->body;
 	h->blen = r->blen;
-	h->keep = r->keep && h->s->member_conns;
+	h->keep = r->keep;       /* with member_conns 0 the member closes (Connection: close) */
 	if (h->status != 200) {
 		h->failed = true;
 		h->keep = false;

@@ -147,6 +147,28 @@ static int cfrag_refresh(struct cn_s3 *s, struct s3_frag *f, const struct fstat 
 	return rc;
 }
 
+/* Fragment frag of an index state from the fragment cache, brought up to the state's
+ * version: 0 with *out held (s3_fcache_put it), or -errno with nothing held. */
+static int frag_get(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
+		    uint64_t frag, struct s3_frag **out)
+{
+	struct s3_fkey key = { .mn = st->mn, .frag = frag, .bucket = b, .index = x,
+			       .epoch = st->epoch, .created = st->created };
+	struct s3_frag *f = s3_fcache_get(s->cache, &key, st->dim, NULL);
+	int rc;
+
+	*out = NULL;
+	if (!f)
+		return -errno;
+	rc = cfrag_refresh(s, f, &st->fr[frag]);
+	if (rc) {
+		s3_fcache_put(s->cache, f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
 /* The filter's cardinality estimate (docs/api.md "The graph path"): the share of a sample
  * of live rows that pass f. The sample is up to FSAMPLE_ROWS rows at hashed positions in up
  * to FSAMPLE_FRAGS fragments evenly spread over the index (the ingress's fragment cache holds
@@ -167,36 +189,29 @@ int filter_sample(struct cn_s3 *s, const struct ixstate *st, const char *b, cons
 		if (st->fr[f].rows && (!nf || frags[nf - 1] != f))
 			frags[nf++] = f;
 	}
-	for (uint32_t i = 0; i < nf && !rc; i++) {
-		struct s3_fkey key = { .mn = st->mn, .frag = frags[i], .bucket = b, .index = x,
-				       .epoch = st->epoch, .created = st->created };
-		struct s3_frag *f = s3_fcache_get(s->cache, &key, st->dim, NULL);
+	for (uint32_t i = 0; i < nf; i++) {
+		struct s3_frag *f;
 		uint32_t rows, per;
 
-		if (!f) {
-			rc = -errno;
+		rc = frag_get(s, st, b, x, frags[i], &f);
+		if (rc)
 			break;
-		}
-		rc = cfrag_refresh(s, f, &st->fr[frags[i]]);
-		if (!rc) {
-			pthread_rwlock_rdlock(&f->rw);
-			rows = DM_MIN(f->rows, st->fr[frags[i]].rows);
-			per = DM_MIN(rows, FSAMPLE_ROWS / nf);
-			/* Rows at hashed positions (the same ones every time), not at a fixed
-			 * stride: metadata that repeats with the row number (a category per
-			 * row mod 10) would alias with a stride. A fragment sampled whole when
-			 * it is small. */
-			for (uint32_t j = 0; j < per; j++) {
-				uint32_t r = per == rows ? j :
-					(uint32_t)(dm_hash64((uint64_t)frags[i] << 32 | j) % rows);
+		pthread_rwlock_rdlock(&f->rw);
+		rows = DM_MIN(f->rows, st->fr[frags[i]].rows);
+		per = DM_MIN(rows, FSAMPLE_ROWS / nf);
+		/* Rows at hashed positions (the same ones every time), not at a fixed stride:
+		 * metadata that repeats with the row number (a category per row mod 10) would
+		 * alias with a stride. A fragment sampled whole when it is small. */
+		for (uint32_t j = 0; j < per; j++) {
+			uint32_t r = per == rows ? j :
+				(uint32_t)(dm_hash64((uint64_t)frags[i] << 32 | j) % rows);
 
-				if (f->deadf[r])
-					continue;
-				(*seen)++;
-				*passed += s3_filter_match(flt, f->meta[r] + f->mlen[r], f->flen[r]);
-			}
-			pthread_rwlock_unlock(&f->rw);
+			if (f->deadf[r])
+				continue;
+			(*seen)++;
+			*passed += s3_filter_match(flt, f->meta[r] + f->mlen[r], f->flen[r]);
 		}
+		pthread_rwlock_unlock(&f->rw);
 		s3_fcache_put(s->cache, f);
 	}
 	if (rc)
@@ -230,17 +245,10 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 			rc = -EINVAL;
 			break;
 		}
-		struct s3_fkey key = { .mn = st->mn, .frag = frags[i], .bucket = b, .index = x,
-				       .epoch = st->epoch, .created = st->created };
-
-		f = held[i] = s3_fcache_get(s->cache, &key, st->dim, NULL);
-		if (!f) {
-			rc = -errno;
-			break;
-		}
-		rc = cfrag_refresh(s, f, &st->fr[frags[i]]);
+		rc = frag_get(s, st, b, x, frags[i], &held[i]);
 		if (rc)
 			break;
+		f = held[i];
 		pthread_rwlock_rdlock(&f->rw);
 		for (uint32_t r = st->fr[frags[i]].from; r < f->rows; r++) {
 			const float *v = f->vec + (size_t)r * st->dim;
