@@ -278,6 +278,8 @@ enum dm_wire_ctl_op {
 
 #define DM_GEN_NO_CN 0xffffffffu     /* gen.cn of PUBLISH and of a read-only REPORT */
 #define DM_GEN_MAX_INDEX 0x7fffffu   /* index numbers of generation keys (23 bits) */
+#define DM_MAX_GRAPHS 16u            /* HNSW graphs of one cluster: numbers 0..15 (the memory
+				      * node's generation table has one entry each) */
 
 struct dm_wire_ctl_gen {       /* CTL_GEN_PUBLISH, CTL_GEN_REPORT request */
 	uint64_t gen;              /* PUBLISH: the new generation (> 0); REPORT: the oldest

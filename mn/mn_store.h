@@ -41,7 +41,7 @@ struct mn_obj {
  * dropped as soon as no compute node holds it: every CN reported a newer generation, or
  * has not reported for lease_ns. The table is rebuilt from the metadata keys at restore
  * (reports start empty: a restarted memory node waits for the CNs' next reports). */
-#define MN_MAX_GEN_INDEXES 16u
+#define MN_MAX_GEN_INDEXES DM_MAX_GRAPHS
 
 struct mn_gen {
 	bool used, has_current, has_retired;

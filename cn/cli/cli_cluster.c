@@ -187,7 +187,7 @@ int dm_cmd_load(int argc, char **argv)
 		spare = DM_MIN(DM_MAX((unsigned long long)idx->n / 4, 10000ull),
 			       (unsigned long long)DINDEX_MAX_CAP - idx->n);
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
-	rc = dindex_load(s, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen, load_progress,
+	rc = dindex_load(s, 0, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen, load_progress,
 			 prog, err, sizeof(err));
 	dm_progress_end(prog);
 	if (rc) {
@@ -219,14 +219,14 @@ int dm_cmd_load(int argc, char **argv)
 		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up
 		 * after the lease. */
 		t0 = dm_now_ns();
-		if (dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL) == 0 && !v.has_retired) {
+		if (dgen_report(s, 0, DM_GEN_NO_CN, 0, &v, NULL) == 0 && !v.has_retired) {
 			/* Nothing to release: no compute node has acknowledged anything yet. */
 			printf("dmann load: no previous generation; the compute nodes pick up "
 			       "generation %llu within their refresh period ([cn] refresh_ms = %u ms)\n",
 			       (unsigned long long)gen, cfg->cn_all.refresh_ms);
 			goto out_s;
 		}
-		rc = dgen_wait_released(s, cfg->cn_all.lease_ms + 5000, &v);
+		rc = dgen_wait_released(s, 0, cfg->cn_all.lease_ms + 5000, &v);
 		if (rc)
 			fprintf(stderr, "dmann load: warning: generation %llu is still held by %u "
 				"compute nodes (%s); the memory nodes free it once they move on or their "

@@ -244,13 +244,13 @@ static int graph_check(int argc, char **argv)
 			config, strerror(errno));
 		goto out_x;
 	}
-	rc = dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL);
+	rc = dgen_report(s, 0, DM_GEN_NO_CN, 0, &v, NULL);
 	if (rc || !v.has_current) {
 		fprintf(stderr, "dmann graph check: %s\n", rc ? strerror(-rc) :
 			"no index is loaded on the memory nodes (dmann load)");
 		goto out_s;
 	}
-	rc = dindex_open(s, v.current, &d, err, sizeof(err));
+	rc = dindex_open(s, 0, v.current, &d, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dmann graph check: generation %llu: %s\n",
 			(unsigned long long)v.current, rc == -EBADMSG ? err : strerror(-rc));

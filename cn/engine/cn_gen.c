@@ -108,7 +108,7 @@ static int report(struct cn *cn, struct dgen_view *v)
 	pthread_rwlock_rdlock(&cn->lock);
 	g = oldest_in_use(cn);
 	pthread_rwlock_unlock(&cn->lock);
-	rc = dgen_report(cn->mns, cn->node->id, g, v, sent);
+	rc = dgen_report(cn->mns, 0, cn->node->id, g, v, sent);
 	for (uint32_t m = 0; m < cn->mns->n; m++) {
 		if (sent[m]) {
 			atomic_store(&cn->report_ns[m], sent[m]);
@@ -195,7 +195,7 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 	pthread_rwlock_rdlock(&cn->lock);
 	g = oldest_in_use(cn);
 	pthread_rwlock_unlock(&cn->lock);
-	rc = dgen_report_node(cn->mns, m, cn->node->id, g, &st, &sent);
+	rc = dgen_report_node(cn->mns, m, 0, cn->node->id, g, &st, &sent);
 	if (rc)
 		goto out_close;
 	if (d && (!(st.flags & DM_GEN_F_CURRENT) || st.current != d->gen)) {
@@ -306,7 +306,7 @@ int cn_refresh(struct cn *cn, bool force)
 		rc = 0;
 		goto out_unlock;
 	}
-	rc = dindex_open(cn->mns, v.current, &d, err, sizeof(err));
+	rc = dindex_open(cn->mns, 0, v.current, &d, err, sizeof(err));
 	if (rc) {
 		if (rc != -ENOENT) {
 			dm_warn("cn%u: generation %llu: %s", cn->node->id,

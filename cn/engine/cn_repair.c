@@ -95,7 +95,7 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 	uint32_t ncopies = 0, r;
 	int rc;
 
-	rc = dindex_open(s, gen, &d, err, errlen);
+	rc = dindex_open(s, 0, gen, &d, err, errlen);
 	if (rc)
 		return rc;
 	r = d->nrep;
@@ -110,9 +110,9 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 			if (blk == DINDEX_CTR_BLOCK && d->cap <= d->n)
 				break;   /* no online inserts: no counter */
 			memcpy(s->retired, cur, sizeof(cur));
-			no = dindex_block_replicas(s, blk, nr, o);
+			no = dindex_block_replicas(s, 0, blk, nr, o);
 			memcpy(s->retired, next, sizeof(cur));
-			nn = dindex_block_replicas(s, blk, nr, n);
+			nn = dindex_block_replicas(s, 0, blk, nr, n);
 			memcpy(s->retired, cur, sizeof(cur));
 			for (int k = 0;; k++) {
 				uint32_t to = added(o, no, n, nn, k), from = UINT32_MAX;
@@ -177,7 +177,7 @@ static int prepare_join(struct cn *cn, struct mn_set *s, uint32_t m, uint64_t ge
 	int rc;
 
 	(void)cn;
-	rc = dindex_open(s, gen, &d, err, errlen);
+	rc = dindex_open(s, 0, gen, &d, err, errlen);
 	if (rc)
 		return rc;
 	rc = dindex_drop_all(s, m);
@@ -188,10 +188,10 @@ static int prepare_join(struct cn *cn, struct mn_set *s, uint32_t m, uint64_t ge
 		break;
 	}
 	if (!rc)
-		rc = dgen_publish_node(s, m, gen);
+		rc = dgen_publish_node(s, m, 0, gen);
 	t0 = dm_now_ns();
 	while (!rc) {
-		rc = dgen_report_node(s, m, DM_GEN_NO_CN, 0, &st, NULL);
+		rc = dgen_report_node(s, m, 0, DM_GEN_NO_CN, 0, &st, NULL);
 		if (rc || !(st.flags & DM_GEN_F_RETIRED))
 			break;
 		if (dm_now_ns() - t0 > (uint64_t)(st.lease_ms + 5000) * 1000000ull) {
@@ -265,7 +265,7 @@ static void repair_once(struct cn *cn)
 	if (!s)
 		return;
 	memcpy(s->retired, pl.retired, sizeof(s->retired));
-	dgen_report(s, DM_GEN_NO_CN, 0, &v, NULL);
+	dgen_report(s, 0, DM_GEN_NO_CN, 0, &v, NULL);
 	rc = 0;
 	for (uint32_t i = 0; i < joining && !rc; i++) {
 		/* A joining node is still retired in s: its link is opened for the copies. */

@@ -5,10 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static int gen_call(struct mn_link *l, uint16_t op, uint32_t cn, uint64_t gen,
+static int gen_call(struct mn_link *l, uint16_t op, uint32_t graph, uint32_t cn, uint64_t gen,
 		    struct dm_wire_ctl_gen_state *st)
 {
-	struct dm_wire_ctl_gen g = { .gen = gen, .index = 0, .cn = cn };
+	struct dm_wire_ctl_gen g = { .gen = gen, .index = graph, .cn = cn };
 	uint8_t req[sizeof(g)], resp[sizeof(*st)];
 	uint32_t blen = 0;
 	int rc;
@@ -47,7 +47,7 @@ static void merge(struct dgen_view *v, const struct dm_wire_ctl_gen_state *st)
 	v->answered++;
 }
 
-int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
+int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t graph, uint32_t cn, uint64_t gen,
 		     struct dm_wire_ctl_gen_state *st, uint64_t *sent_ns)
 {
 	uint64_t t = dm_now_ns();
@@ -55,7 +55,7 @@ int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
 
 	if (!s->link[m].up)
 		return -EHOSTDOWN;
-	rc = gen_call(&s->link[m], DM_OP_CTL_GEN_REPORT, cn, gen, st);
+	rc = gen_call(&s->link[m], DM_OP_CTL_GEN_REPORT, graph, cn, gen, st);
 	if (rc) {
 		dm_debug("generation report to memory node %u: %s", m, strerror(-rc));
 		return -EHOSTDOWN;
@@ -65,7 +65,7 @@ int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
 	return 0;
 }
 
-int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v,
+int dgen_report(struct mn_set *s, uint32_t graph, uint32_t cn, uint64_t gen, struct dgen_view *v,
 		uint64_t *sent_ns)
 {
 	int rc = 0;
@@ -76,7 +76,7 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 
 		if (mn_set_retired(s, i))
 			continue;   /* holds nothing */
-		if (dgen_report_node(s, i, cn, gen, &st, sent_ns ? &sent_ns[i] : NULL)) {
+		if (dgen_report_node(s, i, graph, cn, gen, &st, sent_ns ? &sent_ns[i] : NULL)) {
 			rc = -EHOSTDOWN;
 			continue;
 		}
@@ -85,15 +85,15 @@ int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v
 	return rc;
 }
 
-int dgen_publish_node(struct mn_set *s, uint32_t m, uint64_t gen)
+int dgen_publish_node(struct mn_set *s, uint32_t m, uint32_t graph, uint64_t gen)
 {
 	struct dm_wire_ctl_gen_state st;
 
-	return s->link[m].up ? gen_call(&s->link[m], DM_OP_CTL_GEN_PUBLISH, DM_GEN_NO_CN, gen,
+	return s->link[m].up ? gen_call(&s->link[m], DM_OP_CTL_GEN_PUBLISH, graph, DM_GEN_NO_CN, gen,
 					&st) : -EHOSTDOWN;
 }
 
-int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
+int dgen_publish(struct mn_set *s, uint32_t graph, uint64_t gen, char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < s->n; i++) {
 		struct dm_wire_ctl_gen_state st;
@@ -101,8 +101,8 @@ int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
 
 		if (mn_set_retired(s, i))
 			continue;
-		rc = s->link[i].up ? gen_call(&s->link[i], DM_OP_CTL_GEN_PUBLISH, DM_GEN_NO_CN,
-					      gen, &st) : -EHOSTDOWN;
+		rc = s->link[i].up ? gen_call(&s->link[i], DM_OP_CTL_GEN_PUBLISH, graph,
+					      DM_GEN_NO_CN, gen, &st) : -EHOSTDOWN;
 
 		if (rc) {
 			snprintf(err, errlen, "publishing generation %llu on memory node %u: %s%s",
@@ -115,16 +115,16 @@ int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen)
 	return 0;
 }
 
-void dgen_abandon(struct mn_set *s, uint64_t gen)
+void dgen_abandon(struct mn_set *s, uint32_t graph, uint64_t gen)
 {
 	for (uint32_t i = 0; i < s->n; i++) {
-		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, gen), .aux = ~0ull };
+		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(graph, gen), .aux = ~0ull };
 		struct dm_wire_ctl_gen_state st;
 		uint8_t buf[sizeof(o)];
 		uint32_t blen;
 
 		if (!s->link[i].up ||
-		    gen_call(&s->link[i], DM_OP_CTL_GEN_REPORT, DM_GEN_NO_CN, 0, &st) ||
+		    gen_call(&s->link[i], DM_OP_CTL_GEN_REPORT, graph, DM_GEN_NO_CN, 0, &st) ||
 		    ((st.flags & DM_GEN_F_CURRENT) && st.current == gen))
 			continue;
 		dm_wire_ctl_obj_encode(buf, &o);
@@ -132,12 +132,12 @@ void dgen_abandon(struct mn_set *s, uint64_t gen)
 	}
 }
 
-int dgen_wait_released(struct mn_set *s, uint32_t timeout_ms, struct dgen_view *v)
+int dgen_wait_released(struct mn_set *s, uint32_t graph, uint32_t timeout_ms, struct dgen_view *v)
 {
 	uint64_t t0 = dm_now_ns();
 
 	for (;;) {
-		int rc = dgen_report(s, DM_GEN_NO_CN, 0, v, NULL);
+		int rc = dgen_report(s, graph, DM_GEN_NO_CN, 0, v, NULL);
 
 		if (rc && !v->answered)
 			return rc;

@@ -38,26 +38,26 @@ struct dgen_view {
  * every node that is up answered, -EHOSTDOWN when some did not (*v still holds what the
  * others said; v->answered counts them). No index loaded is not an error: has_current is
  * false. */
-int dgen_report(struct mn_set *s, uint32_t cn, uint64_t gen, struct dgen_view *v,
+int dgen_report(struct mn_set *s, uint32_t graph, uint32_t cn, uint64_t gen, struct dgen_view *v,
 		uint64_t *sent_ns);
 
 /* The same REPORT to memory node m alone: its state in *st, *sent_ns (may be NULL) the
  * send time. 0 or -EHOSTDOWN (link down or no answer). */
-int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t cn, uint64_t gen,
+int dgen_report_node(struct mn_set *s, uint32_t m, uint32_t graph, uint32_t cn, uint64_t gen,
 		     struct dm_wire_ctl_gen_state *st, uint64_t *sent_ns);
 
 /* PUBLISH gen on memory node m alone (a node joining the placement). 0 or -errno. */
-int dgen_publish_node(struct mn_set *s, uint32_t m, uint64_t gen);
+int dgen_publish_node(struct mn_set *s, uint32_t m, uint32_t graph, uint64_t gen);
 /* PUBLISH gen on every memory node (all must be up). 0 or -errno with a message. */
-int dgen_publish(struct mn_set *s, uint64_t gen, char *err, size_t errlen);
+int dgen_publish(struct mn_set *s, uint32_t graph, uint64_t gen, char *err, size_t errlen);
 
 /* After a failed load of gen: drop its metadata on every node where it is not current
  * (a restarted memory node takes its newest metadata for the current generation). Best
  * effort. */
-void dgen_abandon(struct mn_set *s, uint64_t gen);
+void dgen_abandon(struct mn_set *s, uint32_t graph, uint64_t gen);
 
 /* Poll until no memory node holds a retired generation, for at most timeout_ms. 0 when
  * none does (v: the last state), -ETIMEDOUT, or -errno. */
-int dgen_wait_released(struct mn_set *s, uint32_t timeout_ms, struct dgen_view *v);
+int dgen_wait_released(struct mn_set *s, uint32_t graph, uint32_t timeout_ms, struct dgen_view *v);
 
 #endif

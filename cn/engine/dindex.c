@@ -245,22 +245,26 @@ static int put_object(struct mn_set *s, struct mn_link *l, uint64_t key, void *d
 
 /* The memory nodes that hold block b, best first (placement over all configured nodes that
  * are not retired, so that a node being down does not change where the others look). */
-static int block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out)
+static int block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, uint32_t r,
+			  uint32_t *out)
 {
 	struct dm_place_node nodes[DM_MAX_NODES];
+	/* graph 0 keeps the placement it had before there were several graphs */
+	uint64_t item = graph ? (uint64_t)graph << 32 | b : b;
 
 	for (uint32_t i = 0; i < s->n; i++)
 		nodes[i] = (struct dm_place_node){ .id = i, .capacity = s->cfg->mn[i].capacity,
 						   .up = !(s->retired[i / 64] >> (i % 64) & 1) };
-	return dm_place(b, nodes, s->n, r, out);
+	return dm_place(item, nodes, s->n, r, out);
 }
 
-int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out)
+int dindex_block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, uint32_t r,
+			  uint32_t *out)
 {
-	return block_replicas(s, b, r, out);
+	return block_replicas(s, graph, b, r, out);
 }
 
-int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
+int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, uint32_t spare,
 		const struct dindex_bind_in *bind, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
 {
@@ -284,11 +288,11 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 	/* Index generations (dgen.h): the previous load's old generation must be released
 	 * first (its compute nodes acknowledge within refresh_ms; a silent one is given up
 	 * after the lease), so that at most two generations exist. */
-	rc = dgen_wait_released(s, 0, &v);
+	rc = dgen_wait_released(s, graph, 0, &v);
 	if (rc == -ETIMEDOUT) {
 		dm_info("load: waiting for the compute nodes to release generation %llu",
 			(unsigned long long)v.retired);
-		rc = dgen_wait_released(s, v.lease_ms + 5000, &v);
+		rc = dgen_wait_released(s, graph, v.lease_ms + 5000, &v);
 	}
 	if (rc) {
 		snprintf(err, errlen, "generation %llu of the previous load is still held by %u "
@@ -299,27 +303,27 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 		/* An interrupted load published on some nodes only: finish that publication
 		 * (its objects were all written before the first publish). A node that cannot
 		 * (it lost its objects) gets the new generation below like the others. */
-		rc = dgen_publish(s, v.current, err, errlen);
+		rc = dgen_publish(s, graph, v.current, err, errlen);
 		if (rc)
 			dm_warn("load: memory nodes disagree on the current generation (%llu..%llu) "
 				"and %s; loading generation %llu everywhere",
 				(unsigned long long)v.min_current, (unsigned long long)v.current, err,
 				(unsigned long long)v.current + 1);
 		else
-			return dindex_load(s, idx, spare, bind, gen_out, progress, parg, err,
+			return dindex_load(s, graph, idx, spare, bind, gen_out, progress, parg, err,
 					   errlen);
 	}
 	gen = v.has_current ? v.current + 1 : 1;
 	/* Leftovers of an interrupted load of this generation (never published). The current
 	 * generation has the other parity, so its blocks are not touched. */
 	for (uint32_t i = 0; i < s->n; i++) {
-		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, gen), .aux = ~0ull };
+		struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(graph, gen), .aux = ~0ull };
 
 		if (mn_set_retired(s, i))
 			continue;
 		rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
 		if (!rc) {
-			o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, 0),
+			o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(graph, gen, 0),
 						      .aux = DM_GEN_BLOCK_MASK };
 			rc = obj_call(&s->link[i], DM_OP_CTL_DROP, &o);
 		}
@@ -352,7 +356,7 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 		uint64_t first = (uint64_t)b << idx->p.block_shift;
 		uint64_t nrec = DM_MIN(bsz, cap - first);
 		uint64_t have = first < idx->n ? DM_MIN(bsz, idx->n - first) : 0;
-		int nr = block_replicas(s, b, r, reps);
+		int nr = block_replicas(s, graph, b, r, reps);
 		void *data = b < idx->nblocks ? idx->blocks[b] : NULL;
 
 		if (have < nrec) {
@@ -363,7 +367,7 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 			data = blk;
 		}
 		for (int j = 0; j < nr; j++) {
-			rc = put_object(s, &s->link[reps[j]], dm_gen_block_key(0, gen, b), data,
+			rc = put_object(s, &s->link[reps[j]], dm_gen_block_key(graph, gen, b), data,
 					nrec * idx->rec_size, cflags, progress, parg, &done);
 			if (rc) {
 				snprintf(err, errlen, "block %u on memory node %u: %s%s", b, reps[j],
@@ -380,8 +384,8 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 		uint64_t ctr[8] = { idx->n };
 		uint32_t cm;
 
-		block_replicas(s, DINDEX_CTR_BLOCK, 1, &cm);
-		rc = put_object(s, &s->link[cm], dm_gen_block_key(0, gen, DINDEX_CTR_BLOCK), ctr,
+		block_replicas(s, graph, DINDEX_CTR_BLOCK, 1, &cm);
+		rc = put_object(s, &s->link[cm], dm_gen_block_key(graph, gen, DINDEX_CTR_BLOCK), ctr,
 				sizeof(ctr), DM_CTL_COMMIT_MUTABLE, NULL, NULL, &done);
 		if (rc) {
 			snprintf(err, errlen, "id counter on memory node %u: %s", cm, strerror(-rc));
@@ -469,16 +473,16 @@ int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
 	for (uint32_t i = 0; i < s->n && !rc; i++) {
 		if (mn_set_retired(s, i))
 			continue;
-		rc = put_object(s, &s->link[i], dm_gen_meta_key(0, gen), meta, mlen, 0, NULL, NULL,
+		rc = put_object(s, &s->link[i], dm_gen_meta_key(graph, gen), meta, mlen, 0, NULL, NULL,
 				&done);
 		if (rc)
 			snprintf(err, errlen, "metadata on memory node %u: %s", i, strerror(-rc));
 	}
 	free(meta);
 	if (!rc)
-		rc = dgen_publish(s, gen, err, errlen);
+		rc = dgen_publish(s, graph, gen, err, errlen);
 	if (rc)
-		dgen_abandon(s, gen);
+		dgen_abandon(s, graph, gen);
 	if (!rc && gen_out)
 		*gen_out = gen;
 	return rc;
@@ -730,7 +734,7 @@ static int lookup_block(struct mn_set *s, const struct dindex *d, uint32_t b, ui
 	struct mn_link *bl = &s->link[m];
 	uint64_t first = (uint64_t)b << d->p.block_shift;
 	uint64_t want = DM_MIN(1ull << d->p.block_shift, d->cap - first) * d->rec_size;
-	struct dm_wire_ctl_obj o = { .key = dm_gen_block_key(0, d->gen, b) };
+	struct dm_wire_ctl_obj o = { .key = dm_gen_block_key(d->graph, d->gen, b) };
 	int rc = obj_call(bl, DM_OP_CTL_LOOKUP, &o);
 
 	if (!rc && (o.len != want || o.addr < bl->info.region_addr ||
@@ -746,7 +750,7 @@ static void block_obj(const struct dindex *d, uint32_t b, uint64_t *key, uint64_
 {
 	uint64_t first = (uint64_t)b << d->p.block_shift;
 
-	*key = dm_gen_block_key(0, d->gen, b);
+	*key = dm_gen_block_key(d->graph, d->gen, b);
 	*len = b == DINDEX_CTR_BLOCK ? 64 :
 	       DM_MIN(1ull << d->p.block_shift, d->cap - first) * d->rec_size;
 }
@@ -917,7 +921,7 @@ int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 
 int dindex_copy_meta(struct mn_set *s, const struct dindex *d, uint32_t from, uint32_t to)
 {
-	struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(0, d->gen) };
+	struct dm_wire_ctl_obj o = { .key = dm_gen_meta_key(d->graph, d->gen) };
 	struct mn_link *l;
 	int rc;
 
@@ -933,14 +937,14 @@ int dindex_copy_meta(struct mn_set *s, const struct dindex *d, uint32_t from, ui
 
 int dindex_drop_all(struct mn_set *s, uint32_t m)
 {
-	struct dm_wire_ctl_obj o[3] = {
-		{ .key = dm_gen_meta_key(0, 0), .aux = DM_GEN_BLOCK_MASK },
-		{ .key = dm_gen_block_key(0, 0, 0), .aux = DM_GEN_BLOCK_MASK },
-		{ .key = dm_gen_block_key(0, 1, 0), .aux = DM_GEN_BLOCK_MASK },
+	/* every graph's metadata and blocks: the key kind alone */
+	struct dm_wire_ctl_obj o[2] = {
+		{ .key = dm_gen_meta_key(0, 0), .aux = 0xffull << 56 },
+		{ .key = dm_gen_block_key(0, 0, 0), .aux = 0xffull << 56 },
 	};
 	int rc = 0;
 
-	for (int i = 0; i < 3 && !rc; i++)
+	for (int i = 0; i < 2 && !rc; i++)
 		rc = obj_call(&s->link[m], DM_OP_CTL_DROP, &o[i]);
 	return rc;
 }
@@ -979,7 +983,7 @@ out_free:
 	return rc;
 }
 
-int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, size_t errlen)
+int dindex_open(struct mn_set *s, uint32_t graph, uint64_t gen, struct dindex **out, char *err, size_t errlen)
 {
 	struct dm_wire_ctl_obj o = { 0 };
 	struct dindex *d = NULL;
@@ -994,7 +998,7 @@ int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, 
 	for (uint32_t i = 0; i < s->n && rc; i++) {
 		if (!s->link[i].up)
 			continue;
-		o = (struct dm_wire_ctl_obj){ .key = dm_gen_meta_key(0, gen) };
+		o = (struct dm_wire_ctl_obj){ .key = dm_gen_meta_key(graph, gen) };
 		rc = obj_call(&s->link[i], DM_OP_CTL_LOOKUP, &o);
 		if (!rc)
 			l = &s->link[i];
@@ -1034,10 +1038,11 @@ int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, 
 		goto out;
 	d->meta_crc = (uint32_t)o.aux;
 	d->gen = gen;
+	d->graph = graph;
 	r = d->nrep;
 	for (uint32_t b = 0; b < d->nblocks; b++) {
 		uint32_t reps[DINDEX_MAX_REP];
-		int nr = block_replicas(s, b, r, reps), found = 0;
+		int nr = block_replicas(s, graph, b, r, reps), found = 0;
 
 		/* Every replica in placement order; those not reachable now keep address 0
 		 * (filled in when their memory node comes back, dindex_rejoin). */
@@ -1062,9 +1067,9 @@ int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, 
 		 * fail with -EHOSTUNREACH until the view is read again) */
 		uint32_t cm;
 
-		block_replicas(s, DINDEX_CTR_BLOCK, 1, &cm);
+		block_replicas(s, graph, DINDEX_CTR_BLOCK, 1, &cm);
 		d->ctr_mn = cm;
-		o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(0, gen, DINDEX_CTR_BLOCK) };
+		o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(graph, gen, DINDEX_CTR_BLOCK) };
 		if (s->link[cm].up && !obj_call(&s->link[cm], DM_OP_CTL_LOOKUP, &o) &&
 		    o.len == 64 && o.addr >= s->link[cm].info.region_addr &&
 		    o.addr - s->link[cm].info.region_addr + 64 <= s->link[cm].info.region_len)

@@ -112,7 +112,7 @@ int mn_set_snapshot(struct mn_set *s);
  * until every compute node released it (waits first for an older one to be released:
  * -EBUSY after the lease). *gen_out (may be NULL) gets the new generation. progress (may
  * be NULL) gets bytes written. 0 or -errno with a message in err. */
-int dindex_load(struct mn_set *s, const struct hnsw_index *idx, uint32_t spare,
+int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, uint32_t spare,
 		const struct dindex_bind_in *bind, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen);
 
@@ -131,6 +131,7 @@ struct dindex {
 	uint32_t **upl;            /* per node: upper lists or NULL */
 	uint32_t meta_crc;         /* identifies this load of the index */
 	uint64_t gen;              /* its generation (dgen.h) */
+	uint32_t graph;            /* its graph number (< DM_MAX_GRAPHS; 0: the default one) */
 	atomic_uint users;         /* compute node: workers bound to this view */
 	uint32_t nrep;             /* replicas per block (the metadata's redundancy) */
 	uint8_t *block_mn;         /* [block * nrep + j]: memory node of replica j, placement
@@ -150,7 +151,7 @@ struct dindex {
 
 /* Read generation gen's metadata and block table from the memory nodes: -ENOENT when it
  * is not there, -EBADMSG for corrupt metadata (message in err), or another -errno. */
-int dindex_open(struct mn_set *s, uint64_t gen, struct dindex **out, char *err, size_t errlen);
+int dindex_open(struct mn_set *s, uint32_t graph, uint64_t gen, struct dindex **out, char *err, size_t errlen);
 void dindex_free(struct dindex *d);
 /* The lowest level L >= 1 whose nodes (level >= L) fit in a quarter of a cache of slots
  * records: the compute node pins those records (max_level + 1: pin none). Pinning every
@@ -196,7 +197,8 @@ int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t
 
 /* The memory nodes that hold block b under s's placement (the cluster file's nodes minus
  * the retired ones, weighted rendezvous), best first: their count (<= r). */
-int dindex_block_replicas(const struct mn_set *s, uint32_t b, uint32_t r, uint32_t *out);
+int dindex_block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, uint32_t r,
+			  uint32_t *out);
 /* Read block b of view d (its records, ids b << block_shift on, up to the capacity) from
  * the first replica whose address d knows and whose node is up into buf (room for
  * 2^block_shift records; registered here for the READ): *len gets the bytes read. Records a
@@ -215,7 +217,7 @@ int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 /* The same for view d's metadata object (a joining node needs it before its generation
  * can be published there). 0 or -errno. */
 int dindex_copy_meta(struct mn_set *s, const struct dindex *d, uint32_t from, uint32_t to);
-/* Drop every object of HNSW index 0 on memory node m, every generation (a retired node
+/* Drop every object of every HNSW graph on memory node m, every generation (a retired node
  * that joins again starts empty). 0 or -errno. */
 int dindex_drop_all(struct mn_set *s, uint32_t m);
 /* Whether memory node m holds block b of d (a committed object of its key and size):
