@@ -63,7 +63,7 @@ static int graph_info(void *ctx, const char *bucket, const char *index,
 	int rc = -ENOENT;
 
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->idx;
+	const struct dindex *d = cn->views[0].cur;
 
 	if (d && d->bind && !strcmp(d->bind->bucket, bucket) && !strcmp(d->bind->index, index)) {
 		*gi = (struct cn_s3_graph_info){ .gen = d->gen, .metric = (uint32_t)d->p.metric,
@@ -81,7 +81,7 @@ static int graph_keys(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, ch
 
 	memset(keys, 0, n * sizeof(*keys));
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->idx;
+	const struct dindex *d = cn->views[0].cur;
 
 	if (!d || !d->bind || d->gen != gen)
 		rc = -ESTALE;
@@ -107,7 +107,7 @@ static int graph_bound(void *ctx, char *bucket, char *index, uint64_t *gen)
 	int rc = -ENOENT;
 
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->idx;
+	const struct dindex *d = cn->views[0].cur;
 
 	if (d && d->bind) {
 		snprintf(bucket, 64, "%s", d->bind->bucket);
@@ -169,8 +169,8 @@ static void *ins_main(void *arg)
 			break;
 		cnt = DM_MIN(INS_CHUNK, j->n - i);
 		pthread_rwlock_rdlock(&cn->lock);
-		rc = cn->idx && cn->idx->gen == j->gen ?
-			cn_insert_run(a->e, cn->idx, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef,
+		rc = cn->views[0].cur && cn->views[0].cur->gen == j->gen ?
+			cn_insert_run(a->e, cn->views[0].cur, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef,
 				      j->ids + i, &st) : -ESTALE;
 		pthread_rwlock_unlock(&cn->lock);
 		cn_insert_count(cn, &st);

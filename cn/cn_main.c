@@ -141,19 +141,26 @@ static void cn_metrics(void *arg, FILE *out)
 	struct dm_cache_stats cs = { 0 };
 	uint64_t index_bytes = 0, gen = 0;
 	unsigned id = cn->node->id;
-	int retired = 0;
+	int retired = 0, graphs = 0;
 
 	pthread_rwlock_rdlock(&cn->lock);
 	if (cn->cache)
 		dm_cache_stats(cn->cache, &cs);
-	if (cn->idx) {
-		index_bytes = cn->idx->index_bytes;
-		gen = cn->idx->gen;
+	if (cn->views[0].cur)
+		gen = cn->views[0].cur->gen;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		if (cn->views[g].cur) {
+			index_bytes += cn->views[g].cur->index_bytes;
+			graphs++;
+		}
+		for (int i = 0; i < CN_MAX_RETIRED; i++)
+			retired += cn->views[g].retired[i] != NULL;
 	}
-	for (int i = 0; i < CN_MAX_RETIRED; i++)
-		retired += cn->retired[i] != NULL;
 	pthread_rwlock_unlock(&cn->lock);
-	fprintf(out, "# HELP dmann_cn_index_generation Index generation new queries use.\n"
+	fprintf(out, "# HELP dmann_cn_graphs HNSW graphs this compute node serves.\n"
+		     "# TYPE dmann_cn_graphs gauge\n"
+		     "dmann_cn_graphs{node=\"%u\"} %d\n"
+		     "# HELP dmann_cn_index_generation Generation of graph 0 new queries use.\n"
 		     "# TYPE dmann_cn_index_generation gauge\n"
 		     "dmann_cn_index_generation{node=\"%u\"} %llu\n"
 		     "# HELP dmann_cn_generation_switches_total Switches to a newer index generation.\n"
@@ -166,7 +173,8 @@ static void cn_metrics(void *arg, FILE *out)
 		     "(posted again later).\n"
 		     "# TYPE dmann_cn_read_queue_full_total counter\n"
 		     "dmann_cn_read_queue_full_total{node=\"%u\"} %lu\n",
-		id, (unsigned long long)gen, id, atomic_load(&cn->gen_switches), id, retired, id,
+		id, graphs, id, (unsigned long long)gen, id, atomic_load(&cn->gen_switches), id,
+		retired, id,
 		atomic_load(&cn->sq_full));
 	{
 		unsigned down = 0;
@@ -290,7 +298,7 @@ static void cn_metrics(void *arg, FILE *out)
 		     "# HELP dmann_cn_cache_capacity_bytes Cache capacity.\n"
 		     "# TYPE dmann_cn_cache_capacity_bytes gauge\n"
 		     "dmann_cn_cache_capacity_bytes{node=\"%u\"} %llu\n"
-		     "# HELP dmann_cn_index_bytes Bytes of the index's records on the memory nodes.\n"
+		     "# HELP dmann_cn_index_bytes Bytes of the graphs' records on the memory nodes.\n"
 		     "# TYPE dmann_cn_index_bytes gauge\n"
 		     "dmann_cn_index_bytes{node=\"%u\"} %llu\n"
 		     "# HELP dmann_cn_workers Worker threads (client connections).\n"
@@ -572,9 +580,11 @@ out_free_pool:
 	if (!atomic_load(&cn.workers)) {
 		router_free(cn.rt);   /* workers use it until they are gone */
 		mn_set_close(cn.mns);
-		dindex_free(cn.idx);
-		for (int i = 0; i < CN_MAX_RETIRED; i++)
-			dindex_free(cn.retired[i]);
+		for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+			dindex_free(cn.views[g].cur);
+			for (int i = 0; i < CN_MAX_RETIRED; i++)
+				dindex_free(cn.views[g].retired[i]);
+		}
 		dm_cache_free(cn.cache);
 		dm_msgpool_free(cn.pool);
 	}

@@ -429,7 +429,9 @@ struct dm_wire_q_search {      /* Q_SEARCH request, followed by dim little-endia
 				      round trip with neighbour codes), DM_Q_F_ROUTED,
 				      DM_Q_F_SPILLED (only with ROUTED), other bits 0 */
 	uint32_t epoch;            /* ROUTED: the routing epoch of the client's oracle, else 0 */
-	uint32_t reserved;         /* 0 */
+	uint32_t graph;            /* the HNSW graph searched, < DM_MAX_GRAPHS (0: the default
+				      one, what clients that predate graph numbers send); ROUTED
+				      only with graph 0 (the router's partitions are graph 0's) */
 };
 _Static_assert(sizeof(struct dm_wire_q_search) == 32, "q_search layout");
 #define DM_Q_BEAM_MASK 0x7fu
@@ -505,7 +507,8 @@ struct dm_wire_q_insert {      /* Q_INSERT request, followed by n x dim little-e
 	uint32_t n;                /* 1..DM_Q_MAX_INSERT */
 	uint32_t dim;              /* 1..DM_Q_MAX_DIM */
 	uint32_t ef;               /* efConstruction of the insert's search (0: 100) */
-	uint32_t flags;            /* 0 */
+	uint32_t graph;            /* the graph inserted into, < DM_MAX_GRAPHS (this word was
+				      a flags word that had to be 0: graph 0) */
 };
 _Static_assert(sizeof(struct dm_wire_q_insert) == 16, "q_insert layout");
 

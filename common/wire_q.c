@@ -76,7 +76,7 @@ void dm_wire_q_search_encode(uint8_t *b, const struct dm_wire_q_search *m)
 	dm_put_le32(b + 16, m->dim);
 	dm_put_le32(b + 20, m->flags);
 	dm_put_le32(b + 24, m->epoch);
-	dm_put_le32(b + 28, 0);
+	dm_put_le32(b + 28, m->graph);
 }
 
 int dm_wire_q_search_decode(const uint8_t *b, size_t len, struct dm_wire_q_search *m)
@@ -89,13 +89,14 @@ int dm_wire_q_search_decode(const uint8_t *b, size_t len, struct dm_wire_q_searc
 	m->dim = dm_get_le32(b + 16);
 	m->flags = dm_get_le32(b + 20);
 	m->epoch = dm_get_le32(b + 24);
-	m->reserved = dm_get_le32(b + 28);
+	m->graph = dm_get_le32(b + 28);
 	if (m->k == 0 || m->k > DM_Q_MAX_K || m->ef > DM_Q_MAX_EF || m->dim == 0 ||
 	    m->dim > DM_Q_MAX_DIM ||
 	    (m->flags & ~(DM_Q_BEAM_MASK | DM_Q_F_ROUTED | DM_Q_F_SPILLED)) ||
 	    (m->flags & DM_Q_BEAM_MASK) > DM_Q_MAX_BEAM ||
 	    ((m->flags & DM_Q_F_SPILLED) && !(m->flags & DM_Q_F_ROUTED)) ||
-	    (!(m->flags & DM_Q_F_ROUTED) && m->epoch) || m->reserved)
+	    (!(m->flags & DM_Q_F_ROUTED) && m->epoch) || m->graph >= DM_MAX_GRAPHS ||
+	    ((m->flags & DM_Q_F_ROUTED) && m->graph))
 		return -EBADMSG;
 	return 0;
 }
@@ -277,7 +278,7 @@ void dm_wire_q_insert_encode(uint8_t *b, const struct dm_wire_q_insert *m)
 	dm_put_le32(b, m->n);
 	dm_put_le32(b + 4, m->dim);
 	dm_put_le32(b + 8, m->ef);
-	dm_put_le32(b + 12, m->flags);
+	dm_put_le32(b + 12, m->graph);
 }
 
 int dm_wire_q_insert_decode(const uint8_t *b, size_t len, struct dm_wire_q_insert *m)
@@ -287,9 +288,9 @@ int dm_wire_q_insert_decode(const uint8_t *b, size_t len, struct dm_wire_q_inser
 	m->n = dm_get_le32(b);
 	m->dim = dm_get_le32(b + 4);
 	m->ef = dm_get_le32(b + 8);
-	m->flags = dm_get_le32(b + 12);
+	m->graph = dm_get_le32(b + 12);
 	if (m->n == 0 || m->n > DM_Q_MAX_INSERT || m->dim == 0 || m->dim > DM_Q_MAX_DIM ||
-	    m->ef > DM_Q_MAX_EF || m->flags)
+	    m->ef > DM_Q_MAX_EF || m->graph >= DM_MAX_GRAPHS)
 		return -EBADMSG;
 	return 0;
 }

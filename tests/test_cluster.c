@@ -202,3 +202,111 @@ Test(cluster, survives_a_memory_node_failure)
 	bench_and_compare("10%", want, nq, 1);
 	free(want);
 }
+
+/* dmann bench of graph g with the queries of data dir qdir: its ids must equal want. */
+static void bench_graph(unsigned g, const char *qdir, const int32_t *want, uint32_t nq,
+			const char *tag)
+{
+	struct dm_vecs got;
+	char p[256], err[512];
+	unsigned diff = 0;
+
+	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/query.fbin --gt "
+			"%s/gt.ibin --k %d --ef %d --cache-ratio 10%% --graph %u --out %s/ids-%s.ibin",
+			dmann, dir, qdir, qdir, K, EF, g, dir, tag), 0, "bench of graph %u (%s) failed",
+		     g, tag);
+	snprintf(p, sizeof(p), "%s/ids-%s.ibin", dir, tag);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(got.n, nq);
+	for (uint64_t i = 0; i < (uint64_t)nq * K; i++)
+		diff += ((int32_t *)got.data)[i] != want[i];
+	cr_assert_eq(diff, 0, "graph %u (%s): %u of %u ids differ from the local search", g, tag,
+		     diff, nq * K);
+	dm_vecs_free(&got);
+}
+
+/* Several graphs in one cluster: a second index (another dimension, metric and record
+ * size) loaded as graph 1 next to graph 0; both searched, one after the other and at the
+ * same time, each with the ids of its own local search; graph 0 unchanged by the load;
+ * graph 1 dropped (its queries then fail with a clear error, graph 0 serves on) and
+ * loaded again. */
+Test(cluster, several_graphs)
+{
+	uint32_t nq0, nq1;
+	int32_t *want0 = local_ids(&nq0, 1), *want1;
+	char d0[200], d1[200], idx1[256], q1[256];
+	pid_t b0, b1;
+	int st0, st1;
+
+	snprintf(d0, sizeof(d0), "%s/data", dir);
+	snprintf(d1, sizeof(d1), "%s/data1", dir);
+	cr_assert_eq(sh("%s gen --kind cos384 --n 3000 --nq 100 --seed 5 --out %s >/dev/null",
+			dmann, d1), 0);
+	snprintf(idx1, sizeof(idx1), "%s/idx1.hnsw", dir);
+	cr_assert_eq(sh("%s build --base %s/base.fbin --metric cos --M 8 --efc 60 --threads 1 "
+			"--block-shift 9 --out %s >/dev/null", dmann, d1, idx1), 0);
+	snprintf(q1, sizeof(q1), "%s/query.fbin", d1);
+	want1 = local_search_ids_b(idx1, q1, K, EF, 1, true, &nq1);
+
+	/* graph 1 not loaded yet: a clear error, not a hang */
+	cr_assert_neq(sh("%s bench --config %s/lc/cluster.ini --query %s/query.fbin --gt "
+			 "%s/gt.ibin --k %d --ef %d --cache-ratio keep --graph 1 >%s/g1.log 2>&1",
+			 dmann, dir, d1, d1, K, EF, dir), 0);
+	cr_assert_eq(sh("grep -q 'No such file' %s/g1.log", dir), 0, "unclear error for a graph "
+		     "not loaded");
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s --graph 1 >/dev/null",
+			dmann, dir, idx1), 0);
+	bench_graph(0, d0, want0, nq0, "g0");
+	bench_graph(1, d1, want1, nq1, "g1");
+	/* both at once, on the same compute nodes */
+	b0 = fork();
+	cr_assert_geq(b0, 0);
+	if (b0 == 0)
+		_exit(sh("%s bench --config %s/lc/cluster.ini --query %s/query.fbin --gt %s/gt.ibin "
+			 "--k %d --ef %d --cache-ratio keep --nq 4000 --out %s/ids-c0.ibin >/dev/null",
+			 dmann, dir, d0, d0, K, EF, dir) ? 1 : 0);
+	b1 = fork();
+	cr_assert_geq(b1, 0);
+	if (b1 == 0)
+		_exit(sh("%s bench --config %s/lc/cluster.ini --query %s/query.fbin --gt %s/gt.ibin "
+			 "--k %d --ef %d --cache-ratio keep --graph 1 --nq 2000 --out %s/ids-c1.ibin "
+			 ">/dev/null", dmann, dir, d1, d1, K, EF, dir) ? 1 : 0);
+	cr_assert_eq(waitpid(b0, &st0, 0), b0);
+	cr_assert_eq(waitpid(b1, &st1, 0), b1);
+	cr_assert(WIFEXITED(st0) && WEXITSTATUS(st0) == 0, "graph 0 bench next to graph 1 failed");
+	cr_assert(WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "graph 1 bench next to graph 0 failed");
+	for (unsigned g = 0; g < 2; g++) {
+		struct dm_vecs got;
+		char p[256], err[512];
+		const int32_t *want = g ? want1 : want0;
+		uint32_t nq = g ? nq1 : nq0;
+		unsigned diff = 0;
+
+		snprintf(p, sizeof(p), "%s/ids-c%u.ibin", dir, g);
+		cr_assert_eq(dm_vecs_read(p, DM_VF_IBIN, &got, err, sizeof(err)), 0, "%s", err);
+		for (uint64_t i = 0; i < got.n * K; i++)
+			diff += ((int32_t *)got.data)[i] != want[(i / K) % nq * K + i % K];
+		cr_assert_eq(diff, 0, "graph %u run next to the other: %u of %llu ids differ", g,
+			     diff, (unsigned long long)got.n * K);
+		dm_vecs_free(&got);
+	}
+	/* dropped: its queries fail clearly, graph 0 serves on; loaded again: served again */
+	cr_assert_eq(sh("%s graph drop --config %s/lc/cluster.ini --graph 1 >/dev/null", dmann,
+			dir), 0);
+	for (int attempt = 0;; attempt++) {
+		if (sh("%s bench --config %s/lc/cluster.ini --query %s/query.fbin --gt %s/gt.ibin "
+		       "--k %d --ef %d --cache-ratio keep --graph 1 --nq 20 >%s/g1.log 2>&1", dmann,
+		       dir, d1, d1, K, EF, dir) != 0)
+			break;
+		cr_assert_lt(attempt, 20, "graph 1 still served 10 s after its drop");
+		usleep(500000);
+	}
+	cr_assert_eq(sh("grep -q 'No such file' %s/g1.log", dir), 0, "unclear error for a "
+		     "dropped graph");
+	bench_graph(0, d0, want0, nq0, "g0-after-drop");
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s --graph 1 >/dev/null",
+			dmann, dir, idx1), 0);
+	bench_graph(1, d1, want1, nq1, "g1-again");
+	free(want0);
+	free(want1);
+}

@@ -27,7 +27,8 @@ static void bench_usage(FILE *f)
 		   "                   [--routing STRATEGY] [--zipf S] [--nq N] [--conns N] [--depth D]\n"
 		   "                   [--admit P] [--warmup N] [--batch N] [--pause N]\n"
 		   "                   [--spill-cache yes|no] [--only-cn I] [--beam B] [--cache-mib M]\n"
-		   "                   [--client NAME] [--client-routing yes|no] [--out F] [--json]\n\n"
+		   "                   [--client NAME] [--client-routing yes|no] [--graph G]\n"
+		   "                   [--out F] [--json]\n\n"
 		   "Send a query stream to the compute nodes of cluster C through libdmann and\n"
 		   "report recall@k against the ground truth, throughput, client-side latency, the\n"
 		   "cache hit rate, the relayed share and the remote READs, bytes and round trips\n"
@@ -39,6 +40,10 @@ static void bench_usage(FILE *f)
 		   "                   (the cluster file's [cn] cache, or the last bench's)\n"
 		   "  --cache-mib M    cache size per compute node in MiB instead (to compare\n"
 		   "                   record layouts at equal bytes)\n"
+		   "  --graph G        the HNSW graph searched (dmann load --graph; 0..%u, default\n"
+		   "                   0). Only graph 0 is cached and routed: with another graph\n"
+		   "                   --routing must be none and the cache settings apply to\n"
+		   "                   graph 0\n"
 		   "  --beam B         with neighbour codes: level-0 candidates expanded per round\n"
 		   "                   trip (1..%u, default 1)\n"
 		   "  --routing S      none: each query runs on the compute node it is sent to\n"
@@ -70,7 +75,7 @@ static void bench_usage(FILE *f)
 		   "  --only-cn I      send every query to compute node I (e.g. the single-node\n"
 		   "                   reference of the offline cache split penalty)\n"
 		   "  --out F          write the result ids (ibin, nq x k) in stream order\n"
-		   "  --json           print one JSON object\n", DM_Q_MAX_BEAM);
+		   "  --json           print one JSON object\n", DM_MAX_GRAPHS - 1, DM_Q_MAX_BEAM);
 }
 
 struct bconn {                  /* admin connection to one compute node */
@@ -271,6 +276,7 @@ int dm_cmd_bench(int argc, char **argv)
 		{ "spill-cache", required_argument, 0, 'S' }, { "only-cn", required_argument, 0, 'O' },
 		{ "beam", required_argument, 0, 'b' },   { "cache-mib", required_argument, 0, 'M' },
 		{ "client", required_argument, 0, 'i' }, { "client-routing", required_argument, 0, 'x' },
+		{ "graph", required_argument, 0, 'G' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *qpath = NULL, *gtpath = NULL, *outpath = NULL, *cname = NULL;
@@ -278,7 +284,7 @@ int dm_cmd_bench(int argc, char **argv)
 	unsigned long long k = 10, ef = 64, nq = 0, conns = 2, depth = 8, warmup = 0;
 	uint64_t warmed = 0;   /* measured stream positions whose query the warm-up sent */
 	unsigned long long rbatch = 0, rpause = 0;   /* 0: keep the compute nodes' setting */
-	unsigned long long only_cn = ~0ull, beam = 1;
+	unsigned long long only_cn = ~0ull, beam = 1, graph = 0;
 	double cache_mib = -1;
 	uint32_t spill = DM_FWD_SPILL_KEEP;
 	double ratio = -1, zipf = 0, admit = 0.1;
@@ -322,6 +328,7 @@ int dm_cmd_bench(int argc, char **argv)
 		case 'P': if (dm_cli_parse_u64("bench", "--pause", optarg, 1, 1000000, &rpause)) return 2; break;
 		case 'O': if (dm_cli_parse_u64("bench", "--only-cn", optarg, 0, DM_MAX_NODES - 1, &only_cn)) return 2; break;
 		case 'b': if (dm_cli_parse_u64("bench", "--beam", optarg, 1, DM_Q_MAX_BEAM, &beam)) return 2; break;
+		case 'G': if (dm_cli_parse_u64("bench", "--graph", optarg, 0, DM_MAX_GRAPHS - 1, &graph)) return 2; break;
 		case 'M': if (dm_cli_parse_double("bench", "--cache-mib", optarg, 0, 1e7, &cache_mib)) return 2;
 			  ratio = 0; break;
 		case 'S':
@@ -396,6 +403,11 @@ int dm_cmd_bench(int argc, char **argv)
 		goto out;
 	}
 	only = only_cn == ~0ull ? -1 : (int)only_cn;
+	if (graph && routing != DM_ROUTE_NONE) {
+		fprintf(stderr, "dmann bench: --graph %llu: only graph 0 is routed (use --routing "
+			"none)\n", graph);
+		goto out;
+	}
 	if (!nq)
 		nq = qv.n;
 	if (conns * depth > 32) {
@@ -408,7 +420,8 @@ int dm_cmd_bench(int argc, char **argv)
 	b.sp = (struct dmann_search_params){
 		.k = (uint32_t)k, .ef = (uint32_t)ef, .beam = (uint32_t)beam,
 		.inflight = (uint32_t)(conns * depth * (only >= 0 ? 1 : cfg->n_cn)),
-		.routing = client_routing ? DMANN_ROUTE_CLIENT : DMANN_ROUTE_SERVER };
+		.routing = client_routing ? DMANN_ROUTE_CLIENT : DMANN_ROUTE_SERVER,
+		.graph = (uint32_t)graph };
 	b.queries = qv.data;
 	b.gt = gv.data;
 	b.gt_k = gv.dim;

@@ -20,7 +20,7 @@
 static void insert_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann insert --config C --vectors F [--ef E] [--batch B] [--conns N]\n"
-		   "                    [--only-cn I] [--out IDS] [--no-snapshot] [--json]\n\n"
+		   "                    [--only-cn I] [--graph G] [--out IDS] [--no-snapshot] [--json]\n\n"
 		   "Insert every row of F (fbin, fvecs, ...) online into the index loaded on cluster\n"
 		   "C (it needs spare room: dmann load --spare N). Batches go to the compute nodes in\n"
 		   "turn, over N connections per compute node; each compute node links its rows\n"
@@ -30,6 +30,7 @@ static void insert_usage(FILE *f)
 		   "a restart of the whole cluster. The snapshot copies whole regions: records that\n"
 		   "other writers change meanwhile may be torn in it (see docs/operations.md).\n\n"
 		   "  --ef E      efConstruction of the inserts' searches (1..65536, default 100)\n"
+		   "  --graph G   the graph inserted into (dmann load --graph; 0..15, default 0)\n"
 		   "  --batch B   rows per request (default: as many as fit one message, <= 256)\n"
 		   "  --conns N   connections per compute node (1..16, default 2)\n"
 		   "  --only-cn I send every batch to compute node I (as listed in C)\n"
@@ -49,7 +50,7 @@ struct ins_job {
 	struct dm_xport *x;
 	struct dm_msgpool *pool;   /* one per transport context (its receive queue is shared) */
 	const float *data;
-	uint32_t dim, batch, ef;
+	uint32_t dim, batch, ef, graph;
 	uint64_t n;
 	atomic_ulong next;      /* next batch */
 	int32_t *ids;
@@ -81,7 +82,7 @@ static void *ins_main(void *arg)
 		rc = dm_rpc_chan_init(&ch, c, pool, (uint32_t)(qcap + DM_WIRE_HDR_LEN), 600000);
 	while (!rc && !atomic_load(&j->err)) {
 		uint64_t b = atomic_fetch_add(&j->next, 1), first = b * j->batch;
-		struct dm_wire_q_insert m = { .dim = j->dim, .ef = j->ef };
+		struct dm_wire_q_insert m = { .dim = j->dim, .ef = j->ef, .graph = j->graph };
 		struct dm_wire_q_inserted r;
 		uint32_t rlen;
 
@@ -150,11 +151,11 @@ int dm_cmd_insert(int argc, char **argv)
 		{ "ef", required_argument, 0, 'e' }, { "batch", required_argument, 0, 'b' },
 		{ "conns", required_argument, 0, 'n' }, { "out", required_argument, 0, 'o' },
 		{ "json", no_argument, 0, 'j' }, { "only-cn", required_argument, 0, 'O' },
-		{ "no-snapshot", no_argument, 0, 'S' },
+		{ "no-snapshot", no_argument, 0, 'S' }, { "graph", required_argument, 0, 'G' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *vecs = NULL, *out = NULL;
-	unsigned long long ef = 100, batch = 0, conns = 2, only = ~0ull;
+	unsigned long long ef = 100, batch = 0, conns = 2, only = ~0ull, graph = 0;
 	struct dm_cluster_cfg *cfg = NULL;
 	struct dm_vecs v = { 0 };
 	struct ins_thread *th = NULL;
@@ -180,6 +181,7 @@ int dm_cmd_insert(int argc, char **argv)
 		case 'O': if (dm_cli_parse_u64("insert", "--only-cn", optarg, 0, DM_MAX_NODES - 1, &only)) return 2; break;
 		case 'j': json = true; break;
 		case 'S': snap = false; break;
+		case 'G': if (dm_cli_parse_u64("insert", "--graph", optarg, 0, DM_MAX_GRAPHS - 1, &graph)) return 2; break;
 		case 'h': insert_usage(stdout); return 0;
 		default: dm_cli_bad_option("insert", c, argv, optind); return 2;
 		}
@@ -235,6 +237,7 @@ int dm_cmd_insert(int argc, char **argv)
 	j.n = v.n;
 	j.batch = (uint32_t)batch;
 	j.ef = (uint32_t)ef;
+	j.graph = (uint32_t)graph;
 	j.ids = malloc(v.n * sizeof(*j.ids));
 	th = calloc((size_t)cfg->n_cn * conns, sizeof(*th));
 	if (j.x)

@@ -148,6 +148,10 @@ struct dmann_search_params {
 	uint32_t inflight;           /* queries in flight in all (0: 16 per compute node);
 				      * at most 32 per compute node */
 	enum dmann_routing routing;
+	uint32_t graph;              /* the HNSW graph searched (`dmann load --graph`), 0..15;
+				      * 0 is the default one. The router's partitions are graph
+				      * 0's: queries of other graphs go round robin and run where
+				      * they arrive (no routing) */
 };
 
 #define DMANN_SI_ROUTED  1u          /* the client routed it (client-side routing) */
@@ -172,7 +176,7 @@ struct dmann_search_info {           /* per query (optional) */
  * distances[i*k ..] (distances may be NULL), counts[i] of them (may be NULL; the rest of
  * the row is UINT64_MAX / +Inf), info[i] (may be NULL). Errors: -EINVAL (see above; also
  * a dim over what a compute node's receive buffer holds, "too many dimensions"), -ENOENT
- * (no HNSW index loaded), -EAGAIN (overloaded), -EHOSTDOWN (no live replica of a block;
+ * (no HNSW index loaded as that graph), -EAGAIN (overloaded), -EHOSTDOWN (no live replica of a block;
  * or no compute node reachable; or a query lost twice with its compute node). A compute
  * node whose connection fails is closed and its queries in flight are sent once more to
  * the others (DMANN_SI_RETRIED; queries are read-only, so a retry is safe), and so is a

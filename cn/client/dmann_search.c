@@ -20,7 +20,7 @@
 struct search {
 	dmann_t *d;
 	const float *vec;
-	uint32_t k, ef, beam, dim;
+	uint32_t k, ef, beam, dim, graph;
 	size_t nq;
 	uint64_t base;
 	uint64_t *ids;
@@ -40,7 +40,8 @@ static int send_query(struct search *s, uint32_t c, size_t i, uint32_t flags)
 	dmann_t *d = s->d;
 	struct dm_wire_q_search q = { .qid = s->base + i, .k = s->k, .ef = s->ef, .dim = s->dim,
 				      .flags = (s->beam > 1 ? s->beam : 0) | flags,
-				      .epoch = flags & DM_Q_F_ROUTED ? d->rt.epoch : 0 };
+				      .epoch = flags & DM_Q_F_ROUTED ? d->rt.epoch : 0,
+				      .graph = s->graph };
 	uint32_t len = (uint32_t)(sizeof(q) + 4ull * s->dim);
 	int rc;
 
@@ -179,6 +180,9 @@ static int check_args(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 				  p->beam, DM_Q_MAX_EF, DM_Q_MAX_BEAM);
 	if (p->routing != DMANN_ROUTE_CLIENT && p->routing != DMANN_ROUTE_SERVER)
 		return dmann_fail(-EINVAL, "search: unknown routing %d", (int)p->routing);
+	if (p->graph >= DM_MAX_GRAPHS)
+		return dmann_fail(-EINVAL, "search: graph %u (must be 0..%u)", p->graph,
+				  DM_MAX_GRAPHS - 1);
 	if (dim == 0 || DM_WIRE_HDR_LEN + sizeof(struct dm_wire_q_search) + 4ull * dim >
 			       DM_CN_RECV_BUF)
 		return dmann_fail(-EINVAL, "search: dimension %u: too many dimensions for a "
@@ -211,6 +215,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	s.k = p->k;
 	s.ef = p->ef ? p->ef : 64;
 	s.beam = p->beam;
+	s.graph = p->graph;
 	s.t0 = calloc(nq ? nq : 1, sizeof(*s.t0));
 	s.on = calloc(nq ? nq : 1, sizeof(*s.on));
 	s.tries = calloc(nq ? nq : 1, sizeof(*s.tries));
@@ -236,7 +241,8 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	dmann_revive(d);
 	s.base = d->next_id;
 	d->next_id += nq;
-	want = client = p->routing == DMANN_ROUTE_CLIENT;
+	/* the oracle partitions graph 0: other graphs' queries are not routed */
+	want = client = p->routing == DMANN_ROUTE_CLIENT && p->graph == 0;
 	if (client && (d->rt.stale || (!d->rt.ok && last - d->rt_checked_ns > REFRESH_NS))) {
 		d->rt_checked_ns = last;
 		rc = dmann_route_refresh(d);

@@ -27,9 +27,13 @@ struct cn {
 	pthread_rwlock_t lock;
 	pthread_mutex_t ctl_lock;         /* the control connections (mns) */
 	struct mn_set *mns;
-	struct dindex *idx;               /* the view new queries use (idx->gen: generation) */
-	struct dindex *retired[CN_MAX_RETIRED];   /* older views workers still finish on */
-	struct dm_cache *cache;           /* holds records of idx only */
+	/* Per graph number (DM_MAX_GRAPHS, wire.h): the view new queries use (cur->gen: its
+	 * generation; NULL: no such graph) and older views workers still finish on. */
+	struct cn_view {
+		struct dindex *cur;
+		struct dindex *retired[CN_MAX_RETIRED];
+	} views[DM_MAX_GRAPHS];
+	struct dm_cache *cache;           /* holds records of views[0].cur only */
 	uint64_t cache_bytes;
 	uint32_t cache_rec_size;
 	double admit_prob;

@@ -11,7 +11,7 @@
 
 int cn_cache_apply(struct cn *cn)
 {
-	const struct dindex *d = cn->idx;
+	const struct dindex *d = cn->views[0].cur;   /* the cache holds graph 0's records */
 	const struct dm_cn_cfg *cc = &cn->node->cnc;
 	uint32_t rs = d ? d->rec_size : 64;
 	uint64_t want = cn->cache_override ? cn->cache_bytes :
@@ -43,16 +43,28 @@ int cn_cache_apply(struct cn *cn)
 	return 0;
 }
 
-/* The oldest generation a view still in use belongs to: what we report (0: no view, which
- * holds every generation back until we have one). Read lock held. */
-static uint64_t oldest_in_use(struct cn *cn)
+/* The oldest generation of graph g a view still in use belongs to: what we report (0: no
+ * view, which holds every generation back until we have one). Read lock held. */
+static uint64_t oldest_in_use(struct cn *cn, uint32_t g)
 {
-	uint64_t g = cn->idx ? cn->idx->gen : 0;
+	const struct cn_view *vw = &cn->views[g];
+	uint64_t o = vw->cur ? vw->cur->gen : 0;
 
 	for (int i = 0; i < CN_MAX_RETIRED; i++)
-		if (cn->retired[i] && cn->retired[i]->gen < g)
-			g = cn->retired[i]->gen;
-	return g;
+		if (vw->retired[i] && (!o || vw->retired[i]->gen < o))
+			o = vw->retired[i]->gen;
+	return o;
+}
+
+/* Whether we hold any view of graph g (read lock held). */
+static bool holds(const struct cn *cn, uint32_t g)
+{
+	if (cn->views[g].cur)
+		return true;
+	for (int i = 0; i < CN_MAX_RETIRED; i++)
+		if (cn->views[g].retired[i])
+			return true;
+	return false;
 }
 
 /* Free the old views no worker uses any more. */
@@ -61,41 +73,48 @@ static void release_retired(struct cn *cn)
 	bool any = false;
 
 	pthread_rwlock_rdlock(&cn->lock);
-	for (int i = 0; i < CN_MAX_RETIRED; i++)
-		if (cn->retired[i] && atomic_load(&cn->retired[i]->users) == 0)
-			any = true;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		for (int i = 0; i < CN_MAX_RETIRED; i++)
+			if (cn->views[g].retired[i] && atomic_load(&cn->views[g].retired[i]->users) == 0)
+				any = true;
 	pthread_rwlock_unlock(&cn->lock);
 	if (!any)
 		return;
 	pthread_rwlock_wrlock(&cn->lock);
-	for (int i = 0; i < CN_MAX_RETIRED; i++)
-		if (cn->retired[i] && atomic_load(&cn->retired[i]->users) == 0) {
-			dm_info("cn%u: generation %llu released", cn->node->id,
-				(unsigned long long)cn->retired[i]->gen);
-			dindex_free(cn->retired[i]);
-			cn->retired[i] = NULL;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		for (int i = 0; i < CN_MAX_RETIRED; i++) {
+			struct dindex *d = cn->views[g].retired[i];
+
+			if (!d || atomic_load(&d->users))
+				continue;
+			dm_info("cn%u: graph %u generation %llu released", cn->node->id, g,
+				(unsigned long long)d->gen);
+			dindex_free(d);
+			cn->views[g].retired[i] = NULL;
 		}
 	pthread_rwlock_unlock(&cn->lock);
 }
 
-/* Replace the view by d (write lock held): the old one is kept while workers use it.
- * false when there is no room to keep it (workers stuck on old views: retry later). */
-static bool switch_view(struct cn *cn, struct dindex *d)
+/* Replace graph g's view by d (NULL: the graph is gone; write lock held): the old one is
+ * kept while workers use it. false when there is no room to keep it (workers stuck on old
+ * views: retry later). */
+static bool switch_view(struct cn *cn, uint32_t g, struct dindex *d)
 {
-	struct dindex *old = cn->idx;
+	struct cn_view *vw = &cn->views[g];
+	struct dindex *old = vw->cur;
 
 	if (old && atomic_load(&old->users)) {
 		int i;
 
-		for (i = 0; i < CN_MAX_RETIRED && cn->retired[i]; i++)
+		for (i = 0; i < CN_MAX_RETIRED && vw->retired[i]; i++)
 			;
 		if (i == CN_MAX_RETIRED)
 			return false;
-		cn->retired[i] = old;
+		vw->retired[i] = old;
 	} else {
 		dindex_free(old);
 	}
-	cn->idx = d;
+	vw->cur = d;
 	return true;
 }
 
@@ -106,7 +125,7 @@ static int report(struct cn *cn, struct dgen_view *v)
 	int rc;
 
 	pthread_rwlock_rdlock(&cn->lock);
-	g = oldest_in_use(cn);
+	g = oldest_in_use(cn, 0);
 	pthread_rwlock_unlock(&cn->lock);
 	rc = dgen_report(cn->mns, 0, cn->node->id, g, v, sent);
 	for (uint32_t m = 0; m < cn->mns->n; m++) {
@@ -178,52 +197,66 @@ static void view_epochs(struct cn *cn, struct dindex *d)
 	}
 }
 
-/* Bring memory node m (down at epoch e) back: reconnect, report (its current generation
- * must be our view's), look up our view's blocks on it and READ one (dindex_rejoin), then
- * mark it up with those addresses. 0 or -errno. */
+/* Bring memory node m (down at epoch e) back: reconnect, report (its current generation of
+ * every graph we serve must be our view's), look up our views' blocks on it and READ one of
+ * each (dindex_rejoin), then mark it up with those addresses. 0 or -errno. */
 static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 {
 	struct dm_wire_ctl_gen_state st;
-	struct dindex *d = cn->idx;   /* changes only under ctl_lock, which we hold */
-	uint64_t sent = 0, g, *addr = NULL;
-	size_t n = d ? (size_t)d->nblocks * d->nrep : 0;
+	struct dindex *d[DM_MAX_GRAPHS];   /* change only under ctl_lock, which we hold */
+	uint64_t sent = 0, o[DM_MAX_GRAPHS], *addr[DM_MAX_GRAPHS] = { NULL };
 	int rc;
 
+	pthread_rwlock_rdlock(&cn->lock);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		d[g] = cn->views[g].cur;
+		o[g] = oldest_in_use(cn, g);
+	}
+	pthread_rwlock_unlock(&cn->lock);
 	rc = mn_link_open(cn->mns, m, 1000);
 	if (rc)
 		return rc;
-	pthread_rwlock_rdlock(&cn->lock);
-	g = oldest_in_use(cn);
-	pthread_rwlock_unlock(&cn->lock);
-	rc = dgen_report_node(cn->mns, m, 0, cn->node->id, g, &st, &sent);
-	if (rc)
-		goto out_close;
-	if (d && (!(st.flags & DM_GEN_F_CURRENT) || st.current != d->gen)) {
-		rc = -ESTALE;   /* another generation there: the generation switch handles it */
-		goto out_close;
-	}
-	if (d) {
-		addr = malloc((n ? n : 1) * sizeof(*addr));
-		rc = addr ? dindex_rejoin(cn->mns, d, m, addr) : -ENOMEM;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		size_t n;
+
+		if (g && !d[g])
+			continue;
+		/* graph 0 is always reported: its answer's send time renews the lease */
+		rc = dgen_report_node(cn->mns, m, g, cn->node->id, o[g], &st, g ? NULL : &sent);
+		if (rc)
+			goto out_free;
+		if (!d[g])
+			continue;
+		if (!(st.flags & DM_GEN_F_CURRENT) || st.current != d[g]->gen) {
+			rc = -ESTALE;   /* another generation there: the generation switch handles it */
+			goto out_free;
+		}
+		n = (size_t)d[g]->nblocks * d[g]->nrep;
+		addr[g] = malloc((n ? n : 1) * sizeof(uint64_t));
+		rc = addr[g] ? dindex_rejoin(cn->mns, d[g], m, addr[g]) : -ENOMEM;
 		if (rc)
 			goto out_free;
 	}
 	pthread_rwlock_wrlock(&cn->lock);
-	for (size_t i = 0; i < n; i++)
-		if (d->block_mn[i] == m)
-			d->block_addr[i] = addr[i];
-	if (d)
-		d->mn_epoch[m] = e + 1;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		if (!d[g])
+			continue;
+		for (size_t i = 0; i < (size_t)d[g]->nblocks * d[g]->nrep; i++)
+			if (d[g]->block_mn[i] == m)
+				d[g]->block_addr[i] = addr[g][i];
+		d[g]->mn_epoch[m] = e + 1;
+	}
 	atomic_store(&cn->report_ns[m], sent);
 	atomic_store_explicit(&cn->mn_epoch[m], e + 1, memory_order_release);
 	pthread_rwlock_unlock(&cn->lock);
 	atomic_fetch_add(&cn->mn_ups, 1);
-	free(addr);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		free(addr[g]);
 	return 0;
 
 out_free:
-	free(addr);
-out_close:
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		free(addr[g]);
 	mn_link_close(cn->mns, m);
 	return rc;
 }
@@ -253,13 +286,106 @@ static void rejoin(struct cn *cn)
 	}
 }
 
-int cn_refresh(struct cn *cn, bool force)
+/* Follow graph g's state v (complete: every memory node that is up answered): open its
+ * current generation when it is new to us (or when force or replace asks to read the block
+ * table again) and switch new queries to it; a graph no memory node has any more is
+ * dropped (queries in flight finish on the old view). ctl_lock held. 0, -ENOENT (no such
+ * graph), or -errno. */
+static int refresh_graph(struct cn *cn, uint32_t g, const struct dgen_view *v, bool complete,
+			 bool force, bool replace)
 {
+	struct cn_view *vw = &cn->views[g];
 	struct dindex *d = NULL;
-	struct dgen_view v;
-	struct mn_set *s;
 	char err[512];
 	int rc;
+
+	if (!v->has_current) {
+		if (vw->cur && complete && v->answered) {
+			dm_info("cn%u: graph %u gone from the memory nodes", cn->node->id, g);
+			pthread_rwlock_wrlock(&cn->lock);
+			if (switch_view(cn, g, NULL) && g == 0 && cn_cache_apply(cn))
+				dm_err("cn%u: out of memory for the cache", cn->node->id);
+			pthread_rwlock_unlock(&cn->lock);
+		}
+		return v->answered ? -ENOENT : -EHOSTDOWN;
+	}
+	if (!force && !replace && vw->cur && vw->cur->gen == v->current)
+		return 0;
+	rc = dindex_open(cn->mns, g, v->current, &d, err, sizeof(err));
+	if (rc) {
+		if (rc != -ENOENT) {
+			dm_warn("cn%u: graph %u generation %llu: %s", cn->node->id, g,
+				(unsigned long long)v->current, err);
+			/* Reading the view again under a new placement: the old view still
+			 * serves; try again at the next refresh rather than reconnecting
+			 * everything (which fails the queries in flight). */
+			if (replace && vw->cur && vw->cur->gen == v->current)
+				atomic_store(&cn->placement_dirty, true);
+			else
+				atomic_store(&cn->need_refresh, true);
+		}
+		return rc;
+	}
+	pthread_rwlock_wrlock(&cn->lock);
+	if (force || !vw->cur || vw->cur->gen != d->gen || vw->cur->meta_crc != d->meta_crc ||
+	    vw->cur->nblocks != d->nblocks || vw->cur->nrep != d->nrep ||
+	    memcmp(vw->cur->block_addr, d->block_addr,
+		   (size_t)d->nblocks * d->nrep * sizeof(uint64_t))) {
+		bool changed = !vw->cur || vw->cur->gen != d->gen || vw->cur->meta_crc != d->meta_crc;
+		uint64_t was = vw->cur ? vw->cur->gen : 0;
+		bool had = vw->cur != NULL;
+
+		view_epochs(cn, d);
+		if (!switch_view(cn, g, d)) {
+			pthread_rwlock_unlock(&cn->lock);
+			dm_warn("cn%u: %d old views of graph %u still in use: generation %llu waits",
+				cn->node->id, CN_MAX_RETIRED, g, (unsigned long long)d->gen);
+			dindex_free(d);
+			return 0;
+		}
+		d = vw->cur;
+		if (force)
+			atomic_fetch_add(&cn->gen, 1);   /* workers rebind to the new addresses */
+		if (changed) {
+			if (g == 0 && cn_cache_apply(cn))
+				dm_err("cn%u: out of memory for the cache", cn->node->id);
+			if (had)
+				atomic_fetch_add(&cn->gen_switches, 1);
+		}
+		if (had && changed)
+			dm_info("cn%u: graph %u generation %llu -> %llu: index of %u records (dim %u, "
+				"M %u, %u blocks) ready", cn->node->id, g, (unsigned long long)was,
+				(unsigned long long)d->gen, d->n, d->p.dim, d->p.M, d->nblocks);
+		else if (changed)
+			dm_info("cn%u: graph %u generation %llu: index of %u records (dim %u, M %u, "
+				"%u blocks) ready", cn->node->id, g, (unsigned long long)d->gen, d->n,
+				d->p.dim, d->p.M, d->nblocks);
+		d = NULL;
+	}
+	pthread_rwlock_unlock(&cn->lock);
+	dindex_free(d);
+	return 0;
+}
+
+/* Report graph g >= 1 (the CN's oldest generation in use, or nothing held) and fill v. */
+static int report_graph(struct cn *cn, uint32_t g, struct dgen_view *v)
+{
+	uint64_t o;
+	bool h;
+
+	pthread_rwlock_rdlock(&cn->lock);
+	o = oldest_in_use(cn, g);
+	h = holds(cn, g);
+	pthread_rwlock_unlock(&cn->lock);
+	return dgen_report(cn->mns, g, h ? cn->node->id : DM_GEN_NO_CN, o, v, NULL);
+}
+
+int cn_refresh(struct cn *cn, bool force)
+{
+	struct dgen_view v;
+	struct mn_set *s;
+	bool replace, switched = false;
+	int rc, rc0;
 
 	pthread_mutex_lock(&cn->ctl_lock);
 	if (force || !cn->mns) {
@@ -286,84 +412,47 @@ int cn_refresh(struct cn *cn, bool force)
 		pthread_mutex_unlock(&cn->ctl_lock);
 		return cn_refresh(cn, true);
 	}
-	/* A node that did not answer was marked down by report(); rejoin() brings it back. */
-	if (!v.has_current) {
-		rc = v.answered ? -ENOENT : rc;
-		if (!cn->idx)
-			rejoin(cn);   /* no index yet: still bring memory nodes that were down back */
-		if (cn->idx && v.answered)
-			dm_info("cn%u: index gone from the memory nodes", cn->node->id);
-		goto out_unlock;
-	}
-	/* A new placement: read the block table again under it (the retired nodes' blocks
+	/* A node that did not answer was marked down by report(); rejoin() brings it back.
+	 * A new placement: read the block tables again under it (the retired nodes' blocks
 	 * now live on other nodes). */
-	bool replace = atomic_exchange(&cn->placement_dirty, false);
-
+	replace = atomic_exchange(&cn->placement_dirty, false);
 	if (replace)
 		memcpy(cn->mns->retired, cn->retired_mn, sizeof(cn->retired_mn));
-	else if (!force && cn->idx && cn->idx->gen == v.current) {
-		rejoin(cn);
-		rc = 0;
-		goto out_unlock;
-	}
-	rc = dindex_open(cn->mns, 0, v.current, &d, err, sizeof(err));
-	if (rc) {
-		if (rc != -ENOENT) {
-			dm_warn("cn%u: generation %llu: %s", cn->node->id,
-				(unsigned long long)v.current, err);
-			/* Reading the view again under a new placement: the old view still
-			 * serves; try again at the next refresh rather than reconnecting
-			 * everything (which fails the queries in flight). */
-			if (replace && cn->idx && cn->idx->gen == v.current)
-				atomic_store(&cn->placement_dirty, true);
-			else
-				atomic_store(&cn->need_refresh, true);
-		}
-		goto out_unlock;
-	}
-	pthread_rwlock_wrlock(&cn->lock);
-	if (force || !cn->idx || cn->idx->gen != d->gen || cn->idx->meta_crc != d->meta_crc ||
-	    cn->idx->nblocks != d->nblocks ||
-	    cn->idx->nrep != d->nrep ||
-	    memcmp(cn->idx->block_addr, d->block_addr,
-		   (size_t)d->nblocks * d->nrep * sizeof(uint64_t))) {
-		bool changed = !cn->idx || cn->idx->gen != d->gen || cn->idx->meta_crc != d->meta_crc;
-		uint64_t was = cn->idx ? cn->idx->gen : 0;
-		bool had = cn->idx != NULL;
+	{
+		uint64_t was = cn->views[0].cur ? cn->views[0].cur->gen : 0;
 
-		view_epochs(cn, d);
-		if (!switch_view(cn, d)) {
-			pthread_rwlock_unlock(&cn->lock);
-			dm_warn("cn%u: %d old views still in use: generation %llu waits",
-				cn->node->id, CN_MAX_RETIRED, (unsigned long long)d->gen);
-			goto out_unlock;
-		}
-		d = NULL;
-		if (force)
-			atomic_fetch_add(&cn->gen, 1);   /* workers rebind to the new addresses */
-		if (changed) {
-			if (cn_cache_apply(cn))
-				dm_err("cn%u: out of memory for the cache", cn->node->id);
-			if (had)
-				atomic_fetch_add(&cn->gen_switches, 1);
-		}
-		if (had && changed)
-			dm_info("cn%u: generation %llu -> %llu: index of %u records (dim %u, M %u, "
-				"%u blocks) ready", cn->node->id, (unsigned long long)was,
-				(unsigned long long)cn->idx->gen, cn->idx->n, cn->idx->p.dim,
-				cn->idx->p.M, cn->idx->nblocks);
-		else if (changed)
-			dm_info("cn%u: generation %llu: index of %u records (dim %u, M %u, %u blocks) "
-				"ready", cn->node->id, (unsigned long long)cn->idx->gen, cn->idx->n,
-				cn->idx->p.dim, cn->idx->p.M, cn->idx->nblocks);
+		rc0 = refresh_graph(cn, 0, &v, rc == 0, force, replace);
+		switched |= cn->views[0].cur && cn->views[0].cur->gen != was;
 	}
-	pthread_rwlock_unlock(&cn->lock);
-	atomic_store(&cn->need_refresh, false);
-	/* No worker used the old view: acknowledge the new generation at once. */
-	release_retired(cn);
-	report(cn, &v);
+	/* The other graphs (each reported on its own: its generations are released by its
+	 * own reports). */
+	for (uint32_t g = 1; g < DM_MAX_GRAPHS; g++) {
+		struct dgen_view vg;
+		uint64_t was = cn->views[g].cur ? cn->views[g].cur->gen : 0;
+		int grc = report_graph(cn, g, &vg);
+
+		if (grc && !vg.answered)
+			continue;
+		if (refresh_graph(cn, g, &vg, grc == 0, force, replace) == 0 &&
+		    cn->views[g].cur && cn->views[g].cur->gen != was)
+			switched = true;
+	}
+	rc = rc0;
+	if (rc == 0 || rc == -ENOENT)
+		atomic_store(&cn->need_refresh, false);
+	if (switched) {
+		/* No worker used the old views: acknowledge the new generations at once. */
+		release_retired(cn);
+		report(cn, &v);
+		for (uint32_t g = 1; g < DM_MAX_GRAPHS; g++) {
+			struct dgen_view vg;
+
+			if (cn->views[g].cur)
+				report_graph(cn, g, &vg);
+		}
+	}
+	rejoin(cn);
 out_unlock:
 	pthread_mutex_unlock(&cn->ctl_lock);
-	dindex_free(d);
 	return rc;
 }

@@ -36,7 +36,7 @@ void cn_read_close_all(struct worker *w)
 /* The memory node of batch entry j's replica r. */
 static uint32_t rep_mn(const struct worker *w, const struct qslot *q, uint32_t j, uint32_t r)
 {
-	const struct dindex *d = w->idx;
+	const struct dindex *d = slot_view(w, q);
 
 	return d->block_mn[(size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep + r];
 }
@@ -126,7 +126,7 @@ void cn_read_timeouts(struct worker *w, uint64_t now)
  * -EHOSTDOWN when none is left (-ESTALE when only fenced ones are). */
 static int pick(struct worker *w, const struct qslot *q, uint32_t j, uint64_t now)
 {
-	const struct dindex *d = w->idx;
+	const struct dindex *d = slot_view(w, q);
 	size_t b = (size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep;
 	int err = -EHOSTDOWN;
 
@@ -155,7 +155,7 @@ static void mark_reads(struct worker *w, struct qslot *q, const struct dm_rdma_w
 		       uint8_t v)
 {
 	for (uint32_t i = 0; i < n; i++)
-		q->remote[((uint8_t *)wr[i].local - q->stage) / w->idx->rec_size] = v;
+		q->remote[((uint8_t *)wr[i].local - q->stage) / slot_view(w, q)->rec_size] = v;
 }
 
 /* Post READs for the records of the slot's batch that the cache does not hold; one
@@ -166,10 +166,10 @@ static void mark_reads(struct worker *w, struct qslot *q, const struct dm_rdma_w
  * finishing on an older one (a generation switch) neither reads nor fills it. */
 void cn_read_issue(struct worker *w, struct qslot *q)
 {
-	const struct dindex *d = w->idx;
+	const struct dindex *d = slot_view(w, q);
 	struct dm_rdma_wr *wr = w->wrs;
 	uint32_t nb = q->q->nbatch, cnt[DM_MAX_NODES] = { 0 }, first[DM_MAX_NODES], pos = 0;
-	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
+	struct dm_cache *cache = d == w->cn->views[0].cur ? w->cn->cache : NULL;
 	uint8_t want = q->repost ? 3 : 1;   /* the entries to post this time */
 	uint64_t now = dm_now_ns();
 	bool again = false, bad[DM_MAX_NODES] = { false }, anybad = false;

@@ -26,7 +26,8 @@ static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
 
 	for (uint32_t j = 0; j < q->q->nbatch; j++)
 		if (q->q->batch[j] == id)
-			return (const struct hnsw_rec_hdr *)(q->stage + (size_t)j * w->idx->rec_size);
+			return (const struct hnsw_rec_hdr *)(q->stage +
+							     (size_t)j * slot_view(w, q)->rec_size);
 	return NULL;
 }
 
@@ -113,7 +114,7 @@ static int send_result(struct worker *w, struct qslot *q)
 		 * the negated inner product. */
 		float d = q->hits[i].dist;
 		struct dm_wire_q_hit h = { .id = q->hits[i].id,
-					   .dist = w->idx && w->idx->p.metric == DM_METRIC_L2 ?
+					   .dist = q->l2 ?
 						   sqrtf(d > 0 ? d : 0) : d };
 
 		dm_wire_q_hit_encode(body + sizeof(r) + 16 * (size_t)i, &h);
@@ -151,8 +152,8 @@ static int send_result(struct worker *w, struct qslot *q)
  * record writes it back whole (cn_insert.c break_lock). false: not salvageable. */
 static bool salvage(struct worker *w, struct qslot *q, uint32_t j, uint64_t now)
 {
-	const struct dindex *d = w->idx;
-	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
+	const struct dindex *d = slot_view(w, q);
+	struct dm_cache *cache = d == w->cn->views[0].cur ? w->cn->cache : NULL;
 	struct hnsw_rec_hdr *r = (struct hnsw_rec_hdr *)(q->stage + (size_t)j * d->rec_size);
 
 	if (!hnsw_rec_salvage(r, d->p.M, d->rec_size, d->cap, q->q->batch[j]))
@@ -173,8 +174,8 @@ static bool salvage(struct worker *w, struct qslot *q, uint32_t j, uint64_t now)
 /* All READs of the batch are in: validate, cache, and run the query to its next fetch. */
 void cn_worker_advance(struct worker *w, struct qslot *q)
 {
-	const struct dindex *d = w->idx;
-	struct dm_cache *cache = d == w->cn->idx ? w->cn->cache : NULL;
+	const struct dindex *d = slot_view(w, q);
+	struct dm_cache *cache = d == w->cn->views[0].cur ? w->cn->cache : NULL;
 	bool again = false;
 	int rc;
 
@@ -212,7 +213,6 @@ void cn_worker_advance(struct worker *w, struct qslot *q)
 	if (again) {
 		if (q->rereads_left-- == 0) {
 			/* Torn every time on this replica: the next one. */
-			const struct dindex *d = w->idx;
 			uint64_t now = dm_now_ns(), age = now - q->t0;
 			bool young = age < READ_TIMEOUT_NS;
 
@@ -248,7 +248,7 @@ void cn_worker_advance(struct worker *w, struct qslot *q)
 		return;
 	}
 	w->cur = q;
-	rc = hnsw_query_step(q->q, &w->src);
+	rc = hnsw_query_step(q->q, &w->v[q->g].src);
 	if (rc == HNSW_Q_FETCH) {
 		memset(q->remote, 0, q->q->nbatch);
 		memset(q->tried, 0, q->q->nbatch);
@@ -268,6 +268,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 {
 	struct dm_wire_q_search s;
 	float vec[DM_Q_MAX_DIM];
+	const struct dindex *d;
 	int rc;
 
 	struct hnsw_query *hq = q->q;
@@ -281,7 +282,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	q->tried = tried;
 	q->hits = hits;
 	q->nhits = -1;
-	q->stage = w->stage_mem + (size_t)(q - w->slot) * w->stage_size;
+	q->stage = w->stage_mem ? w->stage_mem + (size_t)(q - w->slot) * w->stage_size : NULL;
 	q->t0 = dm_now_ns();
 	dm_wire_q_search_decode(msg + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &s);
 	q->qid = s.qid;
@@ -289,13 +290,25 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	q->state = S_DONE;
 	q->rereads_left = MAX_REREADS;
 	q->spilled = spilled && !router_spill_cache(w->cn->rt);
-	if (!w->idx) {
+	q->g = s.graph;   /* < DM_MAX_GRAPHS: checked by the decoder */
+	d = slot_view(w, q);
+	if (!d) {
 		q->err = -ENOENT;
 		return;
 	}
-	if (s.dim != w->idx->p.dim) {
+	if (s.dim != d->p.dim) {
 		q->err = -EINVAL;
 		return;
+	}
+	q->l2 = d->p.metric == DM_METRIC_L2;
+	if (!q->q || q->q->dim != d->p.dim) {
+		/* the slot's last query was of another graph's dimension */
+		hnsw_query_free(q->q);
+		q->q = hnsw_query_new(d->p.dim);
+		if (!q->q) {
+			q->err = -ENOMEM;
+			return;
+		}
 	}
 	dm_wire_get_f32s(msg + DM_WIRE_HDR_LEN + sizeof(s), vec, s.dim);
 	for (uint32_t i = 0; i < s.dim; i++)
@@ -303,14 +316,14 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 			q->err = -EINVAL;
 			return;
 		}
-	rc = hnsw_query_start_b(q->q, &w->src, vec, s.k, s.ef ? s.ef : s.k,
+	rc = hnsw_query_start_b(q->q, &w->v[q->g].src, vec, s.k, s.ef ? s.ef : s.k,
 				DM_MAX(1u, s.flags & DM_Q_BEAM_MASK));
 	if (rc) {
 		q->err = rc;
 		return;
 	}
 	w->cur = q;
-	rc = hnsw_query_step(q->q, &w->src);
+	rc = hnsw_query_step(q->q, &w->v[q->g].src);
 	if (rc == HNSW_Q_FETCH) {
 		memset(q->remote, 0, q->q->nbatch);
 		memset(q->tried, 0, q->q->nbatch);
@@ -322,63 +335,137 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 
 /* ---- the loop --------------------------------------------------------------------------- */
 
-/* (Re)build everything that depends on the index: staging buffers, query states. */
-static int bind_index(struct worker *w)
+/* Staging for the views bound: per slot, room for the largest batch (2M + 1 records, or a
+ * beam) of the largest record size among them. */
+static void stage_need(const struct worker *w, uint32_t *recs, size_t *size)
+{
+	uint32_t rs = 0;
+
+	*recs = DM_Q_MAX_BEAM;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		const struct dindex *d = w->v[g].d;
+
+		if (!d)
+			continue;
+		*recs = DM_MAX(*recs, 2 * d->p.M + 1);
+		rs = DM_MAX(rs, d->rec_size);
+	}
+	*size = (size_t)*recs * rs;
+}
+
+/* (Re)allocate the staging buffers and the per-slot arrays sized by them (every slot free,
+ * no READ outstanding). 0 or -errno. */
+static int restage(struct worker *w)
 {
 	struct cn *cn = w->cn;
-	struct dindex *d = cn->idx;
+	uint32_t recs;
+	size_t size;
 
-	/* The view counts its workers: cn_refresh frees an old one when none is left. */
-	if (w->idx)
-		atomic_fetch_sub(&w->idx->users, 1);
-	if (d)
-		atomic_fetch_add(&d->users, 1);
-	w->idx = d;
-	w->gen = atomic_load(&cn->gen);
-	w->draining = false;
-	if (!d)
+	stage_need(w, &recs, &size);
+	w->restage = false;
+	if (!size || (w->stage_mem && recs <= w->stage_recs && size <= w->stage_size))
 		return 0;
 	if (w->stage_mr) {
 		dm_xport_dereg(cn->x, w->stage_mr);
 		w->stage_mr = NULL;
 	}
 	free(w->stage_mem);
-	for (int i = 0; i < DEPTH; i++) {
-		hnsw_query_free(w->slot[i].q);
-		free(w->slot[i].remote);
-		free(w->slot[i].rrep);
-		free(w->slot[i].tried);
-		free(w->slot[i].hits);
-		w->slot[i] = (struct qslot){ 0 };
-	}
-	w->stage_recs = DM_MAX(2 * d->p.M + 1, DM_Q_MAX_BEAM);
-	w->stage_size = (size_t)w->stage_recs * d->rec_size;
-	w->stage_mem = aligned_alloc(64, DEPTH * w->stage_size);
 	free(w->wrs);
+	w->stage_recs = recs;
+	w->stage_size = DM_ALIGN_UP(size, 64);
+	w->stage_mem = aligned_alloc(64, DEPTH * w->stage_size);
 	w->wrs = calloc(w->stage_recs, sizeof(*w->wrs));
 	if (!w->stage_mem || !w->wrs)
-		return -ENOMEM;
+		goto out_nomem;
 	for (int i = 0; i < DEPTH; i++) {
-		w->slot[i].q = hnsw_query_new(d->p.dim);
-		w->slot[i].remote = calloc(w->stage_recs, 1);
-		w->slot[i].rrep = calloc(w->stage_recs, 1);
-		w->slot[i].tried = calloc(w->stage_recs, 1);
-		w->slot[i].hits = malloc(DM_Q_MAX_K * sizeof(struct dm_hit));
-		if (!w->slot[i].q || !w->slot[i].remote || !w->slot[i].rrep || !w->slot[i].tried ||
-		    !w->slot[i].hits)
-			return -ENOMEM;
+		struct qslot *q = &w->slot[i];
+
+		free(q->remote);
+		free(q->rrep);
+		free(q->tried);
+		q->remote = calloc(w->stage_recs, 1);
+		q->rrep = calloc(w->stage_recs, 1);
+		q->tried = calloc(w->stage_recs, 1);
+		if (!q->hits)
+			q->hits = malloc(DM_Q_MAX_K * sizeof(struct dm_hit));
+		if (!q->remote || !q->rrep || !q->tried || !q->hits)
+			goto out_nomem;
 	}
-	dindex_src(d, &w->src);
-	w->src.get = stage_get;
-	w->src.ctx = w;
 	return dm_xport_reg(cn->x, w->stage_mem, DEPTH * w->stage_size, 0, &w->stage_mr);
+
+out_nomem:
+	/* nothing starts until a later restage succeeds */
+	free(w->stage_mem);
+	w->stage_mem = NULL;
+	w->stage_size = 0;
+	w->restage = true;
+	return -ENOMEM;
 }
 
-/* Fail everything in flight (the index view changed underneath) and reconnect. */
+/* Bind graph g to cn's current view of it. The view counts its workers: cn_refresh frees
+ * an old one when none is left. */
+static void bind_graph(struct worker *w, uint32_t g)
+{
+	struct dindex *d = w->cn->views[g].cur;
+	struct wview *v = &w->v[g];
+
+	if (v->d)
+		atomic_fetch_sub(&v->d->users, 1);
+	if (d)
+		atomic_fetch_add(&d->users, 1);
+	v->d = d;
+	v->draining = false;
+	if (d) {
+		dindex_src(d, &v->src);
+		v->src.get = stage_get;
+		v->src.ctx = w;
+	}
+}
+
+/* Follow cn's views (read lock held): a graph with no query in flight is bound to its new
+ * view at once; one with queries in flight drains first (they finish on the old view, new
+ * ones wait). Staging grows once every slot is free. */
+static void sync_views(struct worker *w)
+{
+	bool busy[DM_MAX_GRAPHS] = { false }, any = false;
+	uint32_t recs;
+	size_t size;
+
+	for (int i = 0; i < DEPTH; i++)
+		if (w->slot[i].state != S_FREE) {
+			busy[w->slot[i].g] = true;
+			any = true;
+		}
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		if (w->v[g].d == w->cn->views[g].cur)
+			w->v[g].draining = false;
+		else if (busy[g])
+			w->v[g].draining = true;
+		else
+			bind_graph(w, g);
+	}
+	stage_need(w, &recs, &size);
+	w->restage = size && (!w->stage_mem || recs > w->stage_recs || size > w->stage_size);
+	if (w->restage && !any && restage(w))
+		dm_err("cn%u: out of memory for a worker's staging buffers", w->cn->node->id);
+}
+
+/* Whether cn's views differ from the worker's (read lock held). */
+static bool views_moved(const struct worker *w)
+{
+	if (w->restage)
+		return true;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		if (w->v[g].d != w->cn->views[g].cur)
+			return true;
+	return false;
+}
+
+/* Fail everything in flight (the memory-node set changed underneath) and reconnect. */
 static void rebind(struct worker *w)
 {
 	for (int i = 0; i < DEPTH; i++)
-		if (w->slot[i].state != S_FREE) {
+		if (w->slot[i].state != S_FREE && w->slot[i].state != S_DONE) {
 			fail(&w->slot[i], -ESTALE);
 			w->slot[i].state = S_DONE;
 		}
@@ -387,8 +474,15 @@ static void rebind(struct worker *w)
 	for (int i = 0; i < DEPTH; i++)
 		if (w->slot[i].state == S_DONE)
 			send_result(w, &w->slot[i]);
-	if (bind_index(w))
-		dm_err("cn%u: out of memory binding the index", w->cn->node->id);
+	w->gen = atomic_load(&w->cn->gen);
+	/* new addresses: every graph is bound again (the failed slots still waiting for a
+	 * send slot hold no view) */
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		if (w->v[g].d)
+			atomic_fetch_sub(&w->v[g].d->users, 1);
+		w->v[g].d = NULL;
+	}
+	sync_views(w);
 	cn_read_sync(w);
 }
 
@@ -522,7 +616,9 @@ static bool route_away(struct worker *w, const uint8_t *buf, uint32_t len, bool 
 
 	*spilled = false;
 	dm_wire_q_search_decode(buf + DM_WIRE_HDR_LEN, len - DM_WIRE_HDR_LEN, &s);
-	if (!w->idx || s.dim != w->idx->p.dim || DM_FWD_INNER_OFF + len > SEND_SLOT_SIZE ||
+	/* the router's partitions are graph 0's: other graphs' queries run where they arrive */
+	if (s.graph || !w->v[0].d || s.dim != w->v[0].d->p.dim ||
+	    DM_FWD_INNER_OFF + len > SEND_SLOT_SIZE ||
 	    w->fwd_out == FWD_TRACK)
 		return false;
 	dm_wire_get_f32s(buf + DM_WIRE_HDR_LEN + sizeof(s), vec, s.dim);
@@ -583,9 +679,13 @@ static bool dispatch(struct worker *w, uint64_t wr_id, uint32_t len, uint32_t *f
 	uint32_t fl = *flp, off = fl & (BL_FWD | BL_BOUNCED) ? DM_FWD_INNER_OFF : 0;
 	struct dm_wire_fwd f = { 0 };
 	bool spilled = fl & BL_SPILLED;
+	struct dm_wire_q_search s;
 
-	if (w->draining)
-		return false;   /* a new generation: start nothing on the old view */
+	/* Its graph (the message was checked on receipt). A new generation of it: start
+	 * nothing on the old view; larger staging needed: start nothing at all. */
+	dm_wire_q_search_decode(buf + off + DM_WIRE_HDR_LEN, len - off - DM_WIRE_HDR_LEN, &s);
+	if (w->restage || w->v[s.graph].draining)
+		return false;
 	if (!off && !(fl & BL_LOCAL) && !w->serve && router_active(cn->rt)) {
 		if (router_paused(cn->rt))
 			return false;   /* routing pauses: the query waits in the intake */
@@ -731,7 +831,7 @@ static void reply_stats(struct worker *w, uint64_t req_id)
 	pthread_rwlock_rdlock(&cn->lock);
 	if (cn->cache)
 		dm_cache_stats(cn->cache, &cs);
-	st.index_bytes = cn->idx ? cn->idx->index_bytes : 0;
+	st.index_bytes = cn->views[0].cur ? cn->views[0].cur->index_bytes : 0;   /* the cached graph */
 	pthread_rwlock_unlock(&cn->lock);
 	st.hits = cs.hits;
 	st.misses = cs.misses;
@@ -797,7 +897,8 @@ static void reply_insert(struct worker *w, const uint8_t *buf, uint32_t len, uin
 	}
 	dm_wire_get_f32s(buf + DM_WIRE_HDR_LEN + sizeof(m), v, m.n * m.dim);
 	pthread_rwlock_rdlock(&cn->lock);
-	rc = cn->idx ? cn_insert_run(w->ins, cn->idx, v, m.n, m.dim, m.ef, ids, &st) : -ENOENT;
+	rc = cn->views[m.graph].cur ?
+	     cn_insert_run(w->ins, cn->views[m.graph].cur, v, m.n, m.dim, m.ef, ids, &st) : -ENOENT;
 	pthread_rwlock_unlock(&cn->lock);
 	free(v);
 	cn_insert_count(cn, &st);
@@ -874,8 +975,8 @@ void *cn_worker(void *arg)
 	for (int i = 0; i < SEND_SLOTS; i++)
 		w->sfree[i] = true;
 	pthread_rwlock_rdlock(&cn->lock);
-	if (bind_index(w))
-		dm_err("cn%u: out of memory for a worker", cn->node->id);
+	w->gen = atomic_load(&cn->gen);
+	sync_views(w);
 	cn_read_sync(w);
 	pthread_rwlock_unlock(&cn->lock);
 
@@ -887,17 +988,11 @@ void *cn_worker(void *arg)
 		pthread_rwlock_rdlock(&cn->lock);
 		if (atomic_load(&cn->gen) != w->gen) {
 			rebind(w);
-		} else if (w->idx != cn->idx) {
-			/* A new index generation: queries in flight finish on the old view (its
-			 * objects stay until every worker left it); new ones wait, then run on
-			 * the new view. */
-			bool busy_slots = false;
-
-			for (int i = 0; i < DEPTH; i++)
-				busy_slots |= w->slot[i].state != S_FREE;
-			w->draining = busy_slots;
-			if (!busy_slots && bind_index(w))
-				dm_err("cn%u: out of memory binding the index", cn->node->id);
+		} else if (views_moved(w)) {
+			/* A new generation of a graph (or a graph new or gone): its queries in
+			 * flight finish on the old view (its objects stay until every worker
+			 * left it); new ones wait, then run on the new view. */
+			sync_views(w);
 		}
 		cn_read_sync(w);
 		cn_read_timeouts(w, dm_now_ns());
@@ -1052,8 +1147,9 @@ void *cn_worker(void *arg)
 	}
 	if (w->stage_mr)
 		dm_xport_dereg(cn->x, w->stage_mr);
-	if (w->idx)
-		atomic_fetch_sub(&w->idx->users, 1);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		if (w->v[g].d)
+			atomic_fetch_sub(&w->v[g].d->users, 1);
 	free(w->stage_mem);
 	free(w->wrs);
 	dm_xport_dereg(cn->x, w->smr);

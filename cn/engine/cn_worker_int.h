@@ -38,6 +38,8 @@ enum { S_FREE, S_ISSUE, S_WAIT, S_DONE };
 
 struct qslot {
 	int state;
+	uint32_t g;                  /* its graph number: it runs on the worker's view v[g] */
+	bool l2;                     /* its graph's metric is L2 (answers give the root) */
 	struct hnsw_query *q;
 	uint64_t qid, t0;
 	uint32_t k;
@@ -71,7 +73,8 @@ struct worker {
 	int16_t sconn[SEND_SLOTS];   /* connection of a busy slot: -1 client, else mc[] index */
 	uint8_t *stage_mem;
 	struct dm_mr *stage_mr;
-	size_t stage_size;           /* bytes per slot */
+	size_t stage_size;           /* bytes per slot: room for stage_recs records of the
+				      * largest record size of the views bound */
 	uint32_t stage_recs;
 	struct qslot slot[DEPTH];
 	uint64_t backlog[256];       /* RECV wr_ids of queries waiting for a slot */
@@ -86,10 +89,17 @@ struct worker {
 	uint64_t salvage_log;        /* last "read salvaged" warning */
 	uint32_t nmn;
 	unsigned gen;
-	struct hnsw_src src;
 	struct qslot *cur;           /* the slot being stepped (for src.get) */
-	struct dindex *idx;          /* the view this worker's queries run on */
-	bool draining;               /* cn->idx moved on: finish our queries, then rebind */
+	/* Per graph number: the view this worker's queries of that graph run on (counted in
+	 * its users), its record source, and whether cn's view of the graph moved on (the
+	 * graph's queries in flight finish, new ones wait, then it is bound again). */
+	struct wview {
+		struct dindex *d;
+		struct hnsw_src src;
+		bool draining;
+	} v[DM_MAX_GRAPHS];
+	bool restage;                /* a view needs larger staging: start nothing until every
+				      * slot is free, then reallocate it */
 	bool client_gone;
 	struct ctl_req {
 		uint64_t wr_id;
@@ -111,6 +121,12 @@ struct worker {
 	} fq[FWD_TRACK];
 	uint64_t fq_check;           /* last expiry scan */
 };
+
+/* The view a slot's query runs on. */
+static inline const struct dindex *slot_view(const struct worker *w, const struct qslot *q)
+{
+	return w->v[q->g].d;
+}
 
 static inline void fail(struct qslot *q, int err)
 {

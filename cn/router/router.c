@@ -185,7 +185,7 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	int lv, rc;
 
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->idx;
+	const struct dindex *d = cn->views[0].cur;
 
 	if (!d || d->n < r->ncn) {
 		pthread_rwlock_unlock(&cn->lock);
@@ -300,7 +300,7 @@ static void set_limits(struct router *r)
  * holds mu). */
 static void rank(struct router *r, const float *vec, uint32_t dim)
 {
-	if (r->cn->idx && r->cn->idx->p.metric == DM_METRIC_COS) {
+	if (r->cn->views[0].cur && r->cn->views[0].cur->p.metric == DM_METRIC_COS) {
 		memcpy(r->qv, vec, dim * sizeof(float));
 		dm_normalize(r->qv, dim);
 		vec = r->qv;
@@ -796,7 +796,7 @@ static void *router_thread(void *arg)
 
 		ensure_conns(r);
 		pthread_rwlock_rdlock(&cn->lock);
-		crc = cn->idx ? cn->idx->meta_crc : 0;
+		crc = cn->views[0].cur ? cn->views[0].cur->meta_crc : 0;
 		pthread_rwlock_unlock(&cn->lock);
 		/* No index yet: look for one now and then (a `dmann load` after the start), so
 		 * that the oracle exists before the first query. */
@@ -804,7 +804,7 @@ static void *router_thread(void *arg)
 			last_look = dm_now_ns();
 			if (cn_refresh(cn, false) == 0) {
 				pthread_rwlock_rdlock(&cn->lock);
-				crc = cn->idx ? cn->idx->meta_crc : 0;
+				crc = cn->views[0].cur ? cn->views[0].cur->meta_crc : 0;
 				pthread_rwlock_unlock(&cn->lock);
 			}
 		}
