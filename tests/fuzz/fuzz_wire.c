@@ -4,7 +4,8 @@
  *   1: a server-side handshake fed the messages in turn;
  *   2: a client-side handshake fed the messages after its HELLO;
  *      (control messages through dm_wire_ctl_check and their decoders, CTL_GEN_LIST's
- *      variable-length answer among them; C_CALL, the native client data op, through dm_wire_c_check; the native query
+ *      variable-length answer among them; C_CALL, the native client data op, through
+ *      dm_wire_c_check; the native query
  *      protocol Q_SEARCH..Q_INSERT through dm_wire_q_check, Q_ROUTER's owner table);
  *   3: an S3 flat-index RPC payload (wire.h, FL section; the second byte picks which one)
  *      read with the dm_rbuf reader along its grammar, as mn_flat.c / cn_s3.c read them.
