@@ -23,7 +23,8 @@
  *   0x0001-0x00ff  handshake (every backend, before anything else)
  *   0x0100-0x01ff  tcp transport: one-sided ops as request/response, two-sided SEND
  *   0x1000-0x1fff  control RPC between CN/CLI and MN: objects (0x1000-0x100b), snapshots,
- *                  index generations (0x100c-0x100f); 0x1100-0x11ff the S3 flat-index RPC
+ *                  index generations (0x100c-0x100f, 0x1012-0x1015); 0x1100-0x11ff the S3
+ *                  flat-index RPC
  *                  (catalog, writes, fragments)
  *   0x2000-0x2fff  messages forwarded between compute nodes through memory nodes, router
  *                  state exchange and router settings
@@ -246,7 +247,15 @@ int dm_wire_cluster_check(const char name[DM_HS_CLUSTER_LEN]);
  *   CTL_SNAPSHOT  {}                         -> {}
  *   CTL_GEN_PUBLISH  gen{index, gen, cn=NONE} -> gen_state   (loader: make gen current)
  *   CTL_GEN_REPORT   gen{index, gen, cn}      -> gen_state   (CN: the oldest generation it
- *                                              still uses; cn = NONE only reads the state)
+ *                                              still uses; cn = NONE only reads the state;
+ *                                              gen = DM_GEN_NONE: it reads nothing of it)
+ *   CTL_GEN_LIST     {}                       -> gen_list    (every used entry of the
+ *                                              generation table: u32 count, u32 0, then
+ *                                              count x gen_entry; count <= DM_MAX_GRAPHS)
+ *   CTL_GEN_DROP     gen{index, gen, cn=NONE} -> gen_state   (drop graph `index`: gen must
+ *                                              be its current generation, -ESTALE if not,
+ *                                              -ENOENT for no such graph, -EBUSY while an
+ *                                              older retired one is held; twice: 0)
  *   CTL_ATOMIC    atomic{addr, compare, value, op} -> atomic{old in compare}: an 8-byte CAS
  *                 (op 0) or FAA (op 1) at a region address, done by the memory node's CPU,
  *                 for transports whose device has no atomics (-EFAULT: outside the region
@@ -262,6 +271,16 @@ int dm_wire_cluster_check(const char name[DM_HS_CLUSTER_LEN]);
  * every compute node of the cluster file REPORTed a generation >= g+1, or has not
  * reported for lease_ms ([cn] lease_ms; a CN stops reading from a memory node it could
  * not report to for lease_ms / 2). A CN reports every refresh_ms.
+ *
+ * DROP removes a graph: the current generation's metadata object goes at once (a restarted
+ * memory node never brings the graph back: at restore, the HNSW blocks of an index without
+ * any metadata object are dropped as leftovers), the current generation becomes the
+ * retired one (no current), and its blocks are freed by the rule above (a CN that reads
+ * nothing of the graph reports DM_GEN_NONE). An entry with neither generation is free
+ * again. A later load of the same graph number waits for that release first (the loader's
+ * dgen_wait_released; the memory node refuses PUBLISH with -EBUSY meanwhile) and may start
+ * again at generation 1: its block keys can only collide with blocks of a generation of the
+ * same parity, and none is held any more by then.
  */
 enum dm_wire_ctl_op {
 	DM_OP_CTL_INFO     = 0x1000,
@@ -273,23 +292,28 @@ enum dm_wire_ctl_op {
 	DM_OP_CTL_GEN_PUBLISH = 0x100c,
 	DM_OP_CTL_GEN_REPORT  = 0x100e,
 	DM_OP_CTL_ATOMIC      = 0x1010,
+	DM_OP_CTL_GEN_LIST    = 0x1012,
+	DM_OP_CTL_GEN_DROP    = 0x1014,
 	/* responses: request op + 1 */
 };
 
-#define DM_GEN_NO_CN 0xffffffffu     /* gen.cn of PUBLISH and of a read-only REPORT */
+#define DM_GEN_NO_CN 0xffffffffu     /* gen.cn of PUBLISH, DROP and of a read-only REPORT */
+#define DM_GEN_NONE UINT64_MAX       /* gen of REPORT: this CN reads nothing of the graph
+				      * (above any retired generation: releases it at once) */
 #define DM_GEN_MAX_INDEX 0x7fffffu   /* index numbers of generation keys (23 bits) */
 #define DM_MAX_GRAPHS 16u            /* HNSW graphs of one cluster: numbers 0..15 (the memory
 				      * node's generation table has one entry each) */
 
-struct dm_wire_ctl_gen {       /* CTL_GEN_PUBLISH, CTL_GEN_REPORT request */
+struct dm_wire_ctl_gen {       /* CTL_GEN_PUBLISH, CTL_GEN_REPORT, CTL_GEN_DROP request */
 	uint64_t gen;              /* PUBLISH: the new generation (> 0); REPORT: the oldest
-				    * generation the CN still serves (0: none) */
+				    * generation the CN still serves (0: none reported yet,
+				    * DM_GEN_NONE: reads nothing); DROP: the current one */
 	uint32_t index;            /* <= DM_GEN_MAX_INDEX (0: the HNSW index of dmann load) */
 	uint32_t cn;               /* CN id < 256, or DM_GEN_NO_CN */
 };
 _Static_assert(sizeof(struct dm_wire_ctl_gen) == 16, "ctl_gen layout");
 
-struct dm_wire_ctl_gen_state { /* response of both */
+struct dm_wire_ctl_gen_state { /* response of PUBLISH, REPORT, DROP */
 	uint64_t current;          /* the current generation (see flags) */
 	uint64_t retired;          /* the generation whose objects are still held (see flags) */
 	uint32_t waiting;          /* CNs that hold the retired generation back */
@@ -299,7 +323,23 @@ struct dm_wire_ctl_gen_state { /* response of both */
 };
 _Static_assert(sizeof(struct dm_wire_ctl_gen_state) == 32, "ctl_gen_state layout");
 #define DM_GEN_F_CURRENT 1u    /* an index is there: current is valid */
-#define DM_GEN_F_RETIRED 2u    /* retired is valid (and < current) */
+#define DM_GEN_F_RETIRED 2u    /* retired is valid (and < current when both; alone after a
+				* DROP) */
+
+struct dm_wire_ctl_gen_entry { /* one generation-table entry of CTL_GEN_LIST's response */
+	uint32_t index;            /* <= DM_GEN_MAX_INDEX */
+	uint32_t flags;            /* DM_GEN_F_*; neither: only compute nodes' reports */
+	uint64_t current;          /* with DM_GEN_F_CURRENT, else 0 */
+	uint64_t retired;          /* with DM_GEN_F_RETIRED, else 0 */
+};
+_Static_assert(sizeof(struct dm_wire_ctl_gen_entry) == 24, "ctl_gen_entry layout");
+#define DM_WIRE_CTL_GEN_LIST_HDR 8u   /* u32 count, u32 reserved (0) */
+#define DM_WIRE_CTL_GEN_LIST_MAX (DM_WIRE_CTL_GEN_LIST_HDR + DM_MAX_GRAPHS * 24u)
+
+struct dm_wire_ctl_gen_list {  /* CTL_GEN_LIST response, decoded (not a wire layout) */
+	uint32_t count;            /* <= DM_MAX_GRAPHS */
+	struct dm_wire_ctl_gen_entry e[DM_MAX_GRAPHS];
+};
 
 /* Object keys of generation gen of HNSW index `index`, in cluster.h's dm_obj_key layout
  * (kind << 56 | index << 32 | number): the metadata's number is the generation's low 32
@@ -357,10 +397,13 @@ _Static_assert(sizeof(struct dm_wire_ctl_atomic) == 32, "ctl_atomic layout");
 #define DM_CTL_COMMIT_MUTABLE (UINT64_C(1) << 32)
 _Static_assert(sizeof(struct dm_wire_ctl_obj) == 32, "ctl_obj layout");
 
-/* Fixed body length of a control message, or -EPROTO for an unknown control op. */
+/* Fixed body length of a control message, or -EPROTO for an unknown control op (for a
+ * CTL_GEN_LIST response with status 0: DM_WIRE_CTL_GEN_LIST_HDR, its fixed part). */
 int dm_wire_ctl_body_len(uint16_t op, int32_t status);
 /* Validate a decoded control header against the buffer length it came in: the op is a
- * control op, length equals the buffer length and header + fixed body. 0, -EBADMSG, -EPROTO. */
+ * control op, length equals the buffer length and header + fixed body (a CTL_GEN_LIST
+ * response: header + fixed part + up to DM_MAX_GRAPHS whole entries). 0, -EBADMSG,
+ * -EPROTO. */
 int dm_wire_ctl_check(const struct dm_wire_hdr *h, size_t buflen);
 void dm_wire_ctl_info_encode(uint8_t *buf, const struct dm_wire_ctl_info *m);
 int dm_wire_ctl_info_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_info *m);
@@ -370,13 +413,20 @@ void dm_wire_ctl_atomic_encode(uint8_t *buf, const struct dm_wire_ctl_atomic *m)
 int dm_wire_ctl_atomic_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_atomic *m);
 int dm_wire_ctl_obj_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_obj *m);
 /* gen decode: index <= DM_GEN_MAX_INDEX, cn < DM_MAX_NODES_WIRE or DM_GEN_NO_CN. state
- * decode: known flags, RETIRED only with CURRENT and retired < current, waiting 0 without
- * RETIRED, reserved 0. */
+ * decode: known flags, retired < current when both are there (RETIRED alone: a dropped
+ * graph), waiting 0 and retired 0 without RETIRED, reserved 0. */
 void dm_wire_ctl_gen_encode(uint8_t *buf, const struct dm_wire_ctl_gen *m);
 int dm_wire_ctl_gen_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_gen *m);
 void dm_wire_ctl_gen_state_encode(uint8_t *buf, const struct dm_wire_ctl_gen_state *m);
 int dm_wire_ctl_gen_state_decode(const uint8_t *buf, size_t len,
 				 struct dm_wire_ctl_gen_state *m);
+/* gen_list encode writes DM_WIRE_CTL_GEN_LIST_HDR + count * 24 bytes (count <=
+ * DM_MAX_GRAPHS; buf has room for DM_WIRE_CTL_GEN_LIST_MAX) and returns that length. decode
+ * needs len exactly that, count <= DM_MAX_GRAPHS, reserved 0, and per entry: index <=
+ * DM_GEN_MAX_INDEX and no index twice, known flags, current 0 without CURRENT and retired 0
+ * without RETIRED, retired < current with both. 0 or -EBADMSG. */
+size_t dm_wire_ctl_gen_list_encode(uint8_t *buf, const struct dm_wire_ctl_gen_list *m);
+int dm_wire_ctl_gen_list_decode(const uint8_t *buf, size_t len, struct dm_wire_ctl_gen_list *m);
 
 /* ---- native query protocol: client <-> compute node (0x3000-0x30ff) --------------------
  *

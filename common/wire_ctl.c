@@ -7,7 +7,7 @@ int dm_wire_ctl_body_len(uint16_t op, int32_t status)
 {
 	bool resp = op & 1;
 
-	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_ATOMIC + 1)
+	if (op < DM_OP_CTL_INFO || op > DM_OP_CTL_GEN_DROP + 1)
 		return -EPROTO;
 	if (resp && status)
 		return 0;
@@ -24,8 +24,11 @@ int dm_wire_ctl_body_len(uint16_t op, int32_t status)
 		return 0;
 	case DM_OP_CTL_ATOMIC:
 		return sizeof(struct dm_wire_ctl_atomic);
+	case DM_OP_CTL_GEN_LIST:
+		return resp ? (int)DM_WIRE_CTL_GEN_LIST_HDR : 0;
 	case DM_OP_CTL_GEN_PUBLISH:
 	case DM_OP_CTL_GEN_REPORT:
+	case DM_OP_CTL_GEN_DROP:
 		return resp ? (int)sizeof(struct dm_wire_ctl_gen_state) :
 			      (int)sizeof(struct dm_wire_ctl_gen);
 	default:
@@ -41,6 +44,15 @@ int dm_wire_ctl_check(const struct dm_wire_hdr *h, size_t buflen)
 		return body;
 	if (!(h->op & 1) && h->status != 0)
 		return -EBADMSG;
+	if (h->op == DM_OP_CTL_GEN_LIST + 1 && !h->status) {
+		uint32_t b = h->length - DM_WIRE_HDR_LEN;   /* the header decoder checked >= */
+
+		if (h->length != buflen || h->length < DM_WIRE_HDR_LEN ||
+		    b < DM_WIRE_CTL_GEN_LIST_HDR || b > DM_WIRE_CTL_GEN_LIST_MAX ||
+		    (b - DM_WIRE_CTL_GEN_LIST_HDR) % sizeof(struct dm_wire_ctl_gen_entry))
+			return -EBADMSG;
+		return 0;
+	}
 	if (h->length != buflen || h->length != DM_WIRE_HDR_LEN + (uint32_t)body)
 		return -EBADMSG;
 	return 0;
@@ -160,10 +172,64 @@ int dm_wire_ctl_gen_state_decode(const uint8_t *b, size_t len, struct dm_wire_ct
 	m->reserved = dm_get_le32(b + 28);
 	if (m->reserved || (m->flags & ~(DM_GEN_F_CURRENT | DM_GEN_F_RETIRED)))
 		return -EBADMSG;
-	if ((m->flags & DM_GEN_F_RETIRED) &&
-	    (!(m->flags & DM_GEN_F_CURRENT) || m->retired >= m->current))
+	/* RETIRED alone: a dropped graph whose blocks are still held */
+	if ((m->flags & DM_GEN_F_RETIRED) && (m->flags & DM_GEN_F_CURRENT) &&
+	    m->retired >= m->current)
 		return -EBADMSG;
 	if (!(m->flags & DM_GEN_F_RETIRED) && (m->waiting || m->retired))
 		return -EBADMSG;
 	return 0;
+}
+
+size_t dm_wire_ctl_gen_list_encode(uint8_t *b, const struct dm_wire_ctl_gen_list *m)
+{
+	uint32_t n = DM_MIN(m->count, DM_MAX_GRAPHS);
+	uint8_t *p = b + DM_WIRE_CTL_GEN_LIST_HDR;
+
+	dm_put_le32(b + 0, n);
+	dm_put_le32(b + 4, 0);
+	for (uint32_t i = 0; i < n; i++, p += sizeof(struct dm_wire_ctl_gen_entry)) {
+		dm_put_le32(p + 0, m->e[i].index);
+		dm_put_le32(p + 4, m->e[i].flags);
+		dm_put_le64(p + 8, m->e[i].current);
+		dm_put_le64(p + 16, m->e[i].retired);
+	}
+	return (size_t)(p - b);
+}
+
+int dm_wire_ctl_gen_list_decode(const uint8_t *b, size_t len, struct dm_wire_ctl_gen_list *m)
+{
+	const uint8_t *p = b + DM_WIRE_CTL_GEN_LIST_HDR;
+	uint32_t n;
+
+	memset(m, 0, sizeof(*m));
+	if (len < DM_WIRE_CTL_GEN_LIST_HDR)
+		return -EBADMSG;
+	n = dm_get_le32(b + 0);
+	if (n > DM_MAX_GRAPHS || dm_get_le32(b + 4) ||
+	    len != DM_WIRE_CTL_GEN_LIST_HDR + (size_t)n * sizeof(struct dm_wire_ctl_gen_entry))
+		return -EBADMSG;
+	for (uint32_t i = 0; i < n; i++, p += sizeof(struct dm_wire_ctl_gen_entry)) {
+		struct dm_wire_ctl_gen_entry *e = &m->e[i];
+
+		e->index = dm_get_le32(p + 0);
+		e->flags = dm_get_le32(p + 4);
+		e->current = dm_get_le64(p + 8);
+		e->retired = dm_get_le64(p + 16);
+		if (e->index > DM_GEN_MAX_INDEX ||
+		    (e->flags & ~(DM_GEN_F_CURRENT | DM_GEN_F_RETIRED)) ||
+		    (!(e->flags & DM_GEN_F_CURRENT) && e->current) ||
+		    (!(e->flags & DM_GEN_F_RETIRED) && e->retired) ||
+		    ((e->flags & DM_GEN_F_CURRENT) && (e->flags & DM_GEN_F_RETIRED) &&
+		     e->retired >= e->current))
+			goto bad;
+		for (uint32_t j = 0; j < i; j++)
+			if (m->e[j].index == e->index)
+				goto bad;
+	}
+	m->count = n;
+	return 0;
+bad:
+	memset(m, 0, sizeof(*m));
+	return -EBADMSG;
 }

@@ -77,7 +77,24 @@ static void fill_info(struct mn *m, struct dm_wire_ctl_info *info)
 	info->numa_node = m->st->region.numa_node;
 }
 
-/* CTL_GEN_PUBLISH / CTL_GEN_REPORT: the generation table of mn_store. */
+/* CTL_GEN_LIST: every used entry of the generation table. */
+static int handle_gen_list(struct mn *m, uint8_t *out, uint32_t *olen)
+{
+	struct mn_gen_entry e[MN_MAX_GEN_INDEXES];
+	struct dm_wire_ctl_gen_list l = { 0 };
+
+	_Static_assert(MN_MAX_GEN_INDEXES <= DM_MAX_GRAPHS, "gen_list holds every entry");
+	l.count = mn_store_gen_list(m->st, e, MN_MAX_GEN_INDEXES);
+	for (uint32_t i = 0; i < l.count; i++)
+		l.e[i] = (struct dm_wire_ctl_gen_entry){
+			.index = e[i].index, .current = e[i].current, .retired = e[i].retired,
+			.flags = (e[i].has_current ? DM_GEN_F_CURRENT : 0) |
+				 (e[i].has_retired ? DM_GEN_F_RETIRED : 0) };
+	*olen = (uint32_t)dm_wire_ctl_gen_list_encode(out, &l);
+	return 0;
+}
+
+/* CTL_GEN_PUBLISH / CTL_GEN_REPORT / CTL_GEN_DROP: the generation table of mn_store. */
 static int handle_gen(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body,
 		      uint8_t *out, uint32_t *olen)
 {
@@ -95,6 +112,13 @@ static int handle_gen(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *
 		rc = mn_store_gen_publish(m->st, g.index, g.gen, &gs);
 		if (rc == 0)
 			dm_info("mn%u: index %u generation %llu published", m->node->id, g.index,
+				(unsigned long long)g.gen);
+	} else if (h->op == DM_OP_CTL_GEN_DROP) {
+		if (g.cn != DM_GEN_NO_CN)
+			return -EINVAL;
+		rc = mn_store_gen_drop(m->st, g.index, g.gen, &gs);
+		if (rc == 0)
+			dm_info("mn%u: index %u (generation %llu) dropped", m->node->id, g.index,
 				(unsigned long long)g.gen);
 	} else {
 		if (g.cn != DM_GEN_NO_CN && g.cn >= m->cfg->n_cn)
@@ -152,8 +176,11 @@ static int handle(struct mn *m, const struct dm_wire_hdr *h, const uint8_t *body
 	int rc;
 
 	*olen = 0;
-	if (h->op == DM_OP_CTL_GEN_PUBLISH || h->op == DM_OP_CTL_GEN_REPORT)
+	if (h->op == DM_OP_CTL_GEN_PUBLISH || h->op == DM_OP_CTL_GEN_REPORT ||
+	    h->op == DM_OP_CTL_GEN_DROP)
 		return handle_gen(m, h, body, out, olen);
+	if (h->op == DM_OP_CTL_GEN_LIST)
+		return handle_gen_list(m, out, olen);
 	if (h->op == DM_OP_CTL_ATOMIC)
 		return handle_atomic(m, body, out, olen);
 	if (h->op != DM_OP_CTL_INFO && h->op != DM_OP_CTL_SNAPSHOT)
@@ -255,7 +282,7 @@ static void *conn_thread(void *arg)
 	struct conn_arg *a = arg;
 	struct mn *m = a->m;
 	struct dm_rpc_chan ch;
-	uint8_t out[256];
+	uint8_t out[DM_MAX(256, DM_WIRE_CTL_GEN_LIST_MAX)];
 	int rc;
 
 	rc = dm_rpc_chan_init(&ch, a->c, m->pool, 4096, 10000);

@@ -161,6 +161,23 @@ int mn_store_lookup(struct mn_store *st, uint64_t key, struct mn_obj *out)
 	return rc;
 }
 
+static void free_obj(struct mn_store *st, struct mn_obj *o)
+{
+	o->state = MN_OBJ_FREE;
+	st->objver++;
+	/* Committed objects keep only their exact length: restore the hole. */
+	o->len = DM_ALIGN_UP(o->len, MN_OBJ_ALIGN);
+}
+
+/* Give trailing holes back to the bump pointer. */
+static void trim(struct mn_store *st)
+{
+	while (st->nobj > 0 && st->objs[st->nobj - 1].state == MN_OBJ_FREE) {
+		st->used = st->objs[st->nobj - 1].off;
+		st->nobj--;
+	}
+}
+
 static int drop_locked(struct mn_store *st, uint64_t key_value, uint64_t mask)
 {
 	int n = 0;
@@ -169,18 +186,11 @@ static int drop_locked(struct mn_store *st, uint64_t key_value, uint64_t mask)
 		struct mn_obj *o = &st->objs[i];
 
 		if (o->state != MN_OBJ_FREE && (o->key & mask) == (key_value & mask)) {
-			o->state = MN_OBJ_FREE;
-			st->objver++;
-			/* Committed objects keep only their exact length: restore the hole. */
-			o->len = DM_ALIGN_UP(o->len, MN_OBJ_ALIGN);
+			free_obj(st, o);
 			n++;
 		}
 	}
-	/* Give trailing holes back to the bump pointer. */
-	while (st->nobj > 0 && st->objs[st->nobj - 1].state == MN_OBJ_FREE) {
-		st->used = st->objs[st->nobj - 1].off;
-		st->nobj--;
-	}
+	trim(st);
 	return n;
 }
 
@@ -196,16 +206,24 @@ int mn_store_drop(struct mn_store *st, uint64_t key_value, uint64_t mask)
 
 /* ---- index generations ------------------------------------------------------------------ */
 
+/* The entry of index; with create, a free one (or, when none is free, one that holds no
+ * generation: only compute nodes' reports of another index) taken for it. */
 static struct mn_gen *gen_find(struct mn_store *st, uint32_t index, bool create)
 {
-	struct mn_gen *free_g = NULL;
+	struct mn_gen *free_g = NULL, *empty_g = NULL;
 
 	for (uint32_t i = 0; i < MN_MAX_GEN_INDEXES; i++) {
-		if (st->gens[i].used && st->gens[i].index == index)
-			return &st->gens[i];
-		if (!st->gens[i].used && !free_g)
-			free_g = &st->gens[i];
+		struct mn_gen *g = &st->gens[i];
+
+		if (g->used && g->index == index)
+			return g;
+		if (!g->used && !free_g)
+			free_g = g;
+		if (g->used && !g->has_current && !g->has_retired && !empty_g)
+			empty_g = g;
 	}
+	if (!free_g)
+		free_g = empty_g;
 	if (!create || !free_g)
 		return NULL;
 	memset(free_g, 0, sizeof(*free_g));
@@ -235,6 +253,8 @@ static void gen_collect(struct mn_store *st, struct mn_gen *g, struct mn_gen_sta
 				(unsigned long long)g->retired, freed);
 			g->has_retired = false;
 			g->retired = 0;
+			if (!g->has_current)
+				g->used = false;   /* a dropped graph is gone: the entry is free */
 		}
 	}
 	if (out)
@@ -306,6 +326,60 @@ int mn_store_gen_report(struct mn_store *st, uint32_t index, uint32_t cn, uint64
 	return 0;
 }
 
+int mn_store_gen_drop(struct mn_store *st, uint32_t index, uint64_t gen,
+		      struct mn_gen_state *out)
+{
+	struct mn_gen *g;
+	int rc = 0;
+
+	pthread_mutex_lock(&st->lock);
+	g = gen_find(st, index, false);
+	if (g)
+		gen_collect(st, g, NULL);
+	if (!g || !g->used) {
+		rc = -ENOENT;
+		g = NULL;
+	} else if (!g->has_current) {
+		/* dropped before: harmless while its blocks are held */
+		rc = g->has_retired && g->retired == gen ? 0 : -ENOENT;
+	} else if (gen != g->current) {
+		rc = -ESTALE;
+	} else if (g->has_retired) {
+		rc = -EBUSY;   /* one retired generation at a time */
+	} else {
+		uint32_t n = (uint32_t)drop_locked(st, dm_gen_meta_key(index, gen), ~0ull);
+
+		dm_info("mn: index %u dropped: generation %llu retired (%u metadata object%s "
+			"freed)", index, (unsigned long long)gen, n, n == 1 ? "" : "s");
+		g->has_current = false;
+		g->current = 0;
+		g->has_retired = true;
+		g->retired = gen;
+	}
+	gen_collect(st, g, out);
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+uint32_t mn_store_gen_list(struct mn_store *st, struct mn_gen_entry *out, uint32_t cap)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t i = 0; i < MN_MAX_GEN_INDEXES && n < cap; i++) {
+		const struct mn_gen *g = &st->gens[i];
+
+		if (!g->used)
+			continue;
+		out[n++] = (struct mn_gen_entry){
+			.index = g->index, .has_current = g->has_current,
+			.has_retired = g->has_retired, .current = g->has_current ? g->current : 0,
+			.retired = g->has_retired ? g->retired : 0 };
+	}
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
 void mn_store_gen_tick(struct mn_store *st)
 {
 	pthread_mutex_lock(&st->lock);
@@ -315,10 +389,46 @@ void mn_store_gen_tick(struct mn_store *st)
 	pthread_mutex_unlock(&st->lock);
 }
 
+/* The HNSW blocks of an index without any metadata object are dropped: leftovers of a
+ * dropped graph (CTL_GEN_DROP drops the metadata at once, the blocks once released). st->lock
+ * held. */
+static void drop_orphan_blocks(struct mn_store *st)
+{
+	uint8_t *meta = calloc((DM_GEN_MAX_INDEX + 1) / 8, 1);   /* indexes with metadata */
+	uint32_t n = 0;
+
+	if (!meta) {
+		dm_warn("mn: out of memory: leftover blocks of dropped graphs are kept");
+		return;
+	}
+	for (uint32_t i = 0; i < st->nobj; i++) {
+		const struct mn_obj *o = &st->objs[i];
+		uint32_t index = (uint32_t)(o->key >> 32) & DM_GEN_MAX_INDEX;
+
+		if (o->state == MN_OBJ_COMMITTED && (o->key >> 56) == DM_GEN_KIND_META)
+			meta[index / 8] |= (uint8_t)(1u << (index % 8));
+	}
+	for (uint32_t i = 0; i < st->nobj; i++) {
+		struct mn_obj *o = &st->objs[i];
+		uint32_t index = (uint32_t)(o->key >> 32) & DM_GEN_MAX_INDEX;
+
+		if (o->state != MN_OBJ_COMMITTED || (o->key >> 56) != DM_GEN_KIND_BLOCK ||
+		    (meta[index / 8] >> (index % 8) & 1))
+			continue;
+		free_obj(st, o);
+		n++;
+	}
+	trim(st);
+	free(meta);
+	if (n)
+		dm_info("mn: %u leftover blocks of dropped graphs (no metadata) freed", n);
+}
+
 /* After a restore: each index's current generation is its newest metadata object, the one
- * before it (if any) the retired one. st->lock held. */
+ * before it (if any) the retired one; leftovers of dropped graphs go. st->lock held. */
 static void gen_rebuild(struct mn_store *st)
 {
+	drop_orphan_blocks(st);
 	for (uint32_t i = 0; i < st->nobj; i++) {
 		struct mn_obj *o = &st->objs[i];
 		uint32_t index = (uint32_t)(o->key >> 32) & DM_GEN_MAX_INDEX;

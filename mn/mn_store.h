@@ -39,8 +39,10 @@ struct mn_obj {
  * what every compute node of the cluster file last reported (the oldest generation it may
  * still read; 0 before its first report) and when. The retired generation's objects are
  * dropped as soon as no compute node holds it: every CN reported a newer generation, or
- * has not reported for lease_ns. The table is rebuilt from the metadata keys at restore
- * (reports start empty: a restarted memory node waits for the CNs' next reports). */
+ * has not reported for lease_ns. An entry with neither generation (a dropped graph,
+ * released) is free again. The table is rebuilt from the metadata keys at restore (reports
+ * start empty: a restarted memory node waits for the CNs' next reports); the HNSW blocks
+ * of an index without metadata (a dropped graph's) are dropped then. */
 #define MN_MAX_GEN_INDEXES DM_MAX_GRAPHS
 
 struct mn_gen {
@@ -56,6 +58,12 @@ struct mn_gen_state {
 	uint64_t current, retired;
 	uint32_t waiting;          /* CNs holding the retired generation */
 	uint32_t freed;            /* objects dropped by this call */
+};
+
+struct mn_gen_entry {          /* mn_store_gen_list */
+	uint32_t index;
+	bool has_current, has_retired;
+	uint64_t current, retired; /* 0 when not there */
 };
 
 struct mn_store {
@@ -106,6 +114,16 @@ int mn_store_gen_publish(struct mn_store *st, uint32_t index, uint64_t gen,
 int mn_store_gen_report(struct mn_store *st, uint32_t index, uint32_t cn, uint64_t gen,
 			struct mn_gen_state *out);
 void mn_store_gen_tick(struct mn_store *st);
+/* drop (CTL_GEN_DROP): graph index goes. Its current generation gen's metadata object is
+ * dropped at once and gen becomes the retired generation (no current one), whose blocks
+ * the rule above frees (a CN reporting DM_GEN_NONE or anything > gen no longer holds it);
+ * then the entry is free again. -ENOENT: no such graph; -ESTALE: gen is not the current
+ * one; -EBUSY: an older retired generation is still held. Dropping again while gen's blocks
+ * are held is 0. Fills *out (may be NULL) like the others. */
+int mn_store_gen_drop(struct mn_store *st, uint32_t index, uint64_t gen,
+		      struct mn_gen_state *out);
+/* list (CTL_GEN_LIST): every used entry of the table, at most cap, into out; their count. */
+uint32_t mn_store_gen_list(struct mn_store *st, struct mn_gen_entry *out, uint32_t cap);
 
 /* Save committed objects to path (path.tmp, fsync, rename). 0 or -errno. */
 int mn_store_snapshot(struct mn_store *st, const char *path);

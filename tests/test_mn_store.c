@@ -1,5 +1,6 @@
 /* test_mn_store.c: memory-node objects: allocate, commit with checksum, lookup, drop and
- * hole reuse, snapshot round trip, corrupted and truncated snapshots refused. */
+ * hole reuse, snapshot round trip, corrupted and truncated snapshots refused; index
+ * generations (publish, report, list, drop of a graph) and their messages. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,12 +258,227 @@ Test(mn_store, generation_messages)
 	st = (struct dm_wire_ctl_gen_state){ .flags = 4 };
 	dm_wire_ctl_gen_state_encode(b, &st);
 	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), -EBADMSG);
-	st = (struct dm_wire_ctl_gen_state){ .flags = DM_GEN_F_RETIRED };   /* without current */
+	/* retired without current: a dropped graph whose blocks are still held */
+	st = (struct dm_wire_ctl_gen_state){ .flags = DM_GEN_F_RETIRED, .retired = 4, .waiting = 1 };
 	dm_wire_ctl_gen_state_encode(b, &st);
-	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), -EBADMSG);
+	cr_assert_eq(dm_wire_ctl_gen_state_decode(b, sizeof(st), &st2), 0);
+	cr_assert(st2.flags == DM_GEN_F_RETIRED && st2.retired == 4 && st2.waiting == 1);
 	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_REPORT, 0), (int)sizeof(g));
 	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_PUBLISH + 1, 0), (int)sizeof(st));
 	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_REPORT + 1, -EBUSY), 0);
+}
+
+/* One generation of graph `index`: metadata + two blocks. */
+static void put_gen_of(struct mn_store *st, uint32_t index, uint64_t gen)
+{
+	put(st, dm_gen_meta_key(index, gen), 200);
+	put(st, dm_gen_block_key(index, gen, 0), 4096);
+	put(st, dm_gen_block_key(index, gen, 1), 4096);
+}
+
+/* The entry of index in a list, or NULL. */
+static const struct mn_gen_entry *entry_of(const struct mn_gen_entry *e, uint32_t n,
+					   uint32_t index)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (e[i].index == index)
+			return &e[i];
+	return NULL;
+}
+
+/* GEN_LIST: one entry per used table entry, after publishes of graphs 0 and 3. */
+Test(mn_store, gen_list)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	struct mn_gen_entry e[MN_MAX_GEN_INDEXES];
+	const struct mn_gen_entry *x;
+	struct mn_gen_state gs;
+	uint32_t n;
+
+	cr_assert_not_null(st);
+	mn_store_gen_setup(st, 1, 1000);
+	cr_assert_eq(mn_store_gen_list(st, e, MN_MAX_GEN_INDEXES), 0);
+	put_gen_of(st, 0, 1);
+	put_gen_of(st, 3, 1);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_publish(st, 3, 1, &gs), 0);
+	put_gen_of(st, 3, 2);
+	cr_assert_eq(mn_store_gen_report(st, 3, 0, 1, &gs), 0);   /* CN 0 reads 1 of graph 3 */
+	cr_assert_eq(mn_store_gen_publish(st, 3, 2, &gs), 0);
+	n = mn_store_gen_list(st, e, MN_MAX_GEN_INDEXES);
+	cr_assert_eq(n, 2);
+	x = entry_of(e, n, 0);
+	cr_assert(x && x->has_current && x->current == 1 && !x->has_retired && !x->retired);
+	x = entry_of(e, n, 3);
+	cr_assert(x && x->has_current && x->current == 2 && x->has_retired && x->retired == 1);
+	cr_assert_eq(mn_store_gen_list(st, e, 1), 1, "at most cap entries");
+	/* A read-only report of an unknown graph creates nothing. */
+	cr_assert_eq(mn_store_gen_report(st, 5, DM_GEN_NO_CN, 0, &gs), 0);
+	cr_assert_eq(mn_store_gen_list(st, e, MN_MAX_GEN_INDEXES), 2);
+	mn_store_free(st);
+}
+
+/* GEN_DROP: the metadata goes at once, the blocks once every CN reported DM_GEN_NONE or a
+ * newer generation (or its lease ran out); then the entry is free, a new load of the same
+ * graph starts again, and a restore drops a dropped graph's leftover blocks. */
+Test(mn_store, gen_drop)
+{
+	struct mn_store *st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	struct mn_gen_entry e[MN_MAX_GEN_INDEXES];
+	struct mn_gen_state gs;
+	char path[] = "/tmp/dmann-gdrop-XXXXXX", err[256];
+	int fd = mkstemp(path);
+
+	cr_assert_not_null(st);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	mn_store_gen_setup(st, 2, 1000);
+	cr_assert_eq(mn_store_gen_drop(st, 2, 1, &gs), -ENOENT, "no such graph");
+	put_gen_of(st, 2, 1);
+	put_gen_of(st, 0, 1);
+	cr_assert_eq(mn_store_gen_publish(st, 2, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_report(st, 2, 0, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_report(st, 2, 1, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_drop(st, 2, 2, &gs), -ESTALE, "not the current generation");
+	cr_assert_eq(mn_store_gen_drop(st, 2, 1, &gs), 0);
+	cr_assert(!gs.has_current && gs.has_retired && gs.retired == 1 && gs.waiting == 2);
+	cr_assert(!has(st, dm_gen_meta_key(2, 1)), "metadata dropped at once");
+	cr_assert(has(st, dm_gen_block_key(2, 1, 0)) && has(st, dm_gen_block_key(2, 1, 1)),
+		  "blocks held while CNs read them");
+	cr_assert_eq(mn_store_gen_drop(st, 2, 1, &gs), 0, "dropping twice is harmless");
+	cr_assert_eq(mn_store_gen_publish(st, 2, 1, &gs), -ENOENT, "its metadata is gone");
+	/* A snapshot now: restored, the graph's blocks have no metadata and are dropped. */
+	cr_assert_eq(mn_store_snapshot(st, path), 0);
+	/* CN 0 reads nothing of it any more; CN 1 still does. */
+	cr_assert_eq(mn_store_gen_report(st, 2, 0, DM_GEN_NONE, &gs), 0);
+	cr_assert(gs.has_retired && gs.waiting == 1 && !gs.freed);
+	cr_assert(has(st, dm_gen_block_key(2, 1, 0)));
+	cr_assert_eq(mn_store_gen_report(st, 2, 1, DM_GEN_NONE, &gs), 0);
+	cr_assert(!gs.has_current && !gs.has_retired && gs.freed == 2, "freed %u", gs.freed);
+	cr_assert(!has(st, dm_gen_block_key(2, 1, 0)) && !has(st, dm_gen_block_key(2, 1, 1)));
+	cr_assert(has(st, dm_gen_meta_key(0, 1)) && has(st, dm_gen_block_key(0, 1, 0)),
+		  "graph 0 untouched");
+	/* The entry is free again (CN 1's report of DM_GEN_NONE above made the last one). */
+	cr_assert_eq(mn_store_gen_drop(st, 2, 1, &gs), -ENOENT, "released: gone");
+	uint32_t n = mn_store_gen_list(st, e, MN_MAX_GEN_INDEXES);
+
+	cr_assert_eq(n, 1);
+	cr_assert_eq(e[0].index, 0);
+	/* A new load of graph 2 starts again at generation 1 (same block keys as before). */
+	put_gen_of(st, 2, 1);
+	cr_assert_eq(mn_store_gen_publish(st, 2, 1, &gs), 0);
+	cr_assert(gs.has_current && gs.current == 1 && !gs.has_retired);
+	/* A drop released by the lease: CNs silent for lease_ms. */
+	cr_assert_eq(mn_store_gen_report(st, 2, 0, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_drop(st, 2, 1, &gs), 0);
+	cr_assert(gs.has_retired && gs.waiting == 2, "CN 1 silent since the setup: %u",
+		  gs.waiting);
+	cr_assert_eq(mn_store_gen_publish(st, 2, 3, &gs), -ENOENT);
+	usleep(1100000);
+	mn_store_gen_tick(st);
+	cr_assert(!has(st, dm_gen_block_key(2, 1, 0)));
+	cr_assert_eq(mn_store_gen_list(st, e, MN_MAX_GEN_INDEXES), 1);
+	/* While an older retired generation is held, a drop waits (-EBUSY). */
+	put_gen_of(st, 0, 2);
+	cr_assert_eq(mn_store_gen_report(st, 0, 0, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_report(st, 0, 1, 1, &gs), 0);
+	cr_assert_eq(mn_store_gen_publish(st, 0, 2, &gs), 0);
+	cr_assert(gs.has_retired && gs.retired == 1);
+	cr_assert_eq(mn_store_gen_drop(st, 0, 2, &gs), -EBUSY);
+	cr_assert(has(st, dm_gen_meta_key(0, 2)));
+	mn_store_free(st);
+
+	/* Restore of the snapshot taken after the drop: graph 2's blocks are leftovers. */
+	st = mn_store_new(1 << 20, -1, DM_HUGE_OFF);
+	cr_assert_eq(mn_store_restore(st, path, err, sizeof(err)), 0, "%s", err);
+	mn_store_gen_setup(st, 2, 1000);
+	cr_assert(!has(st, dm_gen_block_key(2, 1, 0)) && !has(st, dm_gen_block_key(2, 1, 1)));
+	cr_assert(has(st, dm_gen_meta_key(0, 1)) && has(st, dm_gen_block_key(0, 1, 1)));
+	n = mn_store_gen_list(st, e, MN_MAX_GEN_INDEXES);
+	cr_assert_eq(n, 1);
+	cr_assert(e[0].index == 0 && e[0].has_current && e[0].current == 1);
+	mn_store_free(st);
+	unlink(path);
+}
+
+/* CTL_GEN_LIST's answer: round trip; bad lengths, counts and entries refused. */
+Test(mn_store, gen_list_message)
+{
+	struct dm_wire_ctl_gen_list l = { .count = 2 }, l2;
+	uint8_t b[DM_WIRE_CTL_GEN_LIST_MAX + 24];
+	struct dm_wire_hdr h = { .op = DM_OP_CTL_GEN_LIST + 1 };
+	size_t n;
+
+	l.e[0] = (struct dm_wire_ctl_gen_entry){ .index = 0, .flags = DM_GEN_F_CURRENT,
+						 .current = 7 };
+	l.e[1] = (struct dm_wire_ctl_gen_entry){ .index = 3, .flags = DM_GEN_F_RETIRED,
+						 .retired = 0x100000002ull };
+	n = dm_wire_ctl_gen_list_encode(b, &l);
+	cr_assert_eq(n, 8 + 2 * 24);
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n, &l2), 0);
+	cr_assert_eq(l2.count, 2);
+	cr_assert_eq(memcmp(l2.e, l.e, 2 * sizeof(l.e[0])), 0);
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n - 1, &l2), -EBADMSG, "short");
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n + 1, &l2), -EBADMSG, "long");
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, 7, &l2), -EBADMSG, "no count");
+	dm_put_le32(b + 4, 1);
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n, &l2), -EBADMSG, "reserved");
+	dm_put_le32(b + 4, 0);
+	dm_put_le32(b, DM_MAX_GRAPHS + 1);
+	memset(b + n, 0, sizeof(b) - n);
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, 8 + (DM_MAX_GRAPHS + 1) * 24, &l2), -EBADMSG,
+		     "too many entries");
+	/* Bad entries. */
+	struct dm_wire_ctl_gen_entry bad[] = {
+		{ .index = DM_GEN_MAX_INDEX + 1, .flags = DM_GEN_F_CURRENT, .current = 1 },
+		{ .index = 1, .flags = 4 },
+		{ .index = 1, .current = 3 },                    /* current without the flag */
+		{ .index = 1, .flags = DM_GEN_F_CURRENT, .retired = 3, .current = 4 },
+		{ .index = 1, .flags = DM_GEN_F_CURRENT | DM_GEN_F_RETIRED, .current = 3,
+		  .retired = 3 },
+		{ .index = 0, .flags = DM_GEN_F_CURRENT, .current = 1 },   /* index 0 twice */
+	};
+	for (size_t i = 0; i < DM_ARRAY_SIZE(bad); i++) {
+		l.e[1] = bad[i];
+		n = dm_wire_ctl_gen_list_encode(b, &l);
+		cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n, &l2), -EBADMSG, "entry %zu", i);
+	}
+	/* An empty list, and a full one. */
+	l.count = 0;
+	n = dm_wire_ctl_gen_list_encode(b, &l);
+	cr_assert_eq(n, 8);
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n, &l2), 0);
+	cr_assert_eq(l2.count, 0);
+	l.count = DM_MAX_GRAPHS;
+	for (uint32_t i = 0; i < DM_MAX_GRAPHS; i++)
+		l.e[i] = (struct dm_wire_ctl_gen_entry){ .index = i, .flags = DM_GEN_F_CURRENT |
+							 DM_GEN_F_RETIRED, .current = i + 2,
+							 .retired = i + 1 };
+	n = dm_wire_ctl_gen_list_encode(b, &l);
+	cr_assert_eq(n, DM_WIRE_CTL_GEN_LIST_MAX);
+	cr_assert_eq(dm_wire_ctl_gen_list_decode(b, n, &l2), 0);
+	cr_assert_eq(memcmp(&l2, &l, sizeof(l)), 0);
+	/* The header checks: the request is empty, the answer as long as its entries. */
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_LIST, 0), 0);
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_DROP, 0),
+		     (int)sizeof(struct dm_wire_ctl_gen));
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_DROP + 1, 0),
+		     (int)sizeof(struct dm_wire_ctl_gen_state));
+	cr_assert_eq(dm_wire_ctl_body_len(DM_OP_CTL_GEN_DROP + 2, 0), -EPROTO);
+	h.length = DM_WIRE_HDR_LEN + 8 + 24;
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length), 0);
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length + 1), -EBADMSG);
+	h.length = DM_WIRE_HDR_LEN + 8 + 23;
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length), -EBADMSG, "part of an entry");
+	h.length = DM_WIRE_HDR_LEN + DM_WIRE_CTL_GEN_LIST_MAX + 24;
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length), -EBADMSG, "more than DM_MAX_GRAPHS");
+	h.length = DM_WIRE_HDR_LEN + 4;
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length), -EBADMSG, "no count");
+	h = (struct dm_wire_hdr){ .op = DM_OP_CTL_GEN_LIST, .length = DM_WIRE_HDR_LEN };
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length), 0);
+	h.length += 8;
+	cr_assert_eq(dm_wire_ctl_check(&h, h.length), -EBADMSG, "the request is empty");
 }
 
 /* A delta snapshot: ranges of mutable objects written in place into the last full snapshot

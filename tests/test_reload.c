@@ -8,7 +8,9 @@
  *     generations);
  *   - a compute node whose transport send queue is smaller than the READs it wants in
  *     flight ([cn] send_queue = 128) retries the refused posts (-EAGAIN) instead of failing
- *     queries. */
+ *     queries;
+ *   - several graphs: B loaded as graph 3 beside A, listed, checked, dropped, loaded again,
+ *     while graph 0 answers like A. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -294,6 +296,68 @@ Test(reload, full_send_queue_is_back_pressure)
 	/* The router still samples the index with batches that fit the queue. */
 	cr_assert_eq(sh("grep -q 'cannot build the oracle' %s/lc/cn*.log", dir), 1,
 		     "the router's oracle failed with this send queue");
+	dm_vecs_free(&got);
+	free(want);
+}
+
+/* Several graphs: B placed as graph 3 beside A (graph 0) while the compute nodes serve A;
+ * `dmann graph list` shows both; `dmann graph drop --graph 3` removes it from every memory
+ * node (no compute node reads graph 3: released at once, the objects freed) and a new load
+ * of graph 3 starts again at generation 1; queries on graph 0 answer like A throughout; bad
+ * graph numbers and --graph with --bucket are refused. */
+Test(reload, graphs_side_by_side)
+{
+	const char *ini;
+	char cfg[256];
+	uint32_t nq;
+	int32_t *want = local_ids('a', &nq);
+	struct dm_vecs got;
+	unsigned diff = 0;
+
+	snprintf(cfg, sizeof(cfg), "%s/lc/cluster.ini", dir);
+	ini = cfg;
+	cluster_up("--cn-set refresh_ms=200");
+	cr_assert_eq(sh("%s load --config %s --index %s/a.hnsw", dmann, ini, dir), 0);
+	wait_generation(1);
+	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 3 > %s/load3.txt", dmann,
+			ini, dir, dir), 0);
+	cr_assert_eq(sh("grep -q 'graph 3, generation 1:' %s/load3.txt", dir), 0);
+	cr_assert_eq(sh("%s graph list --config %s > %s/list.txt", dmann, ini, dir), 0);
+	cr_assert_eq(sh("grep -Eq '^0 +1 +%d +128 +12 +%d' %s/list.txt", NB, NB, dir), 0);
+	cr_assert_eq(sh("grep -Eq '^3 +1 +%d +128 +12 +%d' %s/list.txt", NB, NB, dir), 0);
+	cr_assert_eq(sh("%s graph check --config %s --graph 3 --json | grep -q "
+			"'\"graph\":3,\"generation\":1,.*\"unreachable\":0,'", dmann, ini), 0);
+	/* Bad numbers and combinations: usage errors (2). */
+	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 16", dmann, ini, dir), 2);
+	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph x", dmann, ini, dir), 2);
+	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 1 --bucket b --name i",
+			dmann, ini, dir), 2);
+	cr_assert_eq(sh("%s graph drop --config %s", dmann, ini), 2, "which graph?");
+	cr_assert_eq(sh("%s graph drop --config %s --graph 5", dmann, ini), 1, "not loaded");
+	/* Drop graph 3: gone from the list, its objects freed (graph 0's stay). */
+	cr_assert_eq(sh("%s graph drop --config %s --graph 3", dmann, ini), 0);
+	uint64_t t0 = dm_now_ns();
+
+	while (sh("%s graph list --config %s | grep -Eq '^3 '", dmann, ini) == 0) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(30), "graph 3 was not released");
+		usleep(200000);
+	}
+	cr_assert_eq(sh("%s graph list --config %s | grep -Eq '^0 +1 '", dmann, ini), 0);
+	cr_assert_eq(sh("%s graph check --config %s --graph 3", dmann, ini), 1);
+	/* Loaded again: generation 1 again, under the same keys as the dropped one. */
+	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 3 > %s/load3.txt", dmann,
+			ini, dir, dir), 0);
+	cr_assert_eq(sh("grep -q 'graph 3, generation 1:' %s/load3.txt", dir), 0);
+	cr_assert_eq(sh("%s graph check --config %s --graph 3 --json | grep -q "
+			"'\"generation\":1,.*\"torn\":0,.*\"unreachable\":0,'", dmann, ini), 0);
+	/* Graph 0 still answers like A. */
+	cr_assert_eq(sh("%s bench --config %s --query %s/a/query.fbin --gt %s/a/gt.ibin --k %d "
+			"--ef %d --cache-ratio keep --conns 1 --depth 8 --nq %u --out %s/ids.ibin",
+			dmann, ini, dir, dir, K, EF, nq, dir), 0);
+	got = read_ids("ids.ibin");
+	for (uint64_t p = 0; p < got.n; p++)
+		diff += !row_eq((const int32_t *)got.data + p * K, want + (p % nq) * K);
+	cr_assert_eq(diff, 0, "%u answers of graph 0 differ from the local search on A", diff);
 	dm_vecs_free(&got);
 	free(want);
 }

@@ -47,7 +47,7 @@ int dm_demo_s3(const char *cfg, const char *query, const char *gt, const char *b
 	       const char *index);
 /* cli_insert.c: online inserts into the loaded index. */
 int dm_cmd_insert(int argc, char **argv);
-/* cli_graph.c: dmann graph check (the graph's health: torn records, unreachable nodes). */
+/* cli_graph.c: dmann graph list / drop / check (the HNSW graphs on the memory nodes). */
 int dm_cmd_graph(int argc, char **argv);
 /* cli_client.c: put, get, delete, query (argv[0] names which) over libdmann. */
 int dm_cmd_vectors(int argc, char **argv);

@@ -1,5 +1,5 @@
 /* cli_cluster.c: CLI commands that talk to a running cluster.
- *   dmann load    place an index image on the memory nodes
+ *   dmann load    place an index image on the memory nodes (as HNSW graph --graph G)
  *   dmann status  one line per node (or JSON): reachability, region, objects, cache */
 #include <getopt.h>
 #include <math.h>
@@ -31,15 +31,20 @@
 
 static void load_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann load --config C --index INDEX [--spare N] [--no-snapshot] [--no-wait]\n"
-		   "                  [--bucket B --name I [--keys FILE] [--metadata FILE]]\n\n"
-		   "Place the index image INDEX on the memory nodes of cluster C as the index's next\n"
-		   "generation: every block on the memory nodes the placement function picks for\n"
-		   "it, the metadata on all of them; then publish it, ask every memory node to\n"
-		   "snapshot (so a restart keeps the index) and wait until every compute node moved\n"
-		   "to it and the previous generation is freed (--no-wait: do not wait; the memory\n"
-		   "nodes free it on their own). Compute nodes keep answering queries throughout:\n"
-		   "each query runs on one generation.\n\n"
+	fprintf(f, "usage: dmann load --config C --index INDEX [--graph G] [--spare N]\n"
+		   "         [--no-snapshot] [--no-wait]\n"
+		   "         [--bucket B --name I [--keys FILE] [--metadata FILE]]\n\n"
+		   "Place the index image INDEX on the memory nodes of cluster C as the next\n"
+		   "generation of HNSW graph G: every block on the memory nodes the placement\n"
+		   "function picks for it, the metadata on all of them; then publish it, ask every\n"
+		   "memory node to snapshot (so a restart keeps the index) and wait until every\n"
+		   "compute node moved to it and the previous generation is freed (--no-wait: do\n"
+		   "not wait; the memory nodes free it on their own). Compute nodes keep answering\n"
+		   "queries throughout: each query runs on one generation.\n\n"
+		   "  --graph G      the graph number, 0..%u (default 0: the graph compute nodes\n"
+		   "                 serve); another number places a graph beside it (see\n"
+		   "                 `dmann graph list`, `dmann graph drop`). Not with --bucket\n"
+		   "                 (a bulk import goes to graph 0)\n"
 		   "  --spare N      room for N more records, written online by `dmann insert` or,\n"
 		   "                 with --bucket, by the online indexer (default 0: a read-only\n"
 		   "                 index; with --bucket a quarter of the image's nodes, at least\n"
@@ -52,11 +57,12 @@ static void load_usage(FILE *f)
 		   "                 empty line), then place the graph bound to it and mark its rows\n"
 		   "                 as indexed: QueryVectors on I then searches the graph for them\n"
 		   "                 and scans only the rows written later (docs/api.md, \"The\n"
-		   "                 graph path\"). I must not exist yet; the cluster serves one\n"
-		   "                 graph, so a later load replaces it (the previous index goes\n"
+		   "                 graph path\"). I must not exist yet; compute nodes serve graph\n"
+		   "                 0, so a later load replaces it (the previous index goes\n"
 		   "                 back to the exact path)\n"
 		   "  --keys FILE    one key per line (1..1024 bytes), as many as the image has vectors\n"
-		   "  --metadata FILE  one JSON object (or an empty line) per vector\n");
+		   "  --metadata FILE  one JSON object (or an empty line) per vector\n",
+		   DM_MAX_GRAPHS - 1);
 }
 
 static void load_progress(void *arg, uint64_t done)
@@ -72,6 +78,7 @@ int dm_cmd_load(int argc, char **argv)
 		{ "spare", required_argument, 0, 's' },
 		{ "bucket", required_argument, 0, 'b' }, { "name", required_argument, 0, 'N' },
 		{ "keys", required_argument, 0, 'k' }, { "metadata", required_argument, 0, 'm' },
+		{ "graph", required_argument, 0, 'g' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *index = NULL;
@@ -84,8 +91,8 @@ int dm_cmd_load(int argc, char **argv)
 	bool snap = true, wait = true;
 	char err[1024];
 	uint64_t t0, gen = 0;
-	unsigned long long spare = 0;
-	bool spare_set = false;
+	unsigned long long spare = 0, graph = 0;
+	bool spare_set = false, graph_set = false;
 	struct dgen_view v;
 	int c, rc, status = 1;
 
@@ -100,6 +107,11 @@ int dm_cmd_load(int argc, char **argv)
 			if (dm_cli_parse_u64("load", "--spare", optarg, 0, DINDEX_MAX_CAP, &spare))
 				return 2;
 			spare_set = true;
+			break;
+		case 'g':
+			if (dm_cli_parse_u64("load", "--graph", optarg, 0, DM_MAX_GRAPHS - 1, &graph))
+				return 2;
+			graph_set = true;
 			break;
 		case 'b': im.bucket = optarg; break;
 		case 'N': im.index = optarg; break;
@@ -116,6 +128,11 @@ int dm_cmd_load(int argc, char **argv)
 	if (!im.bucket != !im.index || (!im.bucket && (im.keys_file || im.meta_file))) {
 		fprintf(stderr, "dmann load: --bucket and --name go together (and --keys and "
 			"--metadata need them)\n");
+		return 2;
+	}
+	if (im.bucket && graph_set) {
+		fprintf(stderr, "dmann load: --graph is not supported with --bucket yet (a bulk "
+			"import goes to graph 0)\n");
 		return 2;
 	}
 #if !DM_HAVE_CLIENT
@@ -187,8 +204,8 @@ int dm_cmd_load(int argc, char **argv)
 		spare = DM_MIN(DM_MAX((unsigned long long)idx->n / 4, 10000ull),
 			       (unsigned long long)DINDEX_MAX_CAP - idx->n);
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
-	rc = dindex_load(s, 0, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen, load_progress,
-			 prog, err, sizeof(err));
+	rc = dindex_load(s, (uint32_t)graph, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen,
+			 load_progress, prog, err, sizeof(err));
 	dm_progress_end(prog);
 	if (rc) {
 		fprintf(stderr, "dmann load: %s\n", err);
@@ -208,8 +225,9 @@ int dm_cmd_load(int argc, char **argv)
 #endif
 	if (snap && (rc = mn_set_snapshot(s)))
 		fprintf(stderr, "dmann load: warning: snapshot failed: %s\n", strerror(-rc));
-	printf("dmann load: generation %llu: %u records (%.1f MiB) in %llu blocks on %u memory "
-	       "nodes, redundancy %u, room for %llu more, %.2f s\n", (unsigned long long)gen,
+	printf("dmann load: %s%.0llu%sgeneration %llu: %u records (%.1f MiB) in %llu blocks on %u "
+	       "memory nodes, redundancy %u, room for %llu more, %.2f s\n", graph ? "graph " : "",
+	       graph, graph ? ", " : "", (unsigned long long)gen,
 	       idx->n, (double)idx->n * idx->rec_size / 1048576.0,
 	       (unsigned long long)(((uint64_t)idx->n + spare + (1ull << idx->p.block_shift) - 1) >>
 				    idx->p.block_shift), cfg->n_mn, cfg->redundancy,
@@ -219,14 +237,15 @@ int dm_cmd_load(int argc, char **argv)
 		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up
 		 * after the lease. */
 		t0 = dm_now_ns();
-		if (dgen_report(s, 0, DM_GEN_NO_CN, 0, &v, NULL) == 0 && !v.has_retired) {
+		if (dgen_report(s, (uint32_t)graph, DM_GEN_NO_CN, 0, &v, NULL) == 0 &&
+		    !v.has_retired) {
 			/* Nothing to release: no compute node has acknowledged anything yet. */
 			printf("dmann load: no previous generation; the compute nodes pick up "
 			       "generation %llu within their refresh period ([cn] refresh_ms = %u ms)\n",
 			       (unsigned long long)gen, cfg->cn_all.refresh_ms);
 			goto out_s;
 		}
-		rc = dgen_wait_released(s, 0, cfg->cn_all.lease_ms + 5000, &v);
+		rc = dgen_wait_released(s, (uint32_t)graph, cfg->cn_all.lease_ms + 5000, &v);
 		if (rc)
 			fprintf(stderr, "dmann load: warning: generation %llu is still held by %u "
 				"compute nodes (%s); the memory nodes free it once they move on or their "

@@ -1,5 +1,8 @@
-/* cli_graph.c: `dmann graph check`: the health of the HNSW graph the memory nodes hold.
- * As an admin it opens the current generation's view (dindex_open), reads every block with
+/* cli_graph.c: the HNSW graphs the memory nodes hold (numbers 0..DM_MAX_GRAPHS-1):
+ *   dmann graph list   every graph: current generation, nodes, dimension, M, capacity
+ *   dmann graph drop   drop one (CTL_GEN_DROP on every memory node, dindex_drop_graph)
+ *   dmann graph check  the health of one graph.
+ * `check`, as an admin, opens the current generation's view (dindex_open), reads every block with
  * one-sided READs and reports: ids handed out (the insert id counter), records whole, torn
  * (a writer holds them, or died holding them) or empty (an id taken by an insert that never
  * wrote its record), neighbour ids out of range, level-0 edges, and the nodes no search can
@@ -7,7 +10,7 @@
  * lists, as HNSW's search descends and then expands (Malkov & Yashunin, Algorithms 2 and 5).
  * Unreachable nodes are listed with their S3 keys where the binding names them (bulk-
  * imported ids; the keys of ids the online indexer added live in the flat stores' key logs).
- * Read-only: it changes nothing. */
+ * `list` and `check` are read-only: they change nothing. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,21 +18,38 @@
 
 #include "cli.h"
 #include "cluster.h"
+#if DM_HAVE_ETCD
+#include "cstate.h"
+#endif
 #include "dgen.h"
 #include "dindex.h"
 #include "hnsw/hnsw_layout.h"
 
 static void graph_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann graph check --config C [--list N] [--json]\n\n"
-		   "Read every record of the HNSW graph placed on cluster C's memory nodes (the\n"
-		   "current generation; one-sided READs as an admin, nothing is changed) and report\n"
-		   "its health: records whole, torn or empty, neighbour ids out of range, edges, and\n"
-		   "the nodes no search can reach from the entry point (HNSW's descent through the\n"
-		   "upper levels, then level 0). Exit status 0 when the check ran (whatever it\n"
-		   "found), 1 when it could not, 2 for bad usage.\n\n"
-		   "  --list N   name at most N unreachable nodes (0..100000, default 20)\n"
-		   "  --json     one JSON object with the figures\n");
+	fprintf(f, "usage: dmann graph check --config C [--graph G] [--list N] [--json]\n"
+		   "       dmann graph list --config C\n"
+		   "       dmann graph drop --config C --graph G [--no-snapshot]\n\n"
+		   "check: read every record of HNSW graph G placed on cluster C's memory nodes\n"
+		   "(the current generation; one-sided READs as an admin, nothing is changed) and\n"
+		   "report its health: records whole, torn or empty, neighbour ids out of range,\n"
+		   "edges, and the nodes no search can reach from the entry point (HNSW's descent\n"
+		   "through the upper levels, then level 0). Exit status 0 when the check ran\n"
+		   "(whatever it found), 1 when it could not, 2 for bad usage.\n\n"
+		   "list: one line per graph the memory nodes hold: its number, current\n"
+		   "generation, nodes, dimension, M and capacity (and a generation still held\n"
+		   "after a drop or a load). Exit status 0, or 1 when a memory node did not answer.\n\n"
+		   "drop: remove graph G from every memory node (all of them but the retired ones\n"
+		   "must be up): its metadata goes at once, its blocks once every compute node\n"
+		   "released them (or its lease ran out); then the memory nodes snapshot, so\n"
+		   "that a restart does not bring it back. `dmann load --graph G` may then place\n"
+		   "a new one.\n\n"
+		   "  --graph G     the graph number, 0..%u (default 0 for check)\n"
+		   "  --list N      check: name at most N unreachable nodes (0..100000,\n"
+		   "                default 20)\n"
+		   "  --json        check: one JSON object with the figures\n"
+		   "  --no-snapshot drop: do not ask the memory nodes to snapshot\n",
+		   DM_MAX_GRAPHS - 1);
 }
 
 struct gcheck {
@@ -198,11 +218,11 @@ static int graph_check(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' }, { "list", required_argument, NULL, 'l' },
-		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "json", no_argument, NULL, 'j' }, { "graph", required_argument, NULL, 'g' },
+		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	const char *config = NULL;
-	unsigned long long list = 20;
+	unsigned long long list = 20, graph = 0;
 	bool json = false;
 	struct dm_cluster_cfg *cfg;
 	struct dm_xport *x;
@@ -224,6 +244,11 @@ static int graph_check(int argc, char **argv)
 				return 2;
 			break;
 		case 'j': json = true; break;
+		case 'g':
+			if (dm_cli_parse_u64("graph check", "--graph", optarg, 0, DM_MAX_GRAPHS - 1,
+					     &graph))
+				return 2;
+			break;
 		case 'h': graph_usage(stdout); return 0;
 		default: dm_cli_bad_option("graph check", c, argv, optind); return 2;
 		}
@@ -244,15 +269,18 @@ static int graph_check(int argc, char **argv)
 			config, strerror(errno));
 		goto out_x;
 	}
-	rc = dgen_report(s, 0, DM_GEN_NO_CN, 0, &v, NULL);
+	rc = dgen_report(s, (uint32_t)graph, DM_GEN_NO_CN, 0, &v, NULL);
 	if (rc || !v.has_current) {
-		fprintf(stderr, "dmann graph check: %s\n", rc ? strerror(-rc) :
-			"no index is loaded on the memory nodes (dmann load)");
+		if (rc)
+			fprintf(stderr, "dmann graph check: %s\n", strerror(-rc));
+		else
+			fprintf(stderr, "dmann graph check: graph %llu is not loaded on the memory "
+				"nodes (dmann load --graph %llu)\n", graph, graph);
 		goto out_s;
 	}
-	rc = dindex_open(s, 0, v.current, &d, err, sizeof(err));
+	rc = dindex_open(s, (uint32_t)graph, v.current, &d, err, sizeof(err));
 	if (rc) {
-		fprintf(stderr, "dmann graph check: generation %llu: %s\n",
+		fprintf(stderr, "dmann graph check: graph %llu generation %llu: %s\n", graph,
 			(unsigned long long)v.current, rc == -EBADMSG ? err : strerror(-rc));
 		goto out_s;
 	}
@@ -279,20 +307,20 @@ static int graph_check(int argc, char **argv)
 		goto out_g;
 	}
 	if (json)
-		printf("{\"generation\":%llu,\"capacity\":%u,\"imported\":%u,\"ids\":%llu,"
+		printf("{\"graph\":%llu,\"generation\":%llu,\"capacity\":%u,\"imported\":%u,\"ids\":%llu,"
 		       "\"whole\":%llu,\"torn\":%llu,\"empty\":%llu,\"bad_ids\":%llu,\"edges\":%llu,"
 		       "\"reachable\":%llu,\"unreachable\":%llu,\"no_inlink\":%llu,"
-		       "\"unreachable_nodes\":[", (unsigned long long)d->gen, d->cap, d->n,
+		       "\"unreachable_nodes\":[", graph, (unsigned long long)d->gen, d->cap, d->n,
 		       (unsigned long long)g.used, (unsigned long long)g.whole,
 		       (unsigned long long)g.torn, (unsigned long long)g.empty,
 		       (unsigned long long)g.bad_ids, (unsigned long long)g.edges,
 		       (unsigned long long)g.reached, (unsigned long long)g.unreached,
 		       (unsigned long long)g.no_inlink);
 	else
-		printf("generation %llu: %llu ids handed out (%u imported, room for %u): %llu "
+		printf("graph %llu generation %llu: %llu ids handed out (%u imported, room for %u): %llu "
 		       "records whole, %llu torn, %llu empty; %llu level-0 edges, %llu neighbour ids "
 		       "out of range\nreachable from the entry point: %llu; unreachable: %llu (of "
-		       "which %llu have no in-link at all)\n", (unsigned long long)d->gen,
+		       "which %llu have no in-link at all)\n", graph, (unsigned long long)d->gen,
 		       (unsigned long long)g.used, d->n, d->cap, (unsigned long long)g.whole,
 		       (unsigned long long)g.torn, (unsigned long long)g.empty,
 		       (unsigned long long)g.edges, (unsigned long long)g.bad_ids,
@@ -333,10 +361,213 @@ out_cfg:
 	return status;
 }
 
+/* The memory nodes of the cluster file at config, over a new transport (*x), every one that
+ * answers; the placement's retired ones (they hold nothing) marked so when the cluster file
+ * names a cluster state. NULL after a message. */
+static struct mn_set *open_mns(const char *cmd, const char *config, struct dm_cluster_cfg **cfg,
+			       struct dm_xport **x)
+{
+	struct mn_set *s;
+
+	*cfg = dm_cli_load_cfg(cmd, config);
+	if (!*cfg)
+		return NULL;
+	*x = dm_cluster_xport(*cfg, NULL);
+	if (!*x)
+		goto err_cfg;
+	s = mn_set_open(*cfg, *x, NULL, false, 5000);
+	if (!s) {
+		fprintf(stderr, "dmann %s: cannot reach the memory nodes of %s: %s\n", cmd, config,
+			strerror(errno));
+		goto err_x;
+	}
+#if DM_HAVE_ETCD
+	if ((*cfg)->etcd[0]) {
+		struct dm_placement pl;
+		char err[512];
+		int rc = dm_placement_read((*cfg)->etcd, (*cfg)->name, 3000, &pl, err, sizeof(err));
+
+		if (rc && rc != -ENOENT) {
+			fprintf(stderr, "dmann %s: reading the placement: %s\n", cmd, err);
+			goto err_s;
+		}
+		if (!rc)
+			memcpy(s->retired, pl.retired, sizeof(s->retired));
+	}
+#endif
+	return s;
+
+#if DM_HAVE_ETCD
+err_s:
+	mn_set_close(s);
+#endif
+err_x:
+	dm_xport_close(*x);
+err_cfg:
+	free(*cfg);
+	return NULL;
+}
+
+static void close_mns(struct mn_set *s, struct dm_xport *x, struct dm_cluster_cfg *cfg)
+{
+	mn_set_close(s);
+	dm_xport_close(x);
+	free(cfg);
+}
+
+/* Options of list and drop: --config; --graph and --no-snapshot for drop (graph and snap
+ * not NULL). -1 to go on, else the exit status. */
+static int list_drop_args(const char *cmd, int argc, char **argv, const char **config,
+			  unsigned long long *graph, bool *snap)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' }, { "graph", required_argument, NULL, 'g' },
+		{ "no-snapshot", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool graph_set = false;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': *config = optarg; break;
+		case 'g':
+			if (!graph) {
+				fprintf(stderr, "dmann %s: --graph: every graph is listed\n", cmd);
+				return 2;
+			}
+			if (dm_cli_parse_u64(cmd, "--graph", optarg, 0, DM_MAX_GRAPHS - 1, graph))
+				return 2;
+			graph_set = true;
+			break;
+		case 'n':
+			if (!snap) {
+				fprintf(stderr, "dmann %s: --no-snapshot: nothing is written\n", cmd);
+				return 2;
+			}
+			*snap = false;
+			break;
+		case 'h': graph_usage(stdout); return 0;
+		default: dm_cli_bad_option(cmd, c, argv, optind); return 2;
+		}
+	}
+	if (!*config || optind != argc) {
+		graph_usage(stderr);
+		return 2;
+	}
+	if (graph && !graph_set) {
+		fprintf(stderr, "dmann %s: which graph? --graph G (0..%u; see dmann graph list)\n",
+			cmd, DM_MAX_GRAPHS - 1);
+		return 2;
+	}
+	return -1;
+}
+
+static int graph_list(int argc, char **argv)
+{
+	const char *config = NULL;
+	struct dm_cluster_cfg *cfg;
+	struct dm_xport *x;
+	struct mn_set *s;
+	struct dgen_graphs gl;
+	char err[512];
+	int rc, status;
+
+	status = list_drop_args("graph list", argc, argv, &config, NULL, NULL);
+	if (status >= 0)
+		return status;
+	s = open_mns("graph list", config, &cfg, &x);
+	if (!s)
+		return 1;
+	rc = dgen_list(s, &gl);
+	if (rc)
+		fprintf(stderr, "dmann graph list: %u memory nodes answered, some did not: the list "
+			"may be short\n", gl.answered);
+	status = rc ? 1 : 0;
+	if (!gl.mask && !gl.retired_mask) {
+		printf("no graph is loaded on the memory nodes (dmann load --graph G)\n");
+		goto out;
+	}
+	printf("%-5s %-10s %10s %5s %4s %10s  %s\n", "graph", "generation", "nodes", "dim", "M",
+	       "capacity", "note");
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		struct dindex *d = NULL;
+		char note[128] = "";
+
+		if (!((gl.mask | gl.retired_mask) >> g & 1))
+			continue;
+		if (gl.retired_mask >> g & 1)
+			snprintf(note, sizeof(note), "generation %llu still held",
+				 (unsigned long long)gl.retired[g]);
+		if (!(gl.mask >> g & 1)) {
+			printf("%-5u %-10s %10s %5s %4s %10s  dropped; %s\n", g, "-", "-", "-", "-",
+			       "-", note);
+			continue;
+		}
+		rc = dindex_open(s, g, gl.current[g], &d, err, sizeof(err));
+		if (rc) {
+			printf("%-5u %-10llu %10s %5s %4s %10s  %s%s%s\n", g,
+			       (unsigned long long)gl.current[g], "?", "?", "?", "?",
+			       rc == -EBADMSG ? err : strerror(-rc), note[0] ? "; " : "", note);
+			status = 1;
+			continue;
+		}
+		printf("%-5u %-10llu %10u %5u %4u %10u  %s\n", g, (unsigned long long)d->gen, d->n,
+		       d->p.dim, d->p.M, d->cap, note);
+		dindex_free(d);
+	}
+out:
+	close_mns(s, x, cfg);
+	return status;
+}
+
+static int graph_drop(int argc, char **argv)
+{
+	const char *config = NULL;
+	unsigned long long graph = 0;
+	bool snap = true;
+	struct dm_cluster_cfg *cfg;
+	struct dm_xport *x;
+	struct mn_set *s;
+	char err[1024];
+	int rc, status;
+
+	status = list_drop_args("graph drop", argc, argv, &config, &graph, &snap);
+	if (status >= 0)
+		return status;
+	/* The nodes that are not retired must all be up (dindex_drop_graph checks). */
+	s = open_mns("graph drop", config, &cfg, &x);
+	if (!s)
+		return 1;
+	status = 1;
+	rc = dindex_drop_graph(s, (uint32_t)graph, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dmann graph drop: %s\n", err);
+		goto out;
+	}
+	if (snap && (rc = mn_set_snapshot(s)))
+		fprintf(stderr, "dmann graph drop: warning: snapshot failed (a memory node that "
+			"restarts before its next snapshot brings graph %llu back): %s\n", graph,
+			strerror(-rc));
+	printf("dmann graph drop: graph %llu dropped; the memory nodes free its blocks once the "
+	       "compute nodes released them (at most [cn] lease_ms = %u ms)\n", graph,
+	       cfg->cn_all.lease_ms);
+	status = 0;
+out:
+	close_mns(s, x, cfg);
+	return status;
+}
+
 int dm_cmd_graph(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "check"))
 		return graph_check(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "list"))
+		return graph_list(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "drop"))
+		return graph_drop(argc - 1, argv + 1);
+
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		graph_usage(stdout);
 		return 0;

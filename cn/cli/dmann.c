@@ -15,7 +15,7 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "load", "place an index image on the memory nodes", dm_cmd_load },
 	{ "insert", "insert vectors online into the loaded index", dm_cmd_insert },
 	{ "status", "show every node of a cluster", dm_cmd_status },
-	{ "graph", "check the loaded HNSW graph: torn records, unreachable nodes", dm_cmd_graph },
+	{ "graph", "HNSW graphs on the memory nodes: list, drop, check (health)", dm_cmd_graph },
 	{ "demo", "local cluster + index + queries + summary, then stop everything", dm_cmd_demo },
 #if DM_HAVE_CLIENT
 	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },

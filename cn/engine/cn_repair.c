@@ -4,7 +4,7 @@
  * such a node m it makes the next placement (retired + m) complete before anybody uses it
  * (make before break):
  *   1. over its own connections (not the query path's), it reads the current generation's
- *      view under the current placement;
+ *      view of every graph the memory nodes hold (dgen_list) under the current placement;
  *   2. for every block, the replicas under the next placement are computed (weighted
  *      rendezvous over the nodes not retired: only the blocks m held change, each gets the
  *      next node in its order); every such node that does not hold the block gets a copy
@@ -22,8 +22,9 @@
  * the copies already made are found and kept. Counters: dmann_cn_repair_*.
  *
  * A retired node that is up again for JOIN_STABLE_S joins the same way (the placement
- * without it retired): it is emptied, gets the current generation's metadata and its
- * publication, then its share of the blocks (about 1/n of them: weighted rendezvous moves
+ * without it retired): it is emptied, gets every graph's current metadata and its
+ * publication (a graph dropped while it was away is dropped there too), then its share of
+ * the blocks (about 1/n of them: weighted rendezvous moves
  * only the blocks whose top R now include it). A node that joins the cluster file for the
  * first time must be started retired (its id in the placement) to be filled this way.
  *
@@ -85,17 +86,18 @@ static uint32_t added(const uint32_t *old, int no, const uint32_t *next, int nn,
 	return UINT32_MAX;
 }
 
-/* Copy every block of generation gen that has a new replica under `next` from a live old
- * replica. 0 or -errno (err says why). */
-static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint64_t *next,
-		       char *err, size_t errlen)
+/* Copy every block of generation gen of graph `graph` that has a new replica under `next`
+ * from a live old replica (repair_pending counts this graph's copies). 0 or -errno (err
+ * says why). */
+static int copy_blocks(struct cn *cn, struct mn_set *s, uint32_t graph, uint64_t gen,
+		       const uint64_t *next, char *err, size_t errlen)
 {
 	struct dindex *d = NULL;
 	uint64_t cur[DM_MAX_NODES / 64];
 	uint32_t ncopies = 0, r;
 	int rc;
 
-	rc = dindex_open(s, 0, gen, &d, err, errlen);
+	rc = dindex_open(s, graph, gen, &d, err, errlen);
 	if (rc)
 		return rc;
 	r = d->nrep;
@@ -110,9 +112,9 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 			if (blk == DINDEX_CTR_BLOCK && d->cap <= d->n)
 				break;   /* no online inserts: no counter */
 			memcpy(s->retired, cur, sizeof(cur));
-			no = dindex_block_replicas(s, 0, blk, nr, o);
+			no = dindex_block_replicas(s, graph, blk, nr, o);
 			memcpy(s->retired, next, sizeof(cur));
-			nn = dindex_block_replicas(s, 0, blk, nr, n);
+			nn = dindex_block_replicas(s, graph, blk, nr, n);
 			memcpy(s->retired, cur, sizeof(cur));
 			for (int k = 0;; k++) {
 				uint32_t to = added(o, no, n, nn, k), from = UINT32_MAX;
@@ -137,7 +139,8 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 						rc = dindex_copy_block(s, d, blk, from, to, &bytes);
 					}
 				if (rc) {
-					snprintf(err, errlen, "%s %u to mn%u: %s",
+					snprintf(err, errlen, "%s%.0u%s%s %u to mn%u: %s",
+						 graph ? "graph " : "", graph, graph ? ": " : "",
 						 blk == DINDEX_CTR_BLOCK ? "id counter" : "block",
 						 blk == DINDEX_CTR_BLOCK ? 0 : blk, to,
 						 rc == -EHOSTUNREACH ? "no live replica left" :
@@ -164,45 +167,63 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint64_t gen, const uint
 	return 0;
 }
 
-/* A retired memory node that is up again joins the placement (empty): everything of the
- * index it may still hold is dropped, the current generation's metadata copied and
- * published there, its old generation released (its keys could name the new blocks), then
- * its share of the blocks is copied to it. 0 or -errno (err says why). */
-static int prepare_join(struct cn *cn, struct mn_set *s, uint32_t m, uint64_t gen, char *err,
-			size_t errlen)
+/* A retired memory node that is up again joins the placement (empty): everything of every
+ * graph it may still hold is dropped, each graph's current generation's metadata (gl)
+ * copied and published there, its old generation released (its keys could name the new
+ * blocks), a graph dropped meanwhile dropped there too; then its share of the blocks is
+ * copied to it. 0 or -errno (err says why). */
+static int prepare_join(struct cn *cn, struct mn_set *s, uint32_t m,
+			const struct dgen_graphs *gl, char *err, size_t errlen)
 {
 	struct dm_wire_ctl_gen_state st;
-	struct dindex *d = NULL;
+	struct dindex *d[DM_MAX_GRAPHS] = { NULL };
 	uint64_t t0;
-	int rc;
+	int rc = 0;
 
 	(void)cn;
-	rc = dindex_open(s, 0, gen, &d, err, errlen);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS && !rc; g++)
+		if (gl->mask >> g & 1)
+			rc = dindex_open(s, g, gl->current[g], &d[g], err, errlen);
 	if (rc)
-		return rc;
+		goto out_free;
 	rc = dindex_drop_all(s, m);
-	for (uint32_t f = 0; !rc && f < s->n; f++) {
-		if (f == m || mn_set_retired(s, f) || !s->link[f].up)
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS && !rc; g++) {
+		if (!(gl->mask >> g & 1)) {
+			/* not held by the others (dropped while m was away): its entry goes too */
+			rc = dgen_report_node(s, m, g, DM_GEN_NO_CN, 0, &st, NULL);
+			if (!rc && (st.flags & DM_GEN_F_CURRENT)) {
+				rc = dgen_drop_node(s, m, g, st.current);
+				if (rc == -ENOENT)
+					rc = 0;
+			}
 			continue;
-		rc = dindex_copy_meta(s, d, f, m);
-		break;
-	}
-	if (!rc)
-		rc = dgen_publish_node(s, m, 0, gen);
-	t0 = dm_now_ns();
-	while (!rc) {
-		rc = dgen_report_node(s, m, 0, DM_GEN_NO_CN, 0, &st, NULL);
-		if (rc || !(st.flags & DM_GEN_F_RETIRED))
-			break;
-		if (dm_now_ns() - t0 > (uint64_t)(st.lease_ms + 5000) * 1000000ull) {
-			rc = -EBUSY;
+		}
+		for (uint32_t f = 0; !rc && f < s->n; f++) {
+			if (f == m || mn_set_retired(s, f) || !s->link[f].up)
+				continue;
+			rc = dindex_copy_meta(s, d[g], f, m);
 			break;
 		}
-		usleep(200000);
+		if (!rc)
+			rc = dgen_publish_node(s, m, g, gl->current[g]);
+		t0 = dm_now_ns();
+		while (!rc) {
+			rc = dgen_report_node(s, m, g, DM_GEN_NO_CN, 0, &st, NULL);
+			if (rc || !(st.flags & DM_GEN_F_RETIRED))
+				break;
+			if (dm_now_ns() - t0 > (uint64_t)(st.lease_ms + 5000) * 1000000ull) {
+				rc = -EBUSY;
+				break;
+			}
+			usleep(200000);
+		}
+		if (rc)
+			snprintf(err, errlen, "preparing mn%u to join%s%.0u%s: %s", m,
+				 g ? " (graph " : "", g, g ? ")" : "", strerror(-rc));
 	}
-	if (rc)
-		snprintf(err, errlen, "preparing mn%u to join: %s", m, strerror(-rc));
-	dindex_free(d);
+out_free:
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		dindex_free(d[g]);
 	return rc;
 }
 
@@ -213,7 +234,7 @@ static void repair_once(struct cn *cn)
 	const struct dm_cluster_cfg *cfg = cn->cfg;
 	uint64_t now = dm_now_ns(), after = cfg->replace_after_s * 1000000000ull;
 	struct dm_placement pl, nx;
-	struct dgen_view v;
+	struct dgen_graphs gl;
 	struct mn_set *s;
 	char err[512], list[256] = "", jlist[256] = "";
 	uint32_t alive = 0, retiring = 0, joining = 0, join[DM_MAX_NODES];
@@ -265,18 +286,19 @@ static void repair_once(struct cn *cn)
 	if (!s)
 		return;
 	memcpy(s->retired, pl.retired, sizeof(s->retired));
-	dgen_report(s, 0, DM_GEN_NO_CN, 0, &v, NULL);
+	dgen_list(s, &gl);   /* every graph the memory nodes hold (those that answer) */
 	rc = 0;
 	for (uint32_t i = 0; i < joining && !rc; i++) {
 		/* A joining node is still retired in s: its link is opened for the copies. */
 		rc = s->link[join[i]].up ? 0 : mn_link_open(s, join[i], 2000);
-		if (!rc && v.has_current)
-			rc = prepare_join(cn, s, join[i], v.current, err, sizeof(err));
+		if (!rc && gl.mask)
+			rc = prepare_join(cn, s, join[i], &gl, err, sizeof(err));
 		else if (rc)
 			snprintf(err, sizeof(err), "mn%u: %s", join[i], strerror(-rc));
 	}
-	if (!rc && v.has_current)
-		rc = copy_blocks(cn, s, v.current, nx.retired, err, sizeof(err));
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS && !rc; g++)
+		if (gl.mask >> g & 1)
+			rc = copy_blocks(cn, s, g, gl.current[g], nx.retired, err, sizeof(err));
 	if (!rc) {
 		memcpy(s->retired, nx.retired, sizeof(s->retired));
 		nx.version = pl.version + 1;

@@ -132,6 +132,58 @@ void dgen_abandon(struct mn_set *s, uint32_t graph, uint64_t gen)
 	}
 }
 
+int dgen_list(struct mn_set *s, struct dgen_graphs *out)
+{
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	for (uint32_t i = 0; i < s->n; i++) {
+		uint8_t resp[DM_WIRE_CTL_GEN_LIST_MAX];
+		struct dm_wire_ctl_gen_list l;
+		uint32_t blen = 0;
+		int r;
+
+		if (mn_set_retired(s, i))
+			continue;   /* holds nothing */
+		r = s->link[i].up ? dm_rpc_call(&s->link[i].ch, DM_OP_CTL_GEN_LIST, NULL, 0, resp,
+						sizeof(resp), &blen) : -EHOSTDOWN;
+		if (!r)
+			r = dm_wire_ctl_gen_list_decode(resp, blen, &l);
+		if (r) {
+			dm_debug("generation list of memory node %u: %s", i, strerror(-r));
+			rc = -EHOSTDOWN;
+			continue;
+		}
+		for (uint32_t j = 0; j < l.count; j++) {
+			const struct dm_wire_ctl_gen_entry *e = &l.e[j];
+			uint32_t g = e->index, bit = 1u << (g % 32);
+
+			if (g >= DM_MAX_GRAPHS)
+				continue;
+			if ((e->flags & DM_GEN_F_CURRENT) &&
+			    (!(out->mask & bit) || e->current > out->current[g])) {
+				out->current[g] = e->current;
+				out->mask |= bit;
+			}
+			if ((e->flags & DM_GEN_F_RETIRED) &&
+			    (!(out->retired_mask & bit) || e->retired > out->retired[g])) {
+				out->retired[g] = e->retired;
+				out->retired_mask |= bit;
+			}
+		}
+		out->answered++;
+	}
+	return rc;
+}
+
+int dgen_drop_node(struct mn_set *s, uint32_t m, uint32_t graph, uint64_t gen)
+{
+	struct dm_wire_ctl_gen_state st;
+
+	return s->link[m].up ? gen_call(&s->link[m], DM_OP_CTL_GEN_DROP, graph, DM_GEN_NO_CN, gen,
+					&st) : -EHOSTDOWN;
+}
+
 int dgen_wait_released(struct mn_set *s, uint32_t graph, uint32_t timeout_ms, struct dgen_view *v)
 {
 	uint64_t t0 = dm_now_ns();

@@ -1,6 +1,6 @@
 /* dgen.h: index generations, the side of the processes that talk to memory nodes (the
  * loader and compute nodes). The memory-node side is the generation table of
- * mn/mn_store.c; the messages are CTL_GEN_PUBLISH / CTL_GEN_REPORT of wire.h; the whole
+ * mn/mn_store.c; the messages are CTL_GEN_PUBLISH / REPORT / LIST / DROP of wire.h; the whole
  * protocol is described in docs/architecture.md ("Index generations"):
  *
  *   loader:  wait until no memory node holds a retired generation; g+1 = current + 1;
@@ -55,6 +55,26 @@ int dgen_publish(struct mn_set *s, uint32_t graph, uint64_t gen, char *err, size
  * (a restarted memory node takes its newest metadata for the current generation). Best
  * effort. */
 void dgen_abandon(struct mn_set *s, uint32_t graph, uint64_t gen);
+
+/* The graphs the memory nodes hold (CTL_GEN_LIST), merged over the nodes that answered. */
+_Static_assert(DM_MAX_GRAPHS <= 32, "dgen_graphs masks");
+struct dgen_graphs {
+	uint32_t mask;             /* bit g: some memory node has a current generation of g */
+	uint32_t retired_mask;     /* bit g: some memory node still holds a retired one of g */
+	uint64_t current[DM_MAX_GRAPHS];   /* the highest current generation (bit g of mask) */
+	uint64_t retired[DM_MAX_GRAPHS];   /* the highest retired one (bit g of retired_mask) */
+	uint32_t answered;         /* memory nodes that answered */
+};
+
+/* LIST on every memory node that is up and not retired, merged into *out (graph numbers
+ * >= DM_MAX_GRAPHS are left out). 0 when every such node answered, -EHOSTDOWN when some
+ * did not (*out still holds what the others said). */
+int dgen_list(struct mn_set *s, struct dgen_graphs *out);
+
+/* DROP generation gen of graph on memory node m alone (CTL_GEN_DROP): 0 or -errno
+ * (-EHOSTDOWN: link down; -ESTALE: gen is not its current one; -ENOENT: no such graph
+ * there; -EBUSY: an older generation is still held there). */
+int dgen_drop_node(struct mn_set *s, uint32_t m, uint32_t graph, uint64_t gen);
 
 /* Poll until no memory node holds a retired generation, for at most timeout_ms. 0 when
  * none does (v: the last state), -ETIMEDOUT, or -errno. */

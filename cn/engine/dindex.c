@@ -488,6 +488,65 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 	return rc;
 }
 
+int dindex_drop_graph(struct mn_set *s, uint32_t graph, char *err, size_t errlen)
+{
+	struct dgen_view v;
+	int rc;
+
+	if (graph >= DM_MAX_GRAPHS) {
+		snprintf(err, errlen, "graph %u: graph numbers are 0..%u", graph, DM_MAX_GRAPHS - 1);
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < s->n; i++)
+		if (!s->link[i].up && !mn_set_retired(s, i)) {
+			snprintf(err, errlen, "memory node %u is down: dropping a graph needs all of "
+				 "them (but the retired ones)", i);
+			return -EHOSTUNREACH;
+		}
+	rc = dgen_report(s, graph, DM_GEN_NO_CN, 0, &v, NULL);
+	if (rc) {
+		snprintf(err, errlen, "a memory node did not answer: %s", strerror(-rc));
+		return rc;
+	}
+	if (!v.has_current) {
+		if (v.has_retired)
+			return 0;   /* dropped before; its blocks are being released */
+		snprintf(err, errlen, "graph %u is not loaded", graph);
+		return -ENOENT;
+	}
+	/* One retired generation at a time: an older one of the last load goes first. */
+	if (v.has_retired) {
+		dm_info("drop: waiting for the compute nodes to release generation %llu of graph %u",
+			(unsigned long long)v.retired, graph);
+		rc = dgen_wait_released(s, graph, v.lease_ms + 5000, &v);
+		if (rc) {
+			snprintf(err, errlen, "generation %llu of graph %u is still held by %u compute "
+				 "nodes: %s", (unsigned long long)v.retired, graph, v.waiting,
+				 strerror(-rc));
+			return rc == -ETIMEDOUT ? -EBUSY : rc;
+		}
+	}
+	/* Each node drops its own current generation (after an interrupted load they may
+	 * differ: every one of them goes). */
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct dm_wire_ctl_gen_state st;
+
+		if (mn_set_retired(s, i))
+			continue;
+		rc = dgen_report_node(s, i, graph, DM_GEN_NO_CN, 0, &st, NULL);
+		if (!rc && !(st.flags & DM_GEN_F_CURRENT))
+			continue;
+		if (!rc)
+			rc = dgen_drop_node(s, i, graph, st.current);
+		if (rc) {
+			snprintf(err, errlen, "dropping graph %u on memory node %u: %s", graph, i,
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
 /* ---- compute node view ------------------------------------------------------------------ */
 
 void dindex_free(struct dindex *d)

@@ -116,6 +116,14 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 		const struct dindex_bind_in *bind, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen);
 
+/* Drop graph `graph` (< DM_MAX_GRAPHS) from the memory nodes (CTL_GEN_DROP on each, with
+ * its current generation; every node but the retired ones must be up): its metadata goes
+ * at once, its blocks once the compute nodes released them (dgen.h). Waits first (up to the
+ * lease) for an older generation of it to be released. Not loaded: -ENOENT; dropped before
+ * and still being released: 0. 0 or -errno with a message in err. The drop is durable once
+ * the memory nodes snapshot (mn_set_snapshot). */
+int dindex_drop_graph(struct mn_set *s, uint32_t graph, char *err, size_t errlen);
+
 /* A compute node's view of the placed index. */
 struct dindex {
 	struct hnsw_params p;

@@ -3,7 +3,9 @@
  *   0: a stream of messages framed by their headers, each checked and its body decoded;
  *   1: a server-side handshake fed the messages in turn;
  *   2: a client-side handshake fed the messages after its HELLO;
- *      (C_CALL, the native client data op, through dm_wire_c_check; the native query
+ *      (control messages through dm_wire_ctl_check and their decoders, CTL_GEN_LIST's
+ *      variable-length answer among them; C_CALL, the native client data op, through
+ *      dm_wire_c_check; the native query
  *      protocol Q_SEARCH..Q_INSERT through dm_wire_q_check, Q_ROUTER's owner table);
  *   3: an S3 flat-index RPC payload (wire.h, FL section; the second byte picks which one)
  *      read with the dm_rbuf reader along its grammar, as mn_flat.c / cn_s3.c read them.
@@ -35,8 +37,9 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 		struct dm_wire_ctl_gen gen;
 		struct dm_wire_ctl_gen_state gst;
 		struct dm_wire_ctl_atomic atomic;
+		struct dm_wire_ctl_gen_list gl;
 	} m;
-	uint8_t out[256];
+	uint8_t out[DM_MAX(256, DM_WIRE_CTL_GEN_LIST_MAX)];
 
 	switch (h->op) {
 	case DM_OP_HS_HELLO:
@@ -86,6 +89,7 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 		break;
 	case DM_OP_CTL_GEN_PUBLISH:
 	case DM_OP_CTL_GEN_REPORT:
+	case DM_OP_CTL_GEN_DROP:
 		if (!dm_wire_ctl_gen_decode(body, len, &m.gen)) {
 			dm_wire_ctl_gen_encode(out, &m.gen);
 			if (memcmp(out, body, sizeof(m.gen)))
@@ -94,9 +98,18 @@ static void decode_body(const struct dm_wire_hdr *h, const uint8_t *body, size_t
 		break;
 	case DM_OP_CTL_GEN_PUBLISH + 1:
 	case DM_OP_CTL_GEN_REPORT + 1:
+	case DM_OP_CTL_GEN_DROP + 1:
 		if (!dm_wire_ctl_gen_state_decode(body, len, &m.gst)) {
 			dm_wire_ctl_gen_state_encode(out, &m.gst);
 			if (memcmp(out, body, sizeof(m.gst)))
+				__builtin_trap();
+		}
+		break;
+	case DM_OP_CTL_GEN_LIST + 1:
+		if (!dm_wire_ctl_gen_list_decode(body, len, &m.gl)) {
+			/* an accepted list is exactly as long as its entries, and round-trips */
+			if (m.gl.count > DM_MAX_GRAPHS ||
+			    dm_wire_ctl_gen_list_encode(out, &m.gl) != len || memcmp(out, body, len))
 				__builtin_trap();
 		}
 		break;
