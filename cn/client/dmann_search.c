@@ -100,14 +100,20 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 	}
 	s->done++;
 	dmann_route_answer(d, &r);
-	if (h.status) {
-		*qerr = *qerr ? *qerr : dmann_fail(h.status, "compute node %s: query %llu: %s",
-						   d->cn[c].ep, (unsigned long long)i,
-						   h.status == -ENOENT ? "no HNSW index is loaded" :
-						   h.status == -EINVAL ? "wrong dimension or a "
-						   "non-finite component" : strerror(-h.status));
-		r.n = 0;
+	if (h.status && !*qerr) {
+		char why[64];
+
+		if (h.status == -ENOENT && s->graph)
+			snprintf(why, sizeof(why), "no HNSW index is loaded as graph %u", s->graph);
+		else
+			snprintf(why, sizeof(why), "%s", h.status == -ENOENT ?
+				 "no HNSW index is loaded" : h.status == -EINVAL ?
+				 "wrong dimension or a non-finite component" : strerror(-h.status));
+		*qerr = dmann_fail(h.status, "compute node %s: query %llu: %s", d->cn[c].ep,
+				   (unsigned long long)i, why);
 	}
+	if (h.status)
+		r.n = 0;
 	for (uint32_t j = 0; j < s->k; j++) {
 		struct dm_wire_q_hit qh = { .id = UINT64_MAX, .dist = INFINITY };
 

@@ -367,7 +367,9 @@ static int refresh_graph(struct cn *cn, uint32_t g, const struct dgen_view *v, b
 	return 0;
 }
 
-/* Report graph g >= 1 (the CN's oldest generation in use, or nothing held) and fill v. */
+/* Report graph g >= 1 and fill v: the CN's oldest generation in use; holding no view of
+ * it, DM_GEN_NONE (nothing of it is read here: a dropped graph's blocks are freed without
+ * waiting for our lease). */
 static int report_graph(struct cn *cn, uint32_t g, struct dgen_view *v)
 {
 	uint64_t o;
@@ -377,7 +379,7 @@ static int report_graph(struct cn *cn, uint32_t g, struct dgen_view *v)
 	o = oldest_in_use(cn, g);
 	h = holds(cn, g);
 	pthread_rwlock_unlock(&cn->lock);
-	return dgen_report(cn->mns, g, h ? cn->node->id : DM_GEN_NO_CN, o, v, NULL);
+	return dgen_report(cn->mns, g, cn->node->id, h ? o : DM_GEN_NONE, v, NULL);
 }
 
 int cn_refresh(struct cn *cn, bool force)
@@ -424,12 +426,24 @@ int cn_refresh(struct cn *cn, bool force)
 		rc0 = refresh_graph(cn, 0, &v, rc == 0, force, replace);
 		switched |= cn->views[0].cur && cn->views[0].cur->gen != was;
 	}
-	/* The other graphs (each reported on its own: its generations are released by its
-	 * own reports). */
+	/* The other graphs the memory nodes list or we hold (each reported on its own: its
+	 * generations are released by its own reports). */
+	struct dgen_graphs gl;
+	int lrc = dgen_list(cn->mns, &gl);
+
 	for (uint32_t g = 1; g < DM_MAX_GRAPHS; g++) {
 		struct dgen_view vg;
 		uint64_t was = cn->views[g].cur ? cn->views[g].cur->gen : 0;
-		int grc = report_graph(cn, g, &vg);
+		bool h;
+		int grc;
+
+		pthread_rwlock_rdlock(&cn->lock);
+		h = holds(cn, g);
+		pthread_rwlock_unlock(&cn->lock);
+		if (!h && (lrc && !gl.answered ? true :
+			   !((gl.mask | gl.retired_mask) >> g & 1)))
+			continue;   /* nothing of it here or there */
+		grc = report_graph(cn, g, &vg);
 
 		if (grc && !vg.answered)
 			continue;
