@@ -63,25 +63,32 @@ static int graph_info(void *ctx, const char *bucket, const char *index,
 	int rc = -ENOENT;
 
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->views[0].cur;
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS && rc; g++) {
+		const struct dindex *d = cn->views[g].cur;
 
-	if (d && d->bind && !strcmp(d->bind->bucket, bucket) && !strcmp(d->bind->index, index)) {
-		*gi = (struct cn_s3_graph_info){ .gen = d->gen, .metric = (uint32_t)d->p.metric,
-						 .dim = d->p.dim };
-		rc = 0;
+		if (d && d->bind && !strcmp(d->bind->bucket, bucket) &&
+		    !strcmp(d->bind->index, index)) {
+			*gi = (struct cn_s3_graph_info){ .gen = d->gen, .graph = g,
+							 .metric = (uint32_t)d->p.metric,
+							 .dim = d->p.dim };
+			rc = 0;
+		}
 	}
 	pthread_rwlock_unlock(&cn->lock);
 	return rc;
 }
 
-static int graph_keys(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys)
+static int graph_keys(void *ctx, uint32_t graph, uint64_t gen, const uint64_t *ids, size_t n,
+		      char **keys)
 {
 	struct cn *cn = ctx;
 	int rc = 0;
 
 	memset(keys, 0, n * sizeof(*keys));
+	if (graph >= DM_MAX_GRAPHS)
+		return -EINVAL;
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->views[0].cur;
+	const struct dindex *d = cn->views[graph].cur;
 
 	if (!d || !d->bind || d->gen != gen)
 		rc = -ESTALE;
@@ -101,13 +108,15 @@ static int graph_keys(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, ch
 	return rc;
 }
 
-static int graph_bound(void *ctx, char *bucket, char *index, uint64_t *gen)
+static int graph_bound(void *ctx, uint32_t graph, char *bucket, char *index, uint64_t *gen)
 {
 	struct cn *cn = ctx;
 	int rc = -ENOENT;
 
+	if (graph >= DM_MAX_GRAPHS)
+		return -EINVAL;
 	pthread_rwlock_rdlock(&cn->lock);
-	const struct dindex *d = cn->views[0].cur;
+	const struct dindex *d = cn->views[graph].cur;
 
 	if (d && d->bind) {
 		snprintf(bucket, 64, "%s", d->bind->bucket);
@@ -140,6 +149,7 @@ static uint32_t graph_indexers(void *ctx, uint32_t *cns)
 
 struct ins_job {
 	struct cn *cn;
+	uint32_t graph;
 	uint64_t gen;
 	const float *v;
 	uint32_t n, dim, ef;
@@ -169,9 +179,11 @@ static void *ins_main(void *arg)
 			break;
 		cnt = DM_MIN(INS_CHUNK, j->n - i);
 		pthread_rwlock_rdlock(&cn->lock);
-		rc = cn->views[0].cur && cn->views[0].cur->gen == j->gen ?
-			cn_insert_run(a->e, cn->views[0].cur, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef,
-				      j->ids + i, &st) : -ESTALE;
+		struct dindex *d = cn->views[j->graph].cur;
+
+		rc = d && d->gen == j->gen ?
+		     cn_insert_run(a->e, d, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef, j->ids + i,
+				   &st) : -ESTALE;
 		pthread_rwlock_unlock(&cn->lock);
 		cn_insert_count(cn, &st);
 		atomic_fetch_add(&j->done, (unsigned)st.inserted);
@@ -188,15 +200,17 @@ static void *ins_main(void *arg)
 	return NULL;
 }
 
-static int graph_insert(void *ctx, uint64_t gen, const float *vecs, uint32_t n, uint32_t dim,
-			uint32_t ef, uint32_t nthreads, uint64_t *ids)
+static int graph_insert(void *ctx, uint32_t graph, uint64_t gen, const float *vecs, uint32_t n,
+			uint32_t dim, uint32_t ef, uint32_t nthreads, uint64_t *ids)
 {
 	struct cn *cn = ctx;
 	struct ins_arg a[INS_MAX_THREADS];
-	struct ins_job j = { .cn = cn, .gen = gen, .v = vecs, .n = n, .dim = dim, .ef = ef,
-			     .ids = ids };
+	struct ins_job j = { .cn = cn, .graph = graph, .gen = gen, .v = vecs, .n = n, .dim = dim,
+			     .ef = ef, .ids = ids };
 	uint32_t nt = 0;
 
+	if (graph >= DM_MAX_GRAPHS)
+		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
 		ids[i] = UINT64_MAX;
 	nthreads = DM_MAX(1u, DM_MIN(nthreads, INS_MAX_THREADS));

@@ -303,6 +303,12 @@ enum dm_wire_ctl_op {
 #define DM_GEN_MAX_INDEX 0x7fffffu   /* index numbers of generation keys (23 bits) */
 #define DM_MAX_GRAPHS 16u            /* HNSW graphs of one cluster: numbers 0..15 (the memory
 				      * node's generation table has one entry each) */
+/* The tag a flat index's graph mark carries (flat.h FL_MARK) when generation gen of graph
+ * `graph` serves it: graph 0's tag is the bare generation, as before graph numbers. */
+static inline uint64_t dm_graph_tag(uint32_t graph, uint64_t gen)
+{
+	return (uint64_t)graph << 32 | (uint32_t)gen;
+}
 
 struct dm_wire_ctl_gen {       /* CTL_GEN_PUBLISH, CTL_GEN_REPORT, CTL_GEN_DROP request */
 	uint64_t gen;              /* PUBLISH: the new generation (> 0); REPORT: the oldest

@@ -41,10 +41,11 @@ static void load_usage(FILE *f)
 		   "compute node moved to it and the previous generation is freed (--no-wait: do\n"
 		   "not wait; the memory nodes free it on their own). Compute nodes keep answering\n"
 		   "queries throughout: each query runs on one generation.\n\n"
-		   "  --graph G      the graph number, 0..%u (default 0: the graph compute nodes\n"
-		   "                 serve); another number places a graph beside it (see\n"
-		   "                 `dmann graph list`, `dmann graph drop`). Not with --bucket\n"
-		   "                 (a bulk import goes to graph 0)\n"
+		   "  --graph G      the graph number, 0..%u (default 0; with --bucket the lowest\n"
+		   "                 number no graph uses, so that every imported index keeps\n"
+		   "                 its graph); another number places a graph beside the others\n"
+		   "                 (see `dmann graph list`, `dmann graph drop`). Only graph 0\n"
+		   "                 is cached and routed by the compute nodes\n"
 		   "  --spare N      room for N more records, written online by `dmann insert` or,\n"
 		   "                 with --bucket, by the online indexer (default 0: a read-only\n"
 		   "                 index; with --bucket a quarter of the image's nodes, at least\n"
@@ -57,8 +58,8 @@ static void load_usage(FILE *f)
 		   "                 empty line), then place the graph bound to it and mark its rows\n"
 		   "                 as indexed: QueryVectors on I then searches the graph for them\n"
 		   "                 and scans only the rows written later (docs/api.md, \"The\n"
-		   "                 graph path\"). I must not exist yet; compute nodes serve graph\n"
-		   "                 0, so a later load replaces it (the previous index goes\n"
+		   "                 graph path\"). I must not exist yet. A later load with the\n"
+		   "                 same --graph replaces that graph (the index it served goes\n"
 		   "                 back to the exact path)\n"
 		   "  --keys FILE    one key per line (1..1024 bytes), as many as the image has vectors\n"
 		   "  --metadata FILE  one JSON object (or an empty line) per vector\n",
@@ -130,11 +131,6 @@ int dm_cmd_load(int argc, char **argv)
 			"--metadata need them)\n");
 		return 2;
 	}
-	if (im.bucket && graph_set) {
-		fprintf(stderr, "dmann load: --graph is not supported with --bucket yet (a bulk "
-			"import goes to graph 0)\n");
-		return 2;
-	}
 #if !DM_HAVE_CLIENT
 	if (im.bucket) {
 		fprintf(stderr, "dmann load: --bucket needs libdmann (built without jansson)\n");
@@ -179,6 +175,24 @@ int dm_cmd_load(int argc, char **argv)
 		}
 		memcpy(s->retired, retired, sizeof(retired));
 	}
+	if (im.bucket && !graph_set) {
+		/* a graph of its own: the lowest number no memory node has a generation of */
+		struct dgen_graphs gl;
+
+		rc = dgen_list(s, &gl);
+		if (rc) {
+			fprintf(stderr, "dmann load: listing the graphs: %s\n", strerror(-rc));
+			goto out_s;
+		}
+		for (graph = 0; graph < DM_MAX_GRAPHS; graph++)
+			if (!((gl.mask | gl.retired_mask) >> graph & 1))
+				break;
+		if (graph == DM_MAX_GRAPHS) {
+			fprintf(stderr, "dmann load: all %u graphs are in use (dmann graph list; dmann "
+				"graph drop --graph G frees one)\n", DM_MAX_GRAPHS);
+			goto out_s;
+		}
+	}
 	t0 = dm_now_ns();
 	struct dindex_bind_in bind = { 0 };
 
@@ -213,14 +227,15 @@ int dm_cmd_load(int argc, char **argv)
 	}
 #if DM_HAVE_CLIENT
 	if (im.bucket) {
-		rc = dm_import_mark(cfg, s, &im, gen, err, sizeof(err));
+		rc = dm_import_mark(cfg, s, &im, dm_graph_tag((uint32_t)graph, gen), err,
+				    sizeof(err));
 		if (rc) {
 			fprintf(stderr, "dmann load: the graph of %s/%s is placed but not marked, so "
 				"the exact path serves the index: %s\n", im.bucket, im.index, err);
 			goto out_s;
 		}
-		printf("dmann load: %s/%s: rows 0..%u are in graph generation %llu\n", im.bucket,
-		       im.index, im.n - 1, (unsigned long long)gen);
+		printf("dmann load: %s/%s: rows 0..%u are in graph %llu, generation %llu\n",
+		       im.bucket, im.index, im.n - 1, graph, (unsigned long long)gen);
 	}
 #endif
 	if (snap && (rc = mn_set_snapshot(s)))

@@ -126,7 +126,8 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 		s->test_delay_ms = (uint32_t)DM_MIN(strtoul(dms, NULL, 10), 60000ul);
 	pthread_mutex_init(&s->rmu, NULL);
 	pthread_mutex_init(&s->gmu, NULL);
-	pthread_mutex_init(&s->gk.mu, NULL);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		pthread_mutex_init(&s->gk[g].mu, NULL);
 	pthread_mutex_init(&s->hpool_mu, NULL);
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_init(&s->mn[i].mu, NULL);
@@ -204,7 +205,8 @@ err_destroy_locks:
 		pthread_mutex_destroy(&s->mn[i].mu);
 	pthread_mutex_destroy(&s->rmu);
 	pthread_mutex_destroy(&s->gmu);
-	pthread_mutex_destroy(&s->gk.mu);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+		pthread_mutex_destroy(&s->gk[g].mu);
 	pthread_mutex_destroy(&s->hpool_mu);
 	free(s);
 	errno = err;
@@ -310,8 +312,9 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("index_insert_milliseconds_total", "Milliseconds the online indexer spent inserting "
 	    "rows into the graph (its rate: indexed rows over this).",
 	    __atomic_load_n(&s->ix.insert_ns, __ATOMIC_RELAXED) / 1000000ull);
-	GAUGE("index_lag_rows", "Rows past the graph mark on the indexed bucket's primary at the "
-	      "indexer's last look (0 on compute nodes that do not index).",
+	GAUGE("index_lag_rows", "Rows past the graph marks of the graph-bound indexes, on their "
+	      "buckets' primaries at the indexer's last look (0 on compute nodes that do not "
+	      "index).",
 	      __atomic_load_n(&s->ix.lag, __ATOMIC_RELAXED));
 	CTR("fragment_cache_hits_total", "Fragment cache lookups that hit.", fc.hits);
 	CTR("fragment_cache_misses_total", "Fragment cache lookups that missed.", fc.misses);

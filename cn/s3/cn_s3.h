@@ -38,32 +38,35 @@ char *cn_s3_call(struct cn_s3 *s, const char *op, const char *body, size_t len, 
  * HNSW index. Both calls are thread-safe and short (the view's lock). */
 struct cn_s3_graph_info {
 	uint64_t gen;                    /* the view's generation */
+	uint32_t graph;                  /* its graph number (< DM_MAX_GRAPHS) */
 	uint32_t metric, dim;            /* enum dm_metric, dimensions */
 };
 struct cn_s3_graph_ops {
-	/* Whether the view is bound to S3 index bucket/index (dindex_bind.h): 0 with *gi,
-	 * -ENOENT otherwise. */
+	/* Whether a graph's view is bound to S3 index bucket/index (dindex_bind.h): 0 with
+	 * *gi, -ENOENT otherwise. Graphs are numbered 0..DM_MAX_GRAPHS-1 (wire.h); the mark
+	 * of an index served by generation gen of graph g carries dm_graph_tag(g, gen). */
 	int (*info)(void *ctx, const char *bucket, const char *index, struct cn_s3_graph_info *gi);
 	/* The keys the binding gives node ids[0..n) in the view of generation gen: keys[i]
 	 * malloc'd, or NULL for an id the binding has no key for (one the online indexer
 	 * added: cn_s3_gkeys.c knows those). -ESTALE (the view is of another generation now),
 	 * -ENOMEM (keys[] all NULL then). */
-	int (*keys)(void *ctx, uint64_t gen, const uint64_t *ids, size_t n, char **keys);
+	int (*keys)(void *ctx, uint32_t graph, uint64_t gen, const uint64_t *ids, size_t n,
+		    char **keys);
 	/* The online indexer (cn_s3_index.c); NULL members: this compute node indexes nothing.
-	 * bound: the S3 index the view is bound to (bucket and index into room for 64 bytes
-	 * each) and its generation: 0, or -ENOENT. */
-	int (*bound)(void *ctx, char *bucket, char *index, uint64_t *gen);
+	 * bound: the S3 index graph `graph`'s view is bound to (bucket and index into room
+	 * for 64 bytes each) and its generation: 0, or -ENOENT. */
+	int (*bound)(void *ctx, uint32_t graph, char *bucket, char *index, uint64_t *gen);
 	/* The compute nodes that run the indexer now: those with a gateway that the cluster
 	 * state does not declare down, ascending ids into cns (room for DM_MAX_NODES); their
 	 * number. Each indexes the rows whose key it wins by rendezvous hashing among them
 	 * (cn_s3_index.c). */
 	uint32_t (*indexers)(void *ctx, uint32_t *cns);
-	/* Insert vecs[0..n) (dim floats each) into the view of generation gen with up to
+	/* Insert vecs[0..n) (dim floats each) into graph's view of generation gen with up to
 	 * nthreads threads at search breadth ef: ids[i] gets row i's node id, or UINT64_MAX
 	 * for a row that was not inserted. The number inserted, or -errno when none was
 	 * (-ESTALE another generation now, -ENOSPC the graph is full, ...). */
-	int (*insert)(void *ctx, uint64_t gen, const float *vecs, uint32_t n, uint32_t dim,
-		      uint32_t ef, uint32_t nthreads, uint64_t *ids);
+	int (*insert)(void *ctx, uint32_t graph, uint64_t gen, const float *vecs, uint32_t n,
+		      uint32_t dim, uint32_t ef, uint32_t nthreads, uint64_t *ids);
 	/* Make the graph durable: every reachable memory node snapshots its region. 0 or
 	 * -errno. */
 	int (*snapshot)(void *ctx);

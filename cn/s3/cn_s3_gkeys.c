@@ -26,8 +26,10 @@ static void gk_reset(struct gkcache *g)
 
 void gk_fini(struct cn_s3 *s)
 {
-	gk_reset(&s->gk);
-	pthread_mutex_destroy(&s->gk.mu);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		gk_reset(&s->gk[g]);
+		pthread_mutex_destroy(&s->gk[g].mu);
+	}
 }
 
 static struct gkslot *gk_find(const struct gkcache *g, uint64_t id)
@@ -133,10 +135,10 @@ static int gk_fetch(struct cn_s3 *s, struct gkcache *g, const struct ixstate *st
 	return 0;
 }
 
-int gk_keys(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
-	    const uint64_t *ids, size_t n, char **keys)
+int gk_keys(struct cn_s3 *s, uint32_t graph, const char *b, const char *x,
+	    const struct ixstate *st, const uint64_t *ids, size_t n, char **keys)
 {
-	struct gkcache *g = &s->gk;
+	struct gkcache *g = &s->gk[graph % DM_MAX_GRAPHS];
 	bool need = false;
 	int rc = 0;
 

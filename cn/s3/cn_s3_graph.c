@@ -222,7 +222,7 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	*complete = false;
 	if (!s->gops || !st->mark || st->mark < s->graph_min_rows)
 		return 1;
-	if (s->gops->info(s->gctx, b, x, &gi) || gi.gen != st->mark_tag ||
+	if (s->gops->info(s->gctx, b, x, &gi) || dm_graph_tag(gi.graph, gi.gen) != st->mark_tag ||
 	    gi.metric != st->metric || gi.dim != st->dim)
 		return 1;               /* not bound to this index, or another generation */
 	kg = (uint32_t)DM_MIN((uint64_t)q->k * (q->filter ? s->graph_widen : 2) + 10, 1024u);
@@ -247,7 +247,7 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	}
 	sp = (struct dmann_search_params){ .k = kg, .ef = DM_MAX(s->graph_ef, kg),
 					   .beam = s->graph_beam, .inflight = 1,
-					   .routing = DMANN_ROUTE_CLIENT };
+					   .routing = DMANN_ROUTE_CLIENT, .graph = gi.graph };
 	ids = malloc(kg * sizeof(*ids));
 	keys = calloc(kg, sizeof(*keys));
 	hits = calloc(kg, sizeof(*hits));
@@ -274,9 +274,9 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	/* Node ids to keys: the binding's for the imported nodes (our view of the same
 	 * generation), the key log's for those the online indexer added; a node id neither
 	 * knows (inserted, not yet handed over) is skipped: its row is in the tail. */
-	rc = s->gops->keys(s->gctx, gi.gen, ids, cnt, keys);
+	rc = s->gops->keys(s->gctx, gi.graph, gi.gen, ids, cnt, keys);
 	if (!rc)
-		rc = gk_keys(s, b, x, st, ids, cnt, keys);
+		rc = gk_keys(s, gi.graph, b, x, st, ids, cnt, keys);
 	for (size_t i = 0; i < cnt; i++)
 		if (keys[i])
 			keys[nk++] = keys[i];

@@ -240,9 +240,9 @@ static int hand_over(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 	return rc;
 }
 
-/* Insert the tail rows t into the graph of generation gen: the inserted ones become batch
- * p. */
-static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
+/* Insert the tail rows t into generation gen of graph g: the inserted ones become batch p
+ * (its tag: dm_graph_tag(g, gen)). */
+static void insert_batch(struct cn_s3 *s, uint32_t g, const char *b, const char *x,
 			 const struct ixstate *st, uint64_t gen, struct tail *t, struct ipend *p)
 {
 	struct s3_indexer *ix = &s->ix;
@@ -253,13 +253,13 @@ static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
 		return;
 	uint64_t t0 = dm_now_ns();
 
-	rc = s->gops->insert(s->gctx, gen, t->vec, t->n, st->dim, ix->ef, ix->threads, ids);
+	rc = s->gops->insert(s->gctx, g, gen, t->vec, t->n, st->dim, ix->ef, ix->threads, ids);
 	__atomic_add_fetch(&ix->insert_ns, dm_now_ns() - t0, __ATOMIC_RELAXED);
 	if (rc < (int)t->n) {
 		bool full = rc == -ENOSPC || rc == -ENOENT;
 
 		__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
-		if (!full || !ix->full_until)
+		if (!full || !ix->full_until[g])
 			dm_warn("cn%u: s3: indexer: %s/%s: %d of %u rows inserted into the graph%s%s; "
 				"the others stay in the tail (scanned exactly)%s", s->node->id, b, x,
 				rc > 0 ? rc : 0, t->n, rc < 0 ? ": " : "",
@@ -267,13 +267,14 @@ static void insert_batch(struct cn_s3 *s, const char *b, const char *x,
 				rc < 0 ? strerror(-rc) : "",
 				full ? "; trying again every 30 s" : "");
 		/* A full graph: try again later, not every round. */
-		ix->full_until = full ? dm_now_ns() + IX_FULL_WAIT_NS : 0;
+		ix->full_until[g] = full ? dm_now_ns() + IX_FULL_WAIT_NS : 0;
 	}
 	if (rc <= 0) {
 		free(ids);
 		return;
 	}
-	*p = (struct ipend){ .have = true, .mn = st->mn, .created = st->created, .tag = gen,
+	*p = (struct ipend){ .have = true, .mn = st->mn, .created = st->created,
+			     .tag = dm_graph_tag(g, gen),
 			     .ids = calloc((size_t)rc, sizeof(uint64_t)),
 			     .keys = calloc((size_t)rc, sizeof(char *)),
 			     .vcrc = calloc((size_t)rc, sizeof(uint32_t)) };
@@ -346,9 +347,9 @@ static void clear_caches(struct cn_s3 *s)
 	}
 }
 
-/* One round; true when it handed over a full batch (more rows may be waiting: the next
- * round starts at once). */
-static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
+/* One round on the index graph g serves (if any); true when it handed over a full batch
+ * (more rows may be waiting: the next round starts at once). */
+static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct handed *hd)
 {
 	struct s3_indexer *ix = &s->ix;
 	bool more = false;
@@ -356,12 +357,14 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 	uint32_t mns[DM_MAX_NODES];
 	struct ixstate st;
 	struct owners own = { .self = s->node->id };
-	uint64_t gen, total = 0;
+	uint64_t gen, tag, total = 0;
 	int nm, pi = -1;
 	bool in = false;
 
-	if (s->gops->bound(s->gctx, b, x, &gen))
+	ix->glag[g] = 0;
+	if (s->gops->bound(s->gctx, g, b, x, &gen))
 		return false;
+	tag = dm_graph_tag(g, gen);
 	own.n = s->gops->indexers(s->gctx, own.cns);
 	for (uint32_t i = 0; i < own.n; i++)
 		in |= own.cns[i] == own.self;
@@ -373,33 +376,33 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 			pi = i;
 	if (pi < 0)
 		return false;
-	if (st.mark_tag != gen || !st.mark)
+	if (st.mark_tag != tag || !st.mark)
 		goto out;               /* the index is not (or no longer) this graph's */
 	/* Another index, generation or incarnation (each replica has its own creation time:
 	 * compared on the same memory node only) starts afresh. */
-	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->tag != gen ||
+	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->tag != tag ||
 	    (hd->mn == st.mn && hd->created != st.created)) {
 		dm_u64set_free(&hd->set);
-		*hd = (struct handed){ .tag = gen };
+		*hd = (struct handed){ .tag = tag };
 		snprintf(hd->b, sizeof(hd->b), "%s", b);
 		snprintf(hd->x, sizeof(hd->x), "%s", x);
 	}
 	hd->mn = st.mn;
 	hd->created = st.created;
-	if (p->have && (strcmp(p->b, b) || strcmp(p->x, x) || p->tag != gen ||
+	if (p->have && (strcmp(p->b, b) || strcmp(p->x, x) || p->tag != tag ||
 			(p->mn == st.mn && p->created != st.created)))
 		pend_free(p);           /* re-created or imported again meanwhile */
 	for (uint32_t i = 0; i < st.nfrag; i++)
 		total += st.fr[i].rows;
-	__atomic_store_n(&ix->lag, total > st.mark ? total - st.mark : 0, __ATOMIC_RELAXED);
-	if (!p->have && total > st.mark && dm_now_ns() >= ix->full_until) {
+	ix->glag[g] = total > st.mark ? total - st.mark : 0;
+	if (!p->have && total > st.mark && dm_now_ns() >= ix->full_until[g]) {
 		struct tail t = { .max = ix->batch, .dim = st.dim };
 
 		t.vec = malloc((size_t)t.max * st.dim * sizeof(float));
 		t.keys = calloc(t.max, sizeof(char *));
 		t.vcrc = calloc(t.max, sizeof(uint32_t));
 		if (t.vec && t.keys && t.vcrc && read_tail(s, b, x, &st, &own, hd, &t) == 0 && t.n)
-			insert_batch(s, b, x, &st, gen, &t, p);
+			insert_batch(s, g, b, x, &st, gen, &t, p);
 		tail_free(&t);
 	}
 	if (p->have && !p->durable) {
@@ -453,7 +456,7 @@ static bool round_once(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 				continue;
 			}
 		}
-		rc = hand_over(s, mns[i], b, x, created, gen, p->have ? p : NULL);
+		rc = hand_over(s, mns[i], b, x, created, tag, p->have ? p : NULL);
 		if (!rc && p->have)
 			p->acked |= bit;
 		if (rc && rc != -ENOENT && rc != -ESTALE && p->have) {
@@ -477,13 +480,35 @@ out:
 	return more;
 }
 
+/* A round on every graph; true when one of them handed over a full batch. */
+static bool rounds(struct cn_s3 *s, struct ipend *p, struct handed *hd)
+{
+	uint64_t lag = 0;
+	bool more = false;
+
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		more |= round_once(s, g, &p[g], &hd[g]);
+		lag += s->ix.glag[g];
+	}
+	__atomic_store_n(&s->ix.lag, lag, __ATOMIC_RELAXED);
+	return more;
+}
+
 static void *indexer_main(void *arg)
 {
 	struct cn_s3 *s = arg;
 	struct s3_indexer *ix = &s->ix;
-	struct ipend p = { 0 };
-	struct handed hd = { 0 };
+	/* per graph number: the batch not yet handed over, the rows handed over */
+	struct ipend *p = calloc(DM_MAX_GRAPHS, sizeof(*p));
+	struct handed *hd = calloc(DM_MAX_GRAPHS, sizeof(*hd));
 	bool more = false;
+
+	if (!p || !hd) {
+		dm_warn("cn%u: s3: no online indexer: out of memory", s->node->id);
+		free(p);
+		free(hd);
+		return NULL;
+	}
 
 	pthread_mutex_lock(&ix->mu);
 	while (!ix->stop) {
@@ -491,7 +516,7 @@ static void *indexer_main(void *arg)
 
 		if (more) {             /* a full batch went: rows may be waiting */
 			pthread_mutex_unlock(&ix->mu);
-			more = round_once(s, &p, &hd);
+			more = rounds(s, p, hd);
 			pthread_mutex_lock(&ix->mu);
 			continue;
 		}
@@ -506,12 +531,16 @@ static void *indexer_main(void *arg)
 		if (ix->stop)
 			break;
 		pthread_mutex_unlock(&ix->mu);
-		more = round_once(s, &p, &hd);
+		more = rounds(s, p, hd);
 		pthread_mutex_lock(&ix->mu);
 	}
 	pthread_mutex_unlock(&ix->mu);
-	pend_free(&p);
-	dm_u64set_free(&hd.set);
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		pend_free(&p[g]);
+		dm_u64set_free(&hd[g].set);
+	}
+	free(p);
+	free(hd);
 	return NULL;
 }
 

@@ -73,8 +73,9 @@ struct s3_indexer {
 	pthread_cond_t cv;
 	bool stop;                       /* under mu */
 	uint32_t interval_ms, batch, threads, ef;
-	uint64_t full_until;             /* the graph was full: no insert before this */
-	/* counters (atomics) */
+	uint64_t full_until[DM_MAX_GRAPHS];   /* graph g was full: no insert before this */
+	uint64_t glag[DM_MAX_GRAPHS];    /* rows past graph g's index's mark (indexer thread) */
+	/* counters (atomics); lag: the sum of glag */
 	uint64_t rows, batches, errors, snapshots, snapshot_ns, insert_ns, lag;
 };
 
@@ -121,7 +122,7 @@ struct cn_s3 {
 	uint64_t gretry_at;              /* no new connection before (after a failed one) */
 	uint64_t graph_min_rows;
 	uint32_t graph_ef, graph_beam, graph_widen;
-	struct gkcache gk;
+	struct gkcache gk[DM_MAX_GRAPHS];   /* per graph number */
 	struct s3_indexer ix;
 	/* Sub-requests to other CNs' gateways (cn_s3_hclient.c): idle kept-alive connections
 	 * per CN, at most member_conns each ([s3] member_conns; 0: one connection per
@@ -257,11 +258,11 @@ void graph_pool_fini(struct cn_s3 *s);
 
 /* ---- cn_s3_gkeys.c ---- */
 
-/* Fill the NULL entries of keys[0..n) for node ids[0..n) from the key log of index b/x as
- * state st describes it (brought up to st->gkeys entries first); ids the log does not hold
+/* Fill the NULL entries of keys[0..n) for node ids[0..n) of graph `graph` (one copy per
+ * graph number) from the key log of index b/x as state st describes it (brought up to st->gkeys entries first); ids the log does not hold
  * stay NULL. 0 or -errno (the MN's, -ENOMEM). */
-int gk_keys(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
-	    const uint64_t *ids, size_t n, char **keys);
+int gk_keys(struct cn_s3 *s, uint32_t graph, const char *b, const char *x,
+	    const struct ixstate *st, const uint64_t *ids, size_t n, char **keys);
 void gk_fini(struct cn_s3 *s);
 
 /* ---- cn_s3_index.c ---- */
