@@ -4,7 +4,9 @@
  * copied from the surviving replicas to the next nodes in placement order while the stream
  * goes on (no query fails, every answer is the local search's). Then a second memory node is
  * killed: with 2 of 3 nodes gone, queries still succeed with the same answers, which they
- * could not if the first node's blocks had not been copied (each block was on 2 of the 3). */
+ * could not if the first node's blocks had not been copied (each block was on 2 of the 3).
+ * The same image is also placed as graph 3 (which no compute node serves): its blocks are
+ * copied too, so `dmann graph check --graph 3` reads every record from the one node left. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -50,6 +52,7 @@ static void setup(void)
 	cr_assert_eq(sh("for c in cn0 cn1; do %s local stop --dir %s $c && %s local start --dir %s "
 			"$c || exit 1; done", dmann, lc, dmann, lc), 0);
 	cr_assert_eq(sh("%s load --config %s --index %s/idx.hnsw", dmann, path, dir), 0);
+	cr_assert_eq(sh("%s load --config %s --index %s/idx.hnsw --graph 3", dmann, path, dir), 0);
 }
 
 static void teardown(void)
@@ -173,6 +176,10 @@ Test(repair, a_lost_memory_node_is_replaced_under_queries)
 	b = bench_start(4000, ids, log);
 	bench_wait(b, 300, log);
 	cr_assert_eq(cluster_compare_ids(ids, want, nq, 4000, K), 0);
+	/* Graph 3's blocks were copied as well: every record is read from mn0 alone. */
+	cr_assert_eq(sh("%s graph check --config %s/cluster.ini --graph 3 --json | grep -q "
+			"'\"graph\":3,.*\"whole\":20000,\"torn\":0,\"empty\":0,'", dmann, lc), 0,
+		     "graph 3 is not whole on the node left");
 	free(want);
 }
 

@@ -214,6 +214,60 @@ static void print_key(const struct dindex *d, uint64_t id, bool json)
 	putchar('"');
 }
 
+/* The memory nodes of the cluster file at config, over a new transport (*x), every one that
+ * answers; the placement's retired ones (they hold nothing) marked so when the cluster file
+ * names a cluster state. NULL after a message. */
+static struct mn_set *open_mns(const char *cmd, const char *config, struct dm_cluster_cfg **cfg,
+			       struct dm_xport **x)
+{
+	struct mn_set *s;
+
+	*cfg = dm_cli_load_cfg(cmd, config);
+	if (!*cfg)
+		return NULL;
+	*x = dm_cluster_xport(*cfg, NULL);
+	if (!*x)
+		goto err_cfg;
+	s = mn_set_open(*cfg, *x, NULL, false, 5000);
+	if (!s) {
+		fprintf(stderr, "dmann %s: cannot reach the memory nodes of %s: %s\n", cmd, config,
+			strerror(errno));
+		goto err_x;
+	}
+#if DM_HAVE_ETCD
+	if ((*cfg)->etcd[0]) {
+		struct dm_placement pl;
+		char err[512];
+		int rc = dm_placement_read((*cfg)->etcd, (*cfg)->name, 3000, &pl, err, sizeof(err));
+
+		if (rc && rc != -ENOENT) {
+			fprintf(stderr, "dmann %s: reading the placement: %s\n", cmd, err);
+			goto err_s;
+		}
+		if (!rc)
+			memcpy(s->retired, pl.retired, sizeof(s->retired));
+	}
+#endif
+	return s;
+
+#if DM_HAVE_ETCD
+err_s:
+	mn_set_close(s);
+#endif
+err_x:
+	dm_xport_close(*x);
+err_cfg:
+	free(*cfg);
+	return NULL;
+}
+
+static void close_mns(struct mn_set *s, struct dm_xport *x, struct dm_cluster_cfg *cfg)
+{
+	mn_set_close(s);
+	dm_xport_close(x);
+	free(cfg);
+}
+
 static int graph_check(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -257,21 +311,15 @@ static int graph_check(int argc, char **argv)
 		graph_usage(stderr);
 		return 2;
 	}
-	cfg = dm_cli_load_cfg("graph check", config);
-	if (!cfg)
+	/* Under the placement: blocks the re-replication copied are read where they are. */
+	s = open_mns("graph check", config, &cfg, &x);
+	if (!s)
 		return 1;
-	x = dm_cluster_xport(cfg, NULL);
-	if (!x)
-		goto out_cfg;
-	s = mn_set_open(cfg, x, NULL, false, 5000);
-	if (!s) {
-		fprintf(stderr, "dmann graph check: cannot reach the memory nodes of %s: %s\n",
-			config, strerror(errno));
-		goto out_x;
-	}
+	/* A memory node that is down is no obstacle: the blocks are read from their replicas
+	 * on the others. */
 	rc = dgen_report(s, (uint32_t)graph, DM_GEN_NO_CN, 0, &v, NULL);
-	if (rc || !v.has_current) {
-		if (rc)
+	if ((rc && !v.answered) || !v.has_current) {
+		if (rc && !v.answered)
 			fprintf(stderr, "dmann graph check: %s\n", strerror(-rc));
 		else
 			fprintf(stderr, "dmann graph check: graph %llu is not loaded on the memory "
@@ -353,66 +401,8 @@ out_g:
 out_d:
 	dindex_free(d);
 out_s:
-	mn_set_close(s);
-out_x:
-	dm_xport_close(x);
-out_cfg:
-	free(cfg);
+	close_mns(s, x, cfg);
 	return status;
-}
-
-/* The memory nodes of the cluster file at config, over a new transport (*x), every one that
- * answers; the placement's retired ones (they hold nothing) marked so when the cluster file
- * names a cluster state. NULL after a message. */
-static struct mn_set *open_mns(const char *cmd, const char *config, struct dm_cluster_cfg **cfg,
-			       struct dm_xport **x)
-{
-	struct mn_set *s;
-
-	*cfg = dm_cli_load_cfg(cmd, config);
-	if (!*cfg)
-		return NULL;
-	*x = dm_cluster_xport(*cfg, NULL);
-	if (!*x)
-		goto err_cfg;
-	s = mn_set_open(*cfg, *x, NULL, false, 5000);
-	if (!s) {
-		fprintf(stderr, "dmann %s: cannot reach the memory nodes of %s: %s\n", cmd, config,
-			strerror(errno));
-		goto err_x;
-	}
-#if DM_HAVE_ETCD
-	if ((*cfg)->etcd[0]) {
-		struct dm_placement pl;
-		char err[512];
-		int rc = dm_placement_read((*cfg)->etcd, (*cfg)->name, 3000, &pl, err, sizeof(err));
-
-		if (rc && rc != -ENOENT) {
-			fprintf(stderr, "dmann %s: reading the placement: %s\n", cmd, err);
-			goto err_s;
-		}
-		if (!rc)
-			memcpy(s->retired, pl.retired, sizeof(s->retired));
-	}
-#endif
-	return s;
-
-#if DM_HAVE_ETCD
-err_s:
-	mn_set_close(s);
-#endif
-err_x:
-	dm_xport_close(*x);
-err_cfg:
-	free(*cfg);
-	return NULL;
-}
-
-static void close_mns(struct mn_set *s, struct dm_xport *x, struct dm_cluster_cfg *cfg)
-{
-	mn_set_close(s);
-	dm_xport_close(x);
-	free(cfg);
 }
 
 /* Options of list and drop: --config; --graph and --no-snapshot for drop (graph and snap
