@@ -760,3 +760,88 @@ Test(insert, acknowledged_rows_survive_a_full_cluster_kill)
 	dm_vecs_free(&ids);
 	dm_vecs_free(&more);
 }
+
+#define SELF_IMPORTED 800u
+
+/* Two S3 indexes, each bulk-imported with its own graph (dmann load --bucket picks the
+ * lowest free graph number: 0, then 1) and then written online: NS rows put into each, the
+ * online indexer moves them into the right graph (dmann_cn_s3_index_lag_rows back to 0),
+ * and every acknowledged row of each index finds itself among the top 10 of its own
+ * vector, both indexes served by the graph path (the second import no longer replaces the
+ * first one's graph). */
+Test(insert, two_s3_indexes_each_on_its_own_graph)
+{
+	char lc[160], p[256];
+	uint64_t t0;
+	long long gq0, gq1, gq2, lag;
+	unsigned first, missed;
+	struct dm_vecs v = read_file("d/base.fbin");
+
+	NS = 200;
+	snprintf(p, sizeof(p), "%s/s3b.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)NB * v.dim, DM_VT_F32,
+				   NS, v.dim), 0);
+	/* the self-find: the last SELF_IMPORTED imported rows and every put one */
+	snprintf(p, sizeof(p), "%s/s3self.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)(NB - SELF_IMPORTED) *
+				   v.dim, DM_VT_F32, SELF_IMPORTED + NS, v.dim), 0);
+	dm_vecs_free(&v);
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	cr_assert_eq(sh("%s local up --mn %u --cn %u --redundancy %u --dir %s --region-mb 64 "
+			"--transport %s --host %s --s3-set graph_min_rows=100 --s3-set "
+			"index_interval_ms=200", dmann, nmn, ncn, nmn < 2 ? 1 : 2, lc, transport,
+			host), 0);
+	cr_assert_eq(sh("%s load --config %s/cluster.ini --index %s/a.hnsw --bucket ibkt --name "
+			"one --spare 1000 >%s/load1.txt", dmann, lc, dir, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/cluster.ini --index %s/a.hnsw --bucket ibkt --name "
+			"two --spare 1000 >%s/load2.txt", dmann, lc, dir, dir), 0);
+	cr_assert_eq(sh("grep -q 'in graph 0, generation 1' %s/load1.txt", dir), 0);
+	cr_assert_eq(sh("grep -q 'in graph 1, generation 1' %s/load2.txt", dir), 0);
+	cr_assert_eq(sh("%s graph list --config %s/cluster.ini | grep -Eq '^1 +1 +%d '", dmann,
+			lc, NB), 0, "graph 1 not listed");
+	cr_assert_eq(sh("%s put --config %s/cluster.ini --bucket ibkt --name one --vectors "
+			"%s/s3b.fbin --key-prefix b >/dev/null", dmann, lc, dir), 0);
+	cr_assert_eq(sh("%s put --config %s/cluster.ini --bucket ibkt --name two --vectors "
+			"%s/s3b.fbin --key-prefix b >/dev/null", dmann, lc, dir), 0);
+	/* both indexes' rows indexed: no row past either mark on any indexer */
+	t0 = dm_now_ns();
+	for (;;) {
+		sleep(1);
+		lag = 0;
+		for (unsigned c = 0; c < ncn; c++)
+			lag += cluster_metric(lc, c, "dmann_cn_s3_index_lag_rows");
+		if (lag == 0 && cluster_metric(lc, 0, "dmann_cn_s3_indexed_rows_total") +
+		    (ncn > 1 ? cluster_metric(lc, 1, "dmann_cn_s3_indexed_rows_total") : 0) >=
+		    2 * NS)
+			break;
+		cr_assert_lt(dm_now_ns() - t0, bound_s(180), "indexing not done: %lld rows past "
+			     "the marks", lag);
+	}
+	gq0 = 0;
+	for (unsigned c = 0; c < ncn; c++)
+		gq0 += cluster_metric(lc, c, "dmann_cn_s3_graph_queries_total");
+	cr_assert_eq(sh("%s query --config %s/cluster.ini --bucket ibkt --name one --vectors "
+			"%s/s3self.fbin --k %d >%s/self1.txt", dmann, lc, dir, K, dir), 0);
+	gq1 = 0;
+	for (unsigned c = 0; c < ncn; c++)
+		gq1 += cluster_metric(lc, c, "dmann_cn_s3_graph_queries_total");
+	cr_assert_eq(sh("%s query --config %s/cluster.ini --bucket ibkt --name two --vectors "
+			"%s/s3self.fbin --k %d >%s/self2.txt", dmann, lc, dir, K, dir), 0);
+	gq2 = 0;
+	for (unsigned c = 0; c < ncn; c++)
+		gq2 += cluster_metric(lc, c, "dmann_cn_s3_graph_queries_total");
+	missed = s3_check_answers("self1.txt", SELF_IMPORTED + NS, NB - SELF_IMPORTED, &first);
+	cr_log_info("index one (graph 0): %u of %d rows found by their own vector (%u first), "
+		    "%lld graph-path queries", SELF_IMPORTED + NS - missed, SELF_IMPORTED + NS, first,
+		    gq1 - gq0);
+	cr_assert_eq(missed, 0, "index one: %u acknowledged rows not found", missed);
+	missed = s3_check_answers("self2.txt", SELF_IMPORTED + NS, NB - SELF_IMPORTED, &first);
+	cr_log_info("index two (graph 1): %u of %d rows found by their own vector (%u first), "
+		    "%lld graph-path queries", SELF_IMPORTED + NS - missed, SELF_IMPORTED + NS, first,
+		    gq2 - gq1);
+	cr_assert_eq(missed, 0, "index two: %u acknowledged rows not found", missed);
+	cr_assert_geq(gq1 - gq0, SELF_IMPORTED + NS, "index one's queries did not all take the "
+		      "graph path");
+	cr_assert_geq(gq2 - gq1, SELF_IMPORTED + NS, "index two's queries did not all take the "
+		      "graph path");
+}

@@ -304,7 +304,7 @@ Test(reload, full_send_queue_is_back_pressure)
  * `dmann graph list` shows both; `dmann graph drop --graph 3` removes it from every memory
  * node (no compute node reads graph 3: released at once, the objects freed) and a new load
  * of graph 3 starts again at generation 1; queries on graph 0 answer like A throughout; bad
- * graph numbers and --graph with --bucket are refused. */
+ * graph numbers are refused. */
 Test(reload, graphs_side_by_side)
 {
 	const char *ini;
@@ -330,8 +330,6 @@ Test(reload, graphs_side_by_side)
 	/* Bad numbers and combinations: usage errors (2). */
 	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 16", dmann, ini, dir), 2);
 	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph x", dmann, ini, dir), 2);
-	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 1 --bucket b --name i",
-			dmann, ini, dir), 2);
 	cr_assert_eq(sh("%s graph drop --config %s", dmann, ini), 2, "which graph?");
 	cr_assert_eq(sh("%s graph drop --config %s --graph 5", dmann, ini), 1, "not loaded");
 	/* Drop graph 3: gone from the list, its objects freed (graph 0's stay). */

@@ -32,6 +32,8 @@ struct cn {
 	struct cn_view {
 		struct dindex *cur;
 		struct dindex *retired[CN_MAX_RETIRED];
+		bool gone;            /* ctl_lock: every memory node said it has no current
+					 generation (dropped, or never loaded) */
 	} views[DM_MAX_GRAPHS];
 	struct dm_cache *cache;           /* holds records of views[0].cur only */
 	uint64_t cache_bytes;

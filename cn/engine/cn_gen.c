@@ -43,17 +43,23 @@ int cn_cache_apply(struct cn *cn)
 	return 0;
 }
 
-/* The oldest generation of graph g a view still in use belongs to: what we report (0: no
- * view, which holds every generation back until we have one). Read lock held. */
+/* The oldest generation of graph g a view still in use belongs to: what we report. With
+ * no view: 0 while the graph has a current generation (we are about to open it: that holds
+ * every generation back until we have it), DM_GEN_NONE once the memory nodes said it has
+ * none (dropped: its blocks are freed without waiting for our lease). Read lock held. */
 static uint64_t oldest_in_use(struct cn *cn, uint32_t g)
 {
 	const struct cn_view *vw = &cn->views[g];
 	uint64_t o = vw->cur ? vw->cur->gen : 0;
+	bool any = vw->cur != NULL;
 
 	for (int i = 0; i < CN_MAX_RETIRED; i++)
-		if (vw->retired[i] && (!o || vw->retired[i]->gen < o))
-			o = vw->retired[i]->gen;
-	return o;
+		if (vw->retired[i]) {
+			if (!any || vw->retired[i]->gen < o)
+				o = vw->retired[i]->gen;
+			any = true;
+		}
+	return any ? o : vw->gone ? DM_GEN_NONE : 0;
 }
 
 /* Whether we hold any view of graph g (read lock held). */
@@ -300,6 +306,7 @@ static int refresh_graph(struct cn *cn, uint32_t g, const struct dgen_view *v, b
 	int rc;
 
 	if (!v->has_current) {
+		vw->gone = complete && v->answered;
 		if (vw->cur && complete && v->answered) {
 			dm_info("cn%u: graph %u gone from the memory nodes", cn->node->id, g);
 			pthread_rwlock_wrlock(&cn->lock);
@@ -309,6 +316,7 @@ static int refresh_graph(struct cn *cn, uint32_t g, const struct dgen_view *v, b
 		}
 		return v->answered ? -ENOENT : -EHOSTDOWN;
 	}
+	vw->gone = false;
 	if (!force && !replace && vw->cur && vw->cur->gen == v->current)
 		return 0;
 	rc = dindex_open(cn->mns, g, v->current, &d, err, sizeof(err));
@@ -367,19 +375,18 @@ static int refresh_graph(struct cn *cn, uint32_t g, const struct dgen_view *v, b
 	return 0;
 }
 
-/* Report graph g >= 1 and fill v: the CN's oldest generation in use; holding no view of
- * it, DM_GEN_NONE (nothing of it is read here: a dropped graph's blocks are freed without
- * waiting for our lease). */
-static int report_graph(struct cn *cn, uint32_t g, struct dgen_view *v)
+/* Report graph g >= 1 (oldest_in_use) and fill v; listed: whether the memory nodes list
+ * a current generation of it (else it is gone for us: DM_GEN_NONE when we hold nothing). */
+static int report_graph(struct cn *cn, uint32_t g, bool listed, struct dgen_view *v)
 {
 	uint64_t o;
-	bool h;
 
+	if (!listed)
+		cn->views[g].gone = true;
 	pthread_rwlock_rdlock(&cn->lock);
 	o = oldest_in_use(cn, g);
-	h = holds(cn, g);
 	pthread_rwlock_unlock(&cn->lock);
-	return dgen_report(cn->mns, g, cn->node->id, h ? o : DM_GEN_NONE, v, NULL);
+	return dgen_report(cn->mns, g, cn->node->id, o, v, NULL);
 }
 
 int cn_refresh(struct cn *cn, bool force)
@@ -443,7 +450,7 @@ int cn_refresh(struct cn *cn, bool force)
 		if (!h && (lrc && !gl.answered ? true :
 			   !((gl.mask | gl.retired_mask) >> g & 1)))
 			continue;   /* nothing of it here or there */
-		grc = report_graph(cn, g, &vg);
+		grc = report_graph(cn, g, lrc || (gl.mask >> g & 1), &vg);
 
 		if (grc && !vg.answered)
 			continue;
@@ -462,7 +469,7 @@ int cn_refresh(struct cn *cn, bool force)
 			struct dgen_view vg;
 
 			if (cn->views[g].cur)
-				report_graph(cn, g, &vg);
+				report_graph(cn, g, true, &vg);
 		}
 	}
 	rejoin(cn);
