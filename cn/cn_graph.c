@@ -333,9 +333,27 @@ static void graph_cache_clear(void *ctx)
 	pthread_rwlock_unlock(&cn->lock);
 }
 
+static int graph_drop(void *ctx, uint32_t graph)
+{
+	struct cn *cn = ctx;
+	char err[512];
+	int rc;
+
+	if (graph >= DM_MAX_GRAPHS)
+		return -EINVAL;
+	pthread_mutex_lock(&cn->ctl_lock);
+	rc = cn->mns ? dindex_drop_graph(cn->mns, graph, err, sizeof(err)) : -EHOSTDOWN;
+	pthread_mutex_unlock(&cn->ctl_lock);
+	if (rc && rc != -ENOENT)
+		dm_warn("cn%u: dropping graph %u: %s", cn->node->id, graph,
+			rc == -EHOSTDOWN ? "no memory-node connections" : err);
+	return rc == -ENOENT ? 0 : rc;
+}
+
 const struct cn_s3_graph_ops cn_graph_ops = {
 	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexers = graph_indexers,
 	.insert = graph_insert, .snapshot = graph_snapshot, .cache_clear = graph_cache_clear,
+	.drop = graph_drop,
 };
 
 void cn_graph_fini(struct cn *cn)

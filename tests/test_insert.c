@@ -768,7 +768,8 @@ Test(insert, acknowledged_rows_survive_a_full_cluster_kill)
  * online indexer moves them into the right graph (dmann_cn_s3_index_lag_rows back to 0),
  * and every acknowledged row of each index finds itself among the top 10 of its own
  * vector, both indexes served by the graph path (the second import no longer replaces the
- * first one's graph). */
+ * first one's graph). DeleteIndex of the second frees its graph (the number is taken
+ * again by the next import); the first stays on its graph. */
 Test(insert, two_s3_indexes_each_on_its_own_graph)
 {
 	char lc[160], p[256];
@@ -844,4 +845,25 @@ Test(insert, two_s3_indexes_each_on_its_own_graph)
 		      "graph path");
 	cr_assert_geq(gq2 - gq1, SELF_IMPORTED + NS, "index two's queries did not all take the "
 		      "graph path");
+	/* DeleteIndex of index two frees graph 1 (the indexers see the index gone on every
+	 * replica); index one keeps its graph; a new import takes graph 1 again */
+	cr_assert_eq(sh("%s delete --config %s/cluster.ini --bucket ibkt --name two "
+			"--whole-index >/dev/null", dmann, lc), 0);
+	t0 = dm_now_ns();
+	while (sh("%s graph list --config %s/cluster.ini | grep -Eq '^1 '", dmann, lc) == 0) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "graph 1 not freed after DeleteIndex");
+		usleep(200000);
+	}
+	cr_assert_eq(sh("%s query --config %s/cluster.ini --bucket ibkt --name one --vectors "
+			"%s/s3self.fbin --k %d >%s/self1b.txt", dmann, lc, dir, K, dir), 0);
+	missed = s3_check_answers("self1b.txt", SELF_IMPORTED + NS, NB - SELF_IMPORTED, &first);
+	cr_assert_eq(missed, 0, "index one after index two's deletion: %u rows not found", missed);
+	gq0 = 0;
+	for (unsigned c = 0; c < ncn; c++)
+		gq0 += cluster_metric(lc, c, "dmann_cn_s3_graph_queries_total");
+	cr_assert_geq(gq0 - gq2, SELF_IMPORTED + NS, "index one left the graph path");
+	cr_assert_eq(sh("%s load --config %s/cluster.ini --index %s/a.hnsw --bucket ibkt --name "
+			"three >%s/load3.txt", dmann, lc, dir, dir), 0);
+	cr_assert_eq(sh("grep -q 'in graph 1, generation 1' %s/load3.txt", dir), 0,
+		     "the freed graph number was not taken again");
 }

@@ -13,7 +13,7 @@
 struct vargs {
 	const char *config, *client, *bucket, *name, *vectors, *keys, *prefix;
 	unsigned long long k;
-	bool json;
+	bool json, whole;
 };
 
 static void usage(FILE *f, const char *cmd)
@@ -22,7 +22,8 @@ static void usage(FILE *f, const char *cmd)
 		"usage: dmann %s --config C --bucket B --name I [--client NAME] ...\n"
 		"  put:    --vectors FILE (fbin/fvecs) [--key-prefix P]   keys P0, P1, ... (default v)\n"
 		"  get:    --keys K1,K2,... [--json]\n"
-		"  delete: --keys K1,K2,...\n"
+		"  delete: --keys K1,K2,...  or  --whole-index (DeleteIndex: the index, its vectors\n"
+		"          and its graph, which the compute nodes then free)\n"
 		"  query:  --vectors FILE [--k K (default 10)] [--json]   one result line per query\n\n"
 		"  --config C     cluster file; only the client identity's secret is read\n"
 		"  --client NAME  its [client.NAME] (default $DMANN_CLIENT_NAME, else local)\n"
@@ -80,9 +81,13 @@ static int run(const char *cmd, struct vargs *a)
 	} else if (!strcmp(cmd, "get") || !strcmp(cmd, "delete")) {
 		uint32_t dim = 0;
 
-		keys = split_keys((char *)a->keys, &nk);
+		keys = a->whole ? calloc(1, sizeof(*keys)) : split_keys((char *)a->keys, &nk);
 		if (!keys) {
 			rc = -ENOMEM;
+		} else if (!strcmp(cmd, "delete") && a->whole) {
+			rc = dmann_drop_index(d, a->bucket, a->name);
+			if (!rc)
+				printf("deleted index %s/%s\n", a->bucket, a->name);
 		} else if (!strcmp(cmd, "delete")) {
 			rc = dmann_delete(d, a->bucket, a->name, nk, keys);
 		} else if (!(rc = dmann_describe_index(d, a->bucket, a->name, &dim, NULL))) {
@@ -145,7 +150,7 @@ int dm_cmd_vectors(int argc, char **argv)
 		{ "vectors", required_argument, NULL, 'v' }, { "keys", required_argument, NULL, 'K' },
 		{ "key-prefix", required_argument, NULL, 'p' }, { "k", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "whole-index", no_argument, NULL, 'W' }, { NULL, 0, NULL, 0 },
 	};
 	const char *cmd = argv[0];
 	struct vargs a = { .k = 10 };
@@ -161,6 +166,14 @@ int dm_cmd_vectors(int argc, char **argv)
 		case 'K': a.keys = optarg; break;
 		case 'p': a.prefix = optarg; break;
 		case 'j': a.json = true; break;
+		case 'W':
+			if (strcmp(cmd, "delete")) {
+				fprintf(stderr, "dmann %s: --whole-index is an option of dmann delete\n",
+					cmd);
+				return 2;
+			}
+			a.whole = true;
+			break;
 		case 'k':
 			if (dm_cli_parse_u64(cmd, "--k", optarg, 1, DMANN_MAX_K, &a.k))
 				return 2;
@@ -171,9 +184,14 @@ int dm_cmd_vectors(int argc, char **argv)
 	}
 	bool need_vec = !strcmp(cmd, "put") || !strcmp(cmd, "query");
 
-	if (!a.config || !a.bucket || !a.name || (need_vec ? !a.vectors : !a.keys)) {
+	if (a.whole && a.keys) {
+		fprintf(stderr, "dmann delete: --keys or --whole-index, not both\n");
+		return 2;
+	}
+	if (!a.config || !a.bucket || !a.name || (need_vec ? !a.vectors : !a.keys && !a.whole)) {
 		fprintf(stderr, "dmann %s: --config, --bucket, --name and %s are required\n", cmd,
-			need_vec ? "--vectors" : "--keys");
+			need_vec ? "--vectors" : a.whole || strcmp(cmd, "delete") ? "--keys" :
+			"--keys (or --whole-index)");
 		usage(stderr, cmd);
 		return 2;
 	}

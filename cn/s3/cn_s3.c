@@ -312,6 +312,8 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("index_insert_milliseconds_total", "Milliseconds the online indexer spent inserting "
 	    "rows into the graph (its rate: indexed rows over this).",
 	    __atomic_load_n(&s->ix.insert_ns, __ATOMIC_RELAXED) / 1000000ull);
+	CTR("index_graphs_dropped_total", "Graphs dropped because the S3 index bound to them was "
+	    "deleted.", __atomic_load_n(&s->ix.graphs_dropped, __ATOMIC_RELAXED));
 	GAUGE("index_lag_rows", "Rows past the graph marks of the graph-bound indexes, on their "
 	      "buckets' primaries at the indexer's last look (0 on compute nodes that do not "
 	      "index).",

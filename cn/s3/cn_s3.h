@@ -72,6 +72,10 @@ struct cn_s3_graph_ops {
 	int (*snapshot)(void *ctx);
 	/* Drop every record this compute node caches (the indexer changed graph records). */
 	void (*cache_clear)(void *ctx);
+	/* Drop graph `graph` from every memory node (the S3 index it is bound to is gone):
+	 * dindex_drop_graph; its memory is freed once the compute nodes let go of it. 0 or
+	 * -errno. */
+	int (*drop)(void *ctx, uint32_t graph);
 };
 /* Give the gateway the compute node's graph (before the first request; ops stays valid);
  * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */

@@ -371,9 +371,29 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 	if (!in)
 		return false;
 	nm = bucket_mns(s, b, mns);
-	for (int i = 0; i < nm && pi < 0; i++)
-		if (!mn_is_down(s, mns[i]) && ixstate_fetch(s, mns[i], b, x, &st) == 0)
+	int gone = 0;
+
+	for (int i = 0; i < nm && pi < 0; i++) {
+		int rc = mn_is_down(s, mns[i]) ? -EHOSTDOWN : ixstate_fetch(s, mns[i], b, x, &st);
+
+		if (rc == 0)
 			pi = i;
+		gone += rc == -ENOENT;
+	}
+	if (pi < 0 && nm > 0 && gone == nm && own.cns[0] == own.self && s->gops->drop) {
+		/* Every replica says the index is gone (DeleteIndex, DeleteVectorBucket: an
+		 * import creates its index before it places the graph, so this is not one in
+		 * progress): its graph is freed. The first indexer does it; a memory node that
+		 * restarts from an older snapshot brings the graph back, and it is dropped
+		 * again here. */
+		int rc = s->gops->drop(s->gctx, g);
+
+		dm_info("cn%u: s3: index %s/%s is gone: graph %u %s", s->node->id, b, x, g,
+			rc ? "could not be dropped yet" : "dropped");
+		if (!rc)
+			__atomic_add_fetch(&ix->graphs_dropped, 1, __ATOMIC_RELAXED);
+		pend_free(p);
+	}
 	if (pi < 0)
 		return false;
 	if (st.mark_tag != tag || !st.mark)

@@ -76,7 +76,7 @@ struct s3_indexer {
 	uint64_t full_until[DM_MAX_GRAPHS];   /* graph g was full: no insert before this */
 	uint64_t glag[DM_MAX_GRAPHS];    /* rows past graph g's index's mark (indexer thread) */
 	/* counters (atomics); lag: the sum of glag */
-	uint64_t rows, batches, errors, snapshots, snapshot_ns, insert_ns, lag;
+	uint64_t rows, batches, errors, snapshots, snapshot_ns, insert_ns, lag, graphs_dropped;
 };
 
 #define HPOOL_MAX 32              /* idle connections kept per member CN, at most */
