@@ -225,7 +225,7 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   const out = execFileSync(DMANN, ['load', '--config', ini, '--index', path.join(tmp, 'idx.hnsw'),
     '--bucket', BUCKET, '--name', INDEX, '--keys', path.join(tmp, 'keys.txt'), '--metadata',
     path.join(tmp, 'meta.txt'), '--spare', String(TAIL + REPUT + 1000)], { encoding: 'utf8' });
-  assert.match(out, /rows 0\.\.\d+ are in graph generation \d+/);
+  assert.match(out, /rows 0\.\.\d+ are in graph \d+, generation \d+/);
   console.log(`FIGURES import: ${N} x ${DIM} in ${((Date.now() - t1) / 1e3).toFixed(1)} s ` +
     `(gen + build before it: ${((t1 - t0) / 1e3).toFixed(1)} s)`);
   // The compute nodes pick the graph up within their refresh period.
