@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cn_insert.h"
+#include "dgen.h"
 #include "fl_rpc.h"
 #include "dindex.h"
 #include "dindex_bind.h"
@@ -56,7 +57,7 @@ static void collect(struct cn_insert *e)
 	free(r);
 }
 
-static int graph_info(void *ctx, const char *bucket, const char *index,
+static int graph_info(void *ctx, const char *bucket, const char *index, uint64_t tag,
 		      struct cn_s3_graph_info *gi)
 {
 	struct cn *cn = ctx;
@@ -67,7 +68,7 @@ static int graph_info(void *ctx, const char *bucket, const char *index,
 		const struct dindex *d = cn->views[g].cur;
 
 		if (d && d->bind && !strcmp(d->bind->bucket, bucket) &&
-		    !strcmp(d->bind->index, index)) {
+		    !strcmp(d->bind->index, index) && (!tag || dm_graph_tag(g, d->gen) == tag)) {
 			*gi = (struct cn_s3_graph_info){ .gen = d->gen, .graph = g,
 							 .metric = (uint32_t)d->p.metric,
 							 .dim = d->p.dim };
@@ -350,10 +351,69 @@ static int graph_drop(void *ctx, uint32_t graph)
 	return rc == -ENOENT ? 0 : rc;
 }
 
+static int graph_seed(void *ctx, const char *bucket, const char *index, uint32_t metric,
+		      uint32_t dim, const float *vecs, char *const *keys, uint32_t n, uint32_t room,
+		      uint32_t ef, uint32_t nthreads, uint32_t *graph, uint64_t *gen)
+{
+	struct cn *cn = ctx;
+	struct hnsw_params hp = { .dim = dim, .metric = (enum dm_metric)metric, .M = 16,
+				  .ef_construction = ef, .seed = 42,
+				  .block_shift = HNSW_DEFAULT_BLOCK_SHIFT,
+				  .codes = HNSW_CODES_RABITQ };
+	struct dindex_bind_in bind = { .bucket = bucket, .index = index,
+				       .keys = (const char *const *)keys, .n = n };
+	struct hnsw_index *idx;
+	struct dgen_graphs gl;
+	struct mn_set *s;
+	char err[512];
+	uint32_t g;
+	int rc;
+
+	idx = hnsw_build(&hp, vecs, n, DM_MAX(1u, nthreads), NULL, NULL, err, sizeof(err));
+	if (!idx) {
+		rc = -errno;
+		dm_warn("cn%u: seeding a graph for %s/%s: %s", cn->node->id, bucket, index, err);
+		return rc ? rc : -EINVAL;
+	}
+	s = mn_set_open(cn->cfg, cn->x, cn->pool, false, SNAP_CONNECT_MS);
+	if (!s) {
+		rc = -errno;
+		goto out_free;
+	}
+	pthread_mutex_lock(&cn->ctl_lock);
+	memcpy(s->retired, cn->retired_mn, sizeof(s->retired));
+	pthread_mutex_unlock(&cn->ctl_lock);
+	rc = dgen_list(s, &gl);
+	if (rc)
+		goto out_close;
+	for (g = 0; g < DM_MAX_GRAPHS; g++)
+		if (!((gl.mask | gl.retired_mask) >> g & 1))
+			break;
+	if (g == DM_MAX_GRAPHS) {
+		dm_warn("cn%u: no graph for %s/%s: all %u graph numbers are in use (dmann graph "
+			"list)", cn->node->id, bucket, index, DM_MAX_GRAPHS);
+		rc = -ENOSPC;
+		goto out_close;
+	}
+	room = (uint32_t)DM_MIN((uint64_t)room, (uint64_t)DINDEX_MAX_CAP - n);
+	rc = dindex_load(s, g, idx, room, &bind, gen, NULL, NULL, err, sizeof(err));
+	if (rc) {
+		dm_warn("cn%u: placing the graph of %s/%s: %s", cn->node->id, bucket, index, err);
+		goto out_close;
+	}
+	*graph = g;
+	dirty_lost = true;   /* the next graph_snapshot takes full snapshots: new objects */
+out_close:
+	mn_set_close(s);
+out_free:
+	hnsw_free(idx);
+	return rc;
+}
+
 const struct cn_s3_graph_ops cn_graph_ops = {
 	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexers = graph_indexers,
 	.insert = graph_insert, .snapshot = graph_snapshot, .cache_clear = graph_cache_clear,
-	.drop = graph_drop,
+	.drop = graph_drop, .seed = graph_seed,
 };
 
 void cn_graph_fini(struct cn *cn)

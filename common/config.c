@@ -325,6 +325,9 @@ static const struct s3_key {
 	{ "index_threads", 1, 64, 0, offsetof(struct dm_s3_cfg, index_threads), false, "" },
 	{ "index_ef", 1, 65536, 0, offsetof(struct dm_s3_cfg, index_ef), false, "" },
 	{ "member_conns", 0, 256, 0, offsetof(struct dm_s3_cfg, member_conns), false, "" },
+	{ "graph_auto", 0, 1, 0, offsetof(struct dm_s3_cfg, graph_auto), false, "" },
+	{ "graph_room", 1000, 100000000, 0, offsetof(struct dm_s3_cfg, graph_room), false,
+	  "" },
 };
 
 void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
@@ -333,7 +336,8 @@ void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 		.cache_bytes = 2048ull << 20, .frag_fetch_bytes = 16u << 20, .queue_depth = 64,
 		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
 		.graph_beam = 4, .graph_filter_widen = 10, .index_interval_ms = 1000,
-		.index_batch = 2000, .index_threads = 4, .index_ef = 100, .member_conns = 8 };
+		.index_batch = 2000, .index_threads = 4, .index_ef = 100, .member_conns = 8,
+		.graph_auto = 1, .graph_room = 20000 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,

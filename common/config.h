@@ -102,6 +102,12 @@
  *   index_batch = 2000          ; rows per batch (one graph snapshot each), 1..8192
  *   index_threads = 4           ; insert threads, 1..64
  *   index_ef = 100              ; efConstruction of its inserts, 1..65536
+ *   ; graphs for indexes created through the API (not bulk-imported):
+ *   graph_auto = 1              ; 1: once such an index holds graph_min_rows rows, the
+ *                               ; first indexer builds a graph of its rows and places it
+ *                               ; (the online indexer then keeps it current); 0: exact only
+ *   graph_room = 20000          ; rows such a graph takes online beyond its seed rows
+ *                               ; (1000..100000000); rows past it stay in the tail
  *
  *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
  *                               ; at most 32 identities in all)
@@ -256,6 +262,8 @@ struct dm_cluster_cfg {
 		uint32_t graph_ef, graph_beam, graph_filter_widen;
 		uint32_t index_interval_ms, index_batch, index_threads, index_ef;
 		uint32_t member_conns;   /* idle kept-alive connections per member CN (0: none) */
+		uint32_t graph_auto;     /* 1: indexes created through the API get a graph */
+		uint32_t graph_room;     /* rows of spare room in such a graph */
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

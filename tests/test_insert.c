@@ -469,11 +469,17 @@ static int NS;
 /* A key of the S3 index of s3_indexer_torn_writes_and_killed_compute_node: the imported
  * rows are "0".."NB-1" (dmann load's default keys), the rows put later "b0".."b(NS-1)";
  * its row in d/base.fbin, or -1 for a key that is neither. */
+static int NC, C_BASE;   /* keys "c0".."c(NC-1)": rows NB + C_BASE + i (api_index_gets_a_graph) */
+
 static long s3_key_row(const char *k)
 {
 	char *end;
 	long i;
 
+	if (k[0] == 'c') {
+		i = strtol(k + 1, &end, 10);
+		return *end || end == k + 1 || i < 0 || i >= NC ? -1 : NB + C_BASE + i;
+	}
 	if (k[0] == 'b') {
 		i = strtol(k + 1, &end, 10);
 		return *end || end == k + 1 || i < 0 || i >= NS ? -1 : NB + i;
@@ -866,4 +872,91 @@ Test(insert, two_s3_indexes_each_on_its_own_graph)
 			"three >%s/load3.txt", dmann, lc, dir, dir), 0);
 	cr_assert_eq(sh("grep -q 'in graph 1, generation 1' %s/load3.txt", dir), 0,
 		     "the freed graph number was not taken again");
+}
+
+/* An index created through the API (no bulk import) gets a graph of its own ([s3]
+ * graph_auto): once it holds graph_min_rows rows, the first indexer builds a graph of
+ * them, places it on the lowest free graph number and hands the rows over; rows put later
+ * are indexed online. Every acknowledged row then finds itself first, on the graph path;
+ * a deleted key never comes back; DeleteIndex frees the graph. */
+Test(insert, api_index_gets_a_graph)
+{
+	char lc[160], p[256];
+	struct dm_vecs v = read_file("d/base.fbin");
+	const unsigned n1 = 1500, n2 = 300;
+	uint64_t t0;
+	long long seeded = 0, lag, gq0 = 0, gq1 = 0;
+	unsigned missed, first;
+
+	NS = (int)n1;          /* keys b0.. (s3_key_row: rows NB + i) */
+	NC = (int)n2;          /* keys c0.. put after the seed: rows NB + n1 + i */
+	C_BASE = (int)n1;
+	snprintf(p, sizeof(p), "%s/s3a.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)NB * v.dim, DM_VT_F32,
+				   n1, v.dim), 0);
+	snprintf(p, sizeof(p), "%s/s3b.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)(NB + n1) * v.dim,
+				   DM_VT_F32, n2, v.dim), 0);
+	snprintf(p, sizeof(p), "%s/s3self.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)NB * v.dim, DM_VT_F32,
+				   n1 + n2, v.dim), 0);
+	dm_vecs_free(&v);
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	cr_assert_eq(sh("%s local up --mn %u --cn %u --redundancy %u --dir %s --region-mb 64 "
+			"--transport %s --host %s --s3-set graph_min_rows=1000 --s3-set "
+			"index_interval_ms=200", dmann, nmn, ncn, nmn < 2 ? 1 : 2, lc, transport,
+			host), 0);
+	cr_assert_eq(sh("%s put --config %s/cluster.ini --bucket abkt --name live --vectors "
+			"%s/s3a.fbin --key-prefix b --create euclidean >/dev/null", dmann, lc, dir), 0);
+	t0 = dm_now_ns();
+	while ((seeded = cluster_metric(lc, 0, "dmann_cn_s3_index_graphs_seeded_total")) < 1) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "no graph seeded for the index");
+		usleep(200000);
+	}
+	/* rows put after the seed: the online indexer moves them into the graph */
+	cr_assert_eq(sh("%s put --config %s/cluster.ini --bucket abkt --name live --vectors "
+			"%s/s3b.fbin --key-prefix c >/dev/null", dmann, lc, dir), 0);
+	cr_assert_eq(sh("%s delete --config %s/cluster.ini --bucket abkt --name live --keys "
+			"b1,b2,b3 >/dev/null", dmann, lc), 0);
+	t0 = dm_now_ns();
+	for (;;) {
+		long long rows = 0;
+
+		lag = 0;
+		for (unsigned c = 0; c < ncn; c++) {
+			lag += cluster_metric(lc, c, "dmann_cn_s3_index_lag_rows");
+			rows += cluster_metric(lc, c, "dmann_cn_s3_indexed_rows_total");
+		}
+		if (lag == 0 && rows >= (long long)(n1 + n2))
+			break;
+		cr_assert_lt(dm_now_ns() - t0, bound_s(120), "indexing not done: %lld rows past the "
+			     "mark, %lld indexed", lag, rows);
+		usleep(200000);
+	}
+	for (unsigned c = 0; c < ncn; c++)
+		gq0 += cluster_metric(lc, c, "dmann_cn_s3_graph_queries_total");
+	cr_assert_eq(sh("%s query --config %s/cluster.ini --bucket abkt --name live --vectors "
+			"%s/s3self.fbin --k %d >%s/selfa.txt", dmann, lc, dir, K, dir), 0);
+	for (unsigned c = 0; c < ncn; c++)
+		gq1 += cluster_metric(lc, c, "dmann_cn_s3_graph_queries_total");
+	/* keys "b<i>" are rows NB + i; the deleted b1..b3 must not be found (missed: 3) */
+	missed = s3_check_answers("selfa.txt", n1 + n2, NB, &first);
+	cr_log_info("API-created index: a graph seeded from %u rows, %u more indexed online; %u "
+		    "of %u acknowledged rows found by their own vector (%u first), %lld of %u "
+		    "queries on the graph path", n1, n2, n1 + n2 - missed, n1 + n2 - 3, first,
+		    gq1 - gq0, n1 + n2);
+	cr_assert_eq(missed, 3, "%u rows not found by their own vector (3 deleted)", missed);
+	cr_assert_eq(first, n1 + n2 - 3);
+	cr_assert_geq(gq1 - gq0, n1 + n2, "queries did not take the graph path");
+	cr_assert_eq(sh("grep -Eq '^[0-9]+: b[123] ' %s/selfa.txt", dir), 1,
+		     "a deleted key came back");
+	/* DeleteIndex frees the graph */
+	cr_assert_eq(sh("%s delete --config %s/cluster.ini --bucket abkt --name live "
+			"--whole-index >/dev/null", dmann, lc), 0);
+	t0 = dm_now_ns();
+	while (sh("%s graph list --config %s/cluster.ini | grep -Eq '^[0-9]+ +[0-9]'", dmann,
+		  lc) == 0) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "the graph was not freed");
+		usleep(200000);
+	}
 }

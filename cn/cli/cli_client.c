@@ -14,6 +14,7 @@ struct vargs {
 	const char *config, *client, *bucket, *name, *vectors, *keys, *prefix;
 	unsigned long long k;
 	bool json, whole;
+	const char *create;          /* put --create METRIC: create the index first if missing */
 };
 
 static void usage(FILE *f, const char *cmd)
@@ -21,6 +22,8 @@ static void usage(FILE *f, const char *cmd)
 	fprintf(f,
 		"usage: dmann %s --config C --bucket B --name I [--client NAME] ...\n"
 		"  put:    --vectors FILE (fbin/fvecs) [--key-prefix P]   keys P0, P1, ... (default v)\n"
+		"          [--create euclidean|cosine]  create the index (and bucket) first when\n"
+		"          missing, of the file's dimension\n"
 		"  get:    --keys K1,K2,... [--json]\n"
 		"  delete: --keys K1,K2,...  or  --whole-index (DeleteIndex: the index, its vectors\n"
 		"          and its graph, which the compute nodes then free)\n"
@@ -63,6 +66,14 @@ static int run(const char *cmd, struct vargs *a)
 		fprintf(stderr, "dmann %s: %s\n", cmd, err);
 		rc = 1;
 		goto out;
+	}
+	if (!strcmp(cmd, "put") && a->create) {
+		rc = dmann_create_index(d, a->bucket, a->name, (uint32_t)v.dim,
+					!strcmp(a->create, "cosine") ? DMANN_COSINE : DMANN_EUCLIDEAN);
+		if (rc == -EEXIST)
+			rc = 0;
+		if (rc)
+			goto out_err;
 	}
 	if (!strcmp(cmd, "put")) {
 		char **names = calloc(v.n ? v.n : 1, sizeof(*names));
@@ -133,6 +144,7 @@ static int run(const char *cmd, struct vargs *a)
 		free(hd);
 		free(cnt);
 	}
+out_err:
 	if (rc < 0)
 		fprintf(stderr, "dmann %s: %s\n", cmd, dmann_errmsg());
 out:
@@ -150,7 +162,8 @@ int dm_cmd_vectors(int argc, char **argv)
 		{ "vectors", required_argument, NULL, 'v' }, { "keys", required_argument, NULL, 'K' },
 		{ "key-prefix", required_argument, NULL, 'p' }, { "k", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
-		{ "whole-index", no_argument, NULL, 'W' }, { NULL, 0, NULL, 0 },
+		{ "whole-index", no_argument, NULL, 'W' }, { "create", required_argument, NULL, 'M' },
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *cmd = argv[0];
 	struct vargs a = { .k = 10 };
@@ -166,6 +179,15 @@ int dm_cmd_vectors(int argc, char **argv)
 		case 'K': a.keys = optarg; break;
 		case 'p': a.prefix = optarg; break;
 		case 'j': a.json = true; break;
+		case 'M':
+			if (strcmp(cmd, "put") || (strcmp(optarg, "euclidean") &&
+						   strcmp(optarg, "cosine"))) {
+				fprintf(stderr, "dmann %s: --create euclidean|cosine is an option of "
+					"dmann put\n", cmd);
+				return 2;
+			}
+			a.create = optarg;
+			break;
 		case 'W':
 			if (strcmp(cmd, "delete")) {
 				fprintf(stderr, "dmann %s: --whole-index is an option of dmann delete\n",

@@ -22,7 +22,8 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 	static const char *const keys[] = { "width", "groups", "max_scan_mb", "hedge_ms",
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
 		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen", "index_interval_ms",
-		"index_batch", "index_threads", "index_ef", "member_conns" };
+		"index_batch", "index_threads", "index_ef", "member_conns", "graph_auto",
+		"graph_room" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -116,6 +117,8 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->ix.batch = set.index_batch;
 	s->ix.threads = set.index_threads;
 	s->ix.ef = set.index_ef;
+	s->ix.seed_auto = set.graph_auto != 0;
+	s->ix.seed_room = set.graph_room;
 	s->member_conns = DM_MIN(set.member_conns, (uint32_t)HPOOL_MAX);
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
@@ -312,6 +315,9 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("index_insert_milliseconds_total", "Milliseconds the online indexer spent inserting "
 	    "rows into the graph (its rate: indexed rows over this).",
 	    __atomic_load_n(&s->ix.insert_ns, __ATOMIC_RELAXED) / 1000000ull);
+	CTR("index_graphs_seeded_total", "Graphs built for indexes created through the API "
+	    "([s3] graph_auto) and placed by this compute node.",
+	    __atomic_load_n(&s->ix.seeded, __ATOMIC_RELAXED));
 	CTR("index_graphs_dropped_total", "Graphs dropped because the S3 index bound to them was "
 	    "deleted.", __atomic_load_n(&s->ix.graphs_dropped, __ATOMIC_RELAXED));
 	GAUGE("index_lag_rows", "Rows past the graph marks of the graph-bound indexes, on their "

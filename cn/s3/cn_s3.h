@@ -42,10 +42,12 @@ struct cn_s3_graph_info {
 	uint32_t metric, dim;            /* enum dm_metric, dimensions */
 };
 struct cn_s3_graph_ops {
-	/* Whether a graph's view is bound to S3 index bucket/index (dindex_bind.h): 0 with
-	 * *gi, -ENOENT otherwise. Graphs are numbered 0..DM_MAX_GRAPHS-1 (wire.h); the mark
-	 * of an index served by generation gen of graph g carries dm_graph_tag(g, gen). */
-	int (*info)(void *ctx, const char *bucket, const char *index, struct cn_s3_graph_info *gi);
+	/* Whether a graph's view is bound to S3 index bucket/index (dindex_bind.h) and, tag
+	 * not 0, is the one whose tag that is: 0 with *gi, -ENOENT otherwise. Graphs are
+	 * numbered 0..DM_MAX_GRAPHS-1 (wire.h); the mark of an index served by generation
+	 * gen of graph g carries dm_graph_tag(g, gen). */
+	int (*info)(void *ctx, const char *bucket, const char *index, uint64_t tag,
+		    struct cn_s3_graph_info *gi);
 	/* The keys the binding gives node ids[0..n) in the view of generation gen: keys[i]
 	 * malloc'd, or NULL for an id the binding has no key for (one the online indexer
 	 * added: cn_s3_gkeys.c knows those). -ESTALE (the view is of another generation now),
@@ -76,6 +78,15 @@ struct cn_s3_graph_ops {
 	 * dindex_drop_graph; its memory is freed once the compute nodes let go of it. 0 or
 	 * -errno. */
 	int (*drop)(void *ctx, uint32_t graph);
+	/* Build a graph of vecs[0..n) (dim floats each, metric an enum dm_metric) locally with
+	 * nthreads threads (M 16, efConstruction ef, RaBitQ codes) and place it, bound to
+	 * bucket/index with keys[i] for node i and room for `room` more rows, as generation 1
+	 * of the lowest graph number no memory node uses: *graph and *gen get it. The graph
+	 * is not durable until the next snapshot (which it makes a full one). 0 or -errno
+	 * (-ENOSPC: every graph number is in use). */
+	int (*seed)(void *ctx, const char *bucket, const char *index, uint32_t metric,
+		    uint32_t dim, const float *vecs, char *const *keys, uint32_t n, uint32_t room,
+		    uint32_t ef, uint32_t nthreads, uint32_t *graph, uint64_t *gen);
 };
 /* Give the gateway the compute node's graph (before the first request; ops stays valid);
  * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */

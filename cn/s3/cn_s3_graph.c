@@ -222,7 +222,7 @@ int graph_query(struct cn_s3 *s, const char *b, const char *x, const struct ixst
 	*complete = false;
 	if (!s->gops || !st->mark || st->mark < s->graph_min_rows)
 		return 1;
-	if (s->gops->info(s->gctx, b, x, &gi) || dm_graph_tag(gi.graph, gi.gen) != st->mark_tag ||
+	if (!st->mark_tag || s->gops->info(s->gctx, b, x, st->mark_tag, &gi) ||
 	    gi.metric != st->metric || gi.dim != st->dim)
 		return 1;               /* not bound to this index, or another generation */
 	kg = (uint32_t)DM_MIN((uint64_t)q->k * (q->filter ? s->graph_widen : 2) + 10, 1024u);

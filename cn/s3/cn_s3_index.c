@@ -38,6 +38,11 @@
 
 #define IX_PIECE_BYTES (8u << 20)     /* row bytes per FL_FRAG answer */
 #define IX_FULL_WAIT_NS 30000000000ull /* a full graph is tried again after this */
+#define SEED_EVERY_NS 3000000000ull    /* how often the first indexer looks for indexes
+					* created through the API that need a graph */
+#define SEED_RETRY_NS 60000000000ull   /* after a seed that failed */
+#define SEED_MAX_ROWS 1000000u         /* rows a seeded graph is built of, at most (the
+					* online indexer inserts the rest) */
 
 /* A batch inserted into the graph and not yet handed over to every replica. */
 struct ipend {
@@ -396,8 +401,23 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 	}
 	if (pi < 0)
 		return false;
-	if (st.mark_tag != tag || !st.mark)
-		goto out;               /* the index is not (or no longer) this graph's */
+	if (st.mark_tag != tag) {
+		/* The index is not (or no longer) this graph's. Another graph number serves
+		 * it (an import while a graph was seeded for it; the import's mark wins): this
+		 * graph is dropped by the first indexer. (The same number with another
+		 * generation is a reload our view has not caught up with yet.) */
+		if (st.mark_tag && (st.mark_tag >> 32) != g && own.cns[0] == own.self &&
+		    s->gops->drop) {
+			dm_info("cn%u: s3: graph %u of %s/%s is superseded by graph %llu: dropped",
+				s->node->id, g, b, x, (unsigned long long)(st.mark_tag >> 32));
+			if (!s->gops->drop(s->gctx, g))
+				__atomic_add_fetch(&ix->graphs_dropped, 1, __ATOMIC_RELAXED);
+			pend_free(p);
+		}
+		goto out;
+	}
+	if (!st.mark && own.cns[0] != own.self && !p->have)
+		goto out;   /* a graph just seeded: the first indexer hands its rows over first */
 	/* Another index, generation or incarnation (each replica has its own creation time:
 	 * compared on the same memory node only) starts afresh. */
 	if (strcmp(hd->b, b) || strcmp(hd->x, x) || hd->tag != tag ||
@@ -500,11 +520,199 @@ out:
 	return more;
 }
 
+/* FL_MARK rows 0 with tag on every replica of b/x: the graph is bound to the index with
+ * nothing below its mark yet. 0 or -errno. */
+static int mark_bind(struct cn_s3 *s, const char *b, const char *x, uint64_t tag)
+{
+	uint32_t mns[DM_MAX_NODES];
+	int nm = bucket_mns(s, b, mns);
+
+	for (int i = 0; i < nm; i++) {
+		struct ixstate rs;
+		struct dm_buf w = { 0 };
+		uint8_t *resp = NULL;
+		size_t rlen;
+		int rc = ixstate_fetch(s, mns[i], b, x, &rs);
+
+		if (rc)
+			return rc;
+		dm_buf_str(&w, b);
+		dm_buf_str(&w, x);
+		dm_buf_u64(&w, (uint64_t)rs.created);
+		dm_buf_u64(&w, 0);
+		dm_buf_u64(&w, tag);
+		ixstate_fini(&rs);
+		rc = mn_call(s, mns[i], DM_OP_FL_MARK, &w, &resp, &rlen);   /* frees w */
+		free(resp);
+		if (rc)
+			return rc;
+	}
+	return nm > 0 ? 0 : -EHOSTDOWN;
+}
+
+/* Seed a graph for index b/x (created through the API, never bound; state st from its
+ * primary): read its live rows (at most SEED_MAX_ROWS), build and place a graph of them
+ * (gops->seed), bind it (mark_bind), and leave the rows as the graph's pending batch pg so
+ * that the graph's own round makes it durable and hands them over (the mark then moves
+ * over them on every replica, by key and vector). */
+static void seed_one(struct cn_s3 *s, const char *b, const char *x, const struct ixstate *st,
+		     struct ipend *pall)
+{
+	struct s3_indexer *ix = &s->ix;
+	struct owners all = { .n = 1, .self = s->node->id };
+	struct handed none = { 0 };
+	struct tail t = { .dim = st->dim };
+	uint64_t total = 0, gen = 0, t0 = dm_now_ns();
+	uint32_t g = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < st->nfrag; i++)
+		total += st->fr[i].rows;
+	t.max = (uint32_t)DM_MIN(total, (uint64_t)SEED_MAX_ROWS);
+	all.cns[0] = s->node->id;
+	t.vec = malloc((size_t)t.max * st->dim * sizeof(float));
+	t.keys = calloc(t.max, sizeof(char *));
+	t.vcrc = calloc(t.max, sizeof(uint32_t));
+	rc = t.vec && t.keys && t.vcrc ? read_tail(s, b, x, st, &all, &none, &t) : -ENOMEM;
+	if (!rc && t.n < 2)
+		rc = -ENODATA;   /* nearly everything deleted: wait for more rows */
+	if (!rc)
+		rc = s->gops->seed(s->gctx, b, x, st->metric, st->dim, t.vec, t.keys, t.n,
+				   ix->seed_room, ix->ef, ix->threads, &g, &gen);
+	if (!rc)
+		rc = mark_bind(s, b, x, dm_graph_tag(g, gen));
+	if (rc) {
+		/* logged where it failed; tried again after SEED_RETRY_NS */
+		if (rc != -ENODATA) {
+			dm_warn("cn%u: s3: no graph for %s/%s yet (%s); the exact path serves it, "
+				"next try in %llu s", s->node->id, b, x, strerror(-rc),
+				SEED_RETRY_NS / 1000000000ull);
+			ix->seed_next = dm_now_ns() + SEED_RETRY_NS;
+		}
+		/* a graph placed but not bound: the round of graph g sees no mark of its
+		 * tag and leaves it; the next seeding takes another number */
+		tail_free(&t);
+		return;
+	}
+	struct ipend *p = &pall[g];
+
+	pend_free(p);
+	*p = (struct ipend){ .have = true, .mn = st->mn, .created = st->created,
+			     .tag = dm_graph_tag(g, gen), .n = t.n,
+			     .ids = calloc(t.n, sizeof(uint64_t)), .keys = t.keys, .vcrc = t.vcrc };
+	snprintf(p->b, sizeof(p->b), "%s", b);
+	snprintf(p->x, sizeof(p->x), "%s", x);
+	t.keys = NULL;
+	t.vcrc = NULL;
+	if (!p->ids) {
+		pend_free(p);   /* not handed over: the online indexer inserts the rows */
+	} else {
+		for (uint32_t i = 0; i < p->n; i++)
+			p->ids[i] = i;
+	}
+	__atomic_add_fetch(&ix->seeded, 1, __ATOMIC_RELAXED);
+	dm_info("cn%u: s3: %s/%s: a graph of its %u rows built and placed as graph %u in %.1f s; "
+		"the online indexer keeps it current", s->node->id, b, x, t.n, g,
+		(double)(dm_now_ns() - t0) / 1e9);
+	tail_free(&t);
+}
+
+/* Every SEED_EVERY_NS on the first indexer: an index created through the API that holds
+ * graph_min_rows rows, has no graph (no mark tag: neither imported nor seeded) gets one
+ * (seed_one; one index per look). */
+static void seed_round(struct cn_s3 *s, struct ipend *p)
+{
+	struct s3_indexer *ix = &s->ix;
+	struct owners own = { .self = s->node->id };
+	struct s3_resp rb = { 0 };
+	json_t *jb = NULL;
+	uint64_t now = dm_now_ns();
+	bool done = false;
+
+	if (!ix->seed_auto || !s->gops->seed || now < ix->seed_next)
+		return;
+	ix->seed_next = now + SEED_EVERY_NS;
+	own.n = s->gops->indexers(s->gctx, own.cns);
+	if (!own.n || own.cns[0] != own.self)
+		return;
+	static const char lb[] = "{\"maxResults\":500}";
+
+	be_handle(s, "ListVectorBuckets", lb, sizeof(lb) - 1, &rb);
+	if (rb.status == 200)
+		jb = json_loadb(rb.body, rb.len, 0, NULL);
+	s3_resp_free(&rb);
+	json_t *bl = json_object_get(jb, "vectorBuckets"), *be;
+	size_t bi;
+
+	json_array_foreach(bl, bi, be) {
+		const char *b = json_string_value(json_object_get(be, "vectorBucketName"));
+		struct s3_resp rx = { 0 };
+		json_t *jx = NULL, *xe;
+		char body[FLAT_NAME_MAX + 64];
+		size_t xi;
+		int bl_len;
+
+		if (!b || done)
+			continue;
+		bl_len = snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\",\"maxResults\":500}",
+				  b);
+		be_handle(s, "ListIndexes", body, (size_t)bl_len, &rx);
+		if (rx.status == 200)
+			jx = json_loadb(rx.body, rx.len, 0, NULL);
+		s3_resp_free(&rx);
+		json_array_foreach(json_object_get(jx, "indexes"), xi, xe) {
+			const char *x = json_string_value(json_object_get(xe, "indexName"));
+			struct cn_s3_graph_info gi;
+			uint32_t mns[DM_MAX_NODES];
+			struct ixstate st;
+			uint64_t total = 0;
+			int nm, got = -1;
+
+			if (!x || done)
+				continue;
+			nm = bucket_mns(s, b, mns);
+			for (int i = 0; i < nm && got; i++)
+				if (!mn_is_down(s, mns[i]))
+					got = ixstate_fetch(s, mns[i], b, x, &st);
+			if (got)
+				continue;
+			for (uint32_t f = 0; f < st.nfrag; f++)
+				total += st.fr[f].rows;
+			if (st.mark_tag) {
+				/* imported or seeded: a graph serves it */
+			} else if (!s->gops->info(s->gctx, b, x, 0, &gi)) {
+				/* A graph placed for it but never bound (a seed or an import whose
+				 * mark failed): seen so at two looks in a row (an import marks
+				 * right after it places), it is dropped, and the next look seeds
+				 * the index again. */
+				uint64_t tg = dm_graph_tag(gi.graph, gi.gen) + 1;
+
+				if (ix->unbound_seen == tg) {
+					dm_info("cn%u: s3: graph %u of %s/%s was never bound: dropped",
+						s->node->id, gi.graph, b, x);
+					s->gops->drop(s->gctx, gi.graph);
+					tg = 0;
+				}
+				ix->unbound_seen = tg;
+				done = true;
+			} else if (total >= DM_MAX(s->graph_min_rows, 2ull)) {
+				seed_one(s, b, x, &st, p);
+				done = true;
+			}
+			ixstate_fini(&st);
+		}
+		json_decref(jx);
+	}
+	json_decref(jb);
+}
+
 /* A round on every graph; true when one of them handed over a full batch. */
 static bool rounds(struct cn_s3 *s, struct ipend *p, struct handed *hd)
 {
 	uint64_t lag = 0;
 	bool more = false;
+
+	seed_round(s, p);
 
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
 		more |= round_once(s, g, &p[g], &hd[g]);

@@ -73,6 +73,11 @@ struct s3_indexer {
 	pthread_cond_t cv;
 	bool stop;                       /* under mu */
 	uint32_t interval_ms, batch, threads, ef;
+	bool seed_auto;                  /* [s3] graph_auto: graphs for API-created indexes */
+	uint32_t seed_room;              /* [s3] graph_room */
+	uint64_t seed_next;              /* the next look for indexes to seed (dm_now_ns) */
+	uint64_t seeded;                 /* graphs seeded (atomic) */
+	uint64_t unbound_seen;           /* graph tag + 1 seen placed, not bound, at the last look */
 	uint64_t full_until[DM_MAX_GRAPHS];   /* graph g was full: no insert before this */
 	uint64_t glag[DM_MAX_GRAPHS];    /* rows past graph g's index's mark (indexer thread) */
 	/* counters (atomics); lag: the sum of glag */

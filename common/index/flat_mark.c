@@ -26,7 +26,10 @@ int flat_mark_set(struct flat_index *ix, uint64_t rows, uint64_t tag)
 		rc = -ENOENT;
 		goto out_unlock;
 	}
-	if (ix->next_id != rows) {
+	/* rows 0: a graph bound with nothing below its mark yet (a graph seeded from an
+	 * index's rows: the online indexer's hand-over moves the mark over them, row by row,
+	 * by key and vector, on each replica) */
+	if (rows && ix->next_id != rows) {
 		rc = -EBUSY;
 		goto out_unlock;
 	}
