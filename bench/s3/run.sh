@@ -38,7 +38,9 @@ query=$work/data/query.fbin
 # One core, same run: the members' scan loop vs a plain read of the same bytes.
 scan=$("$bench" scan --base "$base" --query "$query" --nq 50)
 
-DMANN_S3_WIDTH=1 DMANN_S3_GROUPS=2 "$dmann" local up --mn 2 --cn 2 --dir "$cdir" >/dev/null
+# graph_auto=0: this bench measures the exact path (no graph for the API-created index)
+DMANN_S3_WIDTH=1 DMANN_S3_GROUPS=2 "$dmann" local up --mn 2 --cn 2 --dir "$cdir" \
+	--s3-set graph_auto=0 >/dev/null
 ep=$(awk '/^\[cn.0\]/{c=1} c && /^http =/{print $3; exit}' "$cdir/cluster.ini")
 auth=(--endpoint "$ep" --ak DMANNLOCALTEST --sk-file "$cdir/s3.secret")
 t0=$(date +%s.%N)
