@@ -33,4 +33,9 @@ awk -v r="${r:-0}" 'BEGIN { exit !(r >= 0.95) }' || { echo "FAIL: QueryVectors r
 g=$(sed -n 's/^served by the graph path: \([0-9]*\) of \([0-9]*\).*/\1 \2/p' "$DIR/out.txt")
 set -- $g
 [ -n "${1:-}" ] && [ "$1" = "$2" ] || { echo "FAIL: the graph path served ${1:-?} of ${2:-?} queries"; exit 1; }
-echo "PASS: demo ran, recall >= 0.95 twice, the S3 calls on the graph path, new rows indexed online, no process left"
+l=$(sed -n 's/^QueryVectors on demo\/live: \([0-9]*\) of \([0-9]*\) later rows found first; .* recall@10 \([0-9.]*\) .*graph path: \([0-9]*\) of \([0-9]*\)$/\1 \2 \3 \4 \5/p' "$DIR/out.txt")
+set -- $l
+[ -n "${1:-}" ] && [ "$1" = "$2" ] && [ "$4" = "$5" ] &&
+	awk -v r="$3" 'BEGIN { exit !(r >= 0.95) }' ||
+	{ echo "FAIL: live index: ${l:-no result line} (found first, recall >= 0.95, every query on the graph path expected)"; exit 1; }
+echo "PASS: demo ran, recall >= 0.95 twice, the S3 calls on the graph path, new rows indexed online, the live index served by the graph it got, no process left"

@@ -45,6 +45,11 @@ int dm_cmd_demo(int argc, char **argv);
  * queries and deletes 200 vectors, then 500 queries against gt. 0 or 1. */
 int dm_demo_s3(const char *cfg, const char *query, const char *gt, const char *bucket,
 	       const char *index);
+/* The live index of the demo (cli_demo_s3.c): created through the API, written, its graph
+ * built by a compute node ([s3] graph_auto), written again, queried against a brute
+ * force. 0 or 1. */
+int dm_demo_live(const char *cfg, const char *base, const char *query, const char *bucket,
+		 const char *index);
 /* cli_insert.c: online inserts into the loaded index. */
 int dm_cmd_insert(int argc, char **argv);
 /* cli_graph.c: dmann graph list / drop / check (the HNSW graphs on the memory nodes). */

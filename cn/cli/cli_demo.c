@@ -137,11 +137,13 @@ int dm_cmd_demo(int argc, char **argv)
 		printf("== index cached: %s\n", idx);
 	}
 	{
+		/* graph_min_rows 5000: the live index gets its graph at 5,000 rows */
 		char *a[] = { "local", "up", "--mn", "2", "--cn", "2", "--dir", lc, "--region-mb",
-			      fmnist ? "320" : "128", NULL };
+			      fmnist ? "400" : "160", "--s3-set", "graph_min_rows=5000", "--s3-set",
+			      "graph_room=5000", NULL };
 
 		if (call(dm_cmd_local, "dmann local up (2 memory nodes, 2 compute nodes, loopback)",
-			 10, a))
+			 14, a))
 			return 1;
 	}
 	{
@@ -177,6 +179,11 @@ int dm_cmd_demo(int argc, char **argv)
 	       "graph for the imported rows and scans the new ones)\n");
 	fflush(stdout);
 	if (dm_demo_s3(cfg, query, gt, "demo", fmnist ? "fmnist" : "sift"))
+		goto out_down;
+	printf("\n== a live index next to it: created through the API, written, served by a "
+	       "graph a compute node builds and keeps current\n");
+	fflush(stdout);
+	if (dm_demo_live(cfg, base, query, "demo", "live"))
 		goto out_down;
 	fflush(stdout);
 #endif

@@ -5,6 +5,7 @@
  * then 500 queries are answered with their recall@10 against the exact ground truth. QueryVectors
  * takes the graph path for the imported rows (docs/api.md "The graph path"): the compute
  * nodes count it in dmann_cn_s3_graph_queries_total. */
+#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,5 +265,166 @@ out:
 	dmann_close(d);
 	dm_vecs_free(&q);
 	dm_vecs_free(&g);
+	return rc;
+}
+
+#define LIVE_ROWS 5000u   /* rows put before the graph is seeded ([s3] graph_min_rows of
+			   * the demo cluster) */
+#define LIVE_NEW 200u     /* rows put once the graph serves */
+#define LIVE_NQ 200u      /* queries measured against a brute force */
+
+/* The top K row numbers of vector qv among rows[0..n) (dim floats each), L2. */
+static void brute_top(const float *rows, uint32_t n, uint32_t dim, const float *qv,
+		      uint32_t *top)
+{
+	float best[K];
+
+	for (unsigned j = 0; j < K; j++) {
+		best[j] = INFINITY;
+		top[j] = UINT32_MAX;
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		float d = 0;
+		unsigned p = K;
+
+		for (uint32_t e = 0; e < dim; e++) {
+			float x = rows[(size_t)r * dim + e] - qv[e];
+
+			d += x * x;
+		}
+		while (p > 0 && d < best[p - 1])
+			p--;
+		if (p == K)
+			continue;
+		memmove(best + p + 1, best + p, (K - 1 - p) * sizeof(*best));
+		memmove(top + p + 1, top + p, (K - 1 - p) * sizeof(*top));
+		best[p] = d;
+		top[p] = r;
+	}
+}
+
+int dm_demo_live(const char *cfg, const char *base, const char *query, const char *bucket,
+		 const char *index)
+{
+	struct dm_vecs b = { 0 }, q = { 0 };
+	char err[512], (*names)[24] = NULL, **keys = NULL;
+	const char **kp = NULL;
+	float *dist = NULL;
+	uint32_t *cnt = NULL, n = LIVE_ROWS + LIVE_NEW;
+	dmann_t *d = NULL;
+	uint64_t hit = 0;
+	unsigned first = 0;
+	int rc = 1;
+
+	if (dm_vecs_read(base, DM_VF_AUTO, &b, err, sizeof(err)) ||
+	    dm_vecs_read(query, DM_VF_AUTO, &q, err, sizeof(err))) {
+		fprintf(stderr, "dmann demo: %s\n", err);
+		goto out;
+	}
+	if (b.n < n || q.n < LIVE_NQ || b.dim != q.dim) {
+		fprintf(stderr, "dmann demo: %s has too few rows\n", base);
+		goto out;
+	}
+	d = dmann_connect(cfg, "local");
+	names = calloc(n, sizeof(*names));
+	kp = calloc(n, sizeof(*kp));
+	keys = calloc((size_t)LIVE_NQ * K, sizeof(*keys));
+	dist = malloc((size_t)LIVE_NQ * K * sizeof(*dist));
+	cnt = malloc(LIVE_NQ * sizeof(*cnt));
+	if (!d || !names || !kp || !keys || !dist || !cnt) {
+		fprintf(stderr, "dmann demo: %s\n", d ? "out of memory" : dmann_errmsg());
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "live-%u", i);
+		kp[i] = names[i];
+	}
+	if (dmann_create_index(d, bucket, index, (uint32_t)b.dim, DMANN_EUCLIDEAN)) {
+		fprintf(stderr, "dmann demo: create index: %s\n", dmann_errmsg());
+		goto out;
+	}
+	long long ix0 = cn_sum(cfg, "dmann_cn_s3_indexed_rows_total");
+	double t0 = now_s();
+
+	if (dmann_put(d, bucket, index, LIVE_ROWS, kp, b.data, (uint32_t)b.dim, NULL)) {
+		fprintf(stderr, "dmann demo: put: %s\n", dmann_errmsg());
+		goto out;
+	}
+	printf("created %s/%s through the API and put %u vectors: %.2f s\n", bucket, index,
+	       LIVE_ROWS, now_s() - t0);
+	double ws = ix0 >= 0 ? wait_indexed(cfg, ix0, LIVE_ROWS) : -1;
+
+	if (ws < 0) {
+		fprintf(stderr, "dmann demo: no graph was built for %s/%s within 120 s "
+			"(dmann_cn_s3_index_graphs_seeded_total)\n", bucket, index);
+		goto out;
+	}
+	printf("a compute node built a graph of them and placed it on the memory nodes "
+	       "([s3] graph_auto): %.1f s\n", ws);
+	ix0 = cn_sum(cfg, "dmann_cn_s3_indexed_rows_total");
+	t0 = now_s();
+	if (dmann_put(d, bucket, index, LIVE_NEW, kp + LIVE_ROWS,
+		      (const float *)b.data + (size_t)LIVE_ROWS * b.dim, (uint32_t)b.dim, NULL)) {
+		fprintf(stderr, "dmann demo: put: %s\n", dmann_errmsg());
+		goto out;
+	}
+	ws = ix0 >= 0 ? wait_indexed(cfg, ix0, LIVE_NEW) : -1;
+	if (ws < 0) {
+		fprintf(stderr, "dmann demo: the online indexer did not move the %u rows into the "
+			"graph within 120 s\n", LIVE_NEW);
+		goto out;
+	}
+	printf("put %u more; the online indexer moved them into the graph within %.1f s\n",
+	       LIVE_NEW, ws);
+	/* each of the later rows finds itself first */
+	long long g0 = graph_queries(cfg);
+
+	if (dmann_batch_query(d, bucket, index, (const float *)b.data + (size_t)LIVE_ROWS * b.dim,
+			      LIVE_NEW, (uint32_t)b.dim, K, keys, dist, cnt)) {
+		fprintf(stderr, "dmann demo: query: %s\n", dmann_errmsg());
+		goto out;
+	}
+	for (unsigned i = 0; i < LIVE_NEW; i++)
+		first += cnt[i] && !strcmp(keys[(size_t)i * K], names[LIVE_ROWS + i]);
+	dmann_free_keys(keys, (size_t)LIVE_NQ * K);
+	/* queries against a brute force over the index's rows */
+	t0 = now_s();
+	if (dmann_batch_query(d, bucket, index, q.data, LIVE_NQ, (uint32_t)q.dim, K, keys, dist,
+			      cnt)) {
+		fprintf(stderr, "dmann demo: query: %s\n", dmann_errmsg());
+		goto out;
+	}
+	double qs = now_s() - t0;
+	long long g1 = graph_queries(cfg);
+
+	for (unsigned i = 0; i < LIVE_NQ; i++) {
+		uint32_t top[K];
+
+		brute_top(b.data, n, (uint32_t)b.dim, (const float *)q.data + (size_t)i * q.dim,
+			  top);
+		for (unsigned j = 0; j < cnt[i]; j++)
+			for (unsigned t = 0; t < K; t++)
+				hit += top[t] != UINT32_MAX &&
+				       !strcmp(keys[(size_t)i * K + j], names[top[t]]);
+	}
+	dmann_free_keys(keys, (size_t)LIVE_NQ * K);
+	printf("QueryVectors on %s/%s: %u of %u later rows found first; %u queries, recall@10 "
+	       "%.4f (against a brute force over its %u rows), %.0f queries/s; served by the "
+	       "graph path: %lld of %u\n", bucket, index, first, LIVE_NEW, LIVE_NQ,
+	       (double)hit / (LIVE_NQ * K), n, LIVE_NQ / qs, g0 >= 0 && g1 >= 0 ? g1 - g0 : -1,
+	       LIVE_NEW + LIVE_NQ);
+	rc = first == LIVE_NEW && g1 - g0 == LIVE_NEW + LIVE_NQ ? 0 : 1;
+	if (rc)
+		fprintf(stderr, "dmann demo: a later row did not find itself first, or a query "
+			"missed the graph path\n");
+out:
+	free(names);
+	free(kp);
+	free(keys);
+	free(dist);
+	free(cnt);
+	dmann_close(d);
+	dm_vecs_free(&b);
+	dm_vecs_free(&q);
 	return rc;
 }
