@@ -309,6 +309,9 @@ static inline uint64_t dm_graph_tag(uint32_t graph, uint64_t gen)
 {
 	return (uint64_t)graph << 32 | (uint32_t)gen;
 }
+/* The tag of an index a bulk import is writing (no graph number: nothing serves it; the
+ * import's last mark replaces it; no graph is built for it meanwhile). */
+#define DM_GRAPH_TAG_IMPORT ((uint64_t)DM_MAX_GRAPHS << 32)
 
 struct dm_wire_ctl_gen {       /* CTL_GEN_PUBLISH, CTL_GEN_REPORT, CTL_GEN_DROP request */
 	uint64_t gen;              /* PUBLISH: the new generation (> 0); REPORT: the oldest

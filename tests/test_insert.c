@@ -875,7 +875,7 @@ Test(insert, two_s3_indexes_each_on_its_own_graph)
 }
 
 /* An index created through the API (no bulk import) gets a graph of its own ([s3]
- * graph_auto): once it holds graph_min_rows rows, the first indexer builds a graph of
+ * graph_auto): once it holds graph_min_rows (NI / 2) rows, the first indexer builds a graph of
  * them, places it on the lowest free graph number and hands the rows over; rows put later
  * are indexed online. Every acknowledged row then finds itself first, on the graph path;
  * a deleted key never comes back; DeleteIndex frees the graph. */
@@ -883,7 +883,8 @@ Test(insert, api_index_gets_a_graph)
 {
 	char lc[160], p[256];
 	struct dm_vecs v = read_file("d/base.fbin");
-	const unsigned n1 = 1500, n2 = 300;
+	/* rows NB.. of d/base.fbin (NI of them): half seeded, a tenth put later */
+	const unsigned n1 = (unsigned)NI / 2, n2 = (unsigned)NI / 10;
 	uint64_t t0;
 	long long seeded = 0, lag, gq0 = 0, gq1 = 0;
 	unsigned missed, first;
@@ -903,9 +904,9 @@ Test(insert, api_index_gets_a_graph)
 	dm_vecs_free(&v);
 	snprintf(lc, sizeof(lc), "%s/lc", dir);
 	cr_assert_eq(sh("%s local up --mn %u --cn %u --redundancy %u --dir %s --region-mb 64 "
-			"--transport %s --host %s --s3-set graph_min_rows=1000 --s3-set "
+			"--transport %s --host %s --s3-set graph_min_rows=%u --s3-set "
 			"index_interval_ms=200", dmann, nmn, ncn, nmn < 2 ? 1 : 2, lc, transport,
-			host), 0);
+			host, n1), 0);
 	cr_assert_eq(sh("%s put --config %s/cluster.ini --bucket abkt --name live --vectors "
 			"%s/s3a.fbin --key-prefix b --create euclidean >/dev/null", dmann, lc, dir), 0);
 	t0 = dm_now_ns();

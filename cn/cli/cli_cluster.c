@@ -201,6 +201,7 @@ int dm_cmd_load(int argc, char **argv)
 		prog = dm_progress_start("import", idx->n);
 		im.progress = load_progress;
 		im.parg = prog;
+		im.s = s;
 		rc = dm_import_rows(cfg, idx, &im, err, sizeof(err));
 		dm_progress_end(prog);
 		if (rc) {

@@ -79,6 +79,10 @@ void dm_import_fini(struct dm_import *im)
 	im->keys = NULL;
 }
 
+static int mark_rows(const struct dm_cluster_cfg *cfg, struct mn_set *s,
+		     const struct dm_import *im, uint64_t rows, uint64_t gen, char *err,
+		     size_t errlen);
+
 int dm_import_rows(const struct dm_cluster_cfg *cfg,
 		   const struct hnsw_index *idx, struct dm_import *im, char *err, size_t errlen)
 {
@@ -137,6 +141,12 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 			 "index (delete it first)" : "creating index %s/%s: %s", im->bucket,
 			 im->index, rc == -EEXIST ? "" : dmann_errmsg());
 		goto out;
+	}
+	if (im->s) {
+		/* tagged as an import in progress: the compute nodes build no graph for it */
+		rc = mark_rows(cfg, im->s, im, 0, DM_GRAPH_TAG_IMPORT, err, errlen);
+		if (rc)
+			goto out;
 	}
 	vecs = malloc((size_t)BATCH * dim * sizeof(float));
 	tmp = malloc((size_t)idx->vdim * sizeof(float));
@@ -211,6 +221,14 @@ static int index_created(struct mn_set *s, uint32_t m, const char *bucket, const
 int dm_import_mark(const struct dm_cluster_cfg *cfg, struct mn_set *s,
 		   const struct dm_import *im, uint64_t gen, char *err, size_t errlen)
 {
+	return mark_rows(cfg, s, im, im->n, gen, err, errlen);
+}
+
+/* The mark (rows, tag gen) on every replica of the bucket. */
+static int mark_rows(const struct dm_cluster_cfg *cfg, struct mn_set *s,
+		     const struct dm_import *im, uint64_t rows, uint64_t gen, char *err,
+		     size_t errlen)
+{
 	uint32_t mns[DM_MAX_NODES];
 	int nm = flat_bucket_mns(cfg, im->bucket, mns);
 
@@ -229,7 +247,7 @@ int dm_import_mark(const struct dm_cluster_cfg *cfg, struct mn_set *s,
 		dm_buf_str(&w, im->bucket);
 		dm_buf_str(&w, im->index);
 		dm_buf_u64(&w, (uint64_t)created);
-		dm_buf_u64(&w, im->n);
+		dm_buf_u64(&w, rows);
 		dm_buf_u64(&w, gen);
 		rc = w.oom ? -ENOMEM : !s->link[mns[i]].up ? -EHOSTDOWN :
 		     dm_fl_call(&s->link[mns[i]].ch, DM_OP_FL_MARK, w.p, w.n, DM_FL_MIN_MSG, 10000,

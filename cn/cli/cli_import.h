@@ -11,6 +11,9 @@ struct dm_import {
 	const char *meta_file;        /* one JSON object (or an empty line) per vector, or NULL */
 	void (*progress)(void *, uint64_t);   /* rows put so far */
 	void *parg;
+	struct mn_set *s;             /* the memory nodes: the new index is tagged
+					 DM_GRAPH_TAG_IMPORT until its mark (no graph is seeded
+					 for it while its rows go in) */
 	/* filled in by dm_import_rows */
 	char **keys;                  /* n keys (the binding's) */
 	uint32_t n;
