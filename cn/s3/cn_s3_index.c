@@ -221,27 +221,36 @@ static int read_tail(struct cn_s3 *s, const char *b, const char *x, const struct
 	return 0;
 }
 
-/* FL_GINDEX of batch p (NULL: the advance alone) on memory node mn. */
+/* FL_GINDEX of batch p (NULL: the advance alone) on memory node mn, in pieces of at most
+ * DM_FL_GINDEX_MAX entries (a seeded graph's batch is all its rows), in row order: each
+ * piece moves the mark on. A piece sent again after a failure is harmless (the key log
+ * keeps a node's latest key). */
 static int hand_over(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 		     int64_t created, uint64_t tag, const struct ipend *p)
 {
-	struct dm_buf w = { 0 };
-	uint8_t *resp = NULL;
-	size_t rlen;
+	uint32_t at = 0;
 	int rc;
 
-	dm_buf_str(&w, b);
-	dm_buf_str(&w, x);
-	dm_buf_u64(&w, (uint64_t)created);
-	dm_buf_u64(&w, tag);
-	dm_buf_u32(&w, p ? p->n : 0);
-	for (uint32_t i = 0; p && i < p->n; i++) {
-		dm_buf_u64(&w, p->ids[i]);
-		dm_buf_str(&w, p->keys[i]);
-		dm_buf_u32(&w, p->vcrc[i]);
-	}
-	rc = mn_call(s, mn, DM_OP_FL_GINDEX, &w, &resp, &rlen);   /* frees w */
-	free(resp);
+	do {
+		uint32_t n = p ? DM_MIN(p->n - at, DM_FL_GINDEX_MAX) : 0;
+		struct dm_buf w = { 0 };
+		uint8_t *resp = NULL;
+		size_t rlen;
+
+		dm_buf_str(&w, b);
+		dm_buf_str(&w, x);
+		dm_buf_u64(&w, (uint64_t)created);
+		dm_buf_u64(&w, tag);
+		dm_buf_u32(&w, n);
+		for (uint32_t i = at; i < at + n; i++) {
+			dm_buf_u64(&w, p->ids[i]);
+			dm_buf_str(&w, p->keys[i]);
+			dm_buf_u32(&w, p->vcrc[i]);
+		}
+		rc = mn_call(s, mn, DM_OP_FL_GINDEX, &w, &resp, &rlen);   /* frees w */
+		free(resp);
+		at += n;
+	} while (!rc && p && at < p->n);
 	return rc;
 }
 
