@@ -341,11 +341,13 @@ static PyObject *c_batch_query(Conn *c, PyObject *args)
 	return Py_BuildValue("(NN)", klist, dist);
 }
 
-/* search(matrix, k, ef=64, beam=1, inflight=0, routing="client") over the cluster's HNSW
- * index -> (uint64 ids nq x k, padded with 2**64-1; float32 distances nq x k, +inf pad). */
+/* search(matrix, k, ef=64, beam=1, inflight=0, routing="client", graph=0) over one of the
+ * cluster's HNSW graphs -> (uint64 ids nq x k, padded with 2**64-1; float32 distances
+ * nq x k, +inf pad). */
 static PyObject *c_search(Conn *c, PyObject *args, PyObject *kw)
 {
-	static char *kwl[] = { "vectors", "k", "ef", "beam", "inflight", "routing", NULL };
+	static char *kwl[] = { "vectors", "k", "ef", "beam", "inflight", "routing", "graph",
+			       NULL };
 	struct dmann_search_params p = { .ef = 64 };
 	const char *routing = "client";
 	PyObject *vecs, *ids = NULL, *dist = NULL;
@@ -354,9 +356,13 @@ static PyObject *c_search(Conn *c, PyObject *args, PyObject *kw)
 	uint32_t dim;
 	int rc = -ENOMEM;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|IIIs", kwl, &vecs, &p.k, &p.ef, &p.beam,
-					 &p.inflight, &routing))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|IIIsI", kwl, &vecs, &p.k, &p.ef, &p.beam,
+					 &p.inflight, &routing, &p.graph))
 		return NULL;
+	if (p.graph >= 16) {
+		PyErr_Format(PyExc_ValueError, "graph = %u is outside 0..15", p.graph);
+		return NULL;
+	}
 	if (strcmp(routing, "client") && strcmp(routing, "server")) {
 		PyErr_Format(PyExc_ValueError, "routing '%s': must be 'client' or 'server'", routing);
 		return NULL;
@@ -441,8 +447,8 @@ static PyMethodDef conn_methods[] = {
 	{ "batch_query", (PyCFunction)c_batch_query, METH_VARARGS,
 	  "batch_query(bucket, name, matrix, k) -> (list of key lists, float32 nq x k distances)" },
 	{ "search", (PyCFunction)(void (*)(void))c_search, METH_VARARGS | METH_KEYWORDS,
-	  "search(matrix, k, ef=64, beam=1, inflight=0, routing='client') -> (uint64 ids nq x k, "
-	  "float32 nq x k distances) over the cluster's HNSW index (dmann load)" },
+	  "search(matrix, k, ef=64, beam=1, inflight=0, routing='client', graph=0) -> (uint64 "
+	  "ids nq x k, float32 nq x k distances) over HNSW graph `graph` (dmann load --graph)" },
 	{ "close", (PyCFunction)c_close, METH_NOARGS, "close the connections" },
 	{ NULL, NULL, 0, NULL },
 };
