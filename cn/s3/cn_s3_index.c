@@ -43,6 +43,8 @@
 #define SEED_RETRY_NS 60000000000ull   /* after a seed that failed */
 #define SEED_MAX_ROWS 1000000u         /* rows a seeded graph is built of, at most (the
 					* online indexer inserts the rest) */
+#define SEED_MAX_BYTES (1ull << 30)    /* ... and at most this many bytes of vectors in the
+					* compute node's memory (the build holds them again) */
 
 /* A batch inserted into the graph and not yet handed over to every replica. */
 struct ipend {
@@ -577,7 +579,8 @@ static void seed_one(struct cn_s3 *s, const char *b, const char *x, const struct
 
 	for (uint32_t i = 0; i < st->nfrag; i++)
 		total += st->fr[i].rows;
-	t.max = (uint32_t)DM_MIN(total, (uint64_t)SEED_MAX_ROWS);
+	t.max = (uint32_t)DM_MIN(DM_MIN(total, (uint64_t)SEED_MAX_ROWS),
+				 SEED_MAX_BYTES / ((uint64_t)st->dim * sizeof(float)));
 	all.cns[0] = s->node->id;
 	t.vec = malloc((size_t)t.max * st->dim * sizeof(float));
 	t.keys = calloc(t.max, sizeof(char *));
