@@ -180,10 +180,13 @@ int dm_cmd_vectors(int argc, char **argv)
 		case 'p': a.prefix = optarg; break;
 		case 'j': a.json = true; break;
 		case 'M':
-			if (strcmp(cmd, "put") || (strcmp(optarg, "euclidean") &&
-						   strcmp(optarg, "cosine"))) {
-				fprintf(stderr, "dmann %s: --create euclidean|cosine is an option of "
-					"dmann put\n", cmd);
+			if (strcmp(cmd, "put")) {
+				fprintf(stderr, "dmann %s: --create is an option of dmann put\n", cmd);
+				return 2;
+			}
+			if (strcmp(optarg, "euclidean") && strcmp(optarg, "cosine")) {
+				fprintf(stderr, "dmann put: --create %s: must be euclidean or cosine\n",
+					optarg);
 				return 2;
 			}
 			a.create = optarg;
