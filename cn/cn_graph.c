@@ -334,20 +334,36 @@ static void graph_cache_clear(void *ctx)
 	pthread_rwlock_unlock(&cn->lock);
 }
 
+/* Connections of the indexer's own to every memory node, under the current placement
+ * (not cn->mns: a drop may wait up to the lease, and cn_refresh must go on reporting
+ * meanwhile). NULL + errno. */
+static struct mn_set *own_set(struct cn *cn)
+{
+	struct mn_set *s = mn_set_open(cn->cfg, cn->x, cn->pool, false, SNAP_CONNECT_MS);
+
+	if (s) {
+		pthread_mutex_lock(&cn->ctl_lock);
+		memcpy(s->retired, cn->retired_mn, sizeof(s->retired));
+		pthread_mutex_unlock(&cn->ctl_lock);
+	}
+	return s;
+}
+
 static int graph_drop(void *ctx, uint32_t graph)
 {
 	struct cn *cn = ctx;
-	char err[512];
+	struct mn_set *s;
+	char err[512] = "";
 	int rc;
 
 	if (graph >= DM_MAX_GRAPHS)
 		return -EINVAL;
-	pthread_mutex_lock(&cn->ctl_lock);
-	rc = cn->mns ? dindex_drop_graph(cn->mns, graph, err, sizeof(err)) : -EHOSTDOWN;
-	pthread_mutex_unlock(&cn->ctl_lock);
+	s = own_set(cn);
+	rc = s ? dindex_drop_graph(s, graph, err, sizeof(err)) : -errno;
+	mn_set_close(s);
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: dropping graph %u: %s", cn->node->id, graph,
-			rc == -EHOSTDOWN ? "no memory-node connections" : err);
+			err[0] ? err : strerror(-rc));
 	return rc == -ENOENT ? 0 : rc;
 }
 
@@ -375,20 +391,15 @@ static int graph_seed(void *ctx, const char *bucket, const char *index, uint32_t
 		dm_warn("cn%u: seeding a graph for %s/%s: %s", cn->node->id, bucket, index, err);
 		return rc ? rc : -EINVAL;
 	}
-	s = mn_set_open(cn->cfg, cn->x, cn->pool, false, SNAP_CONNECT_MS);
+	s = own_set(cn);
 	if (!s) {
 		rc = -errno;
 		goto out_free;
 	}
-	pthread_mutex_lock(&cn->ctl_lock);
-	memcpy(s->retired, cn->retired_mn, sizeof(s->retired));
-	pthread_mutex_unlock(&cn->ctl_lock);
 	rc = dgen_list(s, &gl);
 	if (rc)
 		goto out_close;
-	for (g = 0; g < DM_MAX_GRAPHS; g++)
-		if (!((gl.mask | gl.retired_mask) >> g & 1))
-			break;
+	g = dgen_free_graph(&gl);
 	if (g == DM_MAX_GRAPHS) {
 		dm_warn("cn%u: no graph for %s/%s: all %u graph numbers are in use (dmann graph "
 			"list)", cn->node->id, bucket, index, DM_MAX_GRAPHS);

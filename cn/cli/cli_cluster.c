@@ -184,9 +184,7 @@ int dm_cmd_load(int argc, char **argv)
 			fprintf(stderr, "dmann load: listing the graphs: %s\n", strerror(-rc));
 			goto out_s;
 		}
-		for (graph = 0; graph < DM_MAX_GRAPHS; graph++)
-			if (!((gl.mask | gl.retired_mask) >> graph & 1))
-				break;
+		graph = dgen_free_graph(&gl);
 		if (graph == DM_MAX_GRAPHS) {
 			fprintf(stderr, "dmann load: all %u graphs are in use (dmann graph list; dmann "
 				"graph drop --graph G frees one)\n", DM_MAX_GRAPHS);

@@ -71,6 +71,17 @@ struct dgen_graphs {
  * did not (*out still holds what the others said). */
 int dgen_list(struct mn_set *s, struct dgen_graphs *out);
 
+/* The lowest graph number of which no memory node of list gl holds a generation (current
+ * or retired), or DM_MAX_GRAPHS when every number is in use. */
+static inline uint32_t dgen_free_graph(const struct dgen_graphs *gl)
+{
+	uint32_t g = 0;
+
+	while (g < DM_MAX_GRAPHS && ((gl->mask | gl->retired_mask) >> g & 1))
+		g++;
+	return g;
+}
+
 /* DROP generation gen of graph on memory node m alone (CTL_GEN_DROP): 0 or -errno
  * (-EHOSTDOWN: link down; -ESTALE: gen is not its current one; -ENOENT: no such graph
  * there; -EBUSY: an older generation is still held there). */
