@@ -5,7 +5,6 @@
  * then 500 queries are answered with their recall@10 against the exact ground truth. QueryVectors
  * takes the graph path for the imported rows (docs/api.md "The graph path"): the compute
  * nodes count it in dmann_cn_s3_graph_queries_total. */
-#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,8 @@
 
 #include "cli.h"
 #include "dmann.h"
+#include "distance.h"
+#include "topk.h"
 #include "vecfile.h"
 
 #define NEW 200u
@@ -273,34 +274,20 @@ out:
 #define LIVE_NEW 200u     /* rows put once the graph serves */
 #define LIVE_NQ 200u      /* queries measured against a brute force */
 
-/* The top K row numbers of vector qv among rows[0..n) (dim floats each), L2. */
-static void brute_top(const float *rows, uint32_t n, uint32_t dim, const float *qv,
-		      uint32_t *top)
+/* The top K row numbers of vector qv among rows[0..n) (dim floats each), L2, into top
+ * (UINT32_MAX past the rows found). */
+static void brute_top(struct dm_topk *tk, const float *rows, uint32_t n, uint32_t dim,
+		      const float *qv, uint32_t *top)
 {
-	float best[K];
+	struct dm_hit h[K];
+	size_t got;
 
-	for (unsigned j = 0; j < K; j++) {
-		best[j] = INFINITY;
-		top[j] = UINT32_MAX;
-	}
-	for (uint32_t r = 0; r < n; r++) {
-		float d = 0;
-		unsigned p = K;
-
-		for (uint32_t e = 0; e < dim; e++) {
-			float x = rows[(size_t)r * dim + e] - qv[e];
-
-			d += x * x;
-		}
-		while (p > 0 && d < best[p - 1])
-			p--;
-		if (p == K)
-			continue;
-		memmove(best + p + 1, best + p, (K - 1 - p) * sizeof(*best));
-		memmove(top + p + 1, top + p, (K - 1 - p) * sizeof(*top));
-		best[p] = d;
-		top[p] = r;
-	}
+	dm_topk_reset(tk);
+	for (uint32_t r = 0; r < n; r++)
+		dm_topk_push(tk, dm_l2sq(rows + (size_t)r * dim, qv, dim), r);
+	got = dm_topk_drain(tk, h);
+	for (unsigned j = 0; j < K; j++)
+		top[j] = j < got ? (uint32_t)h[j].id : UINT32_MAX;
 }
 
 int dm_demo_live(const char *cfg, const char *base, const char *query, const char *bucket,
@@ -312,6 +299,7 @@ int dm_demo_live(const char *cfg, const char *base, const char *query, const cha
 	float *dist = NULL;
 	uint32_t *cnt = NULL, n = LIVE_ROWS + LIVE_NEW;
 	dmann_t *d = NULL;
+	struct dm_topk *tk = dm_topk_new(K);
 	uint64_t hit = 0;
 	unsigned first = 0;
 	int rc = 1;
@@ -331,7 +319,7 @@ int dm_demo_live(const char *cfg, const char *base, const char *query, const cha
 	keys = calloc((size_t)LIVE_NQ * K, sizeof(*keys));
 	dist = malloc((size_t)LIVE_NQ * K * sizeof(*dist));
 	cnt = malloc(LIVE_NQ * sizeof(*cnt));
-	if (!d || !names || !kp || !keys || !dist || !cnt) {
+	if (!d || !names || !kp || !keys || !dist || !cnt || !tk) {
 		fprintf(stderr, "dmann demo: %s\n", d ? "out of memory" : dmann_errmsg());
 		goto out;
 	}
@@ -400,8 +388,8 @@ int dm_demo_live(const char *cfg, const char *base, const char *query, const cha
 	for (unsigned i = 0; i < LIVE_NQ; i++) {
 		uint32_t top[K];
 
-		brute_top(b.data, n, (uint32_t)b.dim, (const float *)q.data + (size_t)i * q.dim,
-			  top);
+		brute_top(tk, b.data, n, (uint32_t)b.dim,
+			  (const float *)q.data + (size_t)i * q.dim, top);
 		for (unsigned j = 0; j < cnt[i]; j++)
 			for (unsigned t = 0; t < K; t++)
 				hit += top[t] != UINT32_MAX &&
@@ -423,6 +411,7 @@ out:
 	free(keys);
 	free(dist);
 	free(cnt);
+	dm_topk_free(tk);
 	dmann_close(d);
 	dm_vecs_free(&b);
 	dm_vecs_free(&q);

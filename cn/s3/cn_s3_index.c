@@ -97,6 +97,16 @@ static bool owns(const struct owners *o, const char *k, uint32_t kl)
 	return win == o->self;
 }
 
+/* Rows of the index (live and dead) in state st: the positions the mark counts. */
+static uint64_t state_rows(const struct ixstate *st)
+{
+	uint64_t total = 0;
+
+	for (uint32_t i = 0; i < st->nfrag; i++)
+		total += st->fr[i].rows;
+	return total;
+}
+
 /* Rows read from the tail. */
 struct tail {
 	uint32_t n, max, dim;
@@ -373,7 +383,7 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 	uint32_t mns[DM_MAX_NODES];
 	struct ixstate st;
 	struct owners own = { .self = s->node->id };
-	uint64_t gen, tag, total = 0;
+	uint64_t gen, tag, total;
 	int nm, pi = -1;
 	bool in = false;
 
@@ -443,8 +453,7 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 	if (p->have && (strcmp(p->b, b) || strcmp(p->x, x) || p->tag != tag ||
 			(p->mn == st.mn && p->created != st.created)))
 		pend_free(p);           /* re-created or imported again meanwhile */
-	for (uint32_t i = 0; i < st.nfrag; i++)
-		total += st.fr[i].rows;
+	total = state_rows(&st);
 	ix->glag[g] = total > st.mark ? total - st.mark : 0;
 	if (!p->have && total > st.mark && dm_now_ns() >= ix->full_until[g]) {
 		struct tail t = { .max = ix->batch, .dim = st.dim };
@@ -573,12 +582,10 @@ static void seed_one(struct cn_s3 *s, const char *b, const char *x, const struct
 	struct owners all = { .n = 1, .self = s->node->id };
 	struct handed none = { 0 };
 	struct tail t = { .dim = st->dim };
-	uint64_t total = 0, gen = 0, t0 = dm_now_ns();
+	uint64_t total = state_rows(st), gen = 0, t0 = dm_now_ns();
 	uint32_t g = 0;
 	int rc;
 
-	for (uint32_t i = 0; i < st->nfrag; i++)
-		total += st->fr[i].rows;
 	t.max = (uint32_t)DM_MIN(DM_MIN(total, (uint64_t)SEED_MAX_ROWS),
 				 SEED_MAX_BYTES / ((uint64_t)st->dim * sizeof(float)));
 	all.cns[0] = s->node->id;
@@ -677,7 +684,7 @@ static void seed_round(struct cn_s3 *s, struct ipend *p)
 			struct cn_s3_graph_info gi;
 			uint32_t mns[DM_MAX_NODES];
 			struct ixstate st;
-			uint64_t total = 0;
+			uint64_t total;
 			int nm, got = -1;
 
 			if (!x || done)
@@ -688,8 +695,7 @@ static void seed_round(struct cn_s3 *s, struct ipend *p)
 					got = ixstate_fetch(s, mns[i], b, x, &st);
 			if (got)
 				continue;
-			for (uint32_t f = 0; f < st.nfrag; f++)
-				total += st.fr[f].rows;
+			total = state_rows(&st);
 			if (st.mark_tag) {
 				/* imported or seeded: a graph serves it */
 			} else if (!s->gops->info(s->gctx, b, x, 0, &gi)) {
