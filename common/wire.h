@@ -815,6 +815,29 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               addresses as CTL_ALLOC gives them; full = 1 when a full snapshot was taken
  *               instead; at most DM_FL_SNAPDELTA_MAX ranges; -EINVAL: a range outside the
  *               region or in an immutable object)
+ *   FL_IMAGE    u32 phase, ...: an image of one bucket, on a caught-up replica (the source
+ *               of a catch-up, see "Catch-up of a stale replica" in docs/architecture.md):
+ *               phase 0 TAKE: str bucket -> u64 image id, u64 len (the bucket's catalog,
+ *                 attributes, live rows, graph marks and key logs at one instant, kept by
+ *                 the MN until DROP or DM_FL_IMAGE_IDLE_S seconds without a READ; -ENOENT:
+ *                 no such bucket)
+ *               phase 1 READ: u64 id, u64 off, u32 max (1 .. DM_FL_IMAGE_CHUNK) -> bytes
+ *                 (up to max bytes from off; -ESTALE: unknown or expired id, -EINVAL: off
+ *                 past the end)
+ *               phase 2 DROP: u64 id -> {} (unknown ids are not an error)
+ *   FL_CATCHUP  u32 phase, ...: bring a stale replica of a bucket up to date (on it):
+ *               phase 0 BEGIN: str bucket -> u64 id (from now on every write that names
+ *                 the bucket (FL_CALL writes, FL_MARK, FL_GINDEX) is logged as it is
+ *                 applied; one catch-up per bucket: a new BEGIN replaces an older one)
+ *               phase 1 DATA: u64 id, u64 off, bytes (the image's bytes from off; sent in
+ *                 order, off == the bytes received so far, else -EINVAL; at most
+ *                 DM_FL_IMAGE_MAX in all)
+ *               phase 2 END: u64 id, u8 exists -> {} (with the store's writes held out:
+ *                 the bucket replaced by the image (exists 0: the bucket dropped, the
+ *                 source has none), the writes logged since BEGIN run again in their
+ *                 order, durable before the answer; the store's epoch changes; -ESTALE:
+ *                 unknown id (replaced or expired), -EBADMSG: a bad image, nothing changed)
+ *               phase 3 ABORT: u64 id -> {} (unknown ids are not an error)
  * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
  * its store: row numbering is valid within one epoch (a restart compacts rows).
  */
@@ -829,6 +852,8 @@ enum dm_wire_fl_op {
 	DM_OP_FL_GINDEX = 0x110c,
 	DM_OP_FL_GKEYS = 0x110e,
 	DM_OP_FL_SNAPDELTA = 0x1110,
+	DM_OP_FL_IMAGE = 0x1112,
+	DM_OP_FL_CATCHUP = 0x1114,
 	DM_OP_FL_LAST  = 0x11ff,
 	/* responses: request op + 1 */
 };
@@ -841,6 +866,12 @@ enum dm_wire_fl_op {
 #define DM_FL_GINDEX_MAX 8192u         /* entries in one FL_GINDEX (FLAT_GINDEX_MAX) */
 #define DM_FL_GKEYS_MAX 16384u         /* entries in one FL_GKEYS answer */
 #define DM_FL_SNAPDELTA_MAX (4u << 20)  /* ranges in one FL_SNAPDELTA */
+#define DM_FL_IMAGE_CHUNK (16u << 20)  /* most bytes in one FL_IMAGE READ / FL_CATCHUP DATA */
+#define DM_FL_IMAGE_MAX (16ull << 30)  /* largest bucket image a catch-up takes */
+#define DM_FL_IMAGE_IDLE_S 120         /* an image or catch-up left idle this long is freed */
+enum { DM_FL_IMAGE_TAKE = 0, DM_FL_IMAGE_READ = 1, DM_FL_IMAGE_DROP = 2 };
+enum { DM_FL_CATCHUP_BEGIN = 0, DM_FL_CATCHUP_DATA = 1, DM_FL_CATCHUP_END = 2,
+       DM_FL_CATCHUP_ABORT = 3 };
 
 struct dm_wire_fl_chunk {      /* body prefix of every FL message */
 	uint32_t total;            /* payload length of the whole stream */

@@ -6,12 +6,6 @@
 
 #include <string.h>
 
-static bool is_write(const char *op)
-{
-	return !strncmp(op, "Create", 6) || !strncmp(op, "Delete", 6) || !strncmp(op, "Put", 3) ||
-	       !strcmp(op, "TagResource") || !strcmp(op, "UntagResource");
-}
-
 /* Every operation but QueryVectors: route by bucket; writes to every replica. */
 void be_handle(void *ctx, const char *op, const char *body, size_t len,
 		      struct s3_resp *r)
@@ -39,7 +33,7 @@ void be_handle(void *ctx, const char *op, const char *body, size_t len,
 		unavailable(r, op, 0);
 		return;
 	}
-	if (!is_write(op)) {
+	if (!s3_api_is_write(op)) {
 		/* Reads: the first replica that answers (every replica has every ack'ed write). */
 		for (int i = 0; i < n; i++) {
 			if (i + 1 < n && mn_is_down(s, mns[i]))

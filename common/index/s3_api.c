@@ -142,6 +142,12 @@ out:
 	return found ? 0 : -ENOENT;
 }
 
+bool s3_api_is_write(const char *op)
+{
+	return !strncmp(op, "Create", 6) || !strncmp(op, "Delete", 6) || !strncmp(op, "Put", 3) ||
+	       !strcmp(op, "TagResource") || !strcmp(op, "UntagResource");
+}
+
 int s3_api_req_bucket(const char *body, size_t len, char *bucket)
 {
 	char x[FLAT_NAME_MAX + 1];

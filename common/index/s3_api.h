@@ -92,6 +92,9 @@ void s3_qspec_fini(struct s3_qspec *q);
 /* The bucket a request names (vectorBucketName, vectorBucketArn or indexArn), without
  * further validation (for routing). 0 or -ENOENT (bucket = ""). */
 int s3_api_req_bucket(const char *body, size_t len, char *bucket);
+/* Whether operation op changes state (Create*, Delete*, Put*, TagResource, UntagResource):
+ * what a gateway sends to every replica of a bucket. */
+bool s3_api_is_write(const char *op);
 /* The same with the index it names (indexName beside a bucket, indexArn, or an index
  * resourceArn) into index (FLAT_NAME_MAX + 1 bytes; "" when the request names a bucket
  * only): what bucket policies are evaluated against. */
