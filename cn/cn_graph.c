@@ -18,6 +18,9 @@
 #include "dindex.h"
 #include "dindex_bind.h"
 #include "cache.h"
+#if DM_HAVE_ETCD
+#include "cstate.h"
+#endif
 
 #define INS_CHUNK 16u                /* rows a thread takes at a time */
 #define INS_MAX_THREADS 64u
@@ -421,10 +424,29 @@ out_free:
 	return rc;
 }
 
+static bool graph_leader(void *ctx)
+{
+#if DM_HAVE_ETCD
+	struct cn *cn = ctx;
+
+	return cn->ctl && dm_ctl_leader(cn->ctl);
+#else
+	(void)ctx;
+	return false;
+#endif
+}
+
+static bool graph_mn_down(void *ctx, uint32_t mn)
+{
+	struct cn *cn = ctx;
+
+	return mn < DM_MAX_NODES && atomic_load(&cn->state_down[mn]);
+}
+
 const struct cn_s3_graph_ops cn_graph_ops = {
 	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexers = graph_indexers,
 	.insert = graph_insert, .snapshot = graph_snapshot, .cache_clear = graph_cache_clear,
-	.drop = graph_drop, .seed = graph_seed,
+	.drop = graph_drop, .seed = graph_seed, .leader = graph_leader, .mn_down = graph_mn_down,
 };
 
 void cn_graph_fini(struct cn *cn)

@@ -328,6 +328,8 @@ static const struct s3_key {
 	{ "graph_auto", 0, 1, 0, offsetof(struct dm_s3_cfg, graph_auto), false, "" },
 	{ "graph_room", 1000, 100000000, 0, offsetof(struct dm_s3_cfg, graph_room), false,
 	  "" },
+	{ "write_min_replicas", 1, DM_MAX_NODES, 0, offsetof(struct dm_s3_cfg, write_min_replicas),
+	  false, "" },
 };
 
 void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
@@ -337,7 +339,7 @@ void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
 		.graph_beam = 4, .graph_filter_widen = 10, .index_interval_ms = 1000,
 		.index_batch = 2000, .index_threads = 4, .index_ef = 100, .member_conns = 8,
-		.graph_auto = 1, .graph_room = 20000 };
+		.graph_auto = 1, .graph_room = 20000, .write_min_replicas = 1 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,

@@ -108,6 +108,10 @@
  *                               ; (the online indexer then keeps it current); 0: exact only
  *   graph_room = 20000          ; rows such a graph takes online beyond its seed rows
  *                               ; (1000..100000000); rows past it stay in the tail
+ *   write_min_replicas = 1      ; a write that cannot reach every replica of its bucket is
+ *                               ; acknowledged once this many took it (1..256, at most R)
+ *                               ; and the missed ones are marked stale in the cluster
+ *                               ; state (needs [cluster] etcd; without it every replica)
  *
  *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
  *                               ; at most 32 identities in all)
@@ -264,6 +268,7 @@ struct dm_cluster_cfg {
 		uint32_t member_conns;   /* idle kept-alive connections per member CN (0: none) */
 		uint32_t graph_auto;     /* 1: indexes created through the API get a graph */
 		uint32_t graph_room;     /* rows of spare room in such a graph */
+		uint32_t write_min_replicas;   /* a write is acknowledged with this many */
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

@@ -179,6 +179,24 @@ Test(etcd, kv_round_trips)
 	cr_assert_eq(del, 0);
 	assert_get("/t0", "x", 1);
 
+	/* Guarded delete: only at the revision expected. */
+	{
+		int64_t r1, r2;
+		bool ok;
+
+		cr_assert_eq(dm_etcd_put(E, "/d", "1", 1, 0, &r1), 0);
+		cr_assert_eq(dm_etcd_put(E, "/d", "2", 1, 0, &r2), 0);
+		cr_assert_eq(dm_etcd_delete_if(E, "/d", r1, &ok), 0, "%s", dm_etcd_errmsg(E));
+		cr_assert(!ok);
+		assert_get("/d", "2", 1);
+		cr_assert_eq(dm_etcd_delete_if(E, "/d", r2, &ok), 0);
+		cr_assert(ok);
+		cr_assert_eq(dm_etcd_get(E, "/d", &v, &n, NULL), -ENOENT);
+		cr_assert_eq(dm_etcd_delete_if(E, "/d", r2, &ok), 0);     /* gone: no match */
+		cr_assert(!ok);
+		cr_assert_eq(dm_etcd_delete_if(E, "/d", 0, &ok), -EINVAL);
+	}
+
 	/* Bad arguments. */
 	cr_assert_eq(dm_etcd_put(E, NULL, "x", 1, 0, NULL), -EINVAL);
 	cr_assert_eq(dm_etcd_put(E, "", "x", 1, 0, NULL), -EINVAL);

@@ -22,7 +22,9 @@
 #include "vecfile.h"
 #if DM_HAVE_ETCD
 #include "cstate.h"
+#include "etcd.h"
 #include "member.h"
+#include "stale.h"
 #endif
 
 #define load_cfg dm_cli_load_cfg
@@ -337,6 +339,27 @@ static void upset_show(const struct dm_cluster_cfg *cfg, bool json)
 		else if (!json && !prc)
 			printf("  placement: version %lld (by %s), retired: %s\n",
 			       (long long)pl.version, pl.by, ret);
+	}
+	{
+		/* Bucket replicas that missed writes (reads skip them until caught up). */
+		struct dm_etcd *e = dm_etcd_open(cfg->etcd, 3000);
+		struct dm_stale *st = NULL;
+		size_t ns = 0;
+		char list[1024] = "";
+
+		if (e && !dm_stale_list(e, cfg->name, &st, &ns)) {
+			for (size_t i = 0; i < ns; i++)
+				snprintf(list + strlen(list), sizeof(list) - strlen(list),
+					 "%s%s%s/mn%u%s", i ? (json ? ", " : " ") : "",
+					 json ? "\"" : "", st[i].bucket, st[i].mn, json ? "\"" : "");
+			if (json)
+				printf(", \"stale_replicas\": [%s]", list);
+			else
+				printf("  stale bucket replicas: %zu%s%s\n", ns, ns ? " (caught up by the "
+				       "controller once up): " : "", list);
+		}
+		free(st);
+		dm_etcd_close(e);
 	}
 	if (json)
 		return;

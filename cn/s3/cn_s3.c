@@ -23,7 +23,7 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
 		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen", "index_interval_ms",
 		"index_batch", "index_threads", "index_ef", "member_conns", "graph_auto",
-		"graph_room" };
+		"graph_room", "write_min_replicas" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -120,6 +120,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->ix.seed_auto = set.graph_auto != 0;
 	s->ix.seed_room = set.graph_room;
 	s->member_conns = DM_MIN(set.member_conns, (uint32_t)HPOOL_MAX);
+	s->repl.write_min = DM_MAX(1u, set.write_min_replicas);
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
 	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
@@ -190,6 +191,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 
 		s->search_threads = n > 0 ? (uint32_t)n : 1;   /* s3_http's default */
 	}
+	repl_start(s);
 	dm_info("cn%u: S3 Vectors gateway on http://%s%s%s (%u memory nodes, redundancy %u, %u "
 		"identities)", node->id, node->http, node->https[0] ? " and https://" : "",
 		node->https, cfg->n_mn, s->redundancy, cfg->n_s3_ids);
@@ -223,6 +225,7 @@ void cn_s3_stop(struct cn_s3 *s)
 	indexer_stop(s);
 	s3_http_stop(s->https);
 	s3_http_stop(s->http);
+	repl_stop(s);
 	for (uint32_t i = 0; i < s->cfg->n_mn; i++) {
 		while (s->mn[i].idle) {
 			struct mnconn *mc = s->mn[i].idle;
@@ -324,6 +327,22 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	      "buckets' primaries at the indexer's last look (0 on compute nodes that do not "
 	      "index).",
 	      __atomic_load_n(&s->ix.lag, __ATOMIC_RELAXED));
+	CTR("degraded_writes_total", "Writes acknowledged without every replica of their bucket "
+	    "(the missed ones marked stale first; [s3] write_min_replicas).",
+	    __atomic_load_n(&s->repl.degraded_writes, __ATOMIC_RELAXED));
+	CTR("stale_marks_total", "Stale marks this compute node put into the cluster state (one "
+	    "per write and replica it missed).", __atomic_load_n(&s->repl.marks, __ATOMIC_RELAXED));
+	CTR("stale_mark_errors_total", "Stale marks that could not be put (etcd unreachable): "
+	    "those writes were refused with 503.",
+	    __atomic_load_n(&s->repl.mark_errors, __ATOMIC_RELAXED));
+	GAUGE("stale_replicas", "Bucket replicas marked stale in the cluster state now (reads "
+	      "skip them until the controller caught them up).", repl_stale_count(s));
+	CTR("catchups_total", "Stale bucket replicas this compute node caught up as the "
+	    "controller.", __atomic_load_n(&s->repl.catchups, __ATOMIC_RELAXED));
+	CTR("catchup_errors_total", "Catch-ups that failed (tried again after 5 s).",
+	    __atomic_load_n(&s->repl.catchup_errors, __ATOMIC_RELAXED));
+	CTR("catchup_bytes_total", "Bytes of bucket images copied by those catch-ups.",
+	    __atomic_load_n(&s->repl.catchup_bytes, __ATOMIC_RELAXED));
 	CTR("fragment_cache_hits_total", "Fragment cache lookups that hit.", fc.hits);
 	CTR("fragment_cache_misses_total", "Fragment cache lookups that missed.", fc.misses);
 	CTR("fragment_cache_evictions_total", "Fragments evicted from the cache.", fc.evictions);

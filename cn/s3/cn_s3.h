@@ -87,6 +87,11 @@ struct cn_s3_graph_ops {
 	int (*seed)(void *ctx, const char *bucket, const char *index, uint32_t metric,
 		    uint32_t dim, const float *vecs, char *const *keys, uint32_t n, uint32_t room,
 		    uint32_t ef, uint32_t nthreads, uint32_t *graph, uint64_t *gen);
+	/* Whether this compute node is the cluster's controller now (it runs the catch-up of
+	 * stale bucket replicas, cn_s3_repl.c). NULL: never. */
+	bool (*leader)(void *ctx);
+	/* Whether the cluster state declares memory node mn down. NULL: never. */
+	bool (*mn_down)(void *ctx, uint32_t mn);
 };
 /* Give the gateway the compute node's graph (before the first request; ops stays valid);
  * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */

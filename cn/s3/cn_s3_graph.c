@@ -24,8 +24,8 @@
 
 void cn_s3_set_graph(struct cn_s3 *s, const struct cn_s3_graph_ops *ops, void *ctx)
 {
-	s->gops = ops;
 	s->gctx = ctx;
+	__atomic_store_n(&s->gops, ops, __ATOMIC_RELEASE);
 	indexer_start(s);
 }
 

@@ -397,16 +397,20 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 	if (!in)
 		return false;
 	nm = bucket_mns(s, b, mns);
-	int gone = 0;
+	int gone = 0, asked = 0;
 
 	for (int i = 0; i < nm && pi < 0; i++) {
-		int rc = mn_is_down(s, mns[i]) ? -EHOSTDOWN : ixstate_fetch(s, mns[i], b, x, &st);
+		int rc;
 
+		if (replica_stale(s, b, mns[i]))
+			continue;         /* not caught up: neither the state nor "gone" from it */
+		asked++;
+		rc = mn_is_down(s, mns[i]) ? -EHOSTDOWN : ixstate_fetch(s, mns[i], b, x, &st);
 		if (rc == 0)
 			pi = i;
 		gone += rc == -ENOENT;
 	}
-	if (pi < 0 && nm > 0 && gone == nm && own.cns[0] == own.self && s->gops->drop) {
+	if (pi < 0 && asked > 0 && gone == asked && own.cns[0] == own.self && s->gops->drop) {
 		/* Every replica says the index is gone (DeleteIndex, DeleteVectorBucket: an
 		 * import creates its index before it places the graph, so this is not one in
 		 * progress): its graph is freed. The first indexer does it; a memory node that
@@ -486,6 +490,7 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 	/* The hand-over to every replica of the bucket (or, with nothing new, the advance
 	 * alone: rows that reached a replica after the entries that hold them). */
 	bool all = true;
+	uint32_t unreached[DM_MAX_NODES], nun = 0;
 
 	for (int i = 0; i < nm; i++) {
 		uint64_t bit = 1ull << (mns[i] % 64);
@@ -493,8 +498,16 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 
 		if (p->have && (p->acked & bit))
 			continue;
+		if (replica_stale(s, b, mns[i])) {
+			/* a catch-up brings it the mark (and logs what it gets meanwhile) */
+			if (!mn_is_down(s, mns[i]))
+				hand_over(s, mns[i], b, x, st.created, tag, p->have ? p : NULL);
+			continue;
+		}
 		if (mn_is_down(s, mns[i])) {
 			all = false;
+			if (p->have)
+				unreached[nun++] = mns[i];
 			continue;
 		}
 		/* Each replica created its copy of the index at its own instant: requests name
@@ -512,6 +525,8 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 				if (p->have) {
 					all = false;
 					__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
+					if (rc == -EHOSTDOWN)
+						unreached[nun++] = mns[i];
 				}
 				continue;
 			}
@@ -522,6 +537,25 @@ static bool round_once(struct cn_s3 *s, uint32_t g, struct ipend *p, struct hand
 		if (rc && rc != -ENOENT && rc != -ESTALE && p->have) {
 			all = false;
 			__atomic_add_fetch(&ix->errors, 1, __ATOMIC_RELAXED);
+			if (rc == -EHOSTDOWN)
+				unreached[nun++] = mns[i];
+		}
+	}
+	/* Replicas that cannot be reached while the others took the batch (the primary, whose
+	 * rows these are, among them): marked stale, the batch counts as handed over (their
+	 * catch-up brings them the mark). Other failures keep the batch for the next round. */
+	if (p->have && !all && nun && (p->acked & (1ull << (st.mn % 64))) && repl_marks(s)) {
+		uint32_t failed = 0;
+
+		for (int i = 0; i < nm; i++)
+			if (!(p->acked & (1ull << (mns[i] % 64))) && !replica_stale(s, b, mns[i]))
+				failed++;
+		if (failed == nun) {
+			bool marked = true;
+
+			for (uint32_t i = 0; i < nun && marked; i++)
+				marked = mark_stale(s, b, unreached[i]) == 0;
+			all = marked;
 		}
 	}
 	if (p->have && all) {
@@ -544,8 +578,9 @@ out:
  * nothing below its mark yet. 0 or -errno. */
 static int mark_bind(struct cn_s3 *s, const char *b, const char *x, uint64_t tag)
 {
-	uint32_t mns[DM_MAX_NODES];
-	int nm = bucket_mns(s, b, mns);
+	uint32_t mns[DM_MAX_NODES], all[DM_MAX_NODES];
+	int nm = bucket_read_mns(s, b, mns), na = bucket_mns(s, b, all);
+	int64_t created0 = 0;
 
 	for (int i = 0; i < nm; i++) {
 		struct ixstate rs;
@@ -556,6 +591,8 @@ static int mark_bind(struct cn_s3 *s, const char *b, const char *x, uint64_t tag
 
 		if (rc)
 			return rc;
+		if (!i)
+			created0 = rs.created;
 		dm_buf_str(&w, b);
 		dm_buf_str(&w, x);
 		dm_buf_u64(&w, (uint64_t)rs.created);
@@ -566,6 +603,24 @@ static int mark_bind(struct cn_s3 *s, const char *b, const char *x, uint64_t tag
 		free(resp);
 		if (rc)
 			return rc;
+	}
+	/* Stale replicas last, best effort, named by the first caught-up replica's creation
+	 * time: refused by their old copy, but a catch-up in progress logs it and runs it
+	 * again once the image (with that creation time) is installed. */
+	for (int i = 0; nm > 0 && i < na; i++) {
+		struct dm_buf w = { 0 };
+		uint8_t *resp = NULL;
+		size_t rlen;
+
+		if (!replica_stale(s, b, all[i]) || mn_is_down(s, all[i]))
+			continue;
+		dm_buf_str(&w, b);
+		dm_buf_str(&w, x);
+		dm_buf_u64(&w, (uint64_t)created0);
+		dm_buf_u64(&w, 0);
+		dm_buf_u64(&w, tag);
+		mn_call(s, all[i], DM_OP_FL_MARK, &w, &resp, &rlen);   /* frees w */
+		free(resp);
 	}
 	return nm > 0 ? 0 : -EHOSTDOWN;
 }
@@ -689,7 +744,7 @@ static void seed_round(struct cn_s3 *s, struct ipend *p)
 
 			if (!x || done)
 				continue;
-			nm = bucket_mns(s, b, mns);
+			nm = bucket_read_mns(s, b, mns);
 			for (int i = 0; i < nm && got; i++)
 				if (!mn_is_down(s, mns[i]))
 					got = ixstate_fetch(s, mns[i], b, x, &st);

@@ -3,6 +3,7 @@
  *   cn_s3.c          start/stop, settings, metrics
  *   cn_s3_mn.c       memory-node connection pool, FL calls, index state reads
  *   cn_s3_write.c    operation routing by bucket, replication of writes
+ *   cn_s3_repl.c     stale replicas (writes that missed one) and their catch-up
  *   cn_s3_catalog.c  catalog listings merged over the memory nodes
  *   cn_s3_query.c    the ingress of QueryVectors: plan, fan-out, hedging, retries, merge
  *   cn_s3_hclient.c  the HTTP client of member sub-requests
@@ -143,6 +144,20 @@ struct cn_s3 {
 	uint64_t subreq_conns, subreq_reused;   /* connections opened / kept-alive ones reused */
 	uint64_t graph_queries, graph_fallbacks, graph_errors, graph_tail_rows;
 	uint64_t graph_planned_exact;    /* filtered queries the estimate sent to the exact path */
+	/* Stale replicas and their catch-up (cn_s3_repl.c). */
+	struct s3_repl {
+		struct dm_stalewatch *watch;     /* NULL: no cluster state */
+		struct dm_etcd *etcd;            /* marks (under mu) */
+		pthread_mutex_t mu;
+		pthread_cond_t cv;
+		pthread_t t;
+		bool started, stop;              /* stop under mu */
+		uint32_t write_min;              /* [s3] write_min_replicas */
+		uint64_t retry_at[DM_MAX_NODES]; /* catch-up thread: back-off per stale node */
+		/* counters (atomics) */
+		uint64_t degraded_writes, marks, mark_errors, catchups, catchup_errors;
+		uint64_t catchup_bytes, catchup_ms;
+	} repl;
 };
 
 /* ---- cn_s3_mn.c ---- */
@@ -174,6 +189,9 @@ bool mn_is_down(struct cn_s3 *s, uint32_t mn);
  * -ENOMEM if it overflowed): the peer status, or -EHOSTDOWN when it cannot be reached. */
 int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
 	    uint8_t **resp, size_t *rlen);
+/* The same with its own time bound (a catch-up's install may take longer than 10 s). */
+int mn_call_timeout(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
+		    uint8_t **resp, size_t *rlen, int timeout_ms);
 /* The MNs holding a bucket, best first: their number, or -errno. */
 int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out);
 /* An S3 operation on one MN (FL_CALL): 0 with r filled from its answer, or -errno. */
@@ -190,6 +208,27 @@ void unavailable(struct s3_resp *r, const char *what, uint32_t mn);
 int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 		  struct ixstate *st);
 void ixstate_fini(struct ixstate *st);
+
+/* ---- cn_s3_repl.c ---- */
+
+/* Start / stop the stale-replica watch and the catch-up thread (the thread acts only while
+ * this compute node is the controller). Without [cluster] etcd nothing starts and every
+ * write needs every replica. */
+int repl_start(struct cn_s3 *s);
+void repl_stop(struct cn_s3 *s);
+/* Whether writes may be acknowledged without every replica (a cluster state to mark the
+ * missed ones in). */
+bool repl_marks(struct cn_s3 *s);
+/* Whether replica mn of bucket b is marked stale (reads skip it). */
+bool replica_stale(struct cn_s3 *s, const char *b, uint32_t mn);
+/* The replicas of bucket b a read may use (not stale), best first: their number (0: none
+ * caught up), or -errno. */
+int bucket_read_mns(struct cn_s3 *s, const char *b, uint32_t *out);
+/* Mark replica mn of b stale in the cluster state before a write that missed it is
+ * acknowledged. 0, or -errno (the write must not be acknowledged then). */
+int mark_stale(struct cn_s3 *s, const char *b, uint32_t mn);
+/* Stale marks the watch knows of now (every bucket and node). */
+size_t repl_stale_count(struct cn_s3 *s);
 
 /* ---- cn_s3_write.c / cn_s3_catalog.c ---- */
 

@@ -68,7 +68,7 @@ bool mn_is_down(struct cn_s3 *s, uint32_t mn)
  * replaced by a fresh one once. Returns the peer status or -EHOSTDOWN when the MN cannot
  * be reached (the request was then not served by it, or its fate is unknown). */
 static int mn_call1(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_buf *req,
-		    uint8_t **resp, size_t *rlen)
+		    uint8_t **resp, size_t *rlen, int timeout_ms)
 {
 	struct mnslot *sl = &s->mn[mn];
 
@@ -94,7 +94,7 @@ static int mn_call1(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_b
 					 __ATOMIC_RELAXED);
 			return -EHOSTDOWN;
 		}
-		rc = dm_fl_call(&mc->ch, op, req->p, req->n, mc->max_msg, FL_TIMEOUT_MS, resp,
+		rc = dm_fl_call(&mc->ch, op, req->p, req->n, mc->max_msg, timeout_ms, resp,
 				rlen);
 		if (rc == 0 || rc == -ENOENT || rc == -ESTALE || rc == -EINVAL ||
 		    rc == -EBADMSG || rc == -ENOMEM) {
@@ -120,7 +120,16 @@ static int mn_call1(struct cn_s3 *s, uint32_t mn, uint16_t op, const struct dm_b
 int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
 	    uint8_t **resp, size_t *rlen)
 {
-	int rc = mn_call1(s, mn, op, req, resp, rlen);
+	int rc = mn_call1(s, mn, op, req, resp, rlen, FL_TIMEOUT_MS);
+
+	dm_buf_free(req);
+	return rc;
+}
+
+int mn_call_timeout(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
+		    uint8_t **resp, size_t *rlen, int timeout_ms)
+{
+	int rc = mn_call1(s, mn, op, req, resp, rlen, timeout_ms);
 
 	dm_buf_free(req);
 	return rc;

@@ -198,7 +198,7 @@ static int resolve_state(void *ctx, const char *b, const char *x, struct s3_qind
 
 	snprintf(t->b, sizeof(t->b), "%s", b);
 	snprintf(t->x, sizeof(t->x), "%s", x);
-	t->nmn = bucket_mns(s, b, t->mns);
+	t->nmn = bucket_read_mns(s, b, t->mns);    /* caught-up replicas only */
 	for (int i = 0; i < t->nmn; i++) {
 		if (i + 1 < t->nmn && mn_is_down(s, t->mns[i]))
 			continue;

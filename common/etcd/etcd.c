@@ -336,6 +336,24 @@ int dm_etcd_delete(struct dm_etcd *e, const char *key_or_prefix, bool prefix, in
 	return write_call(e, "/v3/kv/deleterange", &q, NULL, deleted, NULL);
 }
 
+int dm_etcd_delete_if(struct dm_etcd *e, const char *key, int64_t expect_mod_revision,
+		      bool *succeeded)
+{
+	struct dm_buf q = { 0 };
+
+	if (!e || check_key(e, key, false))
+		return -EINVAL;
+	if (!succeeded || expect_mod_revision <= 0)
+		return dm_etcd_fail(e, -EINVAL, "bad succeeded or expect_mod_revision");
+	dm_buf_printf(&q, "{\"compare\":[{\"target\":\"MOD\",\"result\":\"EQUAL\",\"key\":\"");
+	dm_etcd_b64_put(&q, key, strlen(key));
+	dm_buf_printf(&q, "\",\"mod_revision\":\"%lld\"}],\"success\":[{\"request_delete_range\":"
+		      "{\"key\":\"", (long long)expect_mod_revision);
+	dm_etcd_b64_put(&q, key, strlen(key));
+	dm_buf_printf(&q, "\"}}]}");
+	return write_call(e, "/v3/kv/txn", &q, NULL, NULL, succeeded);
+}
+
 /* A range read of q: the kvs, each of whose keys must start with (or be) key. */
 static int range_call(struct dm_etcd *e, struct dm_buf *q, const char *key, bool exact,
 		      struct dm_etcd_kv **kvs, size_t *n, int64_t *rev)

@@ -79,6 +79,11 @@ void dm_etcd_kvs_free(struct dm_etcd_kv *kvs, size_t n);
 /* Delete key, or every key under the (non-empty) prefix when prefix is set. *deleted (may be
  * NULL) gets the number of keys deleted (0 is not an error). */
 int dm_etcd_delete(struct dm_etcd *e, const char *key_or_prefix, bool prefix, int64_t *deleted);
+/* Guarded delete (one txn): delete key only if its mod_revision is expect_mod_revision
+ * (> 0). *succeeded tells whether it was deleted; a failed compare (the key changed or is
+ * gone) is not an error. */
+int dm_etcd_delete_if(struct dm_etcd *e, const char *key, int64_t expect_mod_revision,
+		      bool *succeeded);
 /* Guarded put (one txn): put key = val (with lease, 0: none) only if the key's mod_revision
  * is expect_mod_revision, or, when expect_mod_revision is 0, only if the key does not exist.
  * *succeeded tells which; on success *revision (may be NULL) gets the put's revision (the
