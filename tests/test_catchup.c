@@ -122,6 +122,9 @@ static void *write_loop(void *arg)
 			w->last_rc = rc;
 			atomic_fetch_add(&w->fails, 1);
 			fprintf(stderr, "put of batch %d failed: %s\n", b, dmann_errmsg());
+			if (atomic_load(&w->fails) >= 20)
+				break;   /* the test has failed: stop writing */
+			usleep(100000);
 			continue;   /* not acknowledged: the expected state is unchanged */
 		}
 		for (int i = 0; i < n; i++) {
