@@ -443,10 +443,26 @@ static bool graph_mn_down(void *ctx, uint32_t mn)
 	return mn < DM_MAX_NODES && atomic_load(&cn->state_down[mn]);
 }
 
+static int64_t graph_placement(void *ctx, uint64_t *retired, int64_t *mod_rev)
+{
+	struct cn *cn = ctx;
+	int64_t v;
+
+	if (!retired)
+		return atomic_load(&cn->placement_version);
+	pthread_mutex_lock(&cn->ctl_lock);
+	v = atomic_load(&cn->placement_version);
+	*mod_rev = atomic_load(&cn->placement_rev);
+	memcpy(retired, cn->retired_mn, sizeof(cn->retired_mn));
+	pthread_mutex_unlock(&cn->ctl_lock);
+	return v;
+}
+
 const struct cn_s3_graph_ops cn_graph_ops = {
 	.info = graph_info, .keys = graph_keys, .bound = graph_bound, .indexers = graph_indexers,
 	.insert = graph_insert, .snapshot = graph_snapshot, .cache_clear = graph_cache_clear,
 	.drop = graph_drop, .seed = graph_seed, .leader = graph_leader, .mn_down = graph_mn_down,
+	.placement = graph_placement,
 };
 
 void cn_graph_fini(struct cn *cn)

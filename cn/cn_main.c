@@ -125,6 +125,12 @@ static struct dm_xport *cn_xport(const struct dm_cluster_cfg *cfg, const struct 
 }
 
 #if DM_HAVE_HTTP
+/* cn->s3_placement: the gateway's buckets before a new placement is published. */
+static int placement_s3(void *ctx, const uint64_t *old, const uint64_t *nx)
+{
+	return cn_s3_placement_prepare(ctx, old, nx);
+}
+
 /* cn->s3_call: native client data ops run on the S3 gateway. */
 static char *call_s3(void *ctx, const char *op, const char *body, size_t len, int *status,
 		     size_t *out_len)
@@ -468,6 +474,7 @@ int main(int argc, char **argv)
 			cn_s3_set_graph(s3gw, &cn_graph_ops, &cn);
 			cn.s3_call = call_s3;
 			cn.s3_ctx = s3gw;
+			cn.s3_placement = placement_s3;
 		}
 	}
 #endif

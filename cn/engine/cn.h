@@ -22,6 +22,9 @@ struct cn {
 	char *(*s3_call)(void *ctx, const char *op, const char *body, size_t len, int *status,
 			 size_t *out_len);
 	void *s3_ctx;
+	/* Before the controller publishes a new placement (cn_repair.c): the S3 gateway marks
+	 * the bucket replicas it adds stale (cn_s3_placement_prepare). NULL: no gateway. */
+	int (*s3_placement)(void *ctx, const uint64_t *old_retired, const uint64_t *new_retired);
 
 	/* Index view and cache; workers hold lock for reading while they use them. */
 	pthread_rwlock_t lock;
@@ -74,6 +77,7 @@ struct cn {
 	 * one makes cn_refresh read the view again (placement_dirty). */
 	uint64_t retired_mn[DM_MAX_NODES / 64];
 	_Atomic int64_t placement_version;
+	_Atomic int64_t placement_rev;    /* its key's mod_revision in etcd */
 	atomic_bool placement_dirty;
 	/* Re-replication (cn_repair.c), run by the controller in office. */
 	void *ctl;                        /* struct dm_ctl of this node, or NULL */

@@ -299,6 +299,21 @@ static void repair_once(struct cn *cn)
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS && !rc; g++)
 		if (gl.mask >> g & 1)
 			rc = copy_blocks(cn, s, g, gl.current[g], nx.retired, err, sizeof(err));
+	if (!rc && !cn->s3_placement)
+		for (uint32_t c = 0; c < cfg->n_cn; c++)
+			if (cfg->cn[c].http[0]) {
+				dm_warn("cn%u: repair: this controller runs no S3 gateway: the "
+					"buckets' new replicas are not marked stale (gateways read "
+					"them before they are filled)", cn->node->id);
+				break;
+			}
+	if (!rc && cn->s3_placement) {
+		/* S3 buckets: the replicas the new placement adds are marked stale first (the
+		 * catch-up fills them from the survivors; reads skip them until then). */
+		rc = cn->s3_placement(cn->s3_ctx, pl.retired, nx.retired);
+		if (rc)
+			snprintf(err, sizeof(err), "bucket replicas: %s", strerror(-rc));
+	}
 	if (!rc) {
 		memcpy(s->retired, nx.retired, sizeof(s->retired));
 		nx.version = pl.version + 1;

@@ -56,8 +56,9 @@ void cn_placement_apply(void *arg, const struct dm_placement *p)
 			snprintf(list + strlen(list), sizeof(list) - strlen(list), " mn%u", m);
 	pthread_mutex_lock(&cn->ctl_lock);
 	memcpy(cn->retired_mn, p->retired, sizeof(cn->retired_mn));
-	pthread_mutex_unlock(&cn->ctl_lock);
+	atomic_store(&cn->placement_rev, p->mod_revision);
 	atomic_store(&cn->placement_version, p->version);
+	pthread_mutex_unlock(&cn->ctl_lock);
 	atomic_store(&cn->placement_dirty, true);
 	dm_info("cn%u: placement version %lld (by %s): retired:%s", cn->node->id,
 		(long long)p->version, p->by, list[0] ? list : " none");

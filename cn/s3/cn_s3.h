@@ -92,10 +92,20 @@ struct cn_s3_graph_ops {
 	bool (*leader)(void *ctx);
 	/* Whether the cluster state declares memory node mn down. NULL: never. */
 	bool (*mn_down)(void *ctx, uint32_t mn);
+	/* The placement of the cluster state this compute node follows: its version (0: none
+	 * yet); with retired not NULL also the retired memory nodes (4 words) and the key's
+	 * mod_revision. Buckets follow it (flat_bucket_mns_placed). NULL: none. */
+	int64_t (*placement)(void *ctx, uint64_t *retired, int64_t *mod_rev);
 };
 /* Give the gateway the compute node's graph (before the first request; ops stays valid);
  * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */
 void cn_s3_set_graph(struct cn_s3 *s, const struct cn_s3_graph_ops *ops, void *ctx);
+/* Before the controller publishes a placement that retires (or takes back) memory nodes:
+ * every bucket replica the change adds (a node in a bucket's replicas under nx, not
+ * under old) is marked stale, so that reads skip it and the catch-up fills it from the
+ * bucket's other replicas (re-replication of buckets). The buckets are listed on every
+ * reachable memory node. 0 or -errno (the placement must not be published then). */
+int cn_s3_placement_prepare(struct cn_s3 *s, const uint64_t *old, const uint64_t *nx);
 /* Write the gateway's counters in the Prometheus text format (s NULL: nothing). */
 void cn_s3_metrics(struct cn_s3 *s, FILE *out);
 

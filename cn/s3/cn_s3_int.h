@@ -157,6 +157,11 @@ struct cn_s3 {
 		/* counters (atomics) */
 		uint64_t degraded_writes, marks, mark_errors, catchups, catchup_errors;
 		uint64_t catchup_bytes, catchup_ms;
+		/* The placement buckets follow (the cluster state's, applied once the stale
+		 * marks its change needs are known here): under pmu. */
+		pthread_mutex_t pmu;
+		int64_t pver;                    /* atomic */
+		uint64_t retired[DM_MAX_NODES / 64];
 	} repl;
 };
 
@@ -192,7 +197,8 @@ int mn_call(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
 /* The same with its own time bound (a catch-up's install may take longer than 10 s). */
 int mn_call_timeout(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *req,
 		    uint8_t **resp, size_t *rlen, int timeout_ms);
-/* The MNs holding a bucket, best first: their number, or -errno. */
+/* The MNs holding a bucket, best first, under the placement of the cluster state (a
+ * retired node's buckets are on the next nodes: cn_s3_repl.c): their number, or -errno. */
 int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out);
 /* An S3 operation on one MN (FL_CALL): 0 with r filled from its answer, or -errno. */
 int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t len,

@@ -135,13 +135,6 @@ int mn_call_timeout(struct cn_s3 *s, uint32_t mn, uint16_t op, struct dm_buf *re
 	return rc;
 }
 
-/* The MNs holding a bucket, best first (static ideal state: every MN counted up, so a
- * bucket never moves while an MN is down; there is no re-replication yet). */
-int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
-{
-	return flat_bucket_mns(s->cfg, bucket, out);
-}
-
 /* FL_CALL of an S3 operation on one MN: fills r from the MN's answer. */
 int mn_s3(struct cn_s3 *s, uint32_t mn, const char *op, const char *body, size_t len,
 		 struct s3_resp *r)

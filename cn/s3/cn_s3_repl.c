@@ -201,26 +201,35 @@ static void catchup_round(struct cn_s3 *s, struct dm_etcd *e)
 		bool cleared;
 		int rc;
 
-		if (st[i].mod_revision <= 0 || x >= s->cfg->n_mn || now - st[i].since < STALE_SETTLE_S ||
-		    dm_now_ns() < r->retry_at[x] || node_down(s, x))
+		bool holds = false;
+
+		if (st[i].mod_revision <= 0 || x >= s->cfg->n_mn)
 			continue;
 		nm = bucket_mns(s, st[i].bucket, mns);
+		for (int j = 0; j < nm; j++)
+			holds |= mns[j] == x;
+		if (!holds) {
+			/* Not (or no longer: retired by the placement) a replica of the bucket:
+			 * nothing to catch up. (Only once this node follows the placement that
+			 * moved it: the mark was put before that placement was published.) */
+			const struct cn_s3_graph_ops *g = __atomic_load_n(&s->gops, __ATOMIC_ACQUIRE);
+			int64_t pv = g && g->placement ? g->placement(s->gctx, NULL, NULL) : 0;
+
+			if (nm > 0 && pv == __atomic_load_n(&r->pver, __ATOMIC_ACQUIRE) &&
+			    !dm_stale_clear(e, s->cfg->name, &st[i], &cleared) && cleared)
+				dm_info("cn%u: s3: mn%u no longer holds bucket %s: its stale mark "
+					"dropped", s->node->id, x, st[i].bucket);
+			continue;
+		}
+		if (now - st[i].since < STALE_SETTLE_S || dm_now_ns() < r->retry_at[x] ||
+		    node_down(s, x))
+			continue;
 		for (int j = 0; j < nm && src == UINT32_MAX; j++)
 			if (mns[j] != x && !replica_stale(s, st[i].bucket, mns[j]) &&
 			    !node_down(s, mns[j]))
 				src = mns[j];
-		if (src == UINT32_MAX) {
-			bool holds = false;
-
-			for (int j = 0; j < nm; j++)
-				holds |= mns[j] == x;
-			if (!holds) {
-				/* not a replica of the bucket (a mark from another cluster file):
-				 * nothing to catch up */
-				dm_stale_clear(e, s->cfg->name, &st[i], &cleared);
-			}
-			continue;
-		}
+		if (src == UINT32_MAX)
+			continue;     /* no caught-up replica reachable: later */
 		t0 = dm_now_ns();
 		rc = catch_up(s, st[i].bucket, src, x, &bytes);
 		if (rc) {
@@ -286,6 +295,7 @@ int repl_start(struct cn_s3 *s)
 
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
+	pthread_mutex_init(&r->pmu, NULL);
 	if (!s->cfg->etcd[0])
 		return 0;
 	r->watch = dm_stalewatch_start(s->cfg);
@@ -322,11 +332,104 @@ void repl_stop(struct cn_s3 *s)
 	r->etcd = NULL;
 	pthread_cond_destroy(&r->cv);
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->pmu);
 }
 
 size_t repl_stale_count(struct cn_s3 *s)
 {
 	return dm_stalewatch_list(s->repl.watch, NULL, 0);
+}
+
+/* Whether the stale marks put up to etcd revision rev are known here (never without a
+ * watch: buckets do not move then). */
+static bool watch_caught_up(struct cn_s3 *s, int64_t rev)
+{
+	return s->repl.watch && dm_stalewatch_revision(s->repl.watch) >= rev;
+}
+
+/* Mark the replicas of bucket b that placement nx adds to those of old. */
+static int prepare_bucket(struct cn_s3 *s, const char *b, const uint64_t *old,
+			  const uint64_t *nx, uint32_t *marked)
+{
+	uint32_t a[DM_MAX_NODES], c[DM_MAX_NODES];
+	int na = flat_bucket_mns_placed(s->cfg, old, b, a), nc = flat_bucket_mns_placed(s->cfg, nx,
+										       b, c);
+
+	for (int i = 0; i < nc; i++) {
+		bool had = false;
+		int rc;
+
+		for (int j = 0; j < na; j++)
+			had |= a[j] == c[i];
+		if (had)
+			continue;
+		rc = mark_stale(s, b, c[i]);
+		if (rc)
+			return rc;
+		(*marked)++;
+	}
+	return 0;
+}
+
+int cn_s3_placement_prepare(struct cn_s3 *s, const uint64_t *old, const uint64_t *nx)
+{
+	json_t *done = json_object();
+	uint32_t marked = 0, lists = 0;
+	int rc = 0;
+
+	if (!s || !s->repl.watch) {
+		json_decref(done);
+		return 0;   /* buckets do not follow the placement without the stale marks */
+	}
+	for (uint32_t mn = 0; mn < s->cfg->n_mn && !rc && done; mn++) {
+		char *tok = NULL;
+
+		if (node_down(s, mn))
+			continue;
+		for (;;) {
+			json_t *req = tok ? json_pack("{s:i, s:s}", "maxResults", 100, "nextToken", tok)
+					  : json_pack("{s:i}", "maxResults", 100), *o, *e;
+			char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+			struct s3_resp one;
+			size_t i;
+			int crc;
+
+			json_decref(req);
+			free(tok);
+			tok = NULL;
+			crc = body ? mn_s3(s, mn, "ListVectorBuckets", body, strlen(body), &one) : -ENOMEM;
+			free(body);
+			if (crc || one.status != 200) {
+				if (!crc)
+					s3_resp_free(&one);
+				break;        /* this node's list is not needed: the others have them */
+			}
+			o = json_loadb(one.body, one.len, 0, NULL);
+			s3_resp_free(&one);
+			json_array_foreach(json_object_get(o, "vectorBuckets"), i, e) {
+				const char *b = json_string_value(json_object_get(e, "vectorBucketName"));
+
+				if (!b || json_object_get(done, b))
+					continue;
+				json_object_set_new(done, b, json_true());
+				rc = prepare_bucket(s, b, old, nx, &marked);
+				if (rc)
+					break;
+			}
+			if (!rc && json_is_string(json_object_get(o, "nextToken")))
+				tok = strdup(json_string_value(json_object_get(o, "nextToken")));
+			json_decref(o);
+			if (rc || !tok)
+				break;
+		}
+		free(tok);
+		lists++;
+	}
+	dm_info("cn%u: s3: next placement: %zu bucket(s) listed on %u memory node(s), %u new "
+		"replica(s) marked stale (filled by catch-up)%s", s->node->id,
+		done ? json_object_size(done) : 0, lists, marked, rc ? ": failed" : "");
+	json_decref(done);
+	return done ? rc : -ENOMEM;
 }
 
 #else /* !DM_HAVE_ETCD: every write needs every replica */
@@ -348,19 +451,60 @@ int mark_stale(struct cn_s3 *s, const char *b, uint32_t mn)
 }
 int repl_start(struct cn_s3 *s)
 {
-	(void)s;
+	pthread_mutex_init(&s->repl.pmu, NULL);
 	return 0;
 }
 void repl_stop(struct cn_s3 *s)
 {
-	(void)s;
+	pthread_mutex_destroy(&s->repl.pmu);
 }
 size_t repl_stale_count(struct cn_s3 *s)
 {
 	(void)s;
 	return 0;
 }
+static bool watch_caught_up(struct cn_s3 *s, int64_t rev)
+{
+	(void)s, (void)rev;
+	return false;
+}
+int cn_s3_placement_prepare(struct cn_s3 *s, const uint64_t *old, const uint64_t *nx)
+{
+	(void)s, (void)old, (void)nx;
+	return 0;
+}
 #endif
+
+int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
+{
+	const struct cn_s3_graph_ops *g = __atomic_load_n(&s->gops, __ATOMIC_ACQUIRE);
+	struct s3_repl *r = &s->repl;
+	uint64_t ret[DM_MAX_NODES / 64];
+
+	if (g && g->placement) {
+		int64_t v = g->placement(s->gctx, NULL, NULL);
+
+		if (v != __atomic_load_n(&r->pver, __ATOMIC_ACQUIRE)) {
+			int64_t rev = 0;
+			int64_t v2 = g->placement(s->gctx, ret, &rev);
+
+			/* A new placement moves buckets only once the stale marks of the
+			 * replicas it adds (put before it was published) are known here. */
+			if (watch_caught_up(s, rev)) {
+				pthread_mutex_lock(&r->pmu);
+				memcpy(r->retired, ret, sizeof(ret));
+				__atomic_store_n(&r->pver, v2, __ATOMIC_RELEASE);
+				pthread_mutex_unlock(&r->pmu);
+				dm_info("cn%u: s3: buckets follow placement version %lld",
+					s->node->id, (long long)v2);
+			}
+		}
+	}
+	pthread_mutex_lock(&r->pmu);
+	memcpy(ret, r->retired, sizeof(ret));
+	pthread_mutex_unlock(&r->pmu);
+	return flat_bucket_mns_placed(s->cfg, ret, bucket, out);
+}
 
 int bucket_read_mns(struct cn_s3 *s, const char *b, uint32_t *out)
 {

@@ -148,6 +148,7 @@ struct dm_stalewatch {
 	struct dm_stale *set;        /* under mu */
 	size_t n, cap;
 	atomic_bool synced, stop;
+	_Atomic int64_t seen;        /* every change up to this revision is in the copy */
 	bool warned;
 	pthread_t thread;
 };
@@ -247,6 +248,7 @@ static void *watch_thread(void *arg)
 				}
 				dm_etcd_kvs_free(kvs, n);
 				from = rev + 1;
+				atomic_store(&w->seen, rev);
 				atomic_store(&w->synced, true);
 			}
 		} else {
@@ -255,6 +257,8 @@ static void *watch_thread(void *arg)
 				from = 0;
 				continue;
 			}
+			if (rc >= 0)
+				atomic_store(&w->seen, from - 1);
 			rc = rc < 0 ? rc : 0;
 		}
 		if (rc) {
@@ -359,4 +363,9 @@ size_t dm_stalewatch_list(struct dm_stalewatch *w, struct dm_stale *out, size_t 
 bool dm_stalewatch_synced(struct dm_stalewatch *w)
 {
 	return w && atomic_load(&w->synced);
+}
+
+int64_t dm_stalewatch_revision(struct dm_stalewatch *w)
+{
+	return w ? atomic_load(&w->seen) : 0;
 }

@@ -193,6 +193,12 @@ int flat_list(struct flat_index *ix, uint64_t start, uint32_t seg_count, uint32_
  * it. */
 struct dm_cluster_cfg;
 int flat_bucket_mns(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out);
+/* The same under a placement that retires the memory nodes of the bit set retired (ids
+ * 0..255 in 4 words; NULL: none): a retired node's buckets go to the next node in each
+ * bucket's order, the others stay (the compute nodes' gateways follow the cluster state's
+ * placement, cstate.h). */
+int flat_bucket_mns_placed(const struct dm_cluster_cfg *cfg, const uint64_t *retired,
+			   const char *bucket, uint32_t *out);
 
 /* Stable 64-bit hash of a key (segments, the key map). */
 uint64_t flat_key_hash(const char *key, size_t len);

@@ -383,13 +383,20 @@ const struct flat_index_info *flat_index_info(const struct flat_index *ix)
 	return &ix->info;
 }
 
-int flat_bucket_mns(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out)
+int flat_bucket_mns_placed(const struct dm_cluster_cfg *cfg, const uint64_t *retired,
+			   const char *bucket, uint32_t *out)
 {
 	struct dm_place_node nodes[DM_MAX_NODES];
 	uint32_t r = DM_MAX(1u, DM_MIN(cfg->redundancy ? cfg->redundancy : 1, cfg->n_mn));
 
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		nodes[i] = (struct dm_place_node){ .id = i, .capacity = cfg->mn[i].capacity > 0 ?
-			cfg->mn[i].capacity : 1.0, .up = true };
+			cfg->mn[i].capacity : 1.0,
+			.up = !retired || !(retired[i / 64] >> (i % 64) & 1) };
 	return dm_place(flat_key_hash(bucket, strlen(bucket)), nodes, cfg->n_mn, r, out);
+}
+
+int flat_bucket_mns(const struct dm_cluster_cfg *cfg, const char *bucket, uint32_t *out)
+{
+	return flat_bucket_mns_placed(cfg, NULL, bucket, out);
 }
