@@ -183,6 +183,72 @@ static void wait_batches(struct writer *w, int more)
 		      atomic_load(&w->batches));
 }
 
+/* Every acknowledged write of w, read back through libdmann while only memory node
+ * `alone` of the bucket's replicas is up: each key at its last acknowledged version, no
+ * deleted key, a sample found first by its own vector. Returns the sample size. */
+static int verify_alone(struct writer *w)
+{
+	dmann_t *d = dmann_connect(cfgpath, "local");
+
+	cr_assert_not_null(d, "%s", dmann_errmsg());
+	int n = atomic_load(&w->nkeys), found = -1, live = 0;
+	char **keys = malloc(sizeof(char *) * (size_t)n);
+	float *out = malloc(sizeof(float) * (size_t)n * D);
+	uint8_t *fnd = malloc((size_t)n);
+
+	for (int i = 0; i < n; i++) {
+		keys[i] = malloc(16);
+		key_of(i, keys[i]);
+		live += !w->dead[i];
+	}
+	for (int i = 0; i < 100 && found != live; i++) {
+		found = dmann_get(d, BUCKET, INDEX, (size_t)n, (const char *const *)keys, out, D, fnd);
+		if (found != live)
+			usleep(200000);
+	}
+	cr_assert_eq(found, live, "%d keys found, %d acknowledged and not deleted: %s", found, live,
+		     dmann_errmsg());
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(fnd[i], !w->dead[i], "key %d: found %d, deleted %d", i, fnd[i],
+			     w->dead[i]);
+		for (uint32_t j = 0; fnd[i] && j < D; j++)
+			cr_assert_eq(out[(size_t)i * D + j], val((uint64_t)i, w->ver[i], j),
+				     "key %d is not at its last acknowledged version %u", i, w->ver[i]);
+	}
+	/* each found first by its own vector (a sample) */
+	int q = 0, step = n / 500 > 0 ? n / 500 : 1;
+	float *qv = malloc(sizeof(float) * 500 * D);
+	int *qk = malloc(sizeof(int) * 500);
+
+	for (int i = 0; i < n && q < 500; i += step)
+		if (!w->dead[i]) {
+			memcpy(qv + (size_t)q * D, out + (size_t)i * D, sizeof(float) * D);
+			qk[q++] = i;
+		}
+	char **got = calloc((size_t)q, sizeof(char *));
+	float *dist = malloc(sizeof(float) * (size_t)q);
+	uint32_t *cnt = calloc((size_t)q, sizeof(uint32_t));
+
+	cr_assert_eq(dmann_batch_query(d, BUCKET, INDEX, qv, (size_t)q, D, 1, got, dist, cnt), 0,
+		     "%s", dmann_errmsg());
+	for (int i = 0; i < q; i++)
+		cr_assert(cnt[i] == 1 && !strcmp(got[i], keys[qk[i]]) && dist[i] == 0.0f,
+			  "key %d found %s", qk[i], got[i] ? got[i] : "nothing");
+	dmann_free_keys(got, (size_t)q);
+	free(got);
+	free(dist);
+	free(cnt);
+	free(qv);
+	free(qk);
+	for (int i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+	free(out);
+	free(fnd);
+	dmann_close(d);
+	return q;
+}
+
 Test(catchup, a_replica_down_misses_writes_and_is_caught_up_when_back)
 {
 	static struct writer w;
@@ -233,50 +299,10 @@ Test(catchup, a_replica_down_misses_writes_and_is_caught_up_when_back)
 
 	/* B down for good: A alone must hold every acknowledged write. */
 	cr_assert_eq(sh("%s local kill --dir %s %s", dmann, lc, b), 0);
-	d = dmann_connect(cfgpath, "local");
-	cr_assert_not_null(d, "%s", dmann_errmsg());
-	int n = atomic_load(&w.nkeys), found = -1, live = 0;
-	char **keys = malloc(sizeof(char *) * (size_t)n);
-	float *out = malloc(sizeof(float) * (size_t)n * D);
-	uint8_t *fnd = malloc((size_t)n);
+	int q = verify_alone(&w), n = atomic_load(&w.nkeys), live = 0;
 
-	for (int i = 0; i < n; i++) {
-		keys[i] = malloc(16);
-		key_of(i, keys[i]);
+	for (int i = 0; i < n; i++)
 		live += !w.dead[i];
-	}
-	for (int i = 0; i < 100 && found != live; i++) {
-		found = dmann_get(d, BUCKET, INDEX, (size_t)n, (const char *const *)keys, out, D, fnd);
-		if (found != live)
-			usleep(200000);
-	}
-	cr_assert_eq(found, live, "%d keys found, %d acknowledged and not deleted: %s", found, live,
-		     dmann_errmsg());
-	for (int i = 0; i < n; i++) {
-		cr_assert_eq(fnd[i], !w.dead[i], "key %d: found %d, deleted %d", i, fnd[i], w.dead[i]);
-		for (uint32_t j = 0; fnd[i] && j < D; j++)
-			cr_assert_eq(out[(size_t)i * D + j], val((uint64_t)i, w.ver[i], j),
-				     "key %d is not at its last acknowledged version %u", i, w.ver[i]);
-	}
-	/* each found first by its own vector (a sample) */
-	int q = 0, step = n / 500 > 0 ? n / 500 : 1;
-	float *qv = malloc(sizeof(float) * 500 * D);
-	int *qk = malloc(sizeof(int) * 500);
-
-	for (int i = 0; i < n && q < 500; i += step)
-		if (!w.dead[i]) {
-			memcpy(qv + (size_t)q * D, out + (size_t)i * D, sizeof(float) * D);
-			qk[q++] = i;
-		}
-	char **got = calloc((size_t)q, sizeof(char *));
-	float *dist = malloc(sizeof(float) * (size_t)q);
-	uint32_t *cnt = calloc((size_t)q, sizeof(uint32_t));
-
-	cr_assert_eq(dmann_batch_query(d, BUCKET, INDEX, qv, (size_t)q, D, 1, got, dist, cnt), 0,
-		     "%s", dmann_errmsg());
-	for (int i = 0; i < q; i++)
-		cr_assert(cnt[i] == 1 && !strcmp(got[i], keys[qk[i]]) && dist[i] == 0.0f,
-			  "key %d found %s", qk[i], got[i] ? got[i] : "nothing");
 	fprintf(stderr, "FIGURES catch-up: %s down %.1f s under writes (0 failed), caught up "
 		"%.1f s after its restart (%lld catch-up(s), %lld bytes, %lld degraded writes, "
 		"%lld stale marks); %d keys (%d live) written, all at their last acknowledged "
@@ -284,16 +310,72 @@ Test(catchup, a_replica_down_misses_writes_and_is_caught_up_when_back)
 		sum_metric("dmann_cn_s3_catchups_total"), sum_metric("dmann_cn_s3_catchup_bytes_total"),
 		sum_metric("dmann_cn_s3_degraded_writes_total"),
 		sum_metric("dmann_cn_s3_stale_marks_total"), n, live, a, q, q);
-	dmann_free_keys(got, (size_t)q);
-	free(got);
-	free(dist);
-	free(cnt);
-	free(qv);
-	free(qk);
-	for (int i = 0; i < n; i++)
-		free(keys[i]);
-	free(keys);
-	free(out);
-	free(fnd);
+}
+
+/* A replica gone for good: declared down, retired after replace_after_s, and its buckets'
+ * new replica C (the next node in the bucket's order) is marked stale before the placement
+ * is published, then filled by the catch-up from the survivor B while the writes go on.
+ * Then B is SIGKILLed too: C alone holds every acknowledged write. */
+Test(catchup, a_replica_gone_for_good_is_replaced)
+{
+	static struct writer w;
+	struct dm_cluster_cfg cfg;
+	char err[256], a[8], b[8], c[8];
+	uint32_t mns[DM_MAX_NODES];
+	dmann_t *d;
+	pthread_t t;
+	uint64_t t0;
+	double repl_s;
+
+	cr_assert_eq(sh("sed -i 's/^member_lease_s = .*/&\\nreplace_after_s = 4/' %s", cfgpath), 0);
+	cr_assert_eq(sh("for c in cn0 cn1; do %s local stop --dir %s $c && %s local start --dir %s "
+			"$c || exit 1; done", dmann, lc, dmann, lc), 0);
+	cr_assert_eq(dm_config_load(cfgpath, &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(flat_bucket_mns(&cfg, BUCKET, mns), 2);
+	snprintf(a, sizeof(a), "mn%u", mns[0]);
+	snprintf(b, sizeof(b), "mn%u", mns[1]);
+	snprintf(c, sizeof(c), "mn%u", 3 - mns[0] - mns[1]);   /* the third of mn0..mn2 */
+	d = NULL;
+	for (int i = 0; i < 100 && !d; i++)
+		if (!(d = dmann_connect(cfgpath, "local")))
+			usleep(100000);
+	cr_assert_not_null(d, "%s", dmann_errmsg());
+	for (int i = 0; i < 100; i++) {
+		if (!dmann_create_index(d, BUCKET, INDEX, D, DMANN_EUCLIDEAN))
+			break;
+		usleep(100000);      /* the gateways may still be starting */
+	}
 	dmann_close(d);
+	memset(&w, 0, sizeof(w));
+	cr_assert_eq(pthread_create(&t, NULL, write_loop, &w), 0);
+	wait_batches(&w, 10);
+
+	cr_assert_eq(sh("%s local kill --dir %s %s", dmann, lc, a), 0);
+	t0 = dm_now_ns();
+	/* retired (lease 3 s + replace_after_s 4 s), C filled, every mark gone */
+	for (int i = 0; i < 1200; i++) {
+		if (!sh("%s status --config %s 2>/dev/null | grep -q 'retired: %s'", dmann, cfgpath, a) &&
+		    stale_now() == 0)
+			break;
+		usleep(100000);
+	}
+	repl_s = (double)(dm_now_ns() - t0) / 1e9;
+	cr_assert_eq(sh("%s status --config %s | grep -q 'retired: %s'", dmann, cfgpath, a), 0,
+		     "%s not retired %.0f s after its kill", a, repl_s);
+	cr_assert_eq(stale_now(), 0, "replicas still stale %.0f s after the kill", repl_s);
+	cr_assert_geq(sum_metric("dmann_cn_s3_catchups_total"), 1);
+	wait_batches(&w, 10);
+	atomic_store(&w.stop, true);
+	pthread_join(t, NULL);
+	cr_assert_eq(atomic_load(&w.fails), 0, "%d writes failed (last: %d)", atomic_load(&w.fails),
+		     w.last_rc);
+
+	cr_assert_eq(sh("%s local kill --dir %s %s", dmann, lc, b), 0);
+	int q = verify_alone(&w), n = atomic_load(&w.nkeys);
+
+	fprintf(stderr, "FIGURES re-replication of a bucket: %s SIGKILLed for good under writes "
+		"(0 failed), retired and its bucket copied to %s from %s within %.1f s of the kill "
+		"(%lld bytes); %d keys, all at their last acknowledged version on %s alone, %d of "
+		"%d found first\n", a, c, b, repl_s,
+		sum_metric("dmann_cn_s3_catchup_bytes_total"), n, c, q, q);
 }
