@@ -16,6 +16,8 @@
  * reads the prefix, then watches it (resuming at the last revision + 1, re-reading after a
  * compaction). While etcd is unreachable the copy stays as it was last seen.
  *
+ * Every value read from etcd is validated (dm_stale_parse, fuzzed in fuzz_etcd_json).
+ *
  * Thread-safety: dm_stalewatch_has/count/list from any thread; start/stop from one.
  * dm_stale_put/list/clear use the handle given (one thread at a time per handle). */
 #ifndef DM_STALE_H

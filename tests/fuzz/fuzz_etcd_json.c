@@ -10,6 +10,7 @@
 
 #include "cstate.h"
 #include "etcd_int.h"
+#include "stale.h"
 
 static void check_kv(const struct dm_etcd_kv *kv)
 {
@@ -55,6 +56,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    strcmp(q.by, p.by))
 				abort();
 			free(t);
+		}
+	}
+	{
+		/* A stale mark (stale.h), its key's rest taken from the value it names: what it
+		 * accepts names a valid bucket and node. */
+		struct dm_stale st;
+		char rest[128];
+
+		if (dm_stale_parse("x/0", data, size, &st) == 0 && (strcmp(st.bucket, "x") || st.mn))
+			abort();
+		if (size > 2 && size < 40 && data[0] != '/') {
+			memcpy(rest, data, size);
+			rest[size] = 0;
+			if (!memchr(rest, 0, size) &&
+			    dm_stale_parse(rest, "{\"bucket\":\"b\",\"mn\":1,\"since\":1,\"by\":\"cn0\","
+					   "\"seq\":2}", 50, &st) == 0 && strcmp(rest, "b/1"))
+				abort();
 		}
 	}
 	if (dm_etcd_unb64((const char *)data, size, &b, &bl) == 0) {
