@@ -5,7 +5,8 @@
  * key, lists, mark and key log, attributes), leaves the other buckets alone, counts its
  * bytes, survives a clean close and a crash; an install of nothing drops the bucket; a
  * damaged, cut or foreign image is refused with nothing changed; an image holds every
- * write acknowledged before it was taken. (A file of its own: test_flat.c is long enough.) */
+ * write acknowledged before it was taken; a failed checkpoint makes the store refuse writes.
+ * (A file of its own: test_flat.c is long enough.) */
 #include <criterion/criterion.h>
 
 #include <ftw.h>
@@ -689,6 +690,49 @@ Test(flat_image, image_holds_every_acknowledged_write)
 		pthread_join(th[i], NULL);
 		flat_index_put(w[i].ix);
 	}
+	flat_close(t);
+	flat_close(s);
+}
+
+/* A checkpoint that fails after the bucket was swapped in memory (a directory where the
+ * snapshot's temporary file goes): the install returns the error and the store refuses
+ * every later write; reopened, it has the old bucket again (what the disk held). */
+Test(flat_image, failed_checkpoint_refuses_writes)
+{
+	struct flat_store *s = make_source(), *t = make_target();
+	struct flat_wal_stats ws;
+	struct flat_index *ix;
+	char tmp[160];
+	uint8_t *img;
+	size_t len;
+	uint64_t rows;
+
+	cr_assert_eq(flat_bucket_image(s, "b", &img, &len), 0);
+	snprintf(tmp, sizeof(tmp), "%s/dst/snapshot.tmp", tdir);
+	cr_assert_eq(mkdir(tmp, 0755), 0);
+	cr_assert_eq(flat_bucket_install(t, "b", img, len), -EISDIR);
+	flat_wal_stats(t, &ws);
+	cr_assert_eq(ws.error, -EISDIR);
+	ix = flat_index_get(t, "keep", "k");
+	cr_assert_eq(flat_put(ix, &(struct flat_row_in){ "z", (float[8]){ 0 }, NULL, 0, NULL, 0 },
+			      1), -EISDIR, "a write after the failed install");
+	flat_index_put(ix);
+	cr_assert_eq(flat_bucket_create(t, "new", 1), -EISDIR);
+	cr_assert_eq(flat_bucket_install(t, "b", img, len), -EISDIR, "a failed store takes none");
+	flat_abandon(t);
+	cr_assert_eq(rmdir(tmp), 0);
+	t = open_at("dst", 32);
+	ix = flat_index_get(t, "b", "old");
+	cr_assert_not_null(ix, "the old bucket is back");
+	flat_index_put(ix);
+	ix = flat_index_get(t, "b", "i1");
+	flat_index_stats(ix, NULL, &rows, NULL);
+	cr_assert_eq(rows, 100);
+	flat_index_put(ix);
+	keep_intact(t);
+	cr_assert_eq(flat_bucket_install(t, "b", img, len), 0, "and takes the image now");
+	same_bucket(s, t, "b");
+	free(img);
 	flat_close(t);
 	flat_close(s);
 }
