@@ -820,23 +820,26 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               phase 0 TAKE: str bucket -> u64 image id, u64 len (the bucket's catalog,
  *                 attributes, live rows, graph marks and key logs at one instant, kept by
  *                 the MN until DROP or DM_FL_IMAGE_IDLE_S seconds without a READ; -ENOENT:
- *                 no such bucket)
+ *                 no such bucket; -EBUSY: the MN keeps as many images as it will already)
  *               phase 1 READ: u64 id, u64 off, u32 max (1 .. DM_FL_IMAGE_CHUNK) -> bytes
  *                 (up to max bytes from off; -ESTALE: unknown or expired id, -EINVAL: off
- *                 past the end)
+ *                 past the end or max out of range)
  *               phase 2 DROP: u64 id -> {} (unknown ids are not an error)
  *   FL_CATCHUP  u32 phase, ...: bring a stale replica of a bucket up to date (on it):
  *               phase 0 BEGIN: str bucket -> u64 id (from now on every write that names
  *                 the bucket (FL_CALL writes, FL_MARK, FL_GINDEX) is logged as it is
- *                 applied; one catch-up per bucket: a new BEGIN replaces an older one)
+ *                 applied; one catch-up per bucket: a new BEGIN replaces an older one;
+ *                 -EBUSY: as many catch-ups under way as the MN takes)
  *               phase 1 DATA: u64 id, u64 off, bytes (the image's bytes from off; sent in
  *                 order, off == the bytes received so far, else -EINVAL; at most
- *                 DM_FL_IMAGE_MAX in all)
+ *                 DM_FL_IMAGE_MAX in all, -EFBIG past it)
  *               phase 2 END: u64 id, u8 exists -> {} (with the store's writes held out:
  *                 the bucket replaced by the image (exists 0: the bucket dropped, the
  *                 source has none), the writes logged since BEGIN run again in their
  *                 order, durable before the answer; the store's epoch changes; -ESTALE:
- *                 unknown id (replaced or expired), -EBADMSG: a bad image, nothing changed)
+ *                 unknown id (replaced, expired, or dropped because its log of writes
+ *                 could not grow), -EBADMSG: a bad image, nothing changed; an END ends the
+ *                 catch-up whatever its outcome: its id is unknown afterwards)
  *               phase 3 ABORT: u64 id -> {} (unknown ids are not an error)
  * where str and bytes are u32 length + bytes. epoch is chosen at random when the MN opens
  * its store: row numbering is valid within one epoch (a restart compacts rows).

@@ -1,8 +1,10 @@
 /* mn_flat.c: the memory node's S3 Vectors store and its FL RPC (see mn_flat.h). The MN
  * runs catalog and write operations (the S3 request is validated again here, so a bad or
  * hostile compute node cannot corrupt the store) and hands out index state and fragment
- * contents; the scans themselves run on the compute nodes. */
-#include "mn_flat.h"
+ * contents; the scans themselves run on the compute nodes. Bucket images and the catch-up
+ * of a stale replica (FL_IMAGE, FL_CATCHUP) are in mn_catchup.c; every write request runs
+ * under mn_flat.wlock (shared) and is logged there for a catch-up of its bucket. */
+#include "mn_flat_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,17 +13,8 @@
 #include <unistd.h>
 
 #include "fl_rpc.h"
-#include "flat.h"
-#include "s3_api.h"
 
 #define FL_TIMEOUT_MS 10000
-
-struct mn_flat {
-	struct flat_store *st;
-	struct s3_api *api;
-	uint64_t epoch;
-	uint32_t node_id;
-};
 
 /* Rows per fragment from DMANN_FLAT_FRAG_ROWS, the documented test override of [mn]
  * flat_frag_rows (tests use small fragments to exercise the fan-out on small indexes). */
@@ -69,6 +62,13 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 		return NULL;
 	}
 	f->node_id = node_id;
+	pthread_rwlockattr_t rwa;
+
+	pthread_rwlockattr_init(&rwa);
+	pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&f->wlock, &rwa);
+	pthread_rwlockattr_destroy(&rwa);
+	mn_cu_init(&f->cu);
 	if (set) {
 		o.frag_rows = set->flat_frag_rows;
 		o.no_group_commit = !set->wal_group_commit;
@@ -82,16 +82,14 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 		dm_err("mn%u: cannot open the flat store in %s: %s%s", node_id, dir, strerror(e),
 		       e == EBADMSG ? " (damaged WAL or snapshot, see above); not starting rather "
 				      "than serving a store that lost acknowledged writes" : "");
-		free(f);
 		errno = e;
-		return NULL;
+		goto err_free_f;
 	}
 	f->api = s3_api_new(f->st, NULL, NULL);
 	if (!f->api) {
 		flat_close(f->st);
-		free(f);
 		errno = ENOMEM;
-		return NULL;
+		goto err_free_f;
 	}
 	/* Row numbering is valid for one open of the store (a restart compacts rows): the
 	 * epoch tells compute-node caches which numbering they hold. */
@@ -108,6 +106,12 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 		dm_warn("mn%u: the flat store holds more than its limit ([mn] flat_max_mb): every "
 			"put is refused until rows are freed", node_id);
 	return f;
+
+err_free_f:
+	mn_cu_fini(&f->cu);
+	pthread_rwlock_destroy(&f->wlock);
+	free(f);
+	return NULL;
 }
 
 void mn_flat_close(struct mn_flat *f)
@@ -116,6 +120,8 @@ void mn_flat_close(struct mn_flat *f)
 		return;
 	s3_api_free(f->api);
 	flat_close(f->st);
+	mn_cu_fini(&f->cu);
+	pthread_rwlock_destroy(&f->wlock);
 	free(f);
 }
 
@@ -154,6 +160,7 @@ void mn_flat_metrics(struct mn_flat *f, FILE *out)
 		     "# TYPE dmann_mn_flat_max_bytes gauge\n"
 		     "dmann_mn_flat_max_bytes{node=\"%u\"} %llu\n",
 		f->node_id, (unsigned long long)used, f->node_id, (unsigned long long)max);
+	mn_catchup_metrics(f, out);
 }
 
 /* FL_CALL: run one S3 operation. */
@@ -206,7 +213,7 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 		cap = n + 16;
 	}
 	info = flat_index_info(ix);
-	dm_buf_u64(out, f->epoch);
+	dm_buf_u64(out, __atomic_load_n(&f->epoch, __ATOMIC_ACQUIRE));
 	dm_buf_u64(out, (uint64_t)info->created_ms);
 	dm_buf_u32(out, info->dim);
 	dm_buf_u32(out, (uint32_t)info->metric);
@@ -503,7 +510,7 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 	max_bytes = in->at + 4 <= in->n ? dm_rbuf_u32(in) : DM_FL_FRAG_MAX_BYTES;
 	if (in->bad || in->at != in->n)
 		return -EBADMSG;
-	if (epoch != f->epoch)
+	if (epoch != __atomic_load_n(&f->epoch, __ATOMIC_ACQUIRE))
 		return -ESTALE;
 	ix = flat_index_get(f->st, b, x);
 	if (!ix)
@@ -539,8 +546,40 @@ static int do_frag(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out,
 	return n < 0 ? n : 0;
 }
 
+bool mn_flat_is_write(uint16_t op, const uint8_t *req, size_t len)
+{
+	struct dm_rbuf in = { .p = req, .n = len };
+	char name[64];
+
+	if (op == DM_OP_FL_MARK || op == DM_OP_FL_GINDEX)
+		return true;
+	return op == DM_OP_FL_CALL && dm_rbuf_str(&in, name, sizeof(name)) &&
+	       s3_api_is_write(name);
+}
+
 int mn_flat_handle(struct mn_flat *f, uint16_t op, const uint8_t *req, size_t len,
 		   struct dm_buf *out, uint32_t *resp_msg)
+{
+	bool w;
+	int rc;
+
+	if (op == DM_OP_FL_IMAGE)
+		return mn_image_handle(f, req, len, out);
+	if (op == DM_OP_FL_CATCHUP)
+		return mn_catchup_handle(f, req, len, out);
+	w = mn_flat_is_write(op, req, len);
+	if (w)
+		pthread_rwlock_rdlock(&f->wlock);
+	rc = mn_flat_run(f, op, req, len, out, resp_msg);
+	if (w) {
+		mn_catchup_note(f, op, req, len);
+		pthread_rwlock_unlock(&f->wlock);
+	}
+	return rc;
+}
+
+int mn_flat_run(struct mn_flat *f, uint16_t op, const uint8_t *req, size_t len,
+		struct dm_buf *out, uint32_t *resp_msg)
 {
 	struct dm_rbuf in = { .p = req, .n = len };
 

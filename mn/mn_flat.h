@@ -1,9 +1,10 @@
 /* mn_flat.h: the S3 Vectors side of a memory node: the flat store (catalog + flat-index
  * data, WAL + snapshot) in <data_dir>/flat, served over the FL RPC (wire.h): S3 operations
  * forwarded by compute nodes (durable before the answer), index state and fragment reads
- * for the compute nodes that scan. dmann-mn serves each connection on its own thread and a
- * compute node keeps a pool of connections per MN (one per concurrent call), so writes
- * from several CNs and clients reach the store concurrently and share WAL syncs. */
+ * for the compute nodes that scan, and a bucket's image and the catch-up of a stale replica
+ * (FL_IMAGE, FL_CATCHUP: mn_catchup.c). dmann-mn serves each connection on its own thread
+ * and a compute node keeps a pool of connections per MN (one per concurrent call), so
+ * writes from several CNs and clients reach the store concurrently and share WAL syncs. */
 #ifndef DM_MN_FLAT_H
 #define DM_MN_FLAT_H
 
@@ -21,7 +22,8 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 /* Snapshot and free. */
 void mn_flat_close(struct mn_flat *f);
 
-/* Prometheus text of the store's WAL counters (records, fdatasyncs, bytes, sticky error). */
+/* Prometheus text of the store's WAL counters (records, fdatasyncs, bytes, sticky error),
+ * its bytes, and the catch-up counters (images taken, catch-ups installed, writes re-run). */
 void mn_flat_metrics(struct mn_flat *f, FILE *out);
 
 /* Run one reassembled FL request (op: any FL request op but FL_INFO; req[0..len)): the

@@ -158,6 +158,25 @@ int flat_attr_set(struct flat_store *s, const char *bucket, const char *index, u
 int flat_attr_get(struct flat_store *s, const char *bucket, const char *index, uint32_t kind,
 		  char **out, uint32_t *len);
 
+/* Catch-up of a stale replica (flat_image.c). An image of one bucket at one instant: its
+ * catalog entry, its indexes with their live rows, graph marks and key logs, and the
+ * attributes of the bucket and its indexes, in the snapshot's record framing after a magic
+ * and the bucket's name; every write acknowledged before the call is in it. *out
+ * (malloc'ed, *len bytes) is the caller's. -ENOENT (no such bucket), -EINVAL, -ENOMEM. */
+int flat_bucket_image(struct flat_store *s, const char *bucket, uint8_t **out, size_t *len);
+/* Replace bucket by an image flat_bucket_image took (of a store with the same or another
+ * frag_rows); img NULL / len 0: drop the bucket if there is one (the source has none). The
+ * whole image is checked first: -EBADMSG (a bad image or one of another bucket), -ENOMEM,
+ * nothing changed then. Then, with every writer held out, the bucket's indexes are dropped
+ * as flat_index_delete drops them (handles held stay valid; their writes fail with
+ * -ENOENT), the image's bucket takes its place, and a checkpoint makes the store durable
+ * before writers go on (the install is not logged; it is never refused for space, as
+ * replay is not). A failed checkpoint makes the store refuse every later write (as a failed
+ * WAL sync does) and is returned; a store that had already failed so returns its error,
+ * nothing changed. */
+int flat_bucket_install(struct flat_store *s, const char *bucket, const uint8_t *img,
+			size_t len);
+
 /* Take a reference to an index (NULL + errno ENOENT). The handle stays usable after a
  * concurrent delete (its writes then fail with -ENOENT) until flat_index_put. */
 struct flat_index *flat_index_get(struct flat_store *s, const char *bucket, const char *name);

@@ -154,6 +154,32 @@ void flat_attr_drop(struct flat_store *s, const char *bucket, const char *index)
 	}
 }
 
+void flat_attr_drop_bucket(struct flat_store *s, const char *bucket)
+{
+	for (size_t i = 0; i < s->nattr;) {
+		if (!strcmp(s->attrs[i].bucket, bucket))
+			attr_remove(s, i);
+		else
+			i++;
+	}
+}
+
+int flat_attr_reserve_n(struct flat_store *s, size_t n)
+{
+	while (s->capattr < s->nattr + n)
+		if (flat_grow((void **)&s->attrs, s->capattr, &s->capattr, sizeof(*s->attrs)))
+			return -ENOMEM;
+	return 0;
+}
+
+void flat_attr_move(struct flat_store *s, struct flat_store *src)
+{
+	if (src->nattr)
+		memcpy(s->attrs + s->nattr, src->attrs, src->nattr * sizeof(*s->attrs));
+	s->nattr += src->nattr;
+	src->nattr = 0;
+}
+
 int flat_attr_apply(struct flat_store *s, const uint8_t *p, uint32_t n)
 {
 	struct dm_rbuf rd = { .p = p, .n = n };

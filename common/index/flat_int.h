@@ -8,6 +8,7 @@
  *                   replay of one record
  *   flat_wal.c      record framing, WAL append with group commit, WAL replay
  *   flat_snap.c     snapshots, checkpoints, open/recovery/close
+ *   flat_image.c    a bucket's image and its installation (catch-up of a stale replica)
  *   flat_scan.c     exact scans with partial top-k
  *   flat_attr.c     catalog attributes (tags, bucket policies)
  *   flat_mark.c     the graph mark (rows an HNSW graph holds)
@@ -190,6 +191,12 @@ struct flat_attr {
 /* Drop the attributes of a bucket (index NULL: the bucket's own) or of an index (cat
  * write-locked). */
 void flat_attr_drop(struct flat_store *s, const char *bucket, const char *index);
+/* Drop every attribute of a bucket and of its indexes (cat write-locked). */
+void flat_attr_drop_bucket(struct flat_store *s, const char *bucket);
+/* Room for n more attributes (-ENOMEM), then move every attribute of src into s (room
+ * reserved; none of them may be in s already; src keeps none). */
+int flat_attr_reserve_n(struct flat_store *s, size_t n);
+void flat_attr_move(struct flat_store *s, struct flat_store *src);
 /* Replay of a FLAT_REC_ATTR record (recovery). */
 int flat_attr_apply(struct flat_store *s, const uint8_t *p, uint32_t n);
 /* Encode attribute i as a FLAT_REC_ATTR payload into b (after flat_rec_begin). */
@@ -240,6 +247,41 @@ int flat_write_all(int fd, const void *p, size_t n, off_t off);
 int flat_read_file(const char *path, uint8_t **out, size_t *len);
 /* Checkpoint if the WAL has grown past the threshold (called with no locks held). */
 void flat_maybe_checkpoint(struct flat_store *s);
+/* An empty store in memory (no directory, no WAL, no lock file: a scratch store that
+ * flat_apply_record can fill) with opts (NULL: defaults); NULL + errno. flat_store_free
+ * frees it (or an opened store) without a snapshot. */
+struct flat_store *flat_store_new(const struct flat_opts *opts);
+void flat_store_free(struct flat_store *s);
+/* Hold every writer of the store out (ckmu held by the caller): cat write-locked, then
+ * every index's wmu held once the writes it logged are applied (lock order). Release
+ * unlocks the wmu of every index in the catalog then, and cat. */
+void flat_writers_hold(struct flat_store *s);
+void flat_writers_release(struct flat_store *s);
+/* Snapshot + WAL truncate with the writers held out (flat_writers_hold). 0, the WAL's
+ * sticky error (nothing written then) or the error of the snapshot's files. */
+int flat_checkpoint_held(struct flat_store *s);
+
+/* Records in the snapshot framing (lsn 0, inflight 0): each is built in rec (after
+ * flat_rec_begin) and framed onto out by flat_snap_emit, which counts it in nrec. With fd
+ * >= 0, out is written to fd at off in large pieces (a snapshot file); with fd -1 it keeps
+ * every record (a bucket image, flat_image.c). The first error stays in rc. */
+struct flat_snapw {
+	int fd;
+	off_t off;
+	struct dm_buf out, rec;
+	uint64_t nrec;
+	int rc;
+};
+void flat_snap_emit(struct flat_snapw *w, uint32_t type);
+/* BUCKET_CREATE of b. */
+void flat_snap_bucket(struct flat_snapw *w, const struct flat_bucket_info *b);
+/* INDEX_CREATE, PUT batches of the live rows (compacted), MARK and GINDEX of ix (its
+ * writers held out). */
+void flat_snap_index(struct flat_snapw *w, struct flat_index *ix);
+/* ATTR of a. */
+void flat_snap_attr(struct flat_snapw *w, const struct flat_attr *a);
+/* SNAP_END {u64 records before it}. */
+void flat_snap_end(struct flat_snapw *w);
 
 /* Test hook: when > 0, counts down on every allocation of the write path's prepare step
  * and makes the one that reaches 0 fail with -ENOMEM (tests of "fails before logging"). */

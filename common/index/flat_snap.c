@@ -1,7 +1,8 @@
 /* flat_snap.c: the flat store's files: snapshots (a compacted image of the catalog and the
- * live rows as WAL-format records, written to snapshot.tmp and renamed), checkpoints
- * (snapshot, then truncate the WAL), and opening a store (lock, load the snapshot, replay
- * the WAL) and closing it. */
+ * live rows as WAL-format records, written to snapshot.tmp and renamed; the record writer is
+ * shared with the bucket images of flat_image.c), checkpoints (snapshot, then truncate the
+ * WAL, with every writer held out), and opening a store (lock, load the snapshot, replay the
+ * WAL) and closing it. */
 #include "flat_int.h"
 
 #include <fcntl.h>
@@ -95,16 +96,7 @@ static char *path_join(const char *dir, const char *name)
 
 /* ---------------------------------------------------------------- snapshot write --- */
 
-/* Snapshot writer: accumulates framed records and writes them in large chunks. */
-struct snapw {
-	int fd;
-	off_t off;
-	struct dm_buf out, rec;
-	uint64_t nrec;
-	int rc;
-};
-
-static void snap_emit(struct snapw *w, uint32_t type)
+void flat_snap_emit(struct flat_snapw *w, uint32_t type)
 {
 	if (w->rc)
 		return;
@@ -117,14 +109,22 @@ static void snap_emit(struct snapw *w, uint32_t type)
 	w->nrec++;
 	if (w->out.oom) {
 		w->rc = -ENOMEM;
-	} else if (w->out.n >= (4u << 20)) {
+	} else if (w->fd >= 0 && w->out.n >= (4u << 20)) {
 		w->rc = flat_write_all(w->fd, w->out.p, w->out.n, w->off);
 		w->off += (off_t)w->out.n;
 		dm_buf_reset(&w->out);
 	}
 }
 
-static void snap_index(struct snapw *w, struct flat_index *ix)
+void flat_snap_bucket(struct flat_snapw *w, const struct flat_bucket_info *b)
+{
+	flat_rec_begin(&w->rec);
+	dm_buf_str(&w->rec, b->name);
+	dm_buf_u64(&w->rec, (uint64_t)b->created_ms);
+	flat_snap_emit(w, FLAT_REC_BUCKET_CREATE);
+}
+
+void flat_snap_index(struct flat_snapw *w, struct flat_index *ix)
 {
 	struct flat_row_in rows[SNAP_BATCH];
 	size_t nr = 0;
@@ -136,7 +136,7 @@ static void snap_index(struct snapw *w, struct flat_index *ix)
 	dm_buf_u32(&w->rec, (uint32_t)ix->info.metric);
 	dm_buf_u64(&w->rec, (uint64_t)ix->info.created_ms);
 	dm_buf_bytes(&w->rec, ix->conf, ix->info.conf_len);
-	snap_emit(w, FLAT_REC_INDEX_CREATE);
+	flat_snap_emit(w, FLAT_REC_INDEX_CREATE);
 	for (uint64_t id = 0; id <= ix->next_id && !w->rc; id++) {
 		if (id < ix->next_id && !flat_row_dead(ix, id)) {
 			struct flat_row r;
@@ -148,7 +148,7 @@ static void snap_index(struct snapw *w, struct flat_index *ix)
 		if (nr == SNAP_BATCH || (id == ix->next_id && nr)) {
 			flat_rec_begin(&w->rec);
 			flat_enc_put(&w->rec, ix, rows, nr);
-			snap_emit(w, FLAT_REC_PUT);
+			flat_snap_emit(w, FLAT_REC_PUT);
 			nr = 0;
 		}
 	}
@@ -156,37 +156,41 @@ static void snap_index(struct snapw *w, struct flat_index *ix)
 	if (!w->rc && flat_mark_snap(ix, &w->rec)) {
 		size_t at = 0;
 
-		snap_emit(w, FLAT_REC_MARK);
+		flat_snap_emit(w, FLAT_REC_MARK);
 		/* the key log after its mark: replayed, it advances the mark as it did */
 		while (!w->rc && (flat_rec_begin(&w->rec), flat_gindex_snap(ix, &at, &w->rec)))
-			snap_emit(w, FLAT_REC_GINDEX);
+			flat_snap_emit(w, FLAT_REC_GINDEX);
 	}
 }
 
-/* Write the whole store as records into fd (cat write lock and every wmu held, every
- * logged write applied). */
+void flat_snap_attr(struct flat_snapw *w, const struct flat_attr *a)
+{
+	flat_rec_begin(&w->rec);
+	flat_attr_enc(&w->rec, a);
+	flat_snap_emit(w, FLAT_REC_ATTR);
+}
+
+void flat_snap_end(struct flat_snapw *w)
+{
+	flat_rec_begin(&w->rec);
+	dm_buf_u64(&w->rec, w->nrec);
+	flat_snap_emit(w, FLAT_REC_SNAP_END);
+}
+
+/* Write the whole store as records into fd (writers held out: flat_writers_hold). */
 static int snap_write(struct flat_store *s, int fd, uint64_t lsn)
 {
-	struct snapw w = { .fd = fd };
+	struct flat_snapw w = { .fd = fd };
 
 	dm_buf_put(&w.out, SNAP_MAGIC, 8);
 	dm_buf_u64(&w.out, lsn);
-	for (size_t i = 0; i < s->nb; i++) {
-		flat_rec_begin(&w.rec);
-		dm_buf_str(&w.rec, s->buckets[i].name);
-		dm_buf_u64(&w.rec, (uint64_t)s->buckets[i].created_ms);
-		snap_emit(&w, FLAT_REC_BUCKET_CREATE);
-	}
+	for (size_t i = 0; i < s->nb; i++)
+		flat_snap_bucket(&w, &s->buckets[i]);
 	for (size_t i = 0; i < s->nix; i++)
-		snap_index(&w, s->ix[i]);
-	for (size_t i = 0; i < s->nattr; i++) {
-		flat_rec_begin(&w.rec);
-		flat_attr_enc(&w.rec, &s->attrs[i]);
-		snap_emit(&w, FLAT_REC_ATTR);
-	}
-	flat_rec_begin(&w.rec);
-	dm_buf_u64(&w.rec, w.nrec);
-	snap_emit(&w, FLAT_REC_SNAP_END);
+		flat_snap_index(&w, s->ix[i]);
+	for (size_t i = 0; i < s->nattr; i++)
+		flat_snap_attr(&w, &s->attrs[i]);
+	flat_snap_end(&w);
 	if (!w.rc && w.out.n)
 		w.rc = flat_write_all(fd, w.out.p, w.out.n, w.off);
 	dm_buf_free(&w.out);
@@ -194,8 +198,25 @@ static int snap_write(struct flat_store *s, int fd, uint64_t lsn)
 	return w.rc;
 }
 
-/* Snapshot + WAL truncate, ckmu held. */
-static int checkpoint_locked(struct flat_store *s)
+void flat_writers_hold(struct flat_store *s)
+{
+	pthread_rwlock_wrlock(&s->cat);
+	/* Hold every index's writers out, once the writes they logged are applied: then the
+	 * state in memory is exactly the log up to s->lsn. */
+	for (size_t i = 0; i < s->nix; i++) {
+		pthread_mutex_lock(&s->ix[i]->wmu);
+		flat_drain(s->ix[i]);
+	}
+}
+
+void flat_writers_release(struct flat_store *s)
+{
+	for (size_t i = 0; i < s->nix; i++)
+		pthread_mutex_unlock(&s->ix[i]->wmu);
+	pthread_rwlock_unlock(&s->cat);
+}
+
+int flat_checkpoint_held(struct flat_store *s)
 {
 	char *tmp = path_join(s->dir, "snapshot.tmp"), *fin = path_join(s->dir, "snapshot");
 	int fd, rc;
@@ -205,24 +226,17 @@ static int checkpoint_locked(struct flat_store *s)
 		rc = -ENOMEM;
 		goto out_free_paths;
 	}
-	pthread_rwlock_wrlock(&s->cat);
-	/* Hold every index's writers out, once the writes they logged are applied: then the
-	 * state in memory is exactly the log up to s->lsn. */
-	for (size_t i = 0; i < s->nix; i++) {
-		pthread_mutex_lock(&s->ix[i]->wmu);
-		flat_drain(s->ix[i]);
-	}
 	pthread_mutex_lock(&s->walmu);
 	lsn = s->lsn;
 	rc = s->wal_err;
 	pthread_mutex_unlock(&s->walmu);
 	if (rc)
-		goto out_unlock;
+		goto out_log;
 
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
-		goto out_unlock;
+		goto out_log;
 	}
 	rc = snap_write(s, fd, lsn);
 	if (!rc && !s->o.no_sync && fsync(fd))
@@ -234,7 +248,7 @@ static int checkpoint_locked(struct flat_store *s)
 		rc = fsync_dir(s->dir);
 	if (rc) {
 		unlink(tmp);
-		goto out_unlock;
+		goto out_log;
 	}
 	/* The snapshot covers every record up to lsn: the WAL can start over. A crash before
 	 * the truncate is harmless (replay skips lsn <= the snapshot's). */
@@ -246,15 +260,23 @@ static int checkpoint_locked(struct flat_store *s)
 		s->durable_lsn = lsn;
 	}
 	pthread_mutex_unlock(&s->walmu);
-out_unlock:
-	for (size_t i = 0; i < s->nix; i++)
-		pthread_mutex_unlock(&s->ix[i]->wmu);
-	pthread_rwlock_unlock(&s->cat);
+out_log:
 	if (rc)
 		dm_err("flat: checkpoint of %s failed: %s", s->dir, strerror(-rc));
 out_free_paths:
 	free(tmp);
 	free(fin);
+	return rc;
+}
+
+/* Snapshot + WAL truncate, ckmu held. */
+static int checkpoint_locked(struct flat_store *s)
+{
+	int rc;
+
+	flat_writers_hold(s);
+	rc = flat_checkpoint_held(s);
+	flat_writers_release(s);
 	return rc;
 }
 
@@ -333,8 +355,10 @@ out_free:
 	return rc;
 }
 
-static void store_free(struct flat_store *s)
+void flat_store_free(struct flat_store *s)
 {
+	if (!s)
+		return;
 	while (s->nix)
 		flat_cat_drop_index(s, s->nix - 1);
 	free(s->ix);
@@ -353,12 +377,9 @@ static void store_free(struct flat_store *s)
 	free(s);
 }
 
-struct flat_store *flat_open(const char *dir, const struct flat_opts *opts)
+struct flat_store *flat_store_new(const struct flat_opts *opts)
 {
 	struct flat_store *s = calloc(1, sizeof(*s));
-	char *lock = NULL, *tmp = NULL;
-	uint64_t snap_lsn;
-	int rc;
 
 	if (!s) {
 		errno = ENOMEM;
@@ -375,6 +396,18 @@ struct flat_store *flat_open(const char *dir, const struct flat_opts *opts)
 		s->o.checkpoint_bytes = 256ull << 20;
 	if (!s->o.frag_rows)
 		s->o.frag_rows = 4096;
+	return s;
+}
+
+struct flat_store *flat_open(const char *dir, const struct flat_opts *opts)
+{
+	struct flat_store *s = flat_store_new(opts);
+	char *lock = NULL, *tmp = NULL;
+	uint64_t snap_lsn;
+	int rc;
+
+	if (!s)
+		return NULL;
 	s->dir = strdup(dir);
 	s->wal_path = path_join(dir, "wal");
 	lock = path_join(dir, "LOCK");
@@ -434,7 +467,7 @@ struct flat_store *flat_open(const char *dir, const struct flat_opts *opts)
 err_free_store:
 	free(lock);
 	free(tmp);
-	store_free(s);
+	flat_store_free(s);
 	errno = -rc;
 	return NULL;
 }
@@ -444,11 +477,11 @@ void flat_close(struct flat_store *s)
 	if (!s)
 		return;
 	flat_checkpoint(s);
-	store_free(s);
+	flat_store_free(s);
 }
 
 void flat_abandon(struct flat_store *s)
 {
 	if (s)
-		store_free(s);
+		flat_store_free(s);
 }
