@@ -276,6 +276,8 @@ Test(catchup, a_replica_down_misses_writes_and_is_caught_up_when_back)
 	cr_assert_eq(sh("%s local kill --dir %s %s", dmann, lc, a), 0);
 	t0 = dm_now_ns();
 	wait_batches(&w, 30);
+	while (dm_now_ns() - t0 < 3000000000ull)    /* a few seconds of writes it misses */
+		usleep(50000);
 	for (int i = 0; i < 100 && stale_now() < 1; i++)
 		usleep(50000);
 	cr_assert_geq(stale_now(), 1, "no compute node knows the stale replica");

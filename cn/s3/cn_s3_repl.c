@@ -149,7 +149,11 @@ static int catch_up(struct cn_s3 *s, const char *b, uint32_t src, uint32_t x, ui
 		dm_buf_u64(&w, off);
 		dm_buf_u32(&w, max);
 		rc = fl(s, src, DM_OP_FL_IMAGE, &w, &resp, &rlen, FL_TIMEOUT_MS * 3);
-		if (!rc && (!rlen || rlen > max))
+		struct dm_rbuf rb = { .p = resp, .n = rc ? 0 : rlen };
+		uint32_t blen = 0;
+		const void *bytes = rc ? NULL : dm_rbuf_bytes(&rb, &blen, max);
+
+		if (!rc && (rb.bad || rb.at != rb.n || !blen))
 			rc = -EBADMSG;
 		if (!rc) {
 			uint8_t *r2;
@@ -158,10 +162,10 @@ static int catch_up(struct cn_s3 *s, const char *b, uint32_t src, uint32_t x, ui
 			dm_buf_u32(&w, DM_FL_CATCHUP_DATA);
 			dm_buf_u64(&w, cid);
 			dm_buf_u64(&w, off);
-			dm_buf_bytes(&w, resp, (uint32_t)rlen);
+			dm_buf_bytes(&w, bytes, blen);
 			rc = fl(s, x, DM_OP_FL_CATCHUP, &w, &r2, &r2len, FL_TIMEOUT_MS * 3);
 			free(r2);
-			off += rlen;
+			off += blen;
 		}
 		free(resp);
 		resp = NULL;
