@@ -211,6 +211,37 @@ static void cn_metrics(void *arg, FILE *out)
 			id, atomic_load(&cn->failovers), id, atomic_load(&cn->salvaged), id,
 			atomic_load(&cn->rereads), id, atomic_load(&cn->mn_downs), id,
 			atomic_load(&cn->mn_ups), id, down);
+		{
+			unsigned gst = 0;
+
+			for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
+				for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
+					gst += cn_graph_stale(cn, g, m);
+			fprintf(out, "# HELP dmann_cn_graph_stale_replicas (graph, memory node) pairs "
+				     "marked stale: the node missed inserts; reads prefer the other "
+				     "replicas until the controller caught it up.\n"
+				     "# TYPE dmann_cn_graph_stale_replicas gauge\n"
+				     "dmann_cn_graph_stale_replicas{node=\"%u\"} %u\n"
+				     "# HELP dmann_cn_graph_stale_marks_total Stale marks this compute node "
+				     "put for memory nodes it brought back.\n"
+				     "# TYPE dmann_cn_graph_stale_marks_total counter\n"
+				     "dmann_cn_graph_stale_marks_total{node=\"%u\"} %lu\n"
+				     "# HELP dmann_cn_graph_catchups_total Graph replicas caught up (this "
+				     "node as the controller).\n"
+				     "# TYPE dmann_cn_graph_catchups_total counter\n"
+				     "dmann_cn_graph_catchups_total{node=\"%u\"} %lu\n"
+				     "# HELP dmann_cn_graph_catchup_records_total Records those catch-ups "
+				     "wrote.\n"
+				     "# TYPE dmann_cn_graph_catchup_records_total counter\n"
+				     "dmann_cn_graph_catchup_records_total{node=\"%u\"} %lu\n"
+				     "# HELP dmann_cn_graph_catchup_errors_total Graph catch-ups that "
+				     "failed (tried again after 3 s).\n"
+				     "# TYPE dmann_cn_graph_catchup_errors_total counter\n"
+				     "dmann_cn_graph_catchup_errors_total{node=\"%u\"} %lu\n",
+				id, gst, id, atomic_load(&cn->gstale_marks), id,
+				atomic_load(&cn->hcatchups), id, atomic_load(&cn->hcatchup_records),
+				id, atomic_load(&cn->hcatchup_errors));
+		}
 		down = 0;
 		for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
 			down += atomic_load(&cn->state_down[m]);
@@ -443,6 +474,7 @@ int main(int argc, char **argv)
 		dm_err("cn%u: cannot post receive buffers: %s", cn.node->id, strerror(errno));
 		goto out_close_x;
 	}
+	cn_hcatchup_init(&cn);   /* stale graph replicas: before any memory node rejoins */
 	rc = cn_refresh(&cn, true);
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
@@ -594,6 +626,7 @@ out_free_pool:
 		}
 		dm_cache_free(cn.cache);
 		dm_msgpool_free(cn.pool);
+		cn_hcatchup_fini(&cn);
 	}
 out_close_x:
 	if (!atomic_load(&cn.workers))

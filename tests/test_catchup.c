@@ -24,6 +24,7 @@
 #include "config.h"
 #include "dmann.h"
 #include "flat.h"
+#include "vecfile.h"
 
 #define D 16
 #define BATCH 100
@@ -380,4 +381,109 @@ Test(catchup, a_replica_gone_for_good_is_replaced)
 		"(%lld bytes); %d keys, all at their last acknowledged version on %s alone, %d of "
 		"%d found first\n", a, c, b, repl_s,
 		sum_metric("dmann_cn_s3_catchup_bytes_total"), n, c, q, q);
+}
+
+/* ---- graph replicas (cn_hcatchup.c) ---- */
+
+static double json_num(const char *path, const char *key)
+{
+	char buf[8192], pat[64];
+	double x = -1;
+	FILE *f = fopen(path, "r");
+	size_t n;
+	char *s;
+
+	cr_assert_not_null(f, "%s", path);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	s = strstr(buf, pat);
+	cr_assert_not_null(s, "%s has no %s: %s", path, key, buf);
+	cr_assert_eq(sscanf(s + strlen(pat), "%lf", &x), 1);
+	return x;
+}
+
+/* The share of the vectors of file q (in dir) found first, under ids file gt. */
+static double self_find(const char *q, const char *gt)
+{
+	char out[256];
+
+	snprintf(out, sizeof(out), "%s/self-%s.json", dir, q);
+	cr_assert_eq(sh("%s bench --config %s --query %s/%s --gt %s/%s --k 1 --ef 64 "
+			"--cache-ratio keep --json >%s", dmann, cfgpath, dir, q, dir, gt, out), 0,
+		     "dmann bench failed (queries failed?)");
+	cr_assert_eq(json_num(out, "errors"), 0, "queries failed");
+	return json_num(out, "recall");
+}
+
+/* Online inserts into an HNSW index while one memory node X is down: its copies miss them.
+ * When X is back, each compute node marks it stale for the graph before it reads from it
+ * again, and the controller writes X every record it lacks. Then another memory node Y is
+ * SIGKILLed: the blocks X and Y shared are read from X alone, and every row inserted while
+ * X was down still finds itself first. (Without the catch-up, those queries fail: X's
+ * copies of the new records are empty.) */
+Test(catchup, a_memory_node_back_gets_the_graph_records_it_missed)
+{
+	struct dm_vecs v;
+	char p[300], err[256];
+	uint64_t t0;
+	double s1, s2, secs;
+
+	cr_assert_eq(sh("%s gen --kind sift --n 5000 --nq 10 --seed 5 --out %s/g >/dev/null", dmann,
+			dir), 0);
+	snprintf(p, sizeof(p), "%s/g/base.fbin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &v, err, sizeof(err)), 0, "%s", err);
+	const char *part[3] = { "a.fbin", "b1.fbin", "b2.fbin" };
+	const uint64_t at[4] = { 0, 3000, 4000, 5000 };
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, part[i]);
+		cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + at[i] * v.dim,
+					   DM_VT_F32, at[i + 1] - at[i], v.dim), 0);
+	}
+	dm_vecs_free(&v);
+	cr_assert_eq(sh("%s build --base %s/a.fbin --metric l2 --M 16 --efc 100 --threads 2 "
+			"--block-shift 7 --out %s/a.hnsw >/dev/null", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s load --config %s --index %s/a.hnsw --spare 2500 >/dev/null", dmann,
+			cfgpath, dir), 0);
+	t0 = dm_now_ns();
+	while (sh("%s bench --config %s --query %s/g/query.fbin --gt %s/g/gt.ibin --k 1 --ef 64 "
+		  "--cache-ratio keep --json 2>/dev/null | grep -q '\"errors\": 0,'", dmann, cfgpath,
+		  dir, dir))
+		cr_assert_lt(dm_now_ns() - t0, 30000000000ull, "the index is not served");
+	cr_assert_eq(sh("%s insert --config %s --vectors %s/b1.fbin --out %s/ids1.ibin >/dev/null",
+			dmann, cfgpath, dir, dir), 0);
+
+	/* X down: the next rows go to the other replicas only */
+	cr_assert_eq(sh("%s local kill --dir %s mn1", dmann, lc), 0);
+	cr_assert_eq(sh("%s insert --config %s --vectors %s/b2.fbin --no-snapshot --json "
+			"--out %s/ids2.ibin >%s/ins2.json", dmann, cfgpath, dir, dir, dir), 0);
+	snprintf(p, sizeof(p), "%s/ins2.json", dir);
+	cr_assert_eq(json_num(p, "inserted"), 1000, "rows not inserted with mn1 down");
+
+	/* X back: marked stale, caught up */
+	cr_assert_eq(sh("%s local start --dir %s mn1", dmann, lc), 0);
+	t0 = dm_now_ns();
+	for (int i = 0; i < 600 && sum_metric("dmann_cn_graph_catchups_total") < 1; i++)
+		usleep(100000);
+	for (int i = 0; i < 300 && sum_metric("dmann_cn_graph_stale_replicas") > 0; i++)
+		usleep(100000);
+	secs = (double)(dm_now_ns() - t0) / 1e9;
+	cr_assert_geq(sum_metric("dmann_cn_graph_stale_marks_total"), 1, "mn1 was not marked stale");
+	cr_assert_geq(sum_metric("dmann_cn_graph_catchups_total"), 1, "no catch-up %.0f s after "
+		      "the restart", secs);
+	cr_assert_eq(sum_metric("dmann_cn_graph_stale_replicas"), 0);
+	cr_assert_gt(sum_metric("dmann_cn_graph_catchup_records_total"), 0);
+
+	/* Y down: mn1's copies serve the blocks they share */
+	cr_assert_eq(sh("%s local kill --dir %s mn2", dmann, lc), 0);
+	s1 = self_find("b1.fbin", "ids1.ibin");
+	s2 = self_find("b2.fbin", "ids2.ibin");
+	fprintf(stderr, "FIGURES graph catch-up: 1,000 rows inserted while mn1 was down; mn1 "
+		"caught up %.1f s after its restart (%lld records written); with mn2 down then, "
+		"self-find %.4f of the rows inserted before and %.4f of those inserted while mn1 "
+		"was down\n", secs, sum_metric("dmann_cn_graph_catchup_records_total"), s1, s2);
+	cr_assert_geq(s1, 0.999, "self-find %.4f", s1);
+	cr_assert_geq(s2, 0.999, "self-find %.4f", s2);
 }

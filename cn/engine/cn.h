@@ -83,6 +83,15 @@ struct cn {
 	void *ctl;                        /* struct dm_ctl of this node, or NULL */
 	atomic_ulong repair_blocks, repair_bytes, repair_rounds, repair_failed;
 	atomic_uint repair_pending;       /* block copies the running repair still has to make */
+	/* Graph replicas that missed writes (cn_hcatchup.c): a memory node that comes back
+	 * after being down is marked stale for every graph with room for inserts before it
+	 * serves again; reads and insert locks use its copies only when no other replica is
+	 * left, until the controller caught it up. gstale[g]: bit set of memory nodes. */
+	void *stale;                      /* struct dm_stalewatch, NULL: no cluster state */
+	void *stale_etcd;                 /* struct dm_etcd for the marks (under stale_mu) */
+	pthread_mutex_t stale_mu;
+	_Atomic uint64_t gstale[DM_MAX_GRAPHS][DM_MAX_NODES / 64];
+	atomic_ulong gstale_marks, hcatchups, hcatchup_records, hcatchup_errors;
 	/* online inserts (cn_insert.h): rows, back-links made and dropped, lock retries */
 	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
 	atomic_ulong insert_locks_broken;  /* locks of gone holders broken (cn_insert.h) */
@@ -119,6 +128,20 @@ static inline bool cn_mn_is_down(struct cn *cn, uint32_t m)
 {
 	return atomic_load_explicit(&cn->mn_epoch[m], memory_order_acquire) & 1;
 }
+/* Whether memory node m's copies of graph g are marked stale (cn_hcatchup.c). */
+static inline bool cn_graph_stale(struct cn *cn, uint32_t g, uint32_t m)
+{
+	return g < DM_MAX_GRAPHS && m < DM_MAX_NODES &&
+	       (atomic_load_explicit(&cn->gstale[g][m / 64], memory_order_acquire) >> (m % 64) & 1);
+}
+/* Graph catch-up (cn_hcatchup.c): start the stale-mark watch (with [cluster] etcd); mark
+ * memory node m stale for graph g before it serves again (0, or -errno: do not bring it
+ * back then); refresh the bits from the watch (cn_refresh); the controller's round. */
+void cn_hcatchup_init(struct cn *cn);
+void cn_hcatchup_fini(struct cn *cn);
+int cn_gstale_mark(struct cn *cn, uint32_t g, uint32_t m);
+void cn_gstale_sync(struct cn *cn);
+void cn_hcatchup_round(struct cn *cn);
 /* The up-set callback (cn_state.c; arg: the struct cn), run by the cluster-state watch
  * (dm_upwatch_start) for every new version. */
 struct dm_upset;

@@ -243,6 +243,20 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 		if (rc)
 			goto out_free;
 	}
+	/* It may have missed inserts while it was down (or lost those after its last region
+	 * snapshot): every graph that takes inserts and has a block on it is marked stale for
+	 * it before it serves (cn_hcatchup.c); reads prefer the other replicas until the
+	 * controller caught it up. */
+	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+		bool holds = false;
+
+		if (!d[g] || d[g]->cap <= d[g]->n)
+			continue;
+		for (size_t i = 0; i < (size_t)d[g]->nblocks * d[g]->nrep && !holds; i++)
+			holds = d[g]->block_mn[i] == m;
+		if (holds && (rc = cn_gstale_mark(cn, g, m)))
+			goto out_free;
+	}
 	pthread_rwlock_wrlock(&cn->lock);
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
 		if (!d[g])
@@ -396,6 +410,7 @@ int cn_refresh(struct cn *cn, bool force)
 	bool replace, switched = false;
 	int rc, rc0;
 
+	cn_gstale_sync(cn);      /* the stale graph replicas the cluster state knows of */
 	pthread_mutex_lock(&cn->ctl_lock);
 	if (force || !cn->mns) {
 		s = mn_set_open(cn->cfg, cn->x, cn->pool, false, 2000);

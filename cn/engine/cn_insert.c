@@ -383,12 +383,32 @@ static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote,
 	return rc;
 }
 
-/* Replica j of id's block, if its node is up and its address known. */
+/* Replica j of id's block, if its node is up and its address known: where writes go. */
 static bool replica(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m, uint64_t *addr,
 		    uint32_t *rkey)
 {
 	dindex_locate_rep(e->d, e->cn->mns, id, j, m, addr, rkey);
 	return *m != DINDEX_NO_MN && *addr && !cn_mn_is_down(e->cn, *m);
+}
+
+/* The same for reads and the lock: a replica marked stale for the graph (it missed
+ * writes, cn_hcatchup.c) only when no other replica of the block is up. */
+static bool replica_r(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m,
+		      uint64_t *addr, uint32_t *rkey)
+{
+	if (!replica(e, id, j, m, addr, rkey))
+		return false;
+	if (!cn_graph_stale(e->cn, e->d->graph, *m))
+		return true;
+	for (uint32_t k = 0; k < e->d->nrep; k++) {
+		uint32_t m2, rk2;
+		uint64_t a2;
+
+		if (k != j && replica(e, id, k, &m2, &a2, &rk2) &&
+		    !cn_graph_stale(e->cn, e->d->graph, m2))
+			return false;
+	}
+	return true;
 }
 
 /* READ id's record into dst, validated, from its first replica that gives a stable copy
@@ -407,7 +427,7 @@ static int read_rec_salvaged(struct cn_insert *e, uint32_t id, uint8_t *dst, uin
 		uint32_t m, rkey;
 		uint64_t addr;
 
-		if (!replica(e, id, j, &m, &addr, &rkey) ||
+		if (!replica_r(e, id, j, &m, &addr, &rkey) ||
 		    rw(e, false, m, dst, addr, rkey, e->d->rec_size))
 			continue;
 		e->st->reads++;
@@ -448,7 +468,7 @@ static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_
 		uint32_t m, rkey;
 		uint64_t addr;
 
-		if (!replica(e, id, j, &m, &addr, &rkey))
+		if (!replica_r(e, id, j, &m, &addr, &rkey))
 			continue;
 		for (uint32_t t = 0; t < INS_REREADS; t++) {
 			int r = rw(e, false, m, dst, addr, rkey, e->d->rec_size);
@@ -566,7 +586,7 @@ static int fetch(struct cn_insert *e, const uint32_t *ids, uint32_t n)
 		e->staged[j] = ids[j];
 		if (ids[j] >= e->d->cap)
 			return -EIO;
-		for (uint32_t r = 0; r < e->d->nrep && !replica(e, ids[j], r, &m, &addr, &rkey); r++)
+		for (uint32_t r = 0; r < e->d->nrep && !replica_r(e, ids[j], r, &m, &addr, &rkey); r++)
 			m = DINDEX_NO_MN;
 		if (m == DINDEX_NO_MN || cnt[m] == 8 || !conn(e, m))
 			continue;   /* read alone below */
@@ -681,7 +701,7 @@ static int break_lock(struct cn_insert *e, uint32_t nb, uint32_t j0, uint32_t pm
 			uint32_t m, rk;
 			uint64_t a;
 
-			if (j == j0 || !replica(e, nb, j, &m, &a, &rk))
+			if (j == j0 || !replica_r(e, nb, j, &m, &a, &rk))
 				continue;
 			whole = !rw(e, false, m, e->rec, a, rk, d->rec_size) && dindex_rec_ok(d, h);
 			e->st->reads++;
@@ -744,7 +764,7 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 		if (t)
 			usleep(20u << DM_MIN(t, 8u));
 		/* The lock lives on the primary: the first replica whose node is up. */
-		for (j0 = 0; j0 < d->nrep && !replica(e, nb, j0, &pm, &paddr, &prk); j0++)
+		for (j0 = 0; j0 < d->nrep && !replica_r(e, nb, j0, &pm, &paddr, &prk); j0++)
 			;
 		if (j0 == d->nrep)
 			return -EHOSTUNREACH;

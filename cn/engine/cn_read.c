@@ -130,12 +130,15 @@ static int pick(struct worker *w, const struct qslot *q, uint32_t j, uint64_t no
 	size_t b = (size_t)(q->q->batch[j] >> d->p.block_shift) * d->nrep;
 	int err = -EHOSTDOWN;
 
-	for (uint32_t r = 0; r < d->nrep; r++) {
-		uint32_t m = d->block_mn[b + r];
+	/* A replica marked stale for the graph (it missed writes: cn_hcatchup.c) only when
+	 * no other one can serve. */
+	for (uint32_t r = 0; r < 2 * d->nrep; r++) {
+		uint32_t m = d->block_mn[b + r % d->nrep];
 		unsigned e;
 
-		if (m == DINDEX_NO_MN || m >= w->nmn || ((q->tried[j] >> r) & 1) ||
-		    !d->block_addr[b + r])
+		if (m == DINDEX_NO_MN || m >= w->nmn || ((q->tried[j] >> (r % d->nrep)) & 1) ||
+		    !d->block_addr[b + r % d->nrep] ||
+		    (r < d->nrep) == cn_graph_stale(w->cn, d->graph, m))
 			continue;
 		e = atomic_load_explicit(&w->cn->mn_epoch[m], memory_order_acquire);
 		if ((e & 1) || d->mn_epoch[m] != e || w->mepoch[m] != e || !w->mc[m])
@@ -145,7 +148,7 @@ static int pick(struct worker *w, const struct qslot *q, uint32_t j, uint64_t no
 			err = -ESTALE;
 			continue;
 		}
-		return (int)r;
+		return (int)(r % d->nrep);
 	}
 	return err;
 }

@@ -352,8 +352,10 @@ static void *repair_thread(void *arg)
 	while (!atomic_load(&r->stop)) {
 		for (int i = 0; i < 10 && !atomic_load(&r->stop); i++)
 			usleep(100000);
-		if (!atomic_load(&r->stop) && dm_ctl_leader(r->cn->ctl))
+		if (!atomic_load(&r->stop) && dm_ctl_leader(r->cn->ctl)) {
 			repair_once(r->cn);
+			cn_hcatchup_round(r->cn);   /* graph replicas that missed writes */
+		}
 	}
 	return NULL;
 }

@@ -125,6 +125,23 @@ void mn_set_close(struct mn_set *s)
 	free(s);
 }
 
+int mn_link_snapshot(struct mn_set *s, uint32_t i)
+{
+	int rc;
+
+	if (i >= s->n || !s->link[i].up)
+		return -EHOSTDOWN;
+	/* A snapshot writes at most the region: allow 50 MB/s of it plus 30 s (a 3.5 GB
+	 * region took longer than the channel's 5 s and the answer came late). */
+	int was = s->link[i].ch.timeout_ms;
+	uint64_t ms = 30000 + s->link[i].info.region_len / (50ull << 10);
+
+	s->link[i].ch.timeout_ms = (int)DM_MIN(DM_MAX((uint64_t)was, ms), 3600000ull);
+	rc = dm_rpc_call(&s->link[i].ch, DM_OP_CTL_SNAPSHOT, NULL, 0, NULL, 0, NULL);
+	s->link[i].ch.timeout_ms = was;
+	return rc;
+}
+
 int mn_set_snapshot(struct mn_set *s)
 {
 	int first = 0;
@@ -134,14 +151,7 @@ int mn_set_snapshot(struct mn_set *s)
 
 		if (!s->link[i].up)
 			continue;
-		/* A snapshot writes at most the region: allow 50 MB/s of it plus 30 s (a
-		 * 3.5 GB region took longer than the channel's 5 s and the answer came late). */
-		int was = s->link[i].ch.timeout_ms;
-		uint64_t ms = 30000 + s->link[i].info.region_len / (50ull << 10);
-
-		s->link[i].ch.timeout_ms = (int)DM_MIN(DM_MAX((uint64_t)was, ms), 3600000ull);
-		rc = dm_rpc_call(&s->link[i].ch, DM_OP_CTL_SNAPSHOT, NULL, 0, NULL, 0, NULL);
-		s->link[i].ch.timeout_ms = was;
+		rc = mn_link_snapshot(s, i);
 		if (rc && !first)
 			first = rc;
 	}
@@ -1039,6 +1049,83 @@ int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t
 	dm_xport_dereg(s->x, mr);
 out_free:
 	free(rec);
+	return rc;
+}
+
+int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
+		      uint32_t to, int passes, uint32_t *written)
+{
+	uint64_t first = (uint64_t)b << d->p.block_shift, done = 0, fa, ta;
+	uint64_t nrec = DM_MIN(1ull << d->p.block_shift, (uint64_t)d->cap - first);
+	size_t len = (size_t)(nrec * d->rec_size);
+	uint8_t *src = NULL, *dst = NULL;
+	struct dm_mr *smr = NULL, *dmr = NULL;
+	uint32_t pending = 0;
+	int rc;
+
+	*written = 0;
+	if (b >= d->nblocks || from >= s->n || to >= s->n || !s->link[from].up || !s->link[to].up)
+		return b >= d->nblocks ? -EINVAL : -EHOSTDOWN;
+	rc = lookup_block(s, d, b, from, &fa);
+	if (!rc)
+		rc = lookup_block(s, d, b, to, &ta);
+	if (rc)
+		return rc;
+	src = aligned_alloc(64, DM_ALIGN_UP(len, 64));
+	dst = aligned_alloc(64, DM_ALIGN_UP(len, 64));
+	if (!src || !dst) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = dm_xport_reg(s->x, src, len, 0, &smr);
+	if (!rc)
+		rc = dm_xport_reg(s->x, dst, len, 0, &dmr);
+	for (int pass = 0; !rc && pass < passes; pass++) {
+		uint32_t before = *written;
+
+		/* the stale copy first: a record a writer changes meanwhile shows as a difference
+		 * on the source's newer version, written in this pass or the next */
+		rc = xfer(&s->link[to], false, dst, dmr, ta, len, NULL, NULL, &done);
+		if (!rc)
+			rc = xfer(&s->link[from], false, src, smr, fa, len, NULL, NULL, &done);
+		pending = 0;
+		for (uint64_t i = 0; !rc && i < nrec;) {
+			const struct hnsw_rec_hdr *r = (const void *)(src + i * d->rec_size);
+			uint64_t j = i;
+
+			/* a run of records that differ and are at rest on the source */
+			while (j < nrec && memcmp(src + j * d->rec_size, dst + j * d->rec_size,
+						  d->rec_size) &&
+			       hnsw_rec_stable((const void *)(src + j * d->rec_size), d->rec_size))
+				j++;
+			if (j > i) {
+				rc = xfer(&s->link[to], true, src + i * d->rec_size, smr,
+					  ta + i * d->rec_size, (j - i) * d->rec_size, NULL, NULL,
+					  &done);
+				*written += (uint32_t)(j - i);
+				i = j;
+				continue;
+			}
+			/* differs but held or torn on the source: the next pass */
+			if (memcmp(src + i * d->rec_size, dst + i * d->rec_size, d->rec_size) &&
+			    (r->seq || r->crc || r->n0))
+				pending++;
+			i++;
+		}
+		if (!rc && !pending && *written == before)
+			break;   /* a pass with nothing left to write */
+		if (!rc && pending)
+			usleep(20000);
+	}
+	if (!rc && pending)
+		rc = -EAGAIN;
+out_free:
+	if (dmr)
+		dm_xport_dereg(s->x, dmr);
+	if (smr)
+		dm_xport_dereg(s->x, smr);
+	free(src);
+	free(dst);
 	return rc;
 }
 

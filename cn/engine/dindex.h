@@ -104,6 +104,8 @@ int mn_link_open(struct mn_set *s, uint32_t i, int timeout_ms);
 void mn_link_close(struct mn_set *s, uint32_t i);
 /* Ask every reachable memory node to snapshot its region. 0 or the first error. */
 int mn_set_snapshot(struct mn_set *s);
+/* The same on memory node i alone. 0 or -errno (-EHOSTDOWN: its link is not up). */
+int mn_link_snapshot(struct mn_set *s, uint32_t i);
 
 /* Place an index image on the memory nodes as the next generation of the index (dgen.h)
  * (bound to an S3 index when bind is not NULL: dindex_bind.h, one key per vector):
@@ -222,6 +224,14 @@ int dindex_read_ctr(struct mn_set *s, const struct dindex *d, uint64_t *next);
  * copy serves only once whole). *bytes (may be NULL) gets its size. 0 or -errno. */
 int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
 		      uint32_t to, uint64_t *bytes);
+/* Catch-up of block b of view d on memory node `to` (a replica that missed writes) from
+ * memory node `from`: both copies are READ and every record that differs and is at rest on
+ * the source (even seq, CRC) is written to `to`, in runs; repeated until a pass finds
+ * nothing to write (a writer may change records meanwhile), at most `passes`
+ * passes. *written: records written. 0, -EAGAIN (records still held or torn on the source
+ * after the passes), or -errno. */
+int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
+		      uint32_t to, int passes, uint32_t *written);
 /* The same for view d's metadata object (a joining node needs it before its generation
  * can be published there). 0 or -errno. */
 int dindex_copy_meta(struct mn_set *s, const struct dindex *d, uint32_t from, uint32_t to);

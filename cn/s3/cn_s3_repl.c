@@ -207,8 +207,8 @@ static void catchup_round(struct cn_s3 *s, struct dm_etcd *e)
 
 		bool holds = false;
 
-		if (st[i].mod_revision <= 0 || x >= s->cfg->n_mn)
-			continue;
+		if (st[i].mod_revision <= 0 || x >= s->cfg->n_mn || st[i].bucket[0] == '#')
+			continue;   /* ("#g<n>": a graph's mark, cn_hcatchup.c) */
 		nm = bucket_mns(s, st[i].bucket, mns);
 		for (int j = 0; j < nm; j++)
 			holds |= mns[j] == x;
