@@ -344,11 +344,26 @@ size_t repl_stale_count(struct cn_s3 *s)
 	return dm_stalewatch_list(s->repl.watch, NULL, 0);
 }
 
-/* Whether the stale marks put up to etcd revision rev are known here (never without a
- * watch: buckets do not move then). */
-static bool watch_caught_up(struct cn_s3 *s, int64_t rev)
+/* Before buckets move to a new placement: the stale marks the controller put before it
+ * published it (the replicas it adds) are read into the watch's copy, so that reads skip
+ * those replicas at once (the watch itself may be a poll behind). false without a watch
+ * (buckets do not move then) or when etcd cannot be read (the next request tries again). */
+static bool marks_read(struct cn_s3 *s)
 {
-	return s->repl.watch && dm_stalewatch_revision(s->repl.watch) >= rev;
+	struct s3_repl *r = &s->repl;
+	struct dm_stale *st = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (!r->watch)
+		return false;
+	pthread_mutex_lock(&r->mu);
+	rc = r->etcd ? dm_stale_list(r->etcd, s->cfg->name, &st, &n) : -ENOTCONN;
+	pthread_mutex_unlock(&r->mu);
+	for (size_t i = 0; !rc && i < n; i++)
+		dm_stalewatch_note(r->watch, st[i].bucket, st[i].mn);
+	free(st);
+	return rc == 0;
 }
 
 /* Mark the replicas of bucket b that placement nx adds to those of old. */
@@ -467,9 +482,9 @@ size_t repl_stale_count(struct cn_s3 *s)
 	(void)s;
 	return 0;
 }
-static bool watch_caught_up(struct cn_s3 *s, int64_t rev)
+static bool marks_read(struct cn_s3 *s)
 {
-	(void)s, (void)rev;
+	(void)s;
 	return false;
 }
 int cn_s3_placement_prepare(struct cn_s3 *s, const uint64_t *old, const uint64_t *nx)
@@ -494,7 +509,7 @@ int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
 
 			/* A new placement moves buckets only once the stale marks of the
 			 * replicas it adds (put before it was published) are known here. */
-			if (watch_caught_up(s, rev)) {
+			if (marks_read(s)) {
 				pthread_mutex_lock(&r->pmu);
 				memcpy(r->retired, ret, sizeof(ret));
 				__atomic_store_n(&r->pver, v2, __ATOMIC_RELEASE);

@@ -536,31 +536,8 @@ static void *watch_thread(void *arg)
 	int64_t from = 0;
 
 	while (!atomic_load(&w->stop)) {
-		int rc;
+		int rc = dm_etcd_follow(w->e, w->key, &from, WATCH_POLL_MS, NULL, watch_ev, w);
 
-		if (!from) {   /* (re)sync: read, then watch from the revision after it */
-			struct dm_etcd_kv *kvs;
-			size_t n;
-			int64_t rev;
-
-			rc = dm_etcd_range(w->e, w->key, &kvs, &n, &rev);
-			if (!rc) {
-				for (size_t i = 0; i < n; i++) {
-					struct dm_etcd_event ev = { .type = DM_ETCD_PUT, .kv = kvs[i] };
-
-					watch_ev(w, &ev);
-				}
-				dm_etcd_kvs_free(kvs, n);
-				from = rev + 1;
-			}
-		} else {
-			rc = dm_etcd_watch_poll(w->e, w->key, &from, WATCH_POLL_MS, watch_ev, w);
-			if (rc == -ESTALE) {
-				from = 0;
-				continue;
-			}
-			rc = rc < 0 ? rc : 0;
-		}
 		if (rc) {
 			if (!w->warned)
 				dm_warn("cluster state: etcd unreachable (%s); keeping %s version "

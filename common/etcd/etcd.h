@@ -121,4 +121,13 @@ int dm_etcd_watch_poll(struct dm_etcd *e, const char *prefix, int64_t *from_revi
 		       int timeout_ms, void (*cb)(void *arg, const struct dm_etcd_event *ev),
 		       void *arg);
 
+/* Follow the keys under prefix, one step at a time (a watch thread's loop): with *from 0,
+ * read them all (reset(arg) first when not NULL, then cb with a PUT event for each key) and
+ * set *from to the revision after the read; otherwise dm_etcd_watch_poll from *from (a
+ * compacted revision sets *from to 0: the next step reads everything again). 0, or the
+ * -errno of an unreachable etcd (the caller backs off and calls again). */
+int dm_etcd_follow(struct dm_etcd *e, const char *prefix, int64_t *from, int timeout_ms,
+		   void (*reset)(void *arg), void (*cb)(void *arg, const struct dm_etcd_event *ev),
+		   void *arg);
+
 #endif /* DM_ETCD_H */

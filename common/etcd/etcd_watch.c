@@ -169,3 +169,36 @@ out_free_q:
 	dm_buf_free(&q);
 	return rc;
 }
+
+int dm_etcd_follow(struct dm_etcd *e, const char *prefix, int64_t *from, int timeout_ms,
+		   void (*reset)(void *arg), void (*cb)(void *arg, const struct dm_etcd_event *ev),
+		   void *arg)
+{
+	int rc;
+
+	if (!*from) {   /* (re)sync: every key as a PUT, then watch from the revision after */
+		struct dm_etcd_kv *kvs;
+		size_t n;
+		int64_t rev;
+
+		rc = dm_etcd_range(e, prefix, &kvs, &n, &rev);
+		if (rc)
+			return rc;
+		if (reset)
+			reset(arg);
+		for (size_t i = 0; i < n; i++) {
+			struct dm_etcd_event ev = { .type = DM_ETCD_PUT, .kv = kvs[i] };
+
+			cb(arg, &ev);
+		}
+		dm_etcd_kvs_free(kvs, n);
+		*from = rev + 1;
+		return 0;
+	}
+	rc = dm_etcd_watch_poll(e, prefix, from, timeout_ms, cb, arg);
+	if (rc == -ESTALE) {
+		*from = 0;      /* compacted: read everything again next time */
+		return 0;
+	}
+	return rc < 0 ? rc : 0;
+}

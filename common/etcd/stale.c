@@ -148,7 +148,6 @@ struct dm_stalewatch {
 	struct dm_stale *set;        /* under mu */
 	size_t n, cap;
 	atomic_bool synced, stop;
-	_Atomic int64_t seen;        /* every change up to this revision is in the copy */
 	bool warned;
 	pthread_t thread;
 };
@@ -223,44 +222,27 @@ static void watch_ev(void *arg, const struct dm_etcd_event *ev)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* A resync: the copy starts over from what the read gives. */
+static void set_reset(void *arg)
+{
+	struct dm_stalewatch *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	w->n = 0;
+	pthread_mutex_unlock(&w->mu);
+}
+
 static void *watch_thread(void *arg)
 {
 	struct dm_stalewatch *w = arg;
 	int64_t from = 0;
 
 	while (!atomic_load(&w->stop)) {
-		int rc;
+		int rc = dm_etcd_follow(w->e, w->prefix, &from, STALE_POLL_MS, set_reset, watch_ev,
+					w);
 
-		if (!from) {   /* (re)sync: read every mark, then watch from the revision after */
-			struct dm_etcd_kv *kvs;
-			size_t n;
-			int64_t rev;
-
-			rc = dm_etcd_range(w->e, w->prefix, &kvs, &n, &rev);
-			if (!rc) {
-				pthread_mutex_lock(&w->mu);
-				w->n = 0;
-				pthread_mutex_unlock(&w->mu);
-				for (size_t i = 0; i < n; i++) {
-					struct dm_etcd_event ev = { .type = DM_ETCD_PUT, .kv = kvs[i] };
-
-					watch_ev(w, &ev);
-				}
-				dm_etcd_kvs_free(kvs, n);
-				from = rev + 1;
-				atomic_store(&w->seen, rev);
-				atomic_store(&w->synced, true);
-			}
-		} else {
-			rc = dm_etcd_watch_poll(w->e, w->prefix, &from, STALE_POLL_MS, watch_ev, w);
-			if (rc == -ESTALE) {
-				from = 0;
-				continue;
-			}
-			if (rc >= 0)
-				atomic_store(&w->seen, from - 1);
-			rc = rc < 0 ? rc : 0;
-		}
+		if (!rc && from)
+			atomic_store(&w->synced, true);
 		if (rc) {
 			if (!w->warned)
 				dm_warn("cluster state: etcd unreachable (%s); keeping the stale "
@@ -365,7 +347,3 @@ bool dm_stalewatch_synced(struct dm_stalewatch *w)
 	return w && atomic_load(&w->synced);
 }
 
-int64_t dm_stalewatch_revision(struct dm_stalewatch *w)
-{
-	return w ? atomic_load(&w->seen) : 0;
-}

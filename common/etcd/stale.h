@@ -65,8 +65,6 @@ void dm_stalewatch_note(struct dm_stalewatch *w, const char *bucket, uint32_t mn
 size_t dm_stalewatch_list(struct dm_stalewatch *w, struct dm_stale *out, size_t max);
 /* Whether the copy has been read from etcd at least once. */
 bool dm_stalewatch_synced(struct dm_stalewatch *w);
-/* The store revision up to which every change of the marks is in the copy (0: none yet):
- * a mark put at revision r is known once this is >= r. */
-int64_t dm_stalewatch_revision(struct dm_stalewatch *w);
+
 
 #endif /* DM_STALE_H */
