@@ -1093,10 +1093,12 @@ int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 			const struct hnsw_rec_hdr *r = (const void *)(src + i * d->rec_size);
 			uint64_t j = i;
 
-			/* a run of records that differ and are at rest on the source */
+			/* a run of records that differ and are whole on the source (a held one
+			 * whose body is whole too: its writer may be gone, and the lock word is
+			 * only ever used on the primary) */
 			while (j < nrec && memcmp(src + j * d->rec_size, dst + j * d->rec_size,
 						  d->rec_size) &&
-			       hnsw_rec_stable((const void *)(src + j * d->rec_size), d->rec_size))
+			       hnsw_rec_intact((const void *)(src + j * d->rec_size), d->rec_size))
 				j++;
 			if (j > i) {
 				rc = xfer(&s->link[to], true, src + i * d->rec_size, smr,
@@ -1106,7 +1108,9 @@ int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 				i = j;
 				continue;
 			}
-			/* differs but held or torn on the source: the next pass */
+			/* differs but torn on the source (a writer is between its WRITEs, and
+			 * writes this copy too): the next pass; one still torn after the passes
+			 * (its writer died) keeps the copy it has, as a reader would */
 			if (memcmp(src + i * d->rec_size, dst + i * d->rec_size, d->rec_size) &&
 			    (r->seq || r->crc || r->n0))
 				pending++;
@@ -1118,7 +1122,8 @@ int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint
 			usleep(20000);
 	}
 	if (!rc && pending)
-		rc = -EAGAIN;
+		dm_warn("block %u of graph %u: %u record(s) torn on mn%u through %d passes: mn%u "
+			"keeps its copies of them", b, d->graph, pending, from, passes, to);
 out_free:
 	if (dmr)
 		dm_xport_dereg(s->x, dmr);

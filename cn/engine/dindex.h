@@ -225,11 +225,11 @@ int dindex_read_ctr(struct mn_set *s, const struct dindex *d, uint64_t *next);
 int dindex_copy_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
 		      uint32_t to, uint64_t *bytes);
 /* Catch-up of block b of view d on memory node `to` (a replica that missed writes) from
- * memory node `from`: both copies are READ and every record that differs and is at rest on
- * the source (even seq, CRC) is written to `to`, in runs; repeated until a pass finds
- * nothing to write (a writer may change records meanwhile), at most `passes`
- * passes. *written: records written. 0, -EAGAIN (records still held or torn on the source
- * after the passes), or -errno. */
+ * memory node `from`: both copies are READ and every record that differs and is whole on
+ * the source (its CRC matches, held or not) is written to `to`, in runs; repeated until a
+ * pass writes nothing (a writer may change records meanwhile), at most `passes` passes;
+ * a record torn on the source through every pass (its writer died) is left as `to` has
+ * it (warned). *written: records written. 0 or -errno. */
 int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
 		      uint32_t to, int passes, uint32_t *written);
 /* The same for view d's metadata object (a joining node needs it before its generation

@@ -418,7 +418,9 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 	if (!rc)
 		scan_time_note(s, dm_now_ns() - t0);
 	if (rc) {
-		s3_resp_error(r, rc == -ESTALE ? 503 : 500, rc == -ESTALE ?
+		bool again = rc == -ESTALE || rc == -EHOSTDOWN;   /* another replica may serve */
+
+		s3_resp_error(r, again ? 503 : 500, again ?
 			      "ServiceUnavailableException" : "InternalServerException",
 			      "scan failed: %s", strerror(-rc));
 		goto out;

@@ -182,6 +182,7 @@ static void merge_answer(const struct ixstate *st, const struct s3_qspec *q,
 
 struct qtarget {
 	struct cn_s3 *s;
+	uint32_t avoid;                  /* a replica that just failed this query, or none */
 	char b[NAME_MAX_ + 8], x[NAME_MAX_ + 8];
 	uint32_t mns[DM_MAX_NODES];
 	int nmn;
@@ -200,7 +201,7 @@ static int resolve_state(void *ctx, const char *b, const char *x, struct s3_qind
 	snprintf(t->x, sizeof(t->x), "%s", x);
 	t->nmn = bucket_read_mns(s, b, t->mns);    /* caught-up replicas only */
 	for (int i = 0; i < t->nmn; i++) {
-		if (i + 1 < t->nmn && mn_is_down(s, t->mns[i]))
+		if (i + 1 < t->nmn && (mn_is_down(s, t->mns[i]) || t->mns[i] == t->avoid))
 			continue;
 		rc = ixstate_fetch(s, t->mns[i], b, x, &t->st);
 		if (rc != -EHOSTDOWN)
@@ -497,10 +498,12 @@ close_calls:
 	return rc;
 }
 
-void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
+/* One try of a query, its index state read from a caught-up replica other than `avoid`
+ * when there is one: *used gets the replica it read (UINT32_MAX: none). */
+static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_resp *r,
+		       uint32_t avoid, uint32_t *used)
 {
-	struct cn_s3 *s = ctx;
-	struct qtarget t = { .s = s };
+	struct qtarget t = { .s = s, .avoid = avoid };
 	struct s3_qspec q = { 0 };
 	struct qplan *p = calloc(1, sizeof(*p));
 	struct mhit *gh = NULL;
@@ -508,6 +511,7 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	bool complete = false;
 	int grc = 1;
 
+	*used = UINT32_MAX;
 	memset(r, 0, sizeof(*r));
 	if (!p) {
 		s3_resp_error(r, 500, "InternalServerException", "out of memory");
@@ -565,5 +569,21 @@ free_query:
 	}
 	free(p);
 	s3_qspec_fini(&q);
+	*used = t.st.conf ? t.st.mn : UINT32_MAX;
 	ixstate_fini(&t.st);
+}
+
+void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
+{
+	struct cn_s3 *s = ctx;
+	uint32_t used = UINT32_MAX;
+
+	query_once(s, body, len, r, UINT32_MAX, &used);
+	if (r->status == 503 && used != UINT32_MAX) {
+		/* The memory node whose rows the scans read failed under them (it died, or it
+		 * restarted and renumbered its rows): once more from another replica. */
+		__atomic_add_fetch(&s->retries, 1, __ATOMIC_RELAXED);
+		s3_resp_free(r);
+		query_once(s, body, len, r, used, &used);
+	}
 }

@@ -58,6 +58,8 @@ int mark_stale(struct cn_s3 *s, const char *b, uint32_t mn)
 	snprintf(by, sizeof(by), "cn%u", s->node->id);
 	pthread_mutex_lock(&r->mu);
 	rc = r->etcd ? dm_stale_put(r->etcd, s->cfg->name, b, mn, by) : -ENOTCONN;
+	if (rc && rc != -ENOTCONN)   /* once more: a loaded etcd may miss one time bound */
+		rc = dm_stale_put(r->etcd, s->cfg->name, b, mn, by);
 	if (rc)
 		dm_warn("cn%u: s3: cannot mark replica mn%u of bucket %s stale (%s): the write is "
 			"not acknowledged", s->node->id, mn, b,

@@ -17,7 +17,7 @@
 #include "etcd.h"
 
 #define STALE_TIMEOUT_MS 2000
-#define STALE_POLL_MS 1000
+#define STALE_POLL_MS 250
 
 static bool name_ok(const char *b)
 {
