@@ -12,9 +12,10 @@
  *     over the vectors acknowledged before the query started: recall@10 per 10-second
  *     window; every failed query is counted;
  *   - every 10-20 s a memory node is SIGKILLed, and started again 3-5 s later, but only while
- *     no replica is marked stale (R caught-up copies of everything: dmann status' stale
- *     list is empty); at half time compute node cn1 is SIGKILLed (its indexer may hold
- *     insert locks) and started again.
+ *     no replica is marked stale and every node is up (R caught-up copies of everything:
+ *     dmann status' stale list is empty, both compute nodes read from every memory node);
+ *     at half time compute node cn1 is SIGKILLed (its indexer may hold insert locks) and
+ *     started again.
  * At the end: every replica caught up within 60 s of the last kill; every acknowledged
  * vector is read back exactly and found first by its own vector (0 lost); 0 failed
  * queries; recall@10 >= 0.95 in every window. */
@@ -206,22 +207,37 @@ static void *reader(void *arg)
 }
 
 /* Replicas marked stale now (buckets and graphs), as dmann status lists them; -1 when it
- * cannot be read. */
-static int stale_count(void)
+ * cannot be read. With `settled`, also -1 unless every node is up in the cluster state and
+ * both compute nodes read from every memory node (a node a compute node has not brought
+ * back yet is marked stale only when it does). */
+static int stale_count_if(bool settled)
 {
-	char cmd[600], line[512];
+	char cmd[600], line[1024];
 	FILE *f;
-	int n = -1;
+	int n = -1, cns_all_up = 0;
+	bool all_up = false;
 
 	snprintf(cmd, sizeof(cmd), "%s status --config %s 2>/dev/null", dmann, cfgpath);
 	f = popen(cmd, "r");
 	if (!f)
 		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, " stale bucket replicas: %d", &n) == 1)
-			break;
+	while (fgets(line, sizeof(line), f)) {
+		int k;
+
+		if (sscanf(line, " stale bucket replicas: %d", &k) == 1)
+			n = k;
+		if (strstr(line, "every node up"))
+			all_up = true;
+		if (strstr(line, ", 0 down now"))
+			cns_all_up++;
+	}
 	pclose(f);
-	return n;
+	return settled && (!all_up || cns_all_up < 2) ? -1 : n;
+}
+
+static int stale_count(void)
+{
+	return stale_count_if(false);
 }
 
 Test(chaos, kills_under_writes_and_queries_lose_nothing)
@@ -269,7 +285,7 @@ Test(chaos, kills_under_writes_and_queries_lose_nothing)
 			cn_killed = true;
 		}
 		if (now >= next_kill) {
-			if (stale_count() != 0) {
+			if (stale_count_if(true) != 0) {
 				skipped++;           /* not every replica caught up yet: later */
 				next_kill = now + 1000000000ull;
 				continue;
@@ -286,9 +302,11 @@ Test(chaos, kills_under_writes_and_queries_lose_nothing)
 		}
 		usleep(200000);
 	}
+	fprintf(stderr, "chaos: %u s of chaos done; stopping the writer and the reader\n", seconds);
 	atomic_store(&stop, true);
 	pthread_join(tw, NULL);
 	pthread_join(tr, NULL);
+	fprintf(stderr, "chaos: writer and reader stopped; waiting for every replica\n");
 
 	/* every replica caught up within 60 s of the last kill */
 	int st = -1;
@@ -308,10 +326,12 @@ Test(chaos, kills_under_writes_and_queries_lose_nothing)
 		keys[i] = malloc(16);
 		key_of(i, keys[i]);
 	}
+	fprintf(stderr, "chaos: reading back %u vectors\n", n);
 	found = (unsigned)dmann_get(d, BUCKET, INDEX, n, (const char *const *)keys, out, D, NULL);
 	cr_assert_eq(found, n, "%u of %u acknowledged vectors read back: %s", found, n,
 		     dmann_errmsg());
 	cr_assert_arr_eq(out, vecs, sizeof(float) * (size_t)n * D, "a vector changed");
+	fprintf(stderr, "chaos: each vector by its own\n");
 	for (unsigned at = 0; at < n; at += 1000) {
 		unsigned q = DM_MIN(1000u, n - at);
 		char **got = calloc(q, sizeof(char *));

@@ -211,6 +211,7 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 	struct dm_wire_ctl_gen_state st;
 	struct dindex *d[DM_MAX_GRAPHS];   /* change only under ctl_lock, which we hold */
 	uint64_t sent = 0, o[DM_MAX_GRAPHS], *addr[DM_MAX_GRAPHS] = { NULL };
+	uint64_t ctr[DM_MAX_GRAPHS] = { 0 };
 	int rc;
 
 	pthread_rwlock_rdlock(&cn->lock);
@@ -242,6 +243,12 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 		rc = addr[g] ? dindex_rejoin(cn->mns, d[g], m, addr[g]) : -ENOMEM;
 		if (rc)
 			goto out_free;
+		/* the id counter, when it lives there (a restarted node's addresses moved) */
+		rc = dindex_lookup_ctr(cn->mns, d[g], m, &ctr[g]);
+		if (rc == -ENOENT)
+			rc = 0;
+		if (rc)
+			goto out_free;
 	}
 	/* It may have missed inserts while it was down (or lost those after its last region
 	 * snapshot): every graph that takes inserts and has a block on it is marked stale for
@@ -264,6 +271,8 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 		for (size_t i = 0; i < (size_t)d[g]->nblocks * d[g]->nrep; i++)
 			if (d[g]->block_mn[i] == m)
 				d[g]->block_addr[i] = addr[g][i];
+		if (ctr[g])
+			d[g]->ctr_addr = ctr[g];
 		d[g]->mn_epoch[m] = e + 1;
 	}
 	atomic_store(&cn->report_ns[m], sent);

@@ -1052,6 +1052,24 @@ out_free:
 	return rc;
 }
 
+int dindex_lookup_ctr(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr)
+{
+	struct dm_wire_ctl_obj o = { .key = dm_gen_block_key(d->graph, d->gen, DINDEX_CTR_BLOCK) };
+	int rc;
+
+	if (d->cap <= d->n || d->ctr_mn != m)
+		return -ENOENT;
+	if (m >= s->n || !s->link[m].up)
+		return -EHOSTDOWN;
+	rc = obj_call(&s->link[m], DM_OP_CTL_LOOKUP, &o);
+	if (!rc && (o.len != 64 || o.addr < s->link[m].info.region_addr ||
+		    o.addr - s->link[m].info.region_addr + 64 > s->link[m].info.region_len))
+		rc = -EBADMSG;
+	if (!rc)
+		*addr = o.addr;
+	return rc;
+}
+
 int dindex_sync_block(struct mn_set *s, const struct dindex *d, uint32_t b, uint32_t from,
 		      uint32_t to, int passes, uint32_t *written)
 {

@@ -204,6 +204,10 @@ static inline void dindex_locate(const struct dindex *d, const struct mn_set *s,
  * d->nblocks * d->nrep, 0 where the replica is on another node) looked up on link m, then
  * one record READ from it and validated (the probe). 0 or -errno. */
 int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
+/* The id counter's address on memory node m, when m holds d's counter (a node that
+ * restarted maps its region elsewhere: every address it hands out changes). 0, -ENOENT
+ * (not its node, or d takes no inserts), or -errno. */
+int dindex_lookup_ctr(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
 
 /* The memory nodes that hold block b under s's placement (the cluster file's nodes minus
  * the retired ones, weighted rendezvous), best first: their count (<= r). */
