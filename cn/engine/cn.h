@@ -92,6 +92,7 @@ struct cn {
 	pthread_mutex_t stale_mu;
 	_Atomic uint64_t gstale[DM_MAX_GRAPHS][DM_MAX_NODES / 64];
 	atomic_ulong gstale_marks, hcatchups, hcatchup_records, hcatchup_errors;
+	atomic_ulong write_missed[DM_MAX_NODES];   /* record WRITEs node m missed (cn_insert) */
 	/* online inserts (cn_insert.h): rows, back-links made and dropped, lock retries */
 	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
 	atomic_ulong insert_locks_broken;  /* locks of gone holders broken (cn_insert.h) */

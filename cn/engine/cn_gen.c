@@ -220,9 +220,15 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 		o[g] = oldest_in_use(cn, g);
 	}
 	pthread_rwlock_unlock(&cn->lock);
+	struct dm_wire_ctl_info was = cn->mns->link[m].info;
+	bool restarted;
+
 	rc = mn_link_open(cn->mns, m, 1000);
 	if (rc)
 		return rc;
+	/* a node that restarted maps and registers its region anew */
+	restarted = cn->mns->link[m].info.region_addr != was.region_addr ||
+		    cn->mns->link[m].info.rkey != was.rkey;
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
 		size_t n;
 
@@ -250,19 +256,25 @@ static int rejoin_one(struct cn *cn, uint32_t m, unsigned e)
 		if (rc)
 			goto out_free;
 	}
-	/* It may have missed inserts while it was down (or lost those after its last region
-	 * snapshot): every graph that takes inserts and has a block on it is marked stale for
-	 * it before it serves (cn_hcatchup.c); reads prefer the other replicas until the
-	 * controller caught it up. */
-	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {
+	/* It may have missed inserts while it was down (this compute node's WRITEs to it
+	 * failed or were skipped), or lost those after its last region snapshot (it restarted):
+	 * then every graph that takes inserts and has a block on it is marked stale for it
+	 * before it serves (cn_hcatchup.c); reads prefer the other replicas until the
+	 * controller caught it up. (Another compute node that missed writes to it marks it
+	 * when it brings it back itself.) */
+	unsigned long missed = atomic_exchange(&cn->write_missed[m], 0);
+
+	for (uint32_t g = 0; (restarted || missed) && g < DM_MAX_GRAPHS; g++) {
 		bool holds = false;
 
 		if (!d[g] || d[g]->cap <= d[g]->n)
 			continue;
 		for (size_t i = 0; i < (size_t)d[g]->nblocks * d[g]->nrep && !holds; i++)
 			holds = d[g]->block_mn[i] == m;
-		if (holds && (rc = cn_gstale_mark(cn, g, m)))
+		if (holds && (rc = cn_gstale_mark(cn, g, m))) {
+			atomic_fetch_add(&cn->write_missed[m], missed ? missed : 1);   /* again */
 			goto out_free;
+		}
 	}
 	pthread_rwlock_wrlock(&cn->lock);
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++) {

@@ -391,6 +391,18 @@ static bool replica(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m, u
 	return *m != DINDEX_NO_MN && *addr && !cn_mn_is_down(e->cn, *m);
 }
 
+/* A WRITE to replica j of id's block did not happen (its node is down) or failed: the node
+ * missed it, and is marked stale for the graph when it comes back (cn_gen.c). */
+static void write_missed(struct cn_insert *e, uint32_t id, uint32_t j)
+{
+	uint32_t m, rk;
+	uint64_t a;
+
+	dindex_locate_rep(e->d, e->cn->mns, id, j, &m, &a, &rk);
+	if (m != DINDEX_NO_MN && m < DM_MAX_NODES)
+		atomic_fetch_add(&e->cn->write_missed[m], 1);
+}
+
 /* The same for reads and the lock: a replica marked stale for the graph (it missed
  * writes, cn_hcatchup.c) only when no other replica of the block is up. */
 static bool replica_r(struct cn_insert *e, uint32_t id, uint32_t j, uint32_t *m,
@@ -884,8 +896,11 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 			uint32_t m, rk;
 			uint64_t a;
 
-			if (j != j0 && replica(e, nb, j, &m, &a, &rk))
-				(void)rw(e, true, m, e->rec, a, rk, d->rec_size);
+			if (j == j0)
+				continue;
+			if (!replica(e, nb, j, &m, &a, &rk) ||
+			    rw(e, true, m, e->rec, a, rk, d->rec_size))
+				write_missed(e, nb, j);
 		}
 		if (slot != UINT32_MAX)
 			rc = rw(e, true, pm, e->rec + 8, paddr + 8, prk, d->rec_size - 8);
@@ -982,6 +997,8 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 		if (replica(e, (uint32_t)id, j, &m, &a, &rk) &&
 		    !rw(e, true, m, e->rec, a, rk, d->rec_size))
 			written++;
+		else
+			write_missed(e, (uint32_t)id, j);
 	}
 	if (!written)
 		return -EHOSTUNREACH;
