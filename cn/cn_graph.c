@@ -443,7 +443,7 @@ static bool graph_mn_down(void *ctx, uint32_t mn)
 	return mn < DM_MAX_NODES && atomic_load(&cn->state_down[mn]);
 }
 
-static int64_t graph_placement(void *ctx, uint64_t *retired, int64_t *mod_rev)
+static int64_t graph_placement(void *ctx, uint64_t *retired)
 {
 	struct cn *cn = ctx;
 	int64_t v;
@@ -452,7 +452,6 @@ static int64_t graph_placement(void *ctx, uint64_t *retired, int64_t *mod_rev)
 		return atomic_load(&cn->placement_version);
 	pthread_mutex_lock(&cn->ctl_lock);
 	v = atomic_load(&cn->placement_version);
-	*mod_rev = atomic_load(&cn->placement_rev);
 	memcpy(retired, cn->retired_mn, sizeof(cn->retired_mn));
 	pthread_mutex_unlock(&cn->ctl_lock);
 	return v;

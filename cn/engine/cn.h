@@ -77,7 +77,6 @@ struct cn {
 	 * one makes cn_refresh read the view again (placement_dirty). */
 	uint64_t retired_mn[DM_MAX_NODES / 64];
 	_Atomic int64_t placement_version;
-	_Atomic int64_t placement_rev;    /* its key's mod_revision in etcd */
 	atomic_bool placement_dirty;
 	/* Re-replication (cn_repair.c), run by the controller in office. */
 	void *ctl;                        /* struct dm_ctl of this node, or NULL */

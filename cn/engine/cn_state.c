@@ -56,7 +56,6 @@ void cn_placement_apply(void *arg, const struct dm_placement *p)
 			snprintf(list + strlen(list), sizeof(list) - strlen(list), " mn%u", m);
 	pthread_mutex_lock(&cn->ctl_lock);
 	memcpy(cn->retired_mn, p->retired, sizeof(cn->retired_mn));
-	atomic_store(&cn->placement_rev, p->mod_revision);
 	atomic_store(&cn->placement_version, p->version);
 	pthread_mutex_unlock(&cn->ctl_lock);
 	atomic_store(&cn->placement_dirty, true);

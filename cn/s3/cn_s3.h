@@ -93,9 +93,9 @@ struct cn_s3_graph_ops {
 	/* Whether the cluster state declares memory node mn down. NULL: never. */
 	bool (*mn_down)(void *ctx, uint32_t mn);
 	/* The placement of the cluster state this compute node follows: its version (0: none
-	 * yet); with retired not NULL also the retired memory nodes (4 words) and the key's
-	 * mod_revision. Buckets follow it (flat_bucket_mns_placed). NULL: none. */
-	int64_t (*placement)(void *ctx, uint64_t *retired, int64_t *mod_rev);
+	 * yet); with retired not NULL also the retired memory nodes (4 words). Buckets follow
+	 * it (flat_bucket_mns_placed). NULL: none. */
+	int64_t (*placement)(void *ctx, uint64_t *retired);
 };
 /* Give the gateway the compute node's graph (before the first request; ops stays valid);
  * starts the online indexer when ops has one and [s3] index_interval_ms is not 0. */

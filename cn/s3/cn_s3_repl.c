@@ -219,7 +219,7 @@ static void catchup_round(struct cn_s3 *s, struct dm_etcd *e)
 			 * nothing to catch up. (Only once this node follows the placement that
 			 * moved it: the mark was put before that placement was published.) */
 			const struct cn_s3_graph_ops *g = __atomic_load_n(&s->gops, __ATOMIC_ACQUIRE);
-			int64_t pv = g && g->placement ? g->placement(s->gctx, NULL, NULL) : 0;
+			int64_t pv = g && g->placement ? g->placement(s->gctx, NULL) : 0;
 
 			if (nm > 0 && pv == __atomic_load_n(&r->pver, __ATOMIC_ACQUIRE) &&
 			    !dm_stale_clear(e, s->cfg->name, &st[i], &cleared) && cleared)
@@ -503,11 +503,10 @@ int bucket_mns(struct cn_s3 *s, const char *bucket, uint32_t *out)
 	uint64_t ret[DM_MAX_NODES / 64];
 
 	if (g && g->placement) {
-		int64_t v = g->placement(s->gctx, NULL, NULL);
+		int64_t v = g->placement(s->gctx, NULL);
 
 		if (v != __atomic_load_n(&r->pver, __ATOMIC_ACQUIRE)) {
-			int64_t rev = 0;
-			int64_t v2 = g->placement(s->gctx, ret, &rev);
+			int64_t v2 = g->placement(s->gctx, ret);
 
 			/* A new placement moves buckets only once the stale marks of the
 			 * replicas it adds (put before it was published) are known here. */
