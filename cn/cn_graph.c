@@ -197,7 +197,9 @@ static void *ins_main(void *arg)
 			int err = rc < 0 ? rc : st.err ? st.err : -EIO;
 			int zero = 0;
 
-			atomic_compare_exchange_strong(&j->err, &zero, err);
+			if (atomic_compare_exchange_strong(&j->err, &zero, err))
+				dm_warn("cn%u: graph %u: an online insert failed: %s%s%s", cn->node->id,
+					j->graph, strerror(-err), st.err_at[0] ? ": " : "", st.err_at);
 			break;
 		}
 	}

@@ -242,6 +242,15 @@ static void cn_metrics(void *arg, FILE *out)
 				atomic_load(&cn->hcatchups), id, atomic_load(&cn->hcatchup_records),
 				id, atomic_load(&cn->hcatchup_errors));
 		}
+		fprintf(out, "# HELP dmann_cn_id_ranges_total Ranges of online insert ids taken "
+			     "from the cluster state.\n"
+			     "# TYPE dmann_cn_id_ranges_total counter\n"
+			     "dmann_cn_id_ranges_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_id_range_errors_total Ranges of ids that could not be "
+			     "taken (etcd unreachable): those inserts failed.\n"
+			     "# TYPE dmann_cn_id_range_errors_total counter\n"
+			     "dmann_cn_id_range_errors_total{node=\"%u\"} %lu\n",
+			id, atomic_load(&cn->id_ranges), id, atomic_load(&cn->id_range_errors));
 		down = 0;
 		for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
 			down += atomic_load(&cn->state_down[m]);
@@ -475,6 +484,7 @@ int main(int argc, char **argv)
 		goto out_close_x;
 	}
 	cn_hcatchup_init(&cn);   /* stale graph replicas: before any memory node rejoins */
+	cn_ids_init(&cn);        /* online insert ids: ranges from the cluster state */
 	rc = cn_refresh(&cn, true);
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
@@ -627,6 +637,7 @@ out_free_pool:
 		dm_cache_free(cn.cache);
 		dm_msgpool_free(cn.pool);
 		cn_hcatchup_fini(&cn);
+		cn_ids_fini(&cn);
 	}
 out_close_x:
 	if (!atomic_load(&cn.workers))

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "etcd_int.h"
+#include "idrange.h"
 
 static char dir[64] = "/dev/shm/dmann-etcd-XXXXXX", url[64];
 static pid_t etcd_pid;
@@ -607,4 +609,106 @@ Test(etcd_parse, malformed_answers)
 		free(out);
 		dm_buf_free(&b);
 	}
+}
+
+/* Id ranges (idrange.h): the first take seeds the key once; takers in parallel threads,
+ * each with its own handle, never get overlapping ranges; the last range stops at the
+ * capacity and the next take says -ENOSPC; a value that is not a number is refused. */
+#define IDR_THREADS 4
+#define IDR_TAKES 40
+
+struct idr_arg {
+	uint64_t lo[IDR_TAKES], hi[IDR_TAKES];
+	int n, seeds, err;
+};
+
+static int idr_seed(void *ctx, uint64_t *base)
+{
+	((struct idr_arg *)ctx)->seeds++;
+	*base = 1000;
+	return 0;
+}
+
+static void *idr_main(void *p)
+{
+	struct idr_arg *a = p;
+	struct dm_etcd *e = dm_etcd_open(url, 5000);
+
+	for (int i = 0; e && i < IDR_TAKES; i++) {
+		int rc = dm_idrange_take(e, "t", 3, 7, 16, 1000 + 16 * 150 + 5, idr_seed, a,
+					 &a->lo[a->n], &a->hi[a->n]);
+
+		if (rc == -ENOSPC)
+			break;
+		if (rc) {
+			a->err = rc;
+			break;
+		}
+		a->n++;
+	}
+	dm_etcd_close(e);
+	return NULL;
+}
+
+static int u64_cmp(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+Test(etcd, id_ranges)
+{
+	struct idr_arg a[IDR_THREADS] = { 0 };
+	pthread_t t[IDR_THREADS];
+	uint64_t los[IDR_THREADS * IDR_TAKES], next, lo, hi, total = 0;
+	int n = 0, seeds = 0;
+
+	for (int i = 0; i < IDR_THREADS; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, idr_main, &a[i]), 0);
+	for (int i = 0; i < IDR_THREADS; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(a[i].err, 0, "taker %d: %s", i, strerror(-a[i].err));
+		seeds += a[i].seeds;
+		for (int k = 0; k < a[i].n; k++) {
+			cr_assert_gt(a[i].hi[k], a[i].lo[k]);
+			cr_assert_leq(a[i].hi[k] - a[i].lo[k], 16);
+			total += a[i].hi[k] - a[i].lo[k];
+			los[n++] = a[i].lo[k] << 8 | (a[i].hi[k] - a[i].lo[k]);
+		}
+	}
+	cr_assert_geq(seeds, 1, "the first take seeds the key");
+	/* 150 full ranges and one of 5 between 1000 and the capacity, back to back */
+	cr_assert_eq(n, 151, "%d ranges", n);
+	cr_assert_eq(total, 16 * 150 + 5);
+	qsort(los, (size_t)n, sizeof(los[0]), u64_cmp);
+	for (int i = 0, at = 1000; i < n; i++) {
+		cr_assert_eq(los[i] >> 8, (uint64_t)at, "range %d starts at %llu, not %d", i,
+			     (unsigned long long)(los[i] >> 8), at);
+		at += (int)(los[i] & 0xff);
+	}
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, &next), 0);
+	cr_assert_eq(next, 1000 + 16 * 150 + 5);
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 7, 16, next, idr_seed, &a[0], &lo, &hi), -ENOSPC);
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 8, &next), -ENOENT);
+	/* a value that is not a number: refused, never taken over */
+	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/9", "12x", 3, 0, NULL), 0);
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 16, 100000, idr_seed, &a[0], &lo, &hi), -EBADMSG);
+}
+
+Test(etcd_parse, id_range_values)
+{
+	uint64_t v;
+
+	cr_assert_eq(dm_idrange_parse("0", 1, &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(dm_idrange_parse("18446744073709551615", 20, &v), -EBADMSG);
+	cr_assert_eq(dm_idrange_parse("9223372036854775808", 19, &v), 0);
+	cr_assert_eq(v, UINT64_C(1) << 63);
+	cr_assert_eq(dm_idrange_parse("9223372036854775809", 19, &v), -EBADMSG);
+	cr_assert_eq(dm_idrange_parse("", 0, &v), -EBADMSG);
+	cr_assert_eq(dm_idrange_parse("-1", 2, &v), -EBADMSG);
+	cr_assert_eq(dm_idrange_parse(" 1", 2, &v), -EBADMSG);
+	cr_assert_eq(dm_idrange_parse("1 ", 2, &v), -EBADMSG);
+	cr_assert_eq(dm_idrange_parse("123456789012345678901", 21, &v), -EBADMSG);
 }

@@ -324,17 +324,34 @@ static double inserts_under_queries(bool full_index_check)
 			"%s/ids-c.ibin --conns 1 >%s/insert-c.out 2>&1", dmann, dir, dir, dir, dir),
 		     1, "an insert into a full index must fail");
 	cr_assert_eq(sh("grep -q 'No space left' %s/insert-c.out", dir), 0);
-	ids = read_file("ids-c.ibin");
+	/* ids of the spare room that no row of the first inserts has */
+	struct dm_vecs first = read_file("ids.ibin");
+	uint8_t *taken = calloc((size_t)SPARE, 1);
 	uint64_t got = 0;
 
+	cr_assert_not_null(taken);
+	for (uint64_t i = 0; i < first.n; i++) {
+		int32_t id = ((int32_t *)first.data)[i];
+
+		cr_assert(id >= NB && id < NB + SPARE);
+		taken[id - NB] = 1;
+	}
+	ids = read_file("ids-c.ibin");
 	for (uint64_t i = 0; i < ids.n; i++) {
 		int32_t id = ((int32_t *)ids.data)[i];
 
-		cr_assert(id == -1 || (id >= NB + NI && id < NB + SPARE), "row %llu: id %d",
-			  (unsigned long long)i, id);
+		cr_assert(id == -1 || (id >= NB && id < NB + SPARE && !taken[id - NB]),
+			  "row %llu: id %d", (unsigned long long)i, id);
+		if (id != -1)
+			taken[id - NB] = 1;
 		got += id != -1;
 	}
-	cr_assert_eq(got, SPARE - NI, "%llu rows fit the spare room", (unsigned long long)got);
+	free(taken);
+	dm_vecs_free(&first);
+	/* With a cluster state the ids come in ranges of 128 per compute node
+	 * (cn/engine/cn_ids.c): the other compute node's unused range is room lost. */
+	cr_assert(got <= (uint64_t)(SPARE - NI) && got + 127 * (ncn - 1) >= (uint64_t)(SPARE - NI),
+		  "%llu rows fit the spare room of %d", (unsigned long long)got, SPARE - NI);
 	dm_vecs_free(&ids);
 	return recall;
 }

@@ -20,6 +20,8 @@
 #include "cluster.h"
 #if DM_HAVE_ETCD
 #include "cstate.h"
+#include "etcd.h"
+#include "idrange.h"
 #endif
 #include "dgen.h"
 #include "dindex.h"
@@ -333,6 +335,26 @@ static int graph_check(int argc, char **argv)
 		goto out_s;
 	}
 	rc = dindex_read_ctr(s, d, &next);
+#if DM_HAVE_ETCD
+	/* With a cluster state the ids are handed out in ranges from etcd (idrange.h): the
+	 * first id no range has; the counter object counts the inserts from before. */
+	if (cfg->etcd[0] && d->cap > d->n) {
+		struct dm_etcd *e = dm_etcd_open(cfg->etcd, 5000);
+		uint64_t rnext = 0;
+		int r = e ? dm_idrange_read(e, cfg->name, (uint32_t)graph, d->gen, &rnext) : -errno;
+
+		if (r && r != -ENOENT) {
+			fprintf(stderr, "dmann graph check: the id ranges in etcd: %s\n",
+				e ? dm_etcd_errmsg(e) : strerror(-r));
+			dm_etcd_close(e);
+			goto out_d;
+		}
+		dm_etcd_close(e);
+		if (!r && rc)
+			next = 0, rc = 0;   /* the counter's node is down: the ranges say enough */
+		next = DM_MAX(next, rnext);
+	}
+#endif
 	if (rc) {
 		fprintf(stderr, "dmann graph check: the id counter: %s\n", strerror(-rc));
 		goto out_d;

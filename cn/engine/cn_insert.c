@@ -6,6 +6,8 @@
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -66,6 +68,11 @@ struct cn_insert {
 };
 
 static void conn_failed(struct cn_insert *e, uint32_t m);
+
+/* rc, with where it happened noted in the batch's stats (the innermost place only: the
+ * callers that pass the error on keep the first reason). */
+static int fail_at(struct cn_insert *e, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 struct cn_insert *cn_insert_new(struct cn *cn)
 {
@@ -220,6 +227,18 @@ static void conn_failed(struct cn_insert *e, uint32_t m)
 	e->mc[m] = NULL;
 }
 
+static int fail_at(struct cn_insert *e, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!e->st || e->st->err_at[0])
+		return rc;
+	va_start(ap, fmt);
+	vsnprintf(e->st->err_at, sizeof(e->st->err_at), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 /* Wait for the completions of wr_ids first .. last on connection m (any order). */
 static int wait_range(struct cn_insert *e, uint32_t m, uint64_t first, uint64_t last)
 {
@@ -232,7 +251,7 @@ static int wait_range(struct cn_insert *e, uint32_t m, uint64_t first, uint64_t 
 
 		if (n <= 0) {
 			conn_failed(e, m);
-			return n < 0 ? n : -ETIMEDOUT;
+			return fail_at(e, n < 0 ? n : -ETIMEDOUT, "completion from memory node %u", m);
 		}
 		if (wc.wr_id < first || wc.wr_id > last)
 			continue;   /* a late completion of an abandoned operation */
@@ -240,8 +259,10 @@ static int wait_range(struct cn_insert *e, uint32_t m, uint64_t first, uint64_t 
 			err = wc.status;
 		need--;
 	}
-	if (err)
+	if (err) {
 		conn_failed(e, m);
+		fail_at(e, err, "a READ/WRITE on memory node %u", m);
+	}
 	return err;
 }
 
@@ -330,11 +351,11 @@ static int rw_piece(struct cn_insert *e, bool write, uint32_t m, void *local, ui
 	int rc;
 
 	if (!c)
-		return -EHOSTUNREACH;
+		return fail_at(e, -EHOSTUNREACH, "no connection to memory node %u", m);
 	rc = write ? dm_conn_write_batch(c, &w, 1) : dm_conn_read_batch(c, &w, 1);
 	if (rc) {
 		conn_failed(e, m);
-		return rc;
+		return fail_at(e, rc, "posting a %s to memory node %u", write ? "WRITE" : "READ", m);
 	}
 	return wait_range(e, m, w.wr_id, w.wr_id);
 }
@@ -349,7 +370,7 @@ static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote,
 	int rc;
 
 	if (!c)
-		return -EHOSTUNREACH;
+		return fail_at(e, -EHOSTUNREACH, "no connection to memory node %u (atomic)", m);
 	dirty_add(e, m, remote, 8);
 	if (e->mn_atomics) {
 		struct dm_wire_ctl_atomic a = { .addr = remote, .compare = expect, .value = desired,
@@ -498,7 +519,7 @@ static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_
 			rc = -EAGAIN;
 		}
 	}
-	return rc;
+	return rc == -EHOSTUNREACH ? fail_at(e, rc, "record %u: no replica up to read", id) : rc;
 }
 
 /* ---- kept vectors of one insert's search ----------------------------------------------- */
@@ -779,7 +800,7 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 		for (j0 = 0; j0 < d->nrep && !replica_r(e, nb, j0, &pm, &paddr, &prk); j0++)
 			;
 		if (j0 == d->nrep)
-			return -EHOSTUNREACH;
+			return fail_at(e, -EHOSTUNREACH, "record %u: no replica up to lock", nb);
 		rc = rw(e, false, pm, e->rec, paddr, prk, d->rec_size);
 		e->st->reads++;
 		if (rc)
@@ -920,11 +941,35 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 
 /* ---- one insert ------------------------------------------------------------------------ */
 
+/* FAA of add on the id counter object: its value before, in *old. */
+static int ctr_faa(struct cn_insert *e, uint64_t add, uint64_t *old)
+{
+	const struct dindex *d = e->d;
+
+	if (!d->ctr_addr || cn_mn_is_down(e->cn, d->ctr_mn))
+		return fail_at(e, -EHOSTUNREACH, "the id counter's memory node %u %s", d->ctr_mn,
+			       d->ctr_addr ? "is down" : "has no address for it");
+	return atomic_op(e, true, d->ctr_mn, d->ctr_addr, e->cn->mns->link[d->ctr_mn].info.rkey,
+			 0, add, old);
+}
+
+/* The first id of a generation's ranges (cn_ids_next): where the id counter object is (a
+ * graph that took inserts before the cluster had a state), at least the imported rows. */
+static int ctr_value(void *ctx, uint64_t *base)
+{
+	struct cn_insert *e = ctx;
+	uint64_t v = 0;
+	int rc = ctr_faa(e, 0, &v);
+
+	*base = DM_MAX(v, (uint64_t)e->d->n);
+	return rc;
+}
+
 static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t *out_id)
 {
 	const struct dindex *d = e->d;
 	hnsw_kernel_fn kern = hnsw_kernel_for(d->p.metric);
-	uint32_t M = d->p.M, dim = d->p.dim, vdim = d->vdim, nw = 0, ns, ctr_rkey;
+	uint32_t M = d->p.M, dim = d->p.dim, vdim = d->vdim, nw = 0, ns;
 	uint64_t id;
 	int rc, nh;
 
@@ -940,13 +985,17 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 	else
 		memcpy(e->xr, e->xbuf, (size_t)dim * sizeof(float));
 
-	/* 1. the id */
-	if (!d->ctr_addr || cn_mn_is_down(e->cn, d->ctr_mn))
-		return -EHOSTUNREACH;
-	ctr_rkey = e->cn->mns->link[d->ctr_mn].info.rkey;
-	rc = atomic_op(e, true, d->ctr_mn, d->ctr_addr, ctr_rkey, 0, 1, &id);
-	if (rc)
-		return rc;
+	/* 1. the id: from this compute node's range of the cluster state, or one FAA on the
+	 * id counter object */
+	if (cn_ids_on(e->cn)) {
+		rc = cn_ids_next(e->cn, d->graph, d->gen, d->cap, ctr_value, e, &id);
+		if (rc)
+			return rc == -ENOSPC ? rc : fail_at(e, rc, "a range of ids from etcd");
+	} else {
+		rc = ctr_faa(e, 1, &id);
+		if (rc)
+			return rc;
+	}
 	if (id >= d->cap)
 		return -ENOSPC;
 
@@ -1001,7 +1050,8 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 			write_missed(e, (uint32_t)id, j);
 	}
 	if (!written)
-		return -EHOSTUNREACH;
+		return fail_at(e, -EHOSTUNREACH, "record %llu: no replica took it",
+			       (unsigned long long)id);
 
 	/* 5. back-links, nearest first */
 	float xcopy[vdim];
@@ -1081,6 +1131,7 @@ int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs
 	e->src.get = stage_get;
 	e->src.ctx = e;
 	for (i = 0; i < n; i++) {
+		st->err_at[0] = 0;
 		rc = insert_one(e, vecs + (size_t)i * dim, ef, &ids[i]);
 		if (rc) {
 			st->err = rc;

@@ -56,6 +56,7 @@ struct cn_insert_stats {
 	uint64_t forced;    /* new nodes no neighbour linked to: linked from the nearest by force */
 	uint64_t kept;      /* neighbours a back-link pushed out, linked from the new node */
 	int err;            /* what stopped a batch early (0: all inserted) */
+	char err_at[96];    /* where it did, for the logs ("" when not known) */
 };
 
 /* An engine for compute node cn (its transport and cluster file). NULL + errno. */

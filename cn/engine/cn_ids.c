@@ -1,0 +1,92 @@
+/* cn_ids.c: node ids of online inserts handed out from ranges of the cluster state
+ * (common/etcd/idrange.h), on the compute node.
+ *
+ * With [cluster] etcd, a compute node takes CN_IDS_RANGE ids of a graph generation at a
+ * time with one guarded put, and hands them out to its insert threads one by one. Ids then
+ * need only etcd: the id counter object (one object on one memory node, that FAAs were
+ * taken from) made every online insert fail while its node was down, and a node that
+ * restarted from an older snapshot would have handed ids out again. The room a compute
+ * node's unused range holds when it dies (or the generation changes) is lost: at most
+ * CN_IDS_RANGE - 1 ids per such event. The first range of a generation starts where the
+ * counter object is (seed), for a graph that took inserts before the cluster had a state. */
+#include "cn.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+
+#if DM_HAVE_ETCD
+#include "etcd.h"
+#include "idrange.h"
+
+#define CN_IDS_RANGE 128
+
+void cn_ids_init(struct cn *cn)
+{
+	pthread_mutex_init(&cn->ids_mu, NULL);
+	if (!cn->cfg->etcd[0])
+		return;
+	cn->ids_etcd = dm_etcd_open(cn->cfg->etcd, 2000);
+	if (!cn->ids_etcd)
+		dm_warn("cn%u: online insert ids come from the id counter objects (%s)",
+			cn->node->id, strerror(errno));
+}
+
+void cn_ids_fini(struct cn *cn)
+{
+	dm_etcd_close(cn->ids_etcd);
+	cn->ids_etcd = NULL;
+	pthread_mutex_destroy(&cn->ids_mu);
+}
+
+int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t cap, cn_ids_seed_fn seed,
+		void *ctx, uint64_t *id)
+{
+	int rc = 0;
+
+	if (g >= DM_MAX_GRAPHS || !cn->ids_etcd)
+		return -EINVAL;
+	pthread_mutex_lock(&cn->ids_mu);
+	if (cn->ids[g].gen != gen || cn->ids[g].lo >= cn->ids[g].hi) {
+		uint64_t lo, hi;
+
+		rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, CN_IDS_RANGE, cap, seed,
+				     ctx, &lo, &hi);
+		if (!rc) {
+			cn->ids[g].gen = gen;
+			cn->ids[g].lo = lo;
+			cn->ids[g].hi = hi;
+			atomic_fetch_add(&cn->id_ranges, 1);
+		} else if (rc != -ENOSPC) {
+			atomic_fetch_add(&cn->id_range_errors, 1);
+			bool etcd = rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EIO;
+
+			dm_warn("cn%u: graph %u: no range of ids from the cluster state: %s%s%s%s",
+				cn->node->id, g, strerror(-rc), etcd ? " (" : "",
+				etcd ? dm_etcd_errmsg(cn->ids_etcd) : "", etcd ? ")" : "");
+		}
+	}
+	if (!rc)
+		*id = cn->ids[g].lo++;
+	pthread_mutex_unlock(&cn->ids_mu);
+	return rc;
+}
+#else
+void cn_ids_init(struct cn *cn)
+{
+	pthread_mutex_init(&cn->ids_mu, NULL);
+}
+
+void cn_ids_fini(struct cn *cn)
+{
+	pthread_mutex_destroy(&cn->ids_mu);
+}
+
+int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t cap, cn_ids_seed_fn seed,
+		void *ctx, uint64_t *id)
+{
+	(void)cn, (void)g, (void)gen, (void)cap, (void)seed, (void)ctx, (void)id;
+	return -ENOSYS;
+}
+#endif
