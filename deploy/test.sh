@@ -1,7 +1,7 @@
 #!/bin/bash
 # test.sh: build dmann and run its whole test suite, as CI does:
-#   1. a -Werror build and the fast, graph (the SDK on the graph path at 50,000 rows), demo
-#      and rxe (soft-RoCE VM) suites;
+#   1. a -Werror build and the fast, graph (the SDK on the graph path at 50,000 rows), chaos
+#      (issue 14's chaos test, 2 minutes of kills), demo and rxe (soft-RoCE VM) suites;
 #   2. an ASan + UBSan build and its fast and cluster suites (the cluster suite runs once,
 #      under the sanitizers, to keep CI within its hour; the plain build's cluster programs
 #      still run in the soft-RoCE VM and in the demo);
@@ -64,14 +64,14 @@ print("slowest: " + ", ".join("%s %.0f s" % (r["name"], r["duration"]) for r in 
 EOF
 }
 
-step "build (-Werror) and run suites fast and graph"
+step "build (-Werror) and run suites fast, graph and chaos"
 if setup build-test; then
 	# The AWS SDK tests need the npm modules pinned in tests/s3sdk/package-lock.json
 	# (suite graph here, the SDK suites of the ASan build below). A failed npm ci is a
 	# failure (the SDK suites then fail too, each with the reason).
 	ninja -C build-test s3sdk-deps >build-test.npm.log 2>&1 ||
 		{ tail -20 build-test.npm.log; echo "test.sh: FAIL: npm ci of the AWS SDK modules failed"; FAIL=$((FAIL + 1)); }
-	run build-test --suite fast --suite graph
+	run build-test --suite fast --suite graph --suite chaos
 	step "the README's main command: dmann demo"
 	run build-test --suite demo
 	if [[ $SKIP == *" rxe "* ]]; then echo "test.sh: step rxe skipped (DMANN_TEST_SKIP)"; SKIPPED=$((SKIPPED + 1)); fi

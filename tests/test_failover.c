@@ -1,7 +1,7 @@
 /* test_failover.c: read failover (cluster suite). A local cluster of 3 memory nodes and 2
  * compute nodes (tcp, loopback) with an HNSW index:
  *   - redundancy 2: a memory node SIGKILLed in the middle of a stream of 30,000 queries
- *     (DMANN_FAILOVER_STREAM; 12,000 in the sanitizer build)
+ *     (DMANN_FAILOVER_STREAM; 8,000 in the sanitizer build)
  *     through both compute nodes fails none of them and changes no answer (every one is
  *     the local search's ids); restarted, it is marked up again by both compute nodes and
  *     read from; with the cache off and at 10%;

@@ -154,7 +154,7 @@ Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 	struct dm_vecs a = { 0 }, b = { 0 };
 	char err[256], p[256];
 	/* Queries in the stream: 100,000, or DMANN_ROUTER_STREAM (a multiple of 1,000; the
-	 * sanitizer build's suite runs 40,000). */
+	 * sanitizer build's suite runs 25,000). */
 	const char *e = getenv("DMANN_ROUTER_STREAM");
 	const unsigned stream = e ? (unsigned)atoi(e) : 100000;
 

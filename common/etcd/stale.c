@@ -17,7 +17,9 @@
 #include "etcd.h"
 
 #define STALE_TIMEOUT_MS 2000
-#define STALE_POLL_MS 250
+/* A poll returns with the first events; 250 ms timed out on a loaded 2-core machine before
+ * etcd had answered at all (logged as unreachable). */
+#define STALE_POLL_MS 1000
 
 static bool name_ok(const char *b)
 {

@@ -5,11 +5,13 @@
  * revision order, positive lease ids). The strict base64 decoder and the up-set and
  * placement parsers (cstate.h) run on the raw input. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cstate.h"
 #include "etcd_int.h"
+#include "idrange.h"
 #include "stale.h"
 
 static void check_kv(const struct dm_etcd_kv *kv)
@@ -72,6 +74,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!memchr(rest, 0, size) &&
 			    dm_stale_parse(rest, "{\"bucket\":\"b\",\"mn\":1,\"since\":1,\"by\":\"cn0\","
 					   "\"seq\":2}", 50, &st) == 0 && strcmp(rest, "b/1"))
+				abort();
+		}
+	}
+	{
+		/* An id range value (idrange.h): what it accepts is digits only, at most 2^63,
+		 * and prints back no longer (leading zeros are accepted). */
+		uint64_t v;
+		char t[24];
+
+		if (dm_idrange_parse(data, size, &v) == 0) {
+			if (v > UINT64_C(1) << 63 || size > 20)
+				abort();
+			for (size_t i = 0; i < size; i++)
+				if (data[i] < '0' || data[i] > '9')
+					abort();
+			snprintf(t, sizeof(t), "%llu", (unsigned long long)v);
+			if (strlen(t) > size)
 				abort();
 		}
 	}
