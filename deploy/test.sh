@@ -2,9 +2,9 @@
 # test.sh: build dmann and run its whole test suite, as CI does:
 #   1. a -Werror build and the fast, graph (the SDK on the graph path at 50,000 rows), chaos
 #      (issue 14's chaos test, 2 minutes of kills), demo and rxe (soft-RoCE VM) suites;
-#   2. an ASan + UBSan build and its fast and cluster suites (the cluster suite runs once,
-#      under the sanitizers, to keep CI within its hour; the plain build's cluster programs
-#      still run in the soft-RoCE VM and in the demo);
+#   2. an ASan + UBSan build and its fast, cluster and chaos (40 s of kills) suites (the
+#      cluster suite runs once, under the sanitizers, to keep CI within its hour; the plain
+#      build's cluster programs still run in the soft-RoCE VM and in the demo);
 #   3. the libFuzzer targets (clang), each for its time budget.
 # Ends with one line "N passed, N failed[, N skipped]" summed from meson's counts, and exits
 # non-zero when anything failed. Needs the packages of deploy/install-deps.sh.
@@ -95,13 +95,13 @@ skip_step() { echo "test.sh: step $1 skipped (DMANN_TEST_SKIP)"; SKIPPED=$((SKIP
 
 if [[ $SKIP == *" asan "* ]]; then skip_step asan; fi
 if [[ $SKIP != *" asan "* ]]; then
-	step "ASan + UBSan build, suites fast and cluster"
+	step "ASan + UBSan build, suites fast, cluster and chaos"
 	if setup build-asan -Dsanitizers=true; then
 		# The AWS SDK tests need the npm modules pinned in tests/s3sdk/package-lock.json.
 		# A failed npm ci is a failure (the SDK suites then fail too, each with the reason).
 		ninja -C build-asan s3sdk-deps >build-asan.npm.log 2>&1 ||
 			{ tail -20 build-asan.npm.log; echo "test.sh: FAIL: npm ci of the AWS SDK modules failed"; FAIL=$((FAIL + 1)); }
-		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run build-asan --suite fast --suite cluster
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run build-asan --suite fast --suite cluster --suite chaos
 	fi
 fi
 
