@@ -613,7 +613,8 @@ Test(etcd_parse, malformed_answers)
 
 /* Id ranges (idrange.h): the first take seeds the key once; takers in parallel threads,
  * each with its own handle, never get overlapping ranges; the last range stops at the
- * capacity and the next take says -ENOSPC; a value that is not a number is refused. */
+ * capacity and the next take says -ENOSPC; another load tag is another key; no id below
+ * first; a value that is not a number is refused. */
 #define IDR_THREADS 4
 #define IDR_TAKES 40
 
@@ -635,8 +636,8 @@ static void *idr_main(void *p)
 	struct dm_etcd *e = dm_etcd_open(url, 5000);
 
 	for (int i = 0; e && i < IDR_TAKES; i++) {
-		int rc = dm_idrange_take(e, "t", 3, 7, 16, 1000 + 16 * 150 + 5, idr_seed, a,
-					 &a->lo[a->n], &a->hi[a->n]);
+		int rc = dm_idrange_take(e, "t", 3, 7, 0xabc, 500, 16, 1000 + 16 * 150 + 5,
+					 idr_seed, a, &a->lo[a->n], &a->hi[a->n]);
 
 		if (rc == -ENOSPC)
 			break;
@@ -687,13 +688,23 @@ Test(etcd, id_ranges)
 			     (unsigned long long)(los[i] >> 8), at);
 		at += (int)(los[i] & 0xff);
 	}
-	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, &next), 0);
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, 0xabc, &next), 0);
 	cr_assert_eq(next, 1000 + 16 * 150 + 5);
-	cr_assert_eq(dm_idrange_take(E, "t", 3, 7, 16, next, idr_seed, &a[0], &lo, &hi), -ENOSPC);
-	cr_assert_eq(dm_idrange_read(E, "t", 3, 8, &next), -ENOENT);
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 7, 0xabc, 500, 16, next, idr_seed, &a[0], &lo,
+				     &hi), -ENOSPC);
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 8, 0xabc, &next), -ENOENT);
+	/* another load of the same graph and generation number: its own key */
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, 0xabd, &next), -ENOENT);
+	/* ids below first are never handed out, whatever the key says */
+	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/10/0000000000000001", "5", 1, 0, NULL), 0);
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 10, 1, 2000, 16, 100000, idr_seed, &a[0], &lo,
+				     &hi), 0);
+	cr_assert(lo == 2000 && hi == 2016, "[%llu, %llu)", (unsigned long long)lo,
+		  (unsigned long long)hi);
 	/* a value that is not a number: refused, never taken over */
-	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/9", "12x", 3, 0, NULL), 0);
-	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 16, 100000, idr_seed, &a[0], &lo, &hi), -EBADMSG);
+	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/9/0000000000000001", "12x", 3, 0, NULL), 0);
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 1, 0, 16, 100000, idr_seed, &a[0], &lo, &hi),
+		     -EBADMSG);
 }
 
 Test(etcd_parse, id_range_values)

@@ -341,7 +341,8 @@ static int graph_check(int argc, char **argv)
 	if (cfg->etcd[0] && d->cap > d->n) {
 		struct dm_etcd *e = dm_etcd_open(cfg->etcd, 5000);
 		uint64_t rnext = 0;
-		int r = e ? dm_idrange_read(e, cfg->name, (uint32_t)graph, d->gen, &rnext) : -errno;
+		int r = e ? dm_idrange_read(e, cfg->name, (uint32_t)graph, d->gen,
+						  dindex_ids_tag(d), &rnext) : -errno;
 
 		if (r && r != -ENOENT) {
 			fprintf(stderr, "dmann graph check: the id ranges in etcd: %s\n",

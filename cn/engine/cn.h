@@ -96,7 +96,7 @@ struct cn {
 	 * (common/etcd/idrange.h), the one in use per graph under ids_mu. */
 	void *ids_etcd;                   /* struct dm_etcd, NULL: the id counter object */
 	pthread_mutex_t ids_mu;
-	struct { uint64_t gen, lo, hi; } ids[DM_MAX_GRAPHS];
+	struct { uint64_t gen, tag, lo, hi; } ids[DM_MAX_GRAPHS];
 	atomic_ulong id_ranges, id_range_errors;
 	/* online inserts (cn_insert.h): rows, back-links made and dropped, lock retries */
 	atomic_ulong inserts, insert_links, insert_links_dropped, insert_lock_retries;
@@ -151,7 +151,8 @@ void cn_hcatchup_round(struct cn *cn);
 /* Ids of online inserts (cn_ids.c). With [cluster] etcd they come in ranges from the
  * cluster state, so inserts need no memory node in particular (the id counter object is
  * one object on one node); without it the engine FAAs that counter. init/fini once;
- * cn_ids_on tells which. cn_ids_next: the next id of graph g's generation gen below cap:
+ * cn_ids_on tells which. cn_ids_next: the next id of graph g's generation gen (load tag:
+ * dindex_ids_tag) at or above first (the imported rows) and below cap:
  * 0, -ENOSPC (full), or -errno (etcd's, or seed's when the generation has no range yet:
  * seed gives its first id). Thread-safe (ids_mu; a range is taken under it). */
 typedef int (*cn_ids_seed_fn)(void *ctx, uint64_t *base);
@@ -161,8 +162,8 @@ static inline bool cn_ids_on(const struct cn *cn)
 {
 	return cn->ids_etcd != NULL;
 }
-int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t cap, cn_ids_seed_fn seed,
-		void *ctx, uint64_t *id);
+int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
+		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id);
 /* The up-set callback (cn_state.c; arg: the struct cn), run by the cluster-state watch
  * (dm_upwatch_start) for every new version. */
 struct dm_upset;

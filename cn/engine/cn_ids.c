@@ -40,21 +40,22 @@ void cn_ids_fini(struct cn *cn)
 	pthread_mutex_destroy(&cn->ids_mu);
 }
 
-int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t cap, cn_ids_seed_fn seed,
-		void *ctx, uint64_t *id)
+int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
+		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id)
 {
 	int rc = 0;
 
 	if (g >= DM_MAX_GRAPHS || !cn->ids_etcd)
 		return -EINVAL;
 	pthread_mutex_lock(&cn->ids_mu);
-	if (cn->ids[g].gen != gen || cn->ids[g].lo >= cn->ids[g].hi) {
+	if (cn->ids[g].gen != gen || cn->ids[g].tag != tag || cn->ids[g].lo >= cn->ids[g].hi) {
 		uint64_t lo, hi;
 
-		rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, CN_IDS_RANGE, cap, seed,
-				     ctx, &lo, &hi);
+		rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, tag, first, CN_IDS_RANGE,
+				     cap, seed, ctx, &lo, &hi);
 		if (!rc) {
 			cn->ids[g].gen = gen;
+			cn->ids[g].tag = tag;
 			cn->ids[g].lo = lo;
 			cn->ids[g].hi = hi;
 			atomic_fetch_add(&cn->id_ranges, 1);
@@ -83,10 +84,11 @@ void cn_ids_fini(struct cn *cn)
 	pthread_mutex_destroy(&cn->ids_mu);
 }
 
-int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t cap, cn_ids_seed_fn seed,
-		void *ctx, uint64_t *id)
+int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
+		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id)
 {
-	(void)cn, (void)g, (void)gen, (void)cap, (void)seed, (void)ctx, (void)id;
+	(void)cn, (void)g, (void)gen, (void)tag, (void)first, (void)cap, (void)seed, (void)ctx;
+	(void)id;
 	return -ENOSYS;
 }
 #endif

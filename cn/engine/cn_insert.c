@@ -988,7 +988,8 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 	/* 1. the id: from this compute node's range of the cluster state, or one FAA on the
 	 * id counter object */
 	if (cn_ids_on(e->cn)) {
-		rc = cn_ids_next(e->cn, d->graph, d->gen, d->cap, ctr_value, e, &id);
+		rc = cn_ids_next(e->cn, d->graph, d->gen, dindex_ids_tag(d), d->n, d->cap,
+				 ctr_value, e, &id);
 		if (rc)
 			return rc == -ENOSPC ? rc : fail_at(e, rc, "a range of ids from etcd");
 	} else {

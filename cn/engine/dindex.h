@@ -263,4 +263,12 @@ void dindex_src(const struct dindex *d, struct hnsw_src *src);
 /* The original vector (dim floats) of a record's stored one (rotated with codes). */
 void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out);
 
+/* What tells this load of the index from another of the same graph and generation number
+ * (a graph dropped and loaded again): its metadata's CRC, rows and capacity (the key of its
+ * id ranges in the cluster state, common/etcd/idrange.h). */
+static inline uint64_t dindex_ids_tag(const struct dindex *d)
+{
+	return (uint64_t)d->meta_crc << 32 ^ (uint64_t)d->n * 0x9e3779b97f4a7c15ull ^ d->cap;
+}
+
 #endif

@@ -11,9 +11,11 @@
 
 #define IDR_TRIES 32
 
-static void key_of(char *out, size_t cap, const char *cluster, uint32_t graph, uint64_t gen)
+static void key_of(char *out, size_t cap, const char *cluster, uint32_t graph, uint64_t gen,
+		   uint64_t tag)
 {
-	snprintf(out, cap, "/dmann/%s/ids/%u/%llu", cluster, graph, (unsigned long long)gen);
+	snprintf(out, cap, "/dmann/%s/ids/%u/%llu/%016llx", cluster, graph, (unsigned long long)gen,
+		 (unsigned long long)tag);
 }
 
 int dm_idrange_parse(const void *val, size_t len, uint64_t *next)
@@ -37,7 +39,7 @@ int dm_idrange_parse(const void *val, size_t len, uint64_t *next)
 }
 
 int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
-		    uint64_t *next)
+		    uint64_t tag, uint64_t *next)
 {
 	char key[256];
 	void *val = NULL;
@@ -46,7 +48,7 @@ int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 
 	if (!e || !cluster || !next)
 		return -EINVAL;
-	key_of(key, sizeof(key), cluster, graph, gen);
+	key_of(key, sizeof(key), cluster, graph, gen, tag);
 	rc = dm_etcd_get(e, key, &val, &len, NULL);
 	if (!rc)
 		rc = dm_idrange_parse(val, len, next);
@@ -55,14 +57,14 @@ int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 }
 
 int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
-		    uint64_t want, uint64_t cap, dm_idrange_seed_fn seed, void *ctx,
-		    uint64_t *lo, uint64_t *hi)
+		    uint64_t tag, uint64_t first, uint64_t want, uint64_t cap,
+		    dm_idrange_seed_fn seed, void *ctx, uint64_t *lo, uint64_t *hi)
 {
 	char key[256], v[24];
 
 	if (!e || !cluster || !want || !lo || !hi || cap > UINT64_C(1) << 62)
 		return -EINVAL;
-	key_of(key, sizeof(key), cluster, graph, gen);
+	key_of(key, sizeof(key), cluster, graph, gen, tag);
 	for (int t = 0; t < IDR_TRIES; t++) {
 		void *val = NULL;
 		size_t len = 0;
@@ -80,6 +82,7 @@ int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 		free(val);
 		if (rc)
 			return rc;
+		next = DM_MAX(next, first);
 		if (next >= cap)
 			return -ENOSPC;
 		n = DM_MIN(want, cap - next);
