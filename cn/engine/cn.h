@@ -94,7 +94,7 @@ struct cn {
 	atomic_ulong write_missed[DM_MAX_NODES];   /* record WRITEs node m missed (cn_insert) */
 	/* Ids of online inserts (cn_ids.c): with a cluster state, ranges taken from etcd
 	 * (common/etcd/idrange.h), the one in use per graph under ids_mu. */
-	void *ids_etcd;                   /* struct dm_etcd, NULL: the id counter object */
+	void *ids_etcd;                   /* struct dm_etcd (with [cluster] etcd) */
 	pthread_mutex_t ids_mu;
 	struct { uint64_t gen, tag, lo, hi; } ids[DM_MAX_GRAPHS];
 	atomic_ulong id_ranges, id_range_errors;
@@ -160,7 +160,7 @@ void cn_ids_init(struct cn *cn);
 void cn_ids_fini(struct cn *cn);
 static inline bool cn_ids_on(const struct cn *cn)
 {
-	return cn->ids_etcd != NULL;
+	return cn->cfg->etcd[0] != 0;   /* every compute node alike: never mixed with FAAs */
 }
 int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
 		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id);

@@ -28,8 +28,8 @@ void cn_ids_init(struct cn *cn)
 	if (!cn->cfg->etcd[0])
 		return;
 	cn->ids_etcd = dm_etcd_open(cn->cfg->etcd, 2000);
-	if (!cn->ids_etcd)
-		dm_warn("cn%u: online insert ids come from the id counter objects (%s)",
+	if (!cn->ids_etcd)   /* never the counter object instead: other nodes take ranges */
+		dm_warn("cn%u: no etcd handle for online insert ids (%s): online inserts fail",
 			cn->node->id, strerror(errno));
 }
 
@@ -45,8 +45,10 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 {
 	int rc = 0;
 
-	if (g >= DM_MAX_GRAPHS || !cn->ids_etcd)
+	if (g >= DM_MAX_GRAPHS)
 		return -EINVAL;
+	if (!cn->ids_etcd)
+		return -ENOTCONN;
 	pthread_mutex_lock(&cn->ids_mu);
 	if (cn->ids[g].gen != gen || cn->ids[g].tag != tag || cn->ids[g].lo >= cn->ids[g].hi) {
 		uint64_t lo, hi;
