@@ -13,6 +13,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 
@@ -21,13 +22,15 @@
 #include "idrange.h"
 
 #define CN_IDS_RANGE 128
+#define CN_IDS_TRIES 3
+#define CN_IDS_TIMEOUT_MS 5000
 
 void cn_ids_init(struct cn *cn)
 {
 	pthread_mutex_init(&cn->ids_mu, NULL);
 	if (!cn->cfg->etcd[0])
 		return;
-	cn->ids_etcd = dm_etcd_open(cn->cfg->etcd, 2000);
+	cn->ids_etcd = dm_etcd_open(cn->cfg->etcd, CN_IDS_TIMEOUT_MS);
 	if (!cn->ids_etcd)   /* never the counter object instead: other nodes take ranges */
 		dm_warn("cn%u: no etcd handle for online insert ids (%s): online inserts fail",
 			cn->node->id, strerror(errno));
@@ -53,8 +56,17 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 	if (cn->ids[g].gen != gen || cn->ids[g].tag != tag || cn->ids[g].lo >= cn->ids[g].hi) {
 		uint64_t lo, hi;
 
-		rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, tag, first, CN_IDS_RANGE,
-				     cap, seed, ctx, &lo, &hi);
+		/* a slow etcd (a loaded machine, an emulated VM) gets three tries of 5 s: a put
+		 * whose answer was lost may have taken a range nobody uses, never one twice */
+		for (int t = 0; t < CN_IDS_TRIES; t++) {
+			if (t)
+				usleep(200000u << t);
+			rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, tag, first,
+					     CN_IDS_RANGE, cap, seed, ctx, &lo, &hi);
+			if (rc != -ETIMEDOUT && rc != -ECONNREFUSED && rc != -EAGAIN &&
+			    rc != -EIO)
+				break;
+		}
 		if (!rc) {
 			cn->ids[g].gen = gen;
 			cn->ids[g].tag = tag;
