@@ -636,7 +636,7 @@ static void *idr_main(void *p)
 	struct dm_etcd *e = dm_etcd_open(url, 5000);
 
 	for (int i = 0; e && i < IDR_TAKES; i++) {
-		int rc = dm_idrange_take(e, "t", 3, 7, 0xabc, 500, 16, 1000 + 16 * 150 + 5,
+		int rc = dm_idrange_take(e, "t", 3, 7, 0xabc, 500, 16, 1, 1000 + 16 * 150 + 5,
 					 idr_seed, a, &a->lo[a->n], &a->hi[a->n]);
 
 		if (rc == -ENOSPC)
@@ -690,21 +690,34 @@ Test(etcd, id_ranges)
 	}
 	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, 0xabc, &next), 0);
 	cr_assert_eq(next, 1000 + 16 * 150 + 5);
-	cr_assert_eq(dm_idrange_take(E, "t", 3, 7, 0xabc, 500, 16, next, idr_seed, &a[0], &lo,
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 7, 0xabc, 500, 16, 1, next, idr_seed, &a[0], &lo,
 				     &hi), -ENOSPC);
 	cr_assert_eq(dm_idrange_read(E, "t", 3, 8, 0xabc, &next), -ENOENT);
 	/* another load of the same graph and generation number: its own key */
 	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, 0xabd, &next), -ENOENT);
 	/* ids below first are never handed out, whatever the key says */
 	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/10/0000000000000001", "5", 1, 0, NULL), 0);
-	cr_assert_eq(dm_idrange_take(E, "t", 3, 10, 1, 2000, 16, 100000, idr_seed, &a[0], &lo,
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 10, 1, 2000, 16, 1, 100000, idr_seed, &a[0], &lo,
 				     &hi), 0);
 	cr_assert(lo == 2000 && hi == 2016, "[%llu, %llu)", (unsigned long long)lo,
 		  (unsigned long long)hi);
+	/* near the capacity the ranges shrink: 1/4 of the room left, then one id at a time */
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 10, 1, 0, 16, 4, 2056, idr_seed, &a[0], &lo,
+				     &hi), 0);
+	cr_assert(lo == 2016 && hi == 2026, "[%llu, %llu)", (unsigned long long)lo,
+		  (unsigned long long)hi);
+	for (uint64_t want = 2026; want < 2056;) {
+		cr_assert_eq(dm_idrange_take(E, "t", 3, 10, 1, 0, 16, 4, 2056, idr_seed, &a[0],
+					     &lo, &hi), 0);
+		cr_assert(lo == want && hi > lo && hi - lo <= DM_MAX((2056 - lo) / 4, 1));
+		want = hi;
+	}
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 10, 1, 0, 16, 4, 2056, idr_seed, &a[0], &lo,
+				     &hi), -ENOSPC);
 	/* a value that is not a number: refused, never taken over */
 	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/9/0000000000000001", "12x", 3, 0, NULL), 0);
-	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 1, 0, 16, 100000, idr_seed, &a[0], &lo, &hi),
-		     -EBADMSG);
+	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 1, 0, 16, 1, 100000, idr_seed, &a[0], &lo,
+				     &hi), -EBADMSG);
 }
 
 Test(etcd_parse, id_range_values)

@@ -2,12 +2,14 @@
  * (common/etcd/idrange.h), on the compute node.
  *
  * With [cluster] etcd, a compute node takes CN_IDS_RANGE ids of a graph generation at a
- * time with one guarded put, and hands them out to its insert threads one by one. Ids then
+ * time (less near the capacity: at most 1/(2 x compute nodes) of the room left) with one
+ * guarded put, and hands them out to its insert threads one by one. Ids then
  * need only etcd: the id counter object (one object on one memory node, that FAAs were
  * taken from) made every online insert fail while its node was down, and a node that
  * restarted from an older snapshot would have handed ids out again. The room a compute
  * node's unused range holds when it dies (or the generation changes) is lost: at most
- * CN_IDS_RANGE - 1 ids per such event. The first range of a generation starts where the
+ * CN_IDS_RANGE - 1 ids per such event; near the capacity the ranges shrink, so that the
+ * other compute nodes' unused ranges hold little of the room left. The first range of a generation starts where the
  * counter object is (seed), for a graph that took inserts before the cluster had a state. */
 #include "cn.h"
 
@@ -62,7 +64,8 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 			if (t)
 				usleep(200000u << t);
 			rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, tag, first,
-					     CN_IDS_RANGE, cap, seed, ctx, &lo, &hi);
+					     CN_IDS_RANGE, 2 * DM_MAX(cn->cfg->n_cn, 1u), cap,
+					     seed, ctx, &lo, &hi);
 			if (rc != -ETIMEDOUT && rc != -ECONNREFUSED && rc != -EAGAIN &&
 			    rc != -EIO)
 				break;

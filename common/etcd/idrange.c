@@ -57,12 +57,12 @@ int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 }
 
 int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
-		    uint64_t tag, uint64_t first, uint64_t want, uint64_t cap,
+		    uint64_t tag, uint64_t first, uint64_t want, uint64_t share, uint64_t cap,
 		    dm_idrange_seed_fn seed, void *ctx, uint64_t *lo, uint64_t *hi)
 {
 	char key[256], v[24];
 
-	if (!e || !cluster || !want || !lo || !hi || cap > UINT64_C(1) << 62)
+	if (!e || !cluster || !want || !share || !lo || !hi || cap > UINT64_C(1) << 62)
 		return -EINVAL;
 	key_of(key, sizeof(key), cluster, graph, gen, tag);
 	for (int t = 0; t < IDR_TRIES; t++) {
@@ -85,7 +85,7 @@ int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 		next = DM_MAX(next, first);
 		if (next >= cap)
 			return -ENOSPC;
-		n = DM_MIN(want, cap - next);
+		n = DM_MIN(want, DM_MAX((cap - next) / share, 1));
 		snprintf(v, sizeof(v), "%llu", (unsigned long long)(next + n));
 		rc = dm_etcd_put_if(e, key, v, strlen(v), 0, rev, &ok, NULL);
 		if (rc)

@@ -28,14 +28,16 @@ typedef int (*dm_idrange_seed_fn)(void *ctx, uint64_t *base);
 
 /* Take a range of up to want ids (>= 1) of graph generation (graph, gen) of load tag,
  * at or above first (the rows the load imported: never handed out, whatever the key says)
- * and below cap: [*lo, *hi), hi > lo. The key is created from seed's base when it does not
+ * and below cap: [*lo, *hi), hi > lo, and at most 1/share (>= 1) of the room left (but at
+ * least one id), so that near the capacity the ranges shrink and little room is left in
+ * the unused ranges of other takers. The key is created from seed's base when it does not
  * exist.
  * 0, -ENOSPC (every id below cap is handed out), -EAGAIN (other takers won 32 times in a
  * row), -EBADMSG (the key's value is not a number), the seed's error, or etcd's -errno
  * (a put whose answer was lost may have taken a range that nobody uses: room lost, never
  * an id twice). */
 int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
-		    uint64_t tag, uint64_t first, uint64_t want, uint64_t cap,
+		    uint64_t tag, uint64_t first, uint64_t want, uint64_t share, uint64_t cap,
 		    dm_idrange_seed_fn seed, void *ctx, uint64_t *lo, uint64_t *hi);
 /* The first id no range has yet: *next. -ENOENT when no range was ever taken. */
 int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
