@@ -154,8 +154,10 @@ void cn_hcatchup_round(struct cn *cn);
  * cn_ids_on tells which. cn_ids_next: the next id of graph g's generation gen (load tag:
  * dindex_ids_tag) at or above first (the imported rows) and below cap:
  * 0, -ENOSPC (full), or -errno (etcd's, or seed's when the generation has no range yet:
- * seed gives its first id). Thread-safe (ids_mu; a range is taken under it). */
+ * seed gives its first id; taken is told the end of every range taken, under the lock).
+ * Thread-safe (ids_mu; a range is taken under it). */
 typedef int (*cn_ids_seed_fn)(void *ctx, uint64_t *base);
+typedef void (*cn_ids_taken_fn)(void *ctx, uint64_t hi);
 void cn_ids_init(struct cn *cn);
 void cn_ids_fini(struct cn *cn);
 static inline bool cn_ids_on(const struct cn *cn)
@@ -163,7 +165,8 @@ static inline bool cn_ids_on(const struct cn *cn)
 	return cn->cfg->etcd[0] != 0;   /* every compute node alike: never mixed with FAAs */
 }
 int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
-		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id);
+		uint64_t cap, cn_ids_seed_fn seed, cn_ids_taken_fn taken, void *ctx,
+		uint64_t *id);
 /* The up-set callback (cn_state.c; arg: the struct cn), run by the cluster-state watch
  * (dm_upwatch_start) for every new version. */
 struct dm_upset;

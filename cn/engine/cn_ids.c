@@ -10,7 +10,10 @@
  * node's unused range holds when it dies (or the generation changes) is lost: at most
  * CN_IDS_RANGE - 1 ids per such event; near the capacity the ranges shrink, so that the
  * other compute nodes' unused ranges hold little of the room left. The first range of a generation starts where the
- * counter object is (seed), for a graph that took inserts before the cluster had a state. */
+ * counter object is (seed), for a graph that took inserts before the cluster had a state,
+ * or a cluster whose state was lost (a local cluster started again with a new etcd): so
+ * the counter object is raised to the end of every range taken (taken; best effort: not
+ * while its node is down), and the snapshots that make the inserts durable hold it. */
 #include "cn.h"
 
 #include <stdio.h>
@@ -46,7 +49,8 @@ void cn_ids_fini(struct cn *cn)
 }
 
 int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
-		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id)
+		uint64_t cap, cn_ids_seed_fn seed, cn_ids_taken_fn taken, void *ctx,
+		uint64_t *id)
 {
 	int rc = 0;
 
@@ -76,6 +80,8 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 			cn->ids[g].lo = lo;
 			cn->ids[g].hi = hi;
 			atomic_fetch_add(&cn->id_ranges, 1);
+			if (taken)
+				taken(ctx, hi);
 		} else if (rc != -ENOSPC) {
 			atomic_fetch_add(&cn->id_range_errors, 1);
 			bool etcd = rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EIO;
@@ -102,10 +108,11 @@ void cn_ids_fini(struct cn *cn)
 }
 
 int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
-		uint64_t cap, cn_ids_seed_fn seed, void *ctx, uint64_t *id)
+		uint64_t cap, cn_ids_seed_fn seed, cn_ids_taken_fn taken, void *ctx,
+		uint64_t *id)
 {
 	(void)cn, (void)g, (void)gen, (void)tag, (void)first, (void)cap, (void)seed, (void)ctx;
-	(void)id;
+	(void)taken, (void)id;
 	return -ENOSYS;
 }
 #endif

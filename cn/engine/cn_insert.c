@@ -965,6 +965,26 @@ static int ctr_value(void *ctx, uint64_t *base)
 	return rc;
 }
 
+/* A range [.., hi) was taken (cn_ids_next): the counter object raised to hi with CAS (best
+ * effort: skipped while its node is down), so that the next ranges of a cluster whose
+ * state was lost start past every id handed out (ctr_value). Recorded as written: the
+ * snapshot of the inserts' batch holds it. */
+static void ctr_raise(void *ctx, uint64_t hi)
+{
+	struct cn_insert *e = ctx;
+	const struct dindex *d = e->d;
+	uint64_t cur, old;
+
+	if (ctr_faa(e, 0, &cur))
+		return;
+	for (int t = 0; t < 16 && cur < hi; t++) {
+		if (atomic_op(e, false, d->ctr_mn, d->ctr_addr,
+			      e->cn->mns->link[d->ctr_mn].info.rkey, cur, hi, &old) || old == cur)
+			return;
+		cur = old;
+	}
+}
+
 static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t *out_id)
 {
 	const struct dindex *d = e->d;
@@ -989,7 +1009,7 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 	 * id counter object */
 	if (cn_ids_on(e->cn)) {
 		rc = cn_ids_next(e->cn, d->graph, d->gen, dindex_ids_tag(d), d->n, d->cap,
-				 ctr_value, e, &id);
+				 ctr_value, ctr_raise, e, &id);
 		if (rc)
 			return rc == -ENOSPC ? rc : fail_at(e, rc, "a range of ids from etcd");
 	} else {
