@@ -9,8 +9,8 @@
  * restarted from an older snapshot would have handed ids out again. The room a compute
  * node's unused range holds when it dies (or the generation changes) is lost: at most
  * CN_IDS_RANGE - 1 ids per such event; near the capacity the ranges shrink, so that the
- * other compute nodes' unused ranges hold little of the room left. The first range of a generation starts where the
- * counter object is (seed), for a graph that took inserts before the cluster had a state,
+ * other compute nodes' unused ranges hold little of the room left. The first range of a
+ * generation starts where the counter object is (seed), for a graph that took inserts before the cluster had a state,
  * or a cluster whose state was lost (a local cluster started again with a new etcd): so
  * the counter object is raised to the end of every range taken (taken; best effort: not
  * while its node is down), and the snapshots that make the inserts durable hold it. */
@@ -29,6 +29,12 @@
 #define CN_IDS_RANGE 128
 #define CN_IDS_TRIES 3
 #define CN_IDS_TIMEOUT_MS 5000
+
+/* etcd unreachable or slow: worth another try (and its message is etcd's). */
+static bool etcd_transient(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EAGAIN || rc == -EIO;
+}
 
 void cn_ids_init(struct cn *cn)
 {
@@ -70,8 +76,7 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 			rc = dm_idrange_take(cn->ids_etcd, cn->cfg->name, g, gen, tag, first,
 					     CN_IDS_RANGE, 2 * DM_MAX(cn->cfg->n_cn, 1u), cap,
 					     seed, ctx, &lo, &hi);
-			if (rc != -ETIMEDOUT && rc != -ECONNREFUSED && rc != -EAGAIN &&
-			    rc != -EIO)
+			if (!etcd_transient(rc))
 				break;
 		}
 		if (!rc) {
@@ -83,8 +88,9 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 			if (taken)
 				taken(ctx, hi);
 		} else if (rc != -ENOSPC) {
+			bool etcd = etcd_transient(rc) && rc != -EAGAIN;
+
 			atomic_fetch_add(&cn->id_range_errors, 1);
-			bool etcd = rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EIO;
 
 			dm_warn("cn%u: graph %u: no range of ids from the cluster state: %s%s%s%s",
 				cn->node->id, g, strerror(-rc), etcd ? " (" : "",

@@ -941,16 +941,18 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 
 /* ---- one insert ------------------------------------------------------------------------ */
 
-/* FAA of add on the id counter object: its value before, in *old. */
-static int ctr_faa(struct cn_insert *e, uint64_t add, uint64_t *old)
+/* FAA (faa: +desired) or CAS (expect -> desired) on the id counter object: its value
+ * before, in *old. */
+static int ctr_op(struct cn_insert *e, bool faa, uint64_t expect, uint64_t desired,
+		  uint64_t *old)
 {
 	const struct dindex *d = e->d;
 
 	if (!d->ctr_addr || cn_mn_is_down(e->cn, d->ctr_mn))
 		return fail_at(e, -EHOSTUNREACH, "the id counter's memory node %u %s", d->ctr_mn,
 			       d->ctr_addr ? "is down" : "has no address for it");
-	return atomic_op(e, true, d->ctr_mn, d->ctr_addr, e->cn->mns->link[d->ctr_mn].info.rkey,
-			 0, add, old);
+	return atomic_op(e, faa, d->ctr_mn, d->ctr_addr, e->cn->mns->link[d->ctr_mn].info.rkey,
+			 expect, desired, old);
 }
 
 /* The first id of a generation's ranges (cn_ids_next): where the id counter object is (a
@@ -959,7 +961,7 @@ static int ctr_value(void *ctx, uint64_t *base)
 {
 	struct cn_insert *e = ctx;
 	uint64_t v = 0;
-	int rc = ctr_faa(e, 0, &v);
+	int rc = ctr_op(e, true, 0, 0, &v);
 
 	*base = DM_MAX(v, (uint64_t)e->d->n);
 	return rc;
@@ -972,14 +974,10 @@ static int ctr_value(void *ctx, uint64_t *base)
 static void ctr_raise(void *ctx, uint64_t hi)
 {
 	struct cn_insert *e = ctx;
-	const struct dindex *d = e->d;
-	uint64_t cur, old;
+	uint64_t cur = e->d->n, old;   /* a guess: each failed CAS tells the value */
 
-	if (ctr_faa(e, 0, &cur))
-		return;
 	for (int t = 0; t < 16 && cur < hi; t++) {
-		if (atomic_op(e, false, d->ctr_mn, d->ctr_addr,
-			      e->cn->mns->link[d->ctr_mn].info.rkey, cur, hi, &old) || old == cur)
+		if (ctr_op(e, false, cur, hi, &old) || old == cur)
 			return;
 		cur = old;
 	}
@@ -1013,7 +1011,7 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 		if (rc)
 			return rc == -ENOSPC ? rc : fail_at(e, rc, "a range of ids from etcd");
 	} else {
-		rc = ctr_faa(e, 1, &id);
+		rc = ctr_op(e, true, 0, 1, &id);
 		if (rc)
 			return rc;
 	}
