@@ -24,7 +24,7 @@ static void usage(FILE *f, const char *cmd)
 		"  put:    --vectors FILE (fbin/fvecs) [--key-prefix P]   keys P0, P1, ... (default v)\n"
 		"          [--create euclidean|cosine]  create the index (and bucket) first when\n"
 		"          missing, of the file's dimension\n"
-		"  get:    --keys K1,K2,... [--json]\n"
+		"  get:    --keys K1,K2,... [--json]   --json: one array of {key, found, float32}\n"
 		"  delete: --keys K1,K2,...  or  --whole-index (DeleteIndex: the index, its vectors\n"
 		"          and its graph, which the compute nodes then free)\n"
 		"  query:  --vectors FILE [--k K (default 10)] [--json]   one result line per query\n\n"
@@ -107,6 +107,8 @@ static int run(const char *cmd, struct vargs *a)
 
 			rc = out && found ? dmann_get(d, a->bucket, a->name, nk, keys, out, dim, found)
 					  : -ENOMEM;
+			if (a->json && rc >= 0)   /* one JSON array of the rows asked for */
+				printf("[");
 			for (size_t i = 0; rc >= 0 && i < nk; i++) {
 				printf(a->json ? "%s{\"key\":\"%s\",\"found\":%s,\"float32\":[" : "%s%s %s",
 				       a->json && i ? "," : "", keys[i],
@@ -117,7 +119,7 @@ static int run(const char *cmd, struct vargs *a)
 				printf(a->json ? "]}" : "\n");
 			}
 			if (a->json && rc >= 0)
-				printf("\n");
+				printf("]\n");
 			rc = rc < 0 ? rc : 0;
 			free(out);
 			free(found);
