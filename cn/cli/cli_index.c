@@ -361,6 +361,9 @@ int dm_cmd_search(int argc, char **argv)
 					strerror(-n));
 				goto out_free_s;
 			}
+			/* answers name rows of the vector file (a key-ordered image's label map) */
+			for (int j = 0; j < n; j++)
+				hits[j].id = hnsw_label(idx->labels, idx->n, hits[j].id);
 			if (gpath) {
 				const int32_t *g = (const int32_t *)gt.data + i * gt.dim;
 				for (int j = 0; j < n; j++)
