@@ -113,7 +113,9 @@ static int send_result(struct worker *w, struct qslot *q)
 		/* The distance docs/api.md defines: L2 (the search ranks by its square), 1 - cos,
 		 * the negated inner product. */
 		float d = q->hits[i].dist;
-		struct dm_wire_q_hit h = { .id = q->hits[i].id,
+		struct dm_wire_q_hit h = { .id = hnsw_label(slot_view(w, q)->labels,
+							    slot_view(w, q)->nlabels,
+							    q->hits[i].id),
 					   .dist = q->l2 ?
 						   sqrtf(d > 0 ? d : 0) : d };
 
