@@ -502,7 +502,7 @@ int dm_cmd_status(int argc, char **argv)
 			struct dm_rpc_chan ch;
 			struct dm_wire_fwd_rstats rst = { .csp_ppm = DM_FWD_CSP_NONE };
 			struct dm_wire_ctl_gen_state gst = { 0 };
-			uint8_t body[128];
+			uint8_t body[256];    /* Q_STATS (152 bytes) or CTL_INFO */
 			uint32_t blen = 0;
 			int rc = dm_xport_connect(x, n->address, 2000, &conn);
 
