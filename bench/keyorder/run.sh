@@ -13,7 +13,8 @@
 # configuration: recall@10, QPS, distinct memory nodes per round trip and per query, distinct
 # blocks per query (of the queries' remote READs: the compute nodes' locality counters,
 # Q_STATS loc_*), round trips (read batches) per query, READs per query and the cache hit
-# rate, plus the bytes each memory node holds; and the key/insertion ratios. The table goes
+# rate, plus the block bytes each memory node holds (as `dmann load` reports them from the
+# placement function); and the key/insertion ratios. The table goes
 # between the <!-- BEGIN keyorder --> markers of docs/benchmarks.md.
 #
 # Env: N (1000000), NQ (2000), WARM (2000), EF (64), RUN (8), BUILD (build),
@@ -69,10 +70,9 @@ for conf in insertion:1 vhash:1 vhash:$RUN; do
 	order=${conf%:*}
 	run=${conf#*:}
 	log "load: $order order, placement runs of $run block(s)"
-	"$DMANN" load --config "$CFG" --index "$WORK/idx-$N-$order.hnsw" --place-run "$run" >/dev/null
+	used=$("$DMANN" load --config "$CFG" --index "$WORK/idx-$N-$order.hnsw" --place-run "$run" |
+		sed -n 's/^dmann load: block bytes per memory node: //p' | tr ' ' ',')
 	sleep 2   # the compute nodes pick the generation up within refresh_ms
-	used=$("$DMANN" status --config "$CFG" --json |
-		$PY -c "import json,sys; print(','.join(str(n['used_bytes']) for n in json.load(sys.stdin)['nodes'] if 'used_bytes' in n))")
 	for ratio in 5% 10%; do
 		log "bench: $order, run $run, cache $ratio"
 		"$DMANN" bench --config "$CFG" --query "$D/query.fbin" --gt "$D/gt.ibin" --k 10 \
@@ -106,7 +106,7 @@ L = [
     f"({datetime.date.today().isoformat()}, commit {commit}, ISA: {isa.strip()}). QPS on this "
     f"shared 2-core VM is indicative only (5 node processes and the client share 2 cores).",
     "",
-    "| numbering | placement | cache | recall@10 | QPS | hit rate | MNs/round trip | MNs/query | blocks/query | round trips/query | READs/query | MiB per memory node |",
+    "| numbering | placement | cache | recall@10 | QPS | hit rate | MNs/round trip | MNs/query | blocks/query | round trips/query | READs/query | block MiB per memory node (mn0/mn1/mn2) |",
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
 ]
 for r in rows:

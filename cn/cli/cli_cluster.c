@@ -263,6 +263,28 @@ int dm_cmd_load(int argc, char **argv)
 	       (unsigned long long)(((uint64_t)idx->n + spare + (1ull << idx->p.block_shift) - 1) >>
 				    idx->p.block_shift), cfg->n_mn, cfg->redundancy,
 	       (unsigned long long)spare, (double)(dm_now_ns() - t0) / 1e9);
+	{
+		/* What each memory node holds of the graph's blocks (the balance of the placement,
+		 * runs or not): the same placement function the load used. */
+		uint64_t per[DM_MAX_NODES] = { 0 }, cap = (uint64_t)idx->n + spare;
+		uint32_t nb = (uint32_t)((cap + (1ull << idx->p.block_shift) - 1) >>
+					 idx->p.block_shift), r = cfg->redundancy ? cfg->redundancy : 1;
+
+		for (uint32_t b = 0; b < nb; b++) {
+			uint32_t reps[DINDEX_MAX_REP];
+			uint64_t first = (uint64_t)b << idx->p.block_shift;
+			uint64_t recs = DM_MIN(1ull << idx->p.block_shift, cap - first);
+			int nr = dindex_block_replicas(s, (uint32_t)graph, (uint32_t)run, b,
+						       DM_MIN(r, DINDEX_MAX_REP), reps);
+
+			for (int j = 0; j < nr; j++)
+				per[reps[j]] += recs * idx->rec_size;
+		}
+		printf("dmann load: block bytes per memory node:");
+		for (uint32_t i = 0; i < cfg->n_mn; i++)
+			printf(" %llu", (unsigned long long)per[i]);
+		printf("\n");
+	}
 	status = 0;
 	if (wait) {
 		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up
