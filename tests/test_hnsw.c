@@ -1,8 +1,7 @@
 /* test_hnsw.c: the HNSW engine (common/hnsw): recall against brute force for l2, ip and cos,
  * determinism of single-threaded builds, a valid graph from parallel builds, the index image
  * (bit-exact round trip; corrupted, truncated and structurally invalid images refused), bad
- * parameters, the dmann gen/build/search commands end to end, and nodes numbered in another
- * order (hnsw_build_ordered: the same graph renamed; the label map through the image). */
+ * parameters, and the dmann gen/build/search commands end to end. */
 #include <criterion/criterion.h>
 
 #include "distance.h"
@@ -17,7 +16,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* ---- data ------------------------------------------------------------------------------- */
 
@@ -442,165 +440,6 @@ Test(hnsw, deterministic_single_thread)
 	hnsw_free(a);
 	hnsw_free(b);
 	hnsw_free(c);
-	rmtree(d);
-	free(d);
-	free(x);
-}
-
-static void refused(const char *path, const char *want);
-
-/* A reversed-and-shuffled numbering: node i = row labels[i]. */
-static uint32_t *shuffled_labels(uint32_t n, uint64_t seed)
-{
-	uint32_t *l = malloc(n * sizeof(*l));
-
-	cr_assert(l);
-	rs = seed;
-	for (uint32_t i = 0; i < n; i++)
-		l[i] = i;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(rnd() % (i + 1)), t = l[i];
-
-		l[i] = l[j];
-		l[j] = t;
-	}
-	return l;
-}
-
-/* With one thread, hnsw_build_ordered is hnsw_build with the node ids renamed: node i of the
- * ordered index is node labels[i] of the plain one (level, neighbours, vector, entry). */
-Test(hnsw, ordered_build_is_renamed_graph, .timeout = 120)
-{
-	const uint32_t n = 3000, dim = 32;
-	float *x = mixture(n, dim, 8, 8, 0.2f, 0.0f, 5);
-	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 64);
-	uint32_t *labels = shuffled_labels(n, 99);
-	char err[256] = "";
-	struct hnsw_index *a, *b;
-
-	for (int codes = 0; codes < 2; codes++) {
-		p.codes = codes ? HNSW_CODES_RABITQ : HNSW_CODES_NONE;
-		a = build(&p, x, n, 1);
-		b = hnsw_build_ordered(&p, x, n, labels, 1, NULL, NULL, err, sizeof(err));
-		cr_assert(b, "%s", err);
-		cr_assert(b->labels && !memcmp(b->labels, labels, n * sizeof(*labels)));
-		cr_assert_eq(labels[b->entry], a->entry);
-		cr_assert_eq(a->max_level, b->max_level);
-		for (uint32_t i = 0; i < n; i++) {
-			const struct hnsw_rec_hdr *rb = hnsw_rec(b, i), *ra = hnsw_rec(a, labels[i]);
-			const uint32_t *nb = hnsw_rec_nbrs(rb), *na = hnsw_rec_nbrs(ra);
-
-			cr_assert_eq(rb->level, ra->level, "node %u", i);
-			cr_assert_eq(rb->n0, ra->n0, "node %u", i);
-			for (uint32_t j = 0; j < rb->n0; j++)
-				cr_assert_eq(labels[nb[j]], na[j], "node %u neighbour %u", i, j);
-			cr_assert(!memcmp(hnsw_rec_vec(rb, b->vec_off), hnsw_rec_vec(ra, a->vec_off),
-					  b->vdim * sizeof(float)), "node %u's vector", i);
-		}
-		/* the local search finds the same rows */
-		struct hnsw_src sa, sb;
-		struct hnsw_searcher *s = hnsw_searcher_new(n, dim);
-		struct dm_hit ha[10], hb[10];
-
-		hnsw_src_local(a, &sa);
-		hnsw_src_local(b, &sb);
-		for (uint32_t q = 0; q < 40; q++) {
-			const float *v = x + (size_t)q * 31 * dim;
-			int ka = hnsw_search_b(&sa, s, v, 10, 32, 2, ha);
-			int kb = hnsw_search_b(&sb, s, v, 10, 32, 2, hb);
-
-			cr_assert_eq(ka, kb);
-			for (int j = 0; j < ka; j++)
-				cr_assert_eq(hnsw_label(b->labels, b->n, hb[j].id), ha[j].id);
-		}
-		hnsw_searcher_free(s);
-		hnsw_free(a);
-		hnsw_free(b);
-	}
-	/* not a permutation: refused */
-	labels[7] = labels[8];
-	p.codes = HNSW_CODES_NONE;
-	b = hnsw_build_ordered(&p, x, n, labels, 1, NULL, NULL, err, sizeof(err));
-	cr_assert_null(b);
-	cr_assert(strstr(err, "repeated"), "%s", err);
-	labels[7] = n;
-	b = hnsw_build_ordered(&p, x, n, labels, 1, NULL, NULL, err, sizeof(err));
-	cr_assert_null(b);
-	cr_assert(strstr(err, "out of range"), "%s", err);
-	free(labels);
-	free(x);
-}
-
-/* The label map through the image: format 3 with it, format 2 without (unchanged), round
- * trip, and a damaged or non-permutation map refused. */
-Test(hnsw, image_label_map)
-{
-	const uint32_t n = 1500, dim = 16;
-	float *x = mixture(n, dim, 4, 4, 0.2f, 0.0f, 9);
-	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 40);
-	uint32_t *labels = shuffled_labels(n, 5), fmt, loff;
-	char *d = tmpdir(), pa[256], pb[256], pc[256], err[512] = "";
-	struct hnsw_index *a, *b, *c;
-	unsigned char *img;
-	size_t len;
-	FILE *f;
-
-	p.codes = HNSW_CODES_NONE;
-	snprintf(pa, sizeof(pa), "%s/a.idx", d);
-	snprintf(pb, sizeof(pb), "%s/b.idx", d);
-	snprintf(pc, sizeof(pc), "%s/c.idx", d);
-	a = hnsw_build_ordered(&p, x, n, labels, 1, NULL, NULL, err, sizeof(err));
-	cr_assert(a, "%s", err);
-	save(a, pa);
-	b = hnsw_load(pa, err, sizeof(err));
-	cr_assert(b, "%s", err);
-	cr_assert(b->labels && !memcmp(b->labels, labels, n * sizeof(*labels)));
-	save(b, pb);
-	cr_assert(same_file(pa, pb), "save(load(image with labels)) differs");
-	img = slurp(pa, &len);
-	memcpy(&fmt, img + 8, 4);
-	cr_assert_eq(fmt, 3u, "an image with a label map is format 3");
-	/* without labels: format 2 */
-	free(b->labels);
-	b->labels = NULL;
-	save(b, pb);
-	free(img);
-	img = slurp(pb, &len);
-	memcpy(&fmt, img + 8, 4);
-	cr_assert_eq(fmt, 2u, "an image without a label map stays format 2");
-	c = hnsw_load(pb, err, sizeof(err));
-	cr_assert(c && !c->labels, "%s", err);
-	hnsw_free(c);
-	free(img);
-	/* damage: a flipped bit in the map (CRC) and a repeated label (CRC recomputed) */
-	img = slurp(pa, &len);
-	{
-		uint64_t q_off, q_len;
-
-		memcpy(&q_off, img + 128, 8);   /* struct img_hdr.q_off */
-		memcpy(&q_len, img + 136, 8);
-		loff = (uint32_t)(q_off + q_len);
-	}
-	img[loff + 5] ^= 1;
-	f = fopen(pc, "wb");
-	cr_assert(f && fwrite(img, 1, len, f) == len && !fclose(f));
-	refused(pc, "label map checksum");
-	img[loff + 5] ^= 1;
-	memcpy(img + loff, img + loff + 4, 4);
-	{
-		uint32_t crc = (uint32_t)crc32(0, img + loff, n * 4), hc;
-
-		memcpy(img + 152, &crc, 4);      /* struct img_hdr.lab_crc */
-		hc = (uint32_t)crc32(0, img, 156);
-		memcpy(img + 156, &hc, 4);
-	}
-	f = fopen(pc, "wb");
-	cr_assert(f && fwrite(img, 1, len, f) == len && !fclose(f));
-	refused(pc, "repeated");
-	free(img);
-	hnsw_free(a);
-	hnsw_free(b);
-	free(labels);
 	rmtree(d);
 	free(d);
 	free(x);
