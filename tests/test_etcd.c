@@ -388,6 +388,48 @@ Test(etcd, watch)
 	cr_assert_eq(dm_etcd_watch_poll(E, "/w/", NULL, 300, on_ev, &s2), -EINVAL);
 }
 
+/* dm_etcd_abort from another thread ends a watch poll blocked on a quiet prefix long before
+ * its time bound, and every later call on the handle fails with -ECANCELED. */
+struct abort_poll {
+	struct dm_etcd *e;
+	int rc;
+	double took;
+};
+
+static void *abort_poller(void *arg)
+{
+	struct abort_poll *a = arg;
+	int64_t from = 0;
+	struct evs s = { 0 };
+	double t0 = now_s();
+
+	a->rc = dm_etcd_watch_poll(a->e, "/quiet/", &from, 20000, on_ev, &s);
+	a->took = now_s() - t0;
+	return NULL;
+}
+
+Test(etcd, abort_ends_a_watch_poll)
+{
+	struct abort_poll a = { .e = dm_etcd_open(url, 1000) };
+	pthread_t t;
+	void *v;
+	size_t n;
+
+	cr_assert_not_null(a.e);
+	cr_assert_eq(dm_etcd_get(a.e, "ping", &v, &n, NULL), -ENOENT);   /* a connection open */
+	cr_assert_eq(pthread_create(&t, NULL, abort_poller, &a), 0);
+	usleep(500000);                     /* the poll is waiting for events */
+	dm_etcd_abort(a.e);
+	pthread_join(t, NULL);
+	cr_assert_lt(a.rc, 0, "the poll was not ended by the abort (%d)", a.rc);
+	cr_assert_lt(a.took, 10.0, "the abort did not end the 20 s poll (%.1f s)", a.took);
+	cr_assert_eq(dm_etcd_get(a.e, "ping", &v, &n, NULL), -ECANCELED);
+	cr_assert(strstr(dm_etcd_errmsg(a.e), "aborted"), "%s", dm_etcd_errmsg(a.e));
+	dm_etcd_close(a.e);
+	/* Other handles are not affected. */
+	cr_assert_eq(dm_etcd_get(E, "ping", &v, &n, NULL), -ENOENT);
+}
+
 Test(etcd, watch_compacted)
 {
 	struct evs s = { 0 };
