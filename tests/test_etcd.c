@@ -760,6 +760,18 @@ Test(etcd, id_ranges)
 	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/9/0000000000000001", "12x", 3, 0, NULL), 0);
 	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 1, 0, 16, 1, 100000, idr_seed, &a[0], &lo,
 				     &hi), -EBADMSG);
+	/* a dropped graph's keys go, every generation and load of it, and only its own */
+	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/30/1/0000000000000001", "7", 1, 0, NULL), 0);
+	{
+		int64_t deleted = 0;
+
+		cr_assert_eq(dm_idrange_forget(E, "t", 3, &deleted), 0, "%s", dm_etcd_errmsg(E));
+		cr_assert_eq(deleted, 3, "%lld keys deleted", (long long)deleted);
+	}
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, 0xabc, &next), -ENOENT);
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 10, 1, &next), -ENOENT);
+	cr_assert_eq(dm_idrange_read(E, "t", 30, 1, 1, &next), 0);
+	cr_assert_eq(next, 7);
 }
 
 Test(etcd_parse, id_range_values)
