@@ -9,10 +9,12 @@
 # handle each, one query in flight per thread). Then the compute nodes are restarted with
 # [s3] graph_min_rows past the index (DMANN_S3_GRAPH_MIN_ROWS), so the planner takes the
 # exact path (the distributed scan), warmed and measured on the same queries. The graph
-# counters of the CNs are read around each run. Prints a markdown table (nothing written).
+# counters of the CNs are read around each run. Before the queries, the CPU time the idle
+# nodes use over IDLE seconds (utime + stime of each process). Prints a markdown table
+# (nothing written).
 #
-# Env: N (30000), WARM (200), MEAS (500), CONC (8), EF (graph_ef, default of the cluster
-# file), BUILD (build), COMMIT (the commit BUILD was built from, if not this tree's HEAD:
+# Env: N (30000), WARM (200), MEAS (500), CONC (8), IDLE (10), EF (graph_ef, default of
+# the cluster file), BUILD (build), COMMIT (the commit BUILD was built from, if not this tree's HEAD:
 # e.g. an older build's binaries copied aside), WORK (/dev/shm/dmann-latency or
 # ~/.cache/dmann-bench/latency).
 set -euo pipefail
@@ -23,6 +25,7 @@ N=${N:-30000}
 WARM=${WARM:-200}
 MEAS=${MEAS:-500}
 CONC=${CONC:-8}
+IDLE=${IDLE:-10}
 EF=${EF:-}
 . "$ROOT/bench/s3/lib.sh"
 bench_init latency
@@ -59,6 +62,17 @@ log "bulk import into bench-bkt/bench-idx"
 	>"$WORK/load.txt"
 bench_ports
 sleep 2
+log "idle: CPU time of every node over $IDLE s"
+cpu_ticks() {   # utime + stime of every node process of the cluster, "name ticks" lines
+	local pid name rest
+	while read -r pid name rest; do
+		[ -r "/proc/$pid/stat" ] && [ "$name" != "${name#[mc]n}" ] &&
+			echo "$name $(awk '{print $14 + $15}' "/proc/$pid/stat")"
+	done <"$CDIR/pids"
+}
+cpu_ticks >"$WORK/idle0"
+sleep "$IDLE"
+cpu_ticks >"$WORK/idle1"
 
 run() {   # label: warm-up, one at a time, then CONC at a time; graph counters around both
 	local c0 c1
@@ -83,10 +97,11 @@ sleep 3
 run exact
 ELAPSED=$(( $(date +%s) - START ))
 
-COMMIT=${COMMIT:-} $PY - "$WORK" "$N" "$WARM" "$MEAS" "$CONC" "$ELAPSED" <<'EOF'
+COMMIT=${COMMIT:-} $PY - "$WORK" "$N" "$WARM" "$MEAS" "$CONC" "$ELAPSED" "$IDLE" \
+	"$(getconf CLK_TCK)" <<'EOF'
 import json, os, re, subprocess, sys
 w = sys.argv[1]
-n, warm, meas, conc, elapsed = map(int, sys.argv[2:7])
+n, warm, meas, conc, elapsed, idle, hz = map(int, sys.argv[2:9])
 isa = open("/proc/cpuinfo").read()
 isa = " ".join(f for f in ("avx512f", "avx2") if re.search(r"\b%s\b" % f, isa))
 commit = os.environ.get("COMMIT") or subprocess.run(
@@ -114,5 +129,10 @@ for p in ("graph", "exact"):
         out.append("| %s | %d | %.2f | %.2f | %.2f | %.1f | %.4f | %s |" %
                    (p, r["conc"], r["p50_ms"], r["p99_ms"], r["mean_ms"], r["qps"], r["recall"],
                     "%d of %d" % (ctr, 2 * meas) if s == "1" else "(both rows)"))
+t0 = dict(l.split() for l in open(w + "/idle0"))
+t1 = dict(l.split() for l in open(w + "/idle1"))
+use = {k: (int(t1[k]) - int(t0[k])) / hz / idle * 100 for k in sorted(t0) if k in t1}
+out += ["", "Idle cluster before the queries, CPU of each node over %d s: %s (%% of one core)." %
+        (idle, ", ".join("%s %.1f%%" % (k, v) for k, v in use.items()))]
 print("\n".join(out))
 EOF
