@@ -207,6 +207,7 @@ struct cn_call {                  /* one per connection */
 	struct dm_mr *mr;
 	bool busy;                    /* the last answer's SEND has not completed */
 	struct cn_call_pool *pool;    /* C_CALLs: threads and answer slots (lazily made) */
+	struct dm_notify *wake;       /* woken when a call finished (NULL: the worker polls) */
 };
 /* Hand the C_CALL message msg[0..len) (validated on receipt; copied, so the caller reposts
  * its buffer) to the connection's call threads ([cn] call_threads of them, started on the
