@@ -366,6 +366,8 @@ static int graph_drop(void *ctx, uint32_t graph)
 	s = own_set(cn);
 	rc = s ? dindex_drop_graph(s, graph, err, sizeof(err)) : -errno;
 	mn_set_close(s);
+	if (!rc)
+		cn_ids_forget(cn, graph);
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: dropping graph %u: %s", cn->node->id, graph,
 			err[0] ? err : strerror(-rc));

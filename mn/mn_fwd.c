@@ -1,6 +1,7 @@
 /* mn_fwd.c: the memory node's forwarding thread (see mn_fwd.h). One thread polls every
- * adopted connection; a relayed message is sent from the receive buffer it arrived in and
- * that buffer is reposted when the send completes, so a relay costs no copy. */
+ * adopted connection, and sleeps until one of them has a completion (or a connection is
+ * adopted); a relayed message is sent from the receive buffer it arrived in and that buffer
+ * is reposted when the send completes, so a relay costs no copy. */
 #include "mn_fwd.h"
 
 #include <pthread.h>
@@ -52,6 +53,9 @@ struct mn_fwd {
 	bool rfree[REPLY_SLOTS];
 	atomic_ulong relayed, bounced, dropped, reports;
 	atomic_uint nconns;
+	/* Completions and adoptions wake the thread (wake_on: every connection can). */
+	struct dm_notify wake;
+	bool wake_on;
 };
 
 static uint32_t pool_index(uint64_t wr_id)
@@ -248,6 +252,8 @@ static void take_adopted(struct mn_fwd *f)
 		}
 		if (ci == f->nconn)
 			f->nconn++;
+		if (f->wake_on && dm_conn_notify(a->c, &f->wake))
+			f->wake_on = false;   /* cannot be woken by it: poll them all */
 		f->conn[ci] = *a;
 		f->conn[ci].gen = ++f->next_gen;
 		atomic_fetch_add(&f->nconns, 1);
@@ -269,6 +275,7 @@ static void *fwd_thread(void *arg)
 {
 	struct mn_fwd *f = arg;
 	unsigned idle = 0;
+	bool armed = false;
 
 	prctl(PR_SET_TIMERSLACK, 1000UL);   /* 1 us: short idle sleeps stay short */
 
@@ -311,13 +318,23 @@ static void *fwd_thread(void *arg)
 					on_recv(f, ci, &wc[i]);
 			}
 		}
-		/* Poll while traffic flows; when idle, back off exponentially from 5 us to 1 ms
-		 * per round (the thread's timer slack is 1 us), so that a forwarder that only sees
-		 * the periodic queue-length reports costs next to no CPU. */
-		if (progress)
+		/* Idle: sleep until a completion or an adoption wakes us (armed first, then one
+		 * more look at every connection). Without wake-ups (a transport that cannot),
+		 * poll while traffic flows and back off exponentially from 5 us to 1 ms per round
+		 * (the thread's timer slack is 1 us). */
+		if (progress) {
 			idle = 0;
-		else if (++idle > 16)
+		} else if (f->wake_on) {
+			if (!armed) {
+				dm_notify_arm(&f->wake);
+				armed = true;
+			} else {
+				dm_notify_wait(&f->wake, 1000);
+				armed = false;
+			}
+		} else if (++idle > 16) {
 			usleep(idle < 24 ? 5u << (idle - 17) : 1000);
+		}
 	}
 	for (uint32_t ci = 0; ci < f->nconn; ci++)
 		drop_conn(f, ci);
@@ -331,6 +348,7 @@ struct mn_fwd *mn_fwd_start(struct dm_xport *x, struct dm_msgpool *pool, uint32_
 
 	if (!f)
 		return NULL;
+	f->wake.fd = -1;
 	f->x = x;
 	f->pool = pool;
 	f->node_id = node_id;
@@ -345,6 +363,7 @@ struct mn_fwd *mn_fwd_start(struct dm_xport *x, struct dm_msgpool *pool, uint32_
 		f->owner[i] = -1;
 	for (uint32_t i = 0; i < REPLY_SLOTS; i++)
 		f->rfree[i] = true;
+	f->wake_on = !dm_notify_init(&f->wake);
 	rc = dm_xport_reg(x, f->rbuf, (size_t)REPLY_SLOTS * REPLY_SIZE, 0, &f->rmr);
 	if (rc) {
 		errno = -rc;
@@ -359,6 +378,7 @@ struct mn_fwd *mn_fwd_start(struct dm_xport *x, struct dm_msgpool *pool, uint32_
 	return f;
 
 err_free:
+	dm_notify_fini(&f->wake);
 	free(f->owner);
 	free(f->rbuf);
 	free(f);
@@ -370,6 +390,7 @@ void mn_fwd_stop(struct mn_fwd *f)
 	if (!f)
 		return;
 	atomic_store(&f->stop, true);
+	dm_notify_wake(&f->wake);
 	pthread_join(f->thread, NULL);
 	for (uint32_t i = 0; i < f->nadopt; i++)
 		dm_conn_close(f->adopt[i].c);
@@ -379,6 +400,7 @@ void mn_fwd_stop(struct mn_fwd *f)
 	free(f->rbuf);
 	free(f->owner);
 	pthread_mutex_destroy(&f->lock);
+	dm_notify_fini(&f->wake);
 	free(f);
 }
 
@@ -394,6 +416,7 @@ void mn_fwd_adopt(struct mn_fwd *f, struct dm_conn *conn, const struct dm_wire_f
 	f->adopt[atomic_fetch_add(&f->nadopt, 1)] = (struct fconn){ .c = conn, .cn = hello->cn,
 								  .role = hello->role };
 	pthread_mutex_unlock(&f->lock);
+	dm_notify_wake(&f->wake);
 }
 
 void mn_fwd_stats(struct mn_fwd *f, struct mn_fwd_stats *st)

@@ -13,12 +13,14 @@
  *     queries, in its own index of the same bucket, through both gateways (an operation
  *     whose attempt fails goes to the other gateway) and checks its rules at the end
  *     (every operation answered, no attempt over 10 s, attempts failed only on cn1 around
- *     its kill); its acknowledged rows are checked here with the others;
+ *     its kill, at least one request in flight on cn1 when it died); its acknowledged rows
+ *     are checked here with the others;
  *   - every 10-20 s a memory node is SIGKILLed, and started again 3-5 s later, but only while
  *     no replica is marked stale and every node is up (R caught-up copies of everything:
  *     dmann status' stale list is empty, both compute nodes read from every memory node);
- *     at half time compute node cn1 is SIGKILLed (its indexer may hold insert locks) and
- *     started again.
+ *     at half time compute node cn1 is SIGKILLed (once its indexer takes insert locks; it
+ *     is frozen with SIGSTOP for 0.5 s just before, so that the SDK requests kept on it are
+ *     in flight when it dies) and started again.
  * At the end: every replica caught up within 60 s of the last kill; the indexers drain the
  * tail (waited for up to 240 s, reported); every acknowledged vector (libdmann's and the
  * SDK's) is read back exactly and found first by its own vector (0 lost); 0 failed
@@ -462,7 +464,13 @@ Test(chaos, kills_under_writes_and_queries_lose_nothing)
 				l1 = cluster_metric(lc, 1, "dmann_cn_insert_links_total");
 			}
 			cn1_inserting = l1 != l0;
+			/* Frozen (SIGSTOP) for 0.5 s first, so that the requests the driver's
+			 * loops keep on it are certainly in flight when it dies: on a loaded
+			 * machine a round trip is a few ms and node's event loop can stall
+			 * longer than that (a run without the freeze had none in flight). */
 			sdk_event("kill");
+			cr_assert_eq(kill(cluster_pid_of(lc, "cn1"), SIGSTOP), 0);
+			usleep(500000);
 			cr_assert_eq(sh("%s local kill --dir %s cn1", dmann, lc), 0);
 			sdk_event("killed");
 			sleep(2);

@@ -388,6 +388,48 @@ Test(etcd, watch)
 	cr_assert_eq(dm_etcd_watch_poll(E, "/w/", NULL, 300, on_ev, &s2), -EINVAL);
 }
 
+/* dm_etcd_abort from another thread ends a watch poll blocked on a quiet prefix long before
+ * its time bound, and every later call on the handle fails with -ECANCELED. */
+struct abort_poll {
+	struct dm_etcd *e;
+	int rc;
+	double took;
+};
+
+static void *abort_poller(void *arg)
+{
+	struct abort_poll *a = arg;
+	int64_t from = 0;
+	struct evs s = { 0 };
+	double t0 = now_s();
+
+	a->rc = dm_etcd_watch_poll(a->e, "/quiet/", &from, 20000, on_ev, &s);
+	a->took = now_s() - t0;
+	return NULL;
+}
+
+Test(etcd, abort_ends_a_watch_poll)
+{
+	struct abort_poll a = { .e = dm_etcd_open(url, 1000) };
+	pthread_t t;
+	void *v;
+	size_t n;
+
+	cr_assert_not_null(a.e);
+	cr_assert_eq(dm_etcd_get(a.e, "ping", &v, &n, NULL), -ENOENT);   /* a connection open */
+	cr_assert_eq(pthread_create(&t, NULL, abort_poller, &a), 0);
+	usleep(500000);                     /* the poll is waiting for events */
+	dm_etcd_abort(a.e);
+	pthread_join(t, NULL);
+	cr_assert_lt(a.rc, 0, "the poll was not ended by the abort (%d)", a.rc);
+	cr_assert_lt(a.took, 10.0, "the abort did not end the 20 s poll (%.1f s)", a.took);
+	cr_assert_eq(dm_etcd_get(a.e, "ping", &v, &n, NULL), -ECANCELED);
+	cr_assert(strstr(dm_etcd_errmsg(a.e), "aborted"), "%s", dm_etcd_errmsg(a.e));
+	dm_etcd_close(a.e);
+	/* Other handles are not affected. */
+	cr_assert_eq(dm_etcd_get(E, "ping", &v, &n, NULL), -ENOENT);
+}
+
 Test(etcd, watch_compacted)
 {
 	struct evs s = { 0 };
@@ -718,6 +760,18 @@ Test(etcd, id_ranges)
 	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/3/9/0000000000000001", "12x", 3, 0, NULL), 0);
 	cr_assert_eq(dm_idrange_take(E, "t", 3, 9, 1, 0, 16, 1, 100000, idr_seed, &a[0], &lo,
 				     &hi), -EBADMSG);
+	/* a dropped graph's keys go, every generation and load of it, and only its own */
+	cr_assert_eq(dm_etcd_put(E, "/dmann/t/ids/30/1/0000000000000001", "7", 1, 0, NULL), 0);
+	{
+		int64_t deleted = 0;
+
+		cr_assert_eq(dm_idrange_forget(E, "t", 3, &deleted), 0, "%s", dm_etcd_errmsg(E));
+		cr_assert_eq(deleted, 3, "%lld keys deleted", (long long)deleted);
+	}
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 7, 0xabc, &next), -ENOENT);
+	cr_assert_eq(dm_idrange_read(E, "t", 3, 10, 1, &next), -ENOENT);
+	cr_assert_eq(dm_idrange_read(E, "t", 30, 1, 1, &next), 0);
+	cr_assert_eq(next, 7);
 }
 
 Test(etcd_parse, id_range_values)

@@ -261,6 +261,78 @@ ParameterizedTest(struct bk *b, xport, read_batch, .timeout = 30)
 	pair_close(&p);
 }
 
+/* dm_conn_notify: a completion wakes the notifier's owner, a wake that comes between the
+ * arm and the wait is not lost, nothing pending is a timeout, and the peer's close wakes
+ * it too. Backends that cannot (-ENOSYS) are skipped: their users poll. */
+BACKEND_PARAMS(notify_wakes)
+ParameterizedTest(struct bk *b, xport, notify_wakes, .timeout = 30)
+{
+	enum { LEN = 4096 };
+	struct dm_notify n;
+	struct region rem, loc;
+	struct dm_rdma_wr wr;
+	struct dm_wc wc;
+	struct pair p;
+	uint64_t t0;
+	int rc, got = 0;
+
+	need_backend(b->name);
+	pair_open(&p, b->name);
+	cr_assert_eq(dm_notify_init(&n), 0);
+	rc = dm_conn_notify(p.cc, &n);
+	if (rc == -ENOSYS) {
+		dm_notify_fini(&n);
+		pair_close(&p);
+		cr_skip_test("%s: no completion notification (its users poll)", b->name);
+	}
+	cr_assert_eq(rc, 0);
+	/* Nothing pending: a timeout. */
+	dm_notify_arm(&n);
+	cr_assert_eq(dm_conn_poll(p.cc, &wc, 1), 0);
+	t0 = dm_now_ns();
+	cr_assert_eq(dm_notify_wait(&n, 50), 0);
+	cr_assert_geq(dm_now_ns() - t0, 40000000ull);
+	/* A wake between arm and wait: the wait returns at once. */
+	dm_notify_arm(&n);
+	dm_notify_wake(&n);
+	cr_assert_eq(dm_notify_wait(&n, WAIT_MS), 1);
+	/* Not armed: a wake costs nothing and leaves no wake-up behind. */
+	dm_notify_wake(&n);
+	dm_notify_arm(&n);
+	cr_assert_eq(dm_notify_wait(&n, 20), 0);
+	/* A READ's completion wakes the sleeper. */
+	region_init(&rem, p.sx, LEN, DM_MR_REMOTE_READ, 3);
+	region_init(&loc, p.cx, LEN, 0, 4);
+	wr = (struct dm_rdma_wr){ .wr_id = 7, .local = loc.buf, .mr = loc.mr,
+				  .remote = (uintptr_t)rem.buf, .rkey = rem.mr->rkey, .len = LEN,
+				  .flags = DM_WR_SIGNALED };
+	dm_notify_arm(&n);
+	cr_assert_eq(dm_conn_read_batch(p.cc, &wr, 1), 0);
+	for (t0 = dm_now_ns(); !got && dm_now_ns() - t0 < WAIT_MS * 1000000ull;) {
+		got = dm_conn_poll(p.cc, &wc, 1);
+		if (!got) {
+			dm_notify_wait(&n, WAIT_MS);
+			dm_notify_arm(&n);
+		}
+	}
+	cr_assert_eq(got, 1, "no READ completion");
+	cr_assert_eq(wc.wr_id, 7u);
+	cr_assert_eq(wc.status, 0);
+	cr_assert_eq(memcmp(loc.buf, rem.buf, LEN), 0);
+	/* The peer closes: the failure wakes the sleeper too. */
+	dm_notify_wait(&n, 0);
+	dm_notify_arm(&n);
+	dm_conn_close(p.sc);
+	p.sc = NULL;
+	cr_assert_eq(dm_notify_wait(&n, WAIT_MS), 1, "the peer's close did not wake");
+	cr_assert_eq(dm_conn_wait(p.cc, &wc, 1, 0), -ENOTCONN);
+	cr_assert_eq(dm_conn_notify(p.cc, NULL), 0);
+	region_fini(&loc, p.cx);
+	region_fini(&rem, p.sx);
+	pair_close(&p);
+	dm_notify_fini(&n);
+}
+
 BACKEND_PARAMS(write_then_read)
 ParameterizedTest(struct bk *b, xport, write_then_read, .timeout = 30)
 {

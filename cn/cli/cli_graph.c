@@ -563,6 +563,17 @@ static int graph_drop(int argc, char **argv)
 		fprintf(stderr, "dmann graph drop: warning: snapshot failed (a memory node that "
 			"restarts before its next snapshot brings graph %llu back): %s\n", graph,
 			strerror(-rc));
+#if DM_HAVE_ETCD
+	if (cfg->etcd[0]) {   /* the ranges of its online insert ids (idrange.h) */
+		struct dm_etcd *e = dm_etcd_open(cfg->etcd, 5000);
+
+		rc = e ? dm_idrange_forget(e, cfg->name, (uint32_t)graph, NULL) : -errno;
+		if (rc)
+			fprintf(stderr, "dmann graph drop: warning: its id ranges stay in the "
+				"cluster state: %s\n", e ? dm_etcd_errmsg(e) : strerror(-rc));
+		dm_etcd_close(e);
+	}
+#endif
 	printf("dmann graph drop: graph %llu dropped; the memory nodes free its blocks once the "
 	       "compute nodes released them (at most [cn] lease_ms = %u ms)\n", graph,
 	       cfg->cn_all.lease_ms);

@@ -766,20 +766,20 @@ static int cmd_down(int argc, char **argv)
 	for (int i = 0; i < np; i++)
 		kill(pids[i], SIGTERM);
 	/* Give nodes time to snapshot; then make sure. */
-	for (int waited = 0; waited < 100; waited++) {
+	for (int waited = 0; waited < 200; waited++) {
 		int alive = 0;
 
 		for (int i = 0; i < np; i++) {
 			waitpid(pids[i], NULL, WNOHANG);
-			if (kill(pids[i], 0) == 0)
+			if (dm_local_pid_alive(pids[i]))
 				alive++;
 		}
 		if (!alive)
 			break;
-		usleep(100000);
+		usleep(50000);
 	}
 	for (int i = 0; i < np; i++)
-		if (kill(pids[i], 0) == 0) {
+		if (dm_local_pid_alive(pids[i])) {
 			fprintf(stderr, "dmann local: pid %d did not stop in 10 s; killing it\n", pids[i]);
 			kill(pids[i], SIGKILL);
 		}

@@ -49,6 +49,9 @@ int dm_local_wait_ready(const struct dm_cluster_cfg *cfg, const char *ns, const 
 void dm_local_log_tail(const char *dir, const char *role, int id);
 /* Whether pid is a running dmann node process (not a zombie, not a reused pid). */
 bool dm_local_pid_is_node(pid_t pid);
+/* pid exists and is not a zombie (a node `local up` started is reparented: its zombie may
+ * wait for the reaper after it exited, and kill(pid, 0) still succeeds on it). */
+bool dm_local_pid_alive(pid_t pid);
 /* `dmann local kill|start|stop --dir D NODE` (argv[0] is the action). */
 int dm_local_node_cmd(int argc, char **argv);
 

@@ -135,11 +135,11 @@ void dm_local_etcd_stop(pid_t pid, const char *datadir)
 {
 	if (pid > 1) {
 		kill(pid, SIGTERM);
-		for (int i = 0; i < 50 && kill(pid, 0) == 0; i++) {
+		for (int i = 0; i < 100 && dm_local_pid_alive(pid); i++) {
 			waitpid(pid, NULL, WNOHANG);
-			usleep(100000);
+			usleep(50000);
 		}
-		if (kill(pid, 0) == 0)
+		if (dm_local_pid_alive(pid))
 			kill(pid, SIGKILL);
 	}
 	if (datadir && *datadir) {

@@ -61,6 +61,13 @@ static bool pid_running(pid_t pid, char *buf, size_t cap)
 	return rp && sscanf(rp + 1, " %c", &st) == 1 && st != 'Z' && st != 'X';
 }
 
+bool dm_local_pid_alive(pid_t pid)
+{
+	char buf[512];
+
+	return pid_running(pid, buf, sizeof(buf));
+}
+
 bool dm_local_pid_is_node(pid_t pid)
 {
 	char p[64], buf[512];

@@ -171,6 +171,9 @@ static inline bool cn_ids_on(const struct cn *cn)
 int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t first,
 		uint64_t cap, cn_ids_seed_fn seed, cn_ids_taken_fn taken, void *ctx,
 		uint64_t *id);
+/* Graph g was dropped: its range keys are deleted from the cluster state and this node's
+ * range forgotten (best effort: a failure is logged; the keys are small). */
+void cn_ids_forget(struct cn *cn, uint32_t g);
 /* The up-set callback (cn_state.c; arg: the struct cn), run by the cluster-state watch
  * (dm_upwatch_start) for every new version. */
 struct dm_upset;
@@ -208,6 +211,7 @@ struct cn_call {                  /* one per connection */
 	struct dm_mr *mr;
 	bool busy;                    /* the last answer's SEND has not completed */
 	struct cn_call_pool *pool;    /* C_CALLs: threads and answer slots (lazily made) */
+	struct dm_notify *wake;       /* woken when a call finished (NULL: the worker polls) */
 };
 /* Hand the C_CALL message msg[0..len) (validated on receipt; copied, so the caller reposts
  * its buffer) to the connection's call threads ([cn] call_threads of them, started on the

@@ -100,6 +100,7 @@ struct cn_call_pool {
 	uint8_t *abuf;                /* nslots x DM_C_MAX_RESP, registered */
 	struct dm_mr *amr;
 	bool busy[DM_CN_MAX_CALL_THREADS];
+	struct dm_notify *wake;       /* the worker's: an answer is ready */
 };
 
 static void job_run(struct cn *cn, struct call_job *j)
@@ -169,12 +170,14 @@ static void *call_thread(void *arg)
 			p->done = j;
 		p->done_tail = j;
 		pthread_cond_broadcast(&p->cv);
+		if (p->wake)
+			dm_notify_wake(p->wake);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
-static struct cn_call_pool *pool_new(struct cn *cn)
+static struct cn_call_pool *pool_new(struct cn *cn, struct dm_notify *wake)
 {
 	struct cn_call_pool *p = calloc(1, sizeof(*p));
 	uint32_t n = cn->node->cnc.call_threads ? cn->node->cnc.call_threads : 8;
@@ -183,6 +186,7 @@ static struct cn_call_pool *pool_new(struct cn *cn)
 		return NULL;
 	n = DM_MIN(n, DM_CN_MAX_CALL_THREADS);
 	p->cn = cn;
+	p->wake = wake;
 	p->nslots = n;
 	p->abuf = aligned_alloc(64, (size_t)n * DM_C_MAX_RESP);
 	if (!p->abuf || dm_xport_reg(cn->x, p->abuf, (size_t)n * DM_C_MAX_RESP, 0, &p->amr))
@@ -209,7 +213,7 @@ int cn_call_submit(struct cn *cn, struct cn_call *cc, const uint8_t *msg, uint32
 {
 	struct call_job *j;
 
-	if (!cc->pool && !(cc->pool = pool_new(cn)))
+	if (!cc->pool && !(cc->pool = pool_new(cn, cc->wake)))
 		return -ENOMEM;
 	j = calloc(1, sizeof(*j));
 	if (!j || !(j->msg = malloc(len))) {

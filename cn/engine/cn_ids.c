@@ -102,6 +102,25 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 	pthread_mutex_unlock(&cn->ids_mu);
 	return rc;
 }
+
+void cn_ids_forget(struct cn *cn, uint32_t g)
+{
+	int64_t n = 0;
+	int rc;
+
+	if (g >= DM_MAX_GRAPHS || !cn->ids_etcd)
+		return;
+	pthread_mutex_lock(&cn->ids_mu);
+	cn->ids[g].lo = cn->ids[g].hi = 0;
+	rc = dm_idrange_forget(cn->ids_etcd, cn->cfg->name, g, &n);
+	if (rc)
+		dm_warn("cn%u: graph %u: its id ranges stay in the cluster state: %s (%s)",
+			cn->node->id, g, strerror(-rc), dm_etcd_errmsg(cn->ids_etcd));
+	else if (n)
+		dm_info("cn%u: graph %u: %lld id range key(s) deleted", cn->node->id, g,
+			(long long)n);
+	pthread_mutex_unlock(&cn->ids_mu);
+}
 #else
 void cn_ids_init(struct cn *cn)
 {
@@ -120,5 +139,10 @@ int cn_ids_next(struct cn *cn, uint32_t g, uint64_t gen, uint64_t tag, uint64_t 
 	(void)cn, (void)g, (void)gen, (void)tag, (void)first, (void)cap, (void)seed, (void)ctx;
 	(void)taken, (void)id;
 	return -ENOSYS;
+}
+
+void cn_ids_forget(struct cn *cn, uint32_t g)
+{
+	(void)cn, (void)g;
 }
 #endif

@@ -97,6 +97,8 @@ void cn_read_sync(struct worker *w)
 		if (rc) {
 			w->mc[m] = NULL;
 			cn_mn_down(cn, m, e, rc);
+		} else if (w->wake_on && dm_conn_notify(w->mc[m], &w->wake)) {
+			w->wake_on = false;   /* cannot be woken by it: poll them all */
 		}
 	}
 }

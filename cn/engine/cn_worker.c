@@ -998,6 +998,10 @@ void *cn_worker(void *arg)
 		goto out_free;
 	for (int i = 0; i < SEND_SLOTS; i++)
 		w->sfree[i] = true;
+	/* Sleep until a completion or a finished call wakes us, if the transport can. */
+	w->wake.fd = -1;
+	w->wake_on = !dm_notify_init(&w->wake) && !dm_conn_notify(w->client, &w->wake);
+	w->call.wake = w->wake_on ? &w->wake : NULL;
 	pthread_rwlock_rdlock(&cn->lock);
 	w->gen = atomic_load(&cn->gen);
 	sync_views(w);
@@ -1028,9 +1032,13 @@ void *cn_worker(void *arg)
 				w->client->peer, strerror(-calls));
 			w->client_gone = true;
 		}
-		/* Client: queries in, send credits back. Block briefly only when idle. */
-		n = idle ? dm_conn_wait(w->client, wc, 32, calls > 0 ? 1 : 50) :
-		    dm_conn_poll(w->client, wc, 32);
+		/* Client: queries in, send credits back. Idle with no call running, block on it
+		 * (its input is read by this thread then); otherwise look, and sleep below. */
+		if (idle && (!calls || !w->wake_on))
+			n = dm_conn_wait(w->client, wc, 32, calls > 0 ? 1 : 50);
+		else
+			n = w->wake_on ? dm_conn_wait(w->client, wc, 32, 0) :
+			    dm_conn_poll(w->client, wc, 32);
 		if (n < 0)
 			w->client_gone = true;
 		for (int i = 0; i < n; i++) {
@@ -1144,9 +1152,23 @@ void *cn_worker(void *arg)
 		if (w->fwd_out || w->nfres)
 			busy = true;   /* answers come back on the memory-node connections */
 		idle = !progress && !busy;
-		if (!progress && busy)
-			usleep(20);   /* waiting for READs: give the CPU away rather than spin */
+		if (progress || (idle && !calls))
+			continue;
+		if (!w->wake_on) {
+			if (busy)
+				usleep(20);   /* waiting for READs: give the CPU away, not spin */
+		} else if (!w->armed) {
+			/* Armed, every source is looked at once more before the sleep. */
+			dm_notify_arm(&w->wake);
+			w->armed = true;
+		} else {
+			/* READ completions, queries, call answers wake us; the timeout only
+			 * bounds what nothing signals (READ timeouts, forwards given up). */
+			dm_notify_wait(&w->wake, busy ? 1 : 50);
+			w->armed = false;
+		}
 	}
+	dm_conn_notify(w->client, NULL);   /* w goes away before the connection */
 	/* Close memory-node connections first: that flushes READs aimed at our buffers. */
 	pthread_rwlock_rdlock(&cn->lock);
 	cn_read_close_all(w);
@@ -1179,6 +1201,7 @@ void *cn_worker(void *arg)
 	free(w->wrs);
 	dm_xport_dereg(cn->x, w->smr);
 	cn_call_fini(cn, &w->call);
+	dm_notify_fini(&w->wake);
 	cn_insert_free(w->ins);
 out_free:
 	free(w->sbuf);

@@ -128,6 +128,10 @@ struct worker {
 		bool used, failed;   /* failed: its memory-node connection closed */
 	} fq[FWD_TRACK];
 	uint64_t fq_check;           /* last expiry scan */
+	/* Waiting: with wake_on, every connection of the worker and its call threads wake
+	 * `wake` (armed: the worker is about to sleep on it); otherwise the worker polls. */
+	struct dm_notify wake;
+	bool wake_on, armed;
 };
 
 /* The view a slot's query runs on. */

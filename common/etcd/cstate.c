@@ -538,6 +538,8 @@ static void *watch_thread(void *arg)
 	while (!atomic_load(&w->stop)) {
 		int rc = dm_etcd_follow(w->e, w->key, &from, WATCH_POLL_MS, NULL, watch_ev, w);
 
+		if (rc && atomic_load(&w->stop))
+			break;                  /* aborted by dm_upwatch_stop */
 		if (rc) {
 			if (!w->warned)
 				dm_warn("cluster state: etcd unreachable (%s); keeping %s version "
@@ -607,7 +609,8 @@ void dm_upwatch_stop(struct dm_upwatch *w)
 	if (!w)
 		return;
 	atomic_store(&w->stop, true);
-	pthread_join(w->thread, NULL);   /* a poll ends within WATCH_POLL_MS */
+	dm_etcd_abort(w->e);             /* ends the poll in progress at once */
+	pthread_join(w->thread, NULL);
 	dm_etcd_close(w->e);
 	free(w);
 }

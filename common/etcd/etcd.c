@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_FAILED_INIT;
@@ -33,6 +35,63 @@ const char *dm_etcd_errmsg(const struct dm_etcd *e)
 }
 
 /* ---- the HTTP exchange ---- */
+/* The handle's sockets, kept so that dm_etcd_abort can shut them down: opened and closed for
+ * libcurl under sock_mu, so a slot never names an fd that was closed (and maybe reused). */
+static curl_socket_t sock_open(void *ctx, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct dm_etcd *e = ctx;
+	curl_socket_t fd = CURL_SOCKET_BAD;
+
+	(void)purpose;
+	pthread_mutex_lock(&e->sock_mu);
+	if (!e->aborted) {
+		fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+		for (int i = 0; fd != CURL_SOCKET_BAD && i < DM_ETCD_SOCKS; i++)
+			if (e->socks[i] < 0) {
+				e->socks[i] = fd;
+				break;
+			}
+	}
+	pthread_mutex_unlock(&e->sock_mu);
+	return fd;
+}
+
+static int sock_close(void *ctx, curl_socket_t fd)
+{
+	struct dm_etcd *e = ctx;
+	int rc;
+
+	pthread_mutex_lock(&e->sock_mu);
+	for (int i = 0; i < DM_ETCD_SOCKS; i++)
+		if (e->socks[i] == fd)
+			e->socks[i] = -1;
+	rc = close(fd);
+	pthread_mutex_unlock(&e->sock_mu);
+	return rc;
+}
+
+void dm_etcd_abort(struct dm_etcd *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->sock_mu);
+	e->aborted = true;
+	for (int i = 0; i < DM_ETCD_SOCKS; i++)
+		if (e->socks[i] >= 0)
+			shutdown(e->socks[i], SHUT_RDWR);
+	pthread_mutex_unlock(&e->sock_mu);
+}
+
+static bool aborted(struct dm_etcd *e)
+{
+	bool a;
+
+	pthread_mutex_lock(&e->sock_mu);
+	a = e->aborted;
+	pthread_mutex_unlock(&e->sock_mu);
+	return a;
+}
+
 int dm_etcd_post(struct dm_etcd *e, CURL *c, const char *path, const char *req, long tmo_ms,
 		 size_t (*wr)(char *, size_t, size_t, void *), void *ctx)
 {
@@ -42,6 +101,9 @@ int dm_etcd_post(struct dm_etcd *e, CURL *c, const char *path, const char *req, 
 	for (size_t t = 0; t < e->nep; t++, e->cur = (e->cur + 1) % e->nep) {
 		long sent = 0;
 		CURLcode cc;
+
+		if (aborted(e))
+			return dm_etcd_fail(e, -ECANCELED, "the call was aborted (the caller stops)");
 
 		snprintf(url, sizeof(url), "%s%s", e->ep[e->cur], path);
 		cerr[0] = 0;
@@ -56,6 +118,10 @@ int dm_etcd_post(struct dm_etcd *e, CURL *c, const char *path, const char *req, 
 		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+		curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, sock_open);
+		curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, e);
+		curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, sock_close);
+		curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, e);
 		cc = curl_easy_perform(c);
 		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
 		if (cc == CURLE_OK)
@@ -64,6 +130,8 @@ int dm_etcd_post(struct dm_etcd *e, CURL *c, const char *path, const char *req, 
 		rc = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ? -ECONNREFUSED :
 		     cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT :
 		     cc == CURLE_WRITE_ERROR ? -ECANCELED : -EIO;
+		if (aborted(e))
+			return dm_etcd_fail(e, -ECANCELED, "the call was aborted (the caller stops)");
 		if (rc != -ECANCELED)         /* (else wr said why) */
 			dm_etcd_fail(e, rc, "%s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
 		if (rc != -ECONNREFUSED && !(rc == -ETIMEDOUT && sent == 0))
@@ -111,7 +179,7 @@ int dm_etcd_call(struct dm_etcd *e, const char *path, const char *req, json_t **
 	*ans = NULL;
 	dm_buf_reset(&e->body);
 	rc = dm_etcd_post(e, e->curl, path, req, e->timeout_ms, body_wr, &e->body);
-	if (rc == -ECANCELED)
+	if (rc == -ECANCELED && !aborted(e))
 		return dm_etcd_fail(e, e->body.oom ? -ENOMEM : -EBADMSG,
 				    "%s: answer over %u bytes or out of memory", path,
 				    DM_ETCD_ANSWER_MAX);
@@ -139,6 +207,9 @@ struct dm_etcd *dm_etcd_open(const char *endpoints, int timeout_ms)
 	}
 	if (!(e = calloc(1, sizeof(*e))))
 		return NULL;
+	pthread_mutex_init(&e->sock_mu, NULL);
+	for (int i = 0; i < DM_ETCD_SOCKS; i++)
+		e->socks[i] = -1;
 	e->timeout_ms = timeout_ms;
 	if (!(list = strdup(endpoints)))
 		goto err_close_e;
@@ -182,9 +253,10 @@ void dm_etcd_close(struct dm_etcd *e)
 	if (e->curl)
 		curl_easy_cleanup(e->curl);
 	if (e->wcurl)
-		curl_easy_cleanup(e->wcurl);
+		curl_easy_cleanup(e->wcurl);   /* (closes its sockets through sock_close) */
 	curl_slist_free_all(e->hdrs);
 	dm_buf_free(&e->body);
+	pthread_mutex_destroy(&e->sock_mu);
 	free(e);
 }
 

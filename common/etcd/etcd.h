@@ -58,6 +58,11 @@ struct dm_etcd_event {
 struct dm_etcd *dm_etcd_open(const char *endpoints, int timeout_ms);
 /* Close the handle (NULL is a no-op). */
 void dm_etcd_close(struct dm_etcd *e);
+/* End the call in progress on e, if any, at once (its connections are shut down), and make
+ * every later call on e fail with -ECANCELED: for a thread that stops a watcher blocked in a
+ * watch poll. The only call that may run at the same time as another call on the same
+ * handle; the handle must still be closed (after the watcher's thread is joined). */
+void dm_etcd_abort(struct dm_etcd *e);
 /* The reason of the last failed call on e (a static string for NULL e); valid until the
  * next call on e. */
 const char *dm_etcd_errmsg(const struct dm_etcd *e);

@@ -7,12 +7,15 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
 
 #include "etcd.h"
 #include "util/dm_buf.h"
 
 #define DM_ETCD_EP_MAX 16
 #define DM_ETCD_ANSWER_MAX (64u << 20)   /* bytes of one answer / one watch message */
+#define DM_ETCD_SOCKS 16                 /* connections of one handle dm_etcd_abort reaches */
 
 struct dm_etcd {
 	char *ep[DM_ETCD_EP_MAX];
@@ -23,6 +26,11 @@ struct dm_etcd {
 	struct curl_slist *hdrs;
 	struct dm_buf body;              /* the last unary answer */
 	char err[256];
+	/* dm_etcd_abort: the sockets of both easy handles' connections (opened and closed
+	 * through callbacks under sock_mu, so that an abort never shuts down a reused fd) */
+	pthread_mutex_t sock_mu;
+	bool aborted;                    /* under sock_mu; calls fail with -ECANCELED */
+	int socks[DM_ETCD_SOCKS];        /* -1: free slot */
 };
 
 /* Record the reason of a failure in e->err; returns rc. */

@@ -56,6 +56,18 @@ int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 	return rc;
 }
 
+int dm_idrange_forget(struct dm_etcd *e, const char *cluster, uint32_t graph,
+		      int64_t *deleted)
+{
+	char prefix[192];
+
+	if (!e || !cluster)
+		return -EINVAL;
+	/* (the trailing slash: graph 1's prefix is not graph 10's) */
+	snprintf(prefix, sizeof(prefix), "/dmann/%s/ids/%u/", cluster, graph);
+	return dm_etcd_delete(e, prefix, true, deleted);
+}
+
 int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
 		    uint64_t tag, uint64_t first, uint64_t want, uint64_t share, uint64_t cap,
 		    dm_idrange_seed_fn seed, void *ctx, uint64_t *lo, uint64_t *hi)

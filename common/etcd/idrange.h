@@ -42,6 +42,11 @@ int dm_idrange_take(struct dm_etcd *e, const char *cluster, uint32_t graph, uint
 /* The first id no range has yet: *next. -ENOENT when no range was ever taken. */
 int dm_idrange_read(struct dm_etcd *e, const char *cluster, uint32_t graph, uint64_t gen,
 		    uint64_t tag, uint64_t *next);
+/* Delete every range key of graph (all its generations and loads): once the graph is
+ * dropped, nothing reads them again (a new load has another tag). *deleted (may be NULL):
+ * how many. 0 or etcd's -errno. */
+int dm_idrange_forget(struct dm_etcd *e, const char *cluster, uint32_t graph,
+		      int64_t *deleted);
 /* Parse a value ("<next>": 1-20 decimal digits, no sign, no spaces, <= 2^63): 0 or
  * -EBADMSG. */
 int dm_idrange_parse(const void *val, size_t len, uint64_t *next);

@@ -245,6 +245,8 @@ static void *watch_thread(void *arg)
 
 		if (!rc && from)
 			atomic_store(&w->synced, true);
+		if (rc && atomic_load(&w->stop))
+			break;                  /* aborted by dm_stalewatch_stop */
 		if (rc) {
 			if (!w->warned)
 				dm_warn("cluster state: etcd unreachable (%s); keeping the stale "
@@ -298,7 +300,8 @@ void dm_stalewatch_stop(struct dm_stalewatch *w)
 	if (!w)
 		return;
 	atomic_store(&w->stop, true);
-	pthread_join(w->thread, NULL);   /* a poll ends within STALE_POLL_MS */
+	dm_etcd_abort(w->e);             /* ends the poll in progress at once */
+	pthread_join(w->thread, NULL);
 	dm_etcd_close(w->e);
 	pthread_mutex_destroy(&w->mu);
 	free(w->set);

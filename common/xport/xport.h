@@ -31,6 +31,7 @@
 struct dm_xport;
 struct dm_conn;
 struct dm_listener;
+struct dm_notify;
 
 /* Capability flags. */
 enum {
@@ -143,6 +144,7 @@ struct dm_xport_ops {
 		    struct dm_mr *mr, uint32_t flags);
 	int (*poll)(struct dm_conn *c, struct dm_wc *wc, int n);
 	int (*wait)(struct dm_conn *c, struct dm_wc *wc, int n, int timeout_ms);
+	int (*notify)(struct dm_conn *c, struct dm_notify *n);
 };
 
 /* Base structs: backends embed these first and downcast with container_of. */
@@ -228,6 +230,40 @@ static inline int dm_conn_poll(struct dm_conn *c, struct dm_wc *wc, int n)
 /* Blocks up to timeout_ms (-1: forever) for at least one completion; 0 on timeout. */
 static inline int dm_conn_wait(struct dm_conn *c, struct dm_wc *wc, int n, int timeout_ms)
 { return DM_XCALL(c->x, wait, c, wc, n, timeout_ms); }
+
+/* Wake-ups for a thread that waits on several connections at once (and on work other
+ * threads hand it), instead of polling them in a sleep loop (notify.c). The owner arms it,
+ * looks at every source once more, and only then sleeps in dm_notify_wait; a producer that
+ * adds work calls dm_notify_wake after making it visible. A wake costs a syscall only while
+ * the owner is armed (about to sleep or asleep); none is lost, because the owner arms before
+ * its last look and a producer that finds it armed writes the eventfd, which stays readable
+ * until the owner drains it. */
+struct dm_notify {
+	int fd;              /* eventfd */
+	int armed;           /* atomic: 1 from dm_notify_arm until the next wake or wait */
+};
+/* 0 or -errno (eventfd). */
+int dm_notify_init(struct dm_notify *n);
+void dm_notify_fini(struct dm_notify *n);
+/* Any thread: work for the owner is visible; wake it if it is armed. */
+void dm_notify_wake(struct dm_notify *n);
+/* Owner: from now on producers wake us; look at every source once more before waiting. */
+void dm_notify_arm(struct dm_notify *n);
+/* Owner, armed: sleep until a wake (at once if one came since dm_notify_arm) or timeout_ms
+ * (-1: none) passes; disarms. 1 woken, 0 timed out, -errno. */
+int dm_notify_wait(struct dm_notify *n, int timeout_ms);
+
+/* From now on, every completion queued on c (and its failure) wakes n (NULL: stop; n must
+ * outlive c or be taken back first). c's completions are still taken with dm_conn_poll /
+ * dm_conn_wait. 0 or -ENOSYS (the backend cannot, e.g. verbs: poll c instead). */
+static inline int dm_conn_notify(struct dm_conn *c, struct dm_notify *n)
+{
+	const struct dm_xport_ops *o = c->x->ops;
+
+	if (o->size <= offsetof(struct dm_xport_ops, notify) || !o->notify)
+		return -ENOSYS;
+	return o->notify(c, n);
+}
 
 /* Parse "host:port" (IPv4, [IPv6] or a name) into host and port strings. 0 or -EINVAL. */
 int dm_addr_split(const char *addr, char *host, size_t hostlen, char *port, size_t portlen);

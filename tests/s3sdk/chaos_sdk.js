@@ -13,7 +13,10 @@
 // exists the loops end; then, with the kill window of cn1 read from CHAOS_DIR/sdk.events
 // ("prekill", "kill", "killed" and "up", each with its unix ms, written by the C test; from
 // prekill to up four more loops send queries to cn1 back to back, so that some are in
-// flight when it dies), the rules are checked:
+// flight when it dies; the C test freezes cn1 for 0.5 s before its SIGKILL, so that they
+// are), the rules are checked:
+//   - at least one request was in flight on cn1 when it died, and it failed (the error
+//     came back, as every other attempt, within 10 s: see below);
 //   - every operation was answered in the end (0 unanswered);
 //   - no attempt hung: each one returned within 10 s (the SDK's request timeout is 15 s,
 //     so a hung one shows as taking longer);
@@ -167,6 +170,9 @@ async function main() {
   buf.writeInt32LE(D, 4);
   acked.forEach((i, r) => vec(i).forEach((x, j) => buf.writeFloatLE(x, 8 + (r * D + j) * 4)));
   fs.writeFileSync(path.join(DIR, 'sdk.fbin'), buf);
+  // cn1's attempts around its kill, for a look at a kept test directory
+  fs.writeFileSync(path.join(DIR, 'sdk.cn1.json'), JSON.stringify(attempts.filter((a) =>
+    a.ep === 1 && kill && a.t1 >= kill - 3000 && a.t0 <= (up || kill) + 3000)));
 
   console.log(`FIGURES chaos sdk: ${ops} operations (${acked.length} rows acknowledged), ` +
     `${attempts.length} attempts, ${failed.length} failed (${inflight.length} in flight on ` +
@@ -181,6 +187,7 @@ async function main() {
   if (unanswered) why.push(`${unanswered} operations unanswered on both gateways`);
   if (slow.length) why.push(`${slow.length} attempts took over ${HUNG_MS / 1000} s`);
   if (bad.length) why.push(`${bad.length} attempts failed outside cn1's kill window`);
+  if (kill && !inflight.length) why.push('no request was in flight on cn1 when it was killed');
   if (why.length) {
     console.log(`chaos_sdk: FAIL: ${why.join('; ')}`);
     process.exit(1);

@@ -54,6 +54,7 @@ static const struct dm_xport_ops tcp_ops = {
 	.send = tcp_send,
 	.poll = tcp_poll,
 	.wait = tcp_wait,
+	.notify = tcp_notify,
 };
 
 static inline struct tcp_xport *to_tx(struct dm_xport *x)

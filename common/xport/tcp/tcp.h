@@ -69,6 +69,7 @@ struct tcp_conn {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;               /* completions arrived / failed */
 	int waiters;
+	struct dm_notify *notify;          /* woken with every completion (dm_conn_notify) */
 	bool failed;
 	bool ev_in, ev_out;                /* what the fd is registered for in epoll */
 	struct tcp_buf out;
@@ -165,5 +166,6 @@ int tcp_send(struct dm_conn *dc, uint64_t wr_id, const void *buf, uint32_t len,
 	     struct dm_mr *mr, uint32_t flags);
 int tcp_poll(struct dm_conn *dc, struct dm_wc *wc, int n);
 int tcp_wait(struct dm_conn *dc, struct dm_wc *wc, int n, int timeout_ms);
+int tcp_notify(struct dm_conn *dc, struct dm_notify *n);
 
 #endif /* DM_TCP_H */

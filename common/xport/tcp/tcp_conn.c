@@ -208,6 +208,8 @@ static void cq_push(struct tcp_conn *c, uint64_t wr_id, int status, uint32_t len
 	c->cq_len++;
 	if (c->waiters)
 		pthread_cond_signal(&c->cond);
+	if (c->notify)
+		dm_notify_wake(c->notify);
 }
 
 /* Put the connection in error state: every outstanding op completes with status, the
@@ -242,6 +244,8 @@ static void conn_fail_locked(struct tcp_conn *c, int status, const char *why)
 	c->out.off = c->out.len = 0;
 	c->nseg = 0;
 	pthread_cond_broadcast(&c->cond);
+	if (c->notify)
+		dm_notify_wake(c->notify);
 }
 
 /* Write as much of the output buffer as the socket takes; arm EPOLLOUT for the rest.
@@ -635,6 +639,16 @@ int tcp_wait(struct dm_conn *dc, struct dm_wc *wc, int n, int timeout_ms)
 	k = cq_pop(c, wc, n);
 	pthread_mutex_unlock(&c->lock);
 	return k;
+}
+
+int tcp_notify(struct dm_conn *dc, struct dm_notify *n)
+{
+	struct tcp_conn *c = to_tc(dc);
+
+	pthread_mutex_lock(&c->lock);
+	c->notify = n;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 /* ---- progress thread: serving and completing ---- */
