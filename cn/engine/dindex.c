@@ -650,7 +650,7 @@ static const float *uvec_of(void *arg, uint32_t id)
 
 /* The key-order trailer at t (tail bytes left, n nodes): d->run and d->labels. Its length,
  * or -EBADMSG / -ENOMEM with a message. */
-static int ko_parse(struct dindex *d, const uint8_t *t, size_t tail, uint32_t n, char *err,
+int dindex_ko_parse(struct dindex *d, const uint8_t *t, size_t tail, uint32_t n, char *err,
 		    size_t errlen)
 {
 	uint32_t len, c, run, nl;
@@ -769,7 +769,7 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 
 		d->run = 1;
 		if (tail >= 8 && !memcmp(t, DINDEX_KO_MAGIC, 8)) {
-			int rc = ko_parse(d, t, tail, h.n, err, errlen);
+			int rc = dindex_ko_parse(d, t, tail, h.n, err, errlen);
 
 			if (rc < 0)
 				return rc;

@@ -227,6 +227,14 @@ int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t
  * (not its node, or d takes no inserts), or -errno. */
 int dindex_lookup_ctr(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
 
+/* Parse the key-order trailer at t (tail bytes, starting with DINDEX_KO_MAGIC) of the
+ * metadata of an index of n nodes into d->run, d->labels and d->nlabels (a permutation of
+ * 0..n-1, or none; d->labels malloc'd: dindex_free frees it). Its length in bytes, or
+ * -EBADMSG (CRC, run, length or map wrong) / -ENOMEM with a message in err. Outside input
+ * (read from the memory nodes): fuzzed by fuzz_dindex_bind. */
+int dindex_ko_parse(struct dindex *d, const uint8_t *t, size_t tail, uint32_t n, char *err,
+		    size_t errlen);
+
 /* The memory nodes that hold block b of graph `graph` placed in runs of `run` blocks (the
  * view's d->run) under s's placement (the cluster file's nodes minus the retired ones,
  * weighted rendezvous of the run b / run), best first: their count (<= r). The one
