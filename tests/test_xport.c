@@ -279,13 +279,12 @@ ParameterizedTest(struct bk *b, xport, notify_wakes, .timeout = 30)
 	need_backend(b->name);
 	pair_open(&p, b->name);
 	cr_assert_eq(dm_notify_init(&n), 0);
+	/* verbs has no completion notification yet and must say so (its users poll then); the
+	 * notifier itself is checked all the same, the connection's wake-ups only where the
+	 * backend offers them (a skip would fail the soft-RoCE VM's run) */
 	rc = dm_conn_notify(p.cc, &n);
-	if (rc == -ENOSYS) {
-		dm_notify_fini(&n);
-		pair_close(&p);
-		cr_skip_test("%s: no completion notification (its users poll)", b->name);
-	}
-	cr_assert_eq(rc, 0);
+	cr_assert(rc == 0 || (rc == -ENOSYS && !strcmp(b->name, "verbs")), "%s: notify %d",
+		  b->name, rc);
 	/* Nothing pending: a timeout. */
 	dm_notify_arm(&n);
 	cr_assert_eq(dm_conn_poll(p.cc, &wc, 1), 0);
@@ -300,6 +299,11 @@ ParameterizedTest(struct bk *b, xport, notify_wakes, .timeout = 30)
 	dm_notify_wake(&n);
 	dm_notify_arm(&n);
 	cr_assert_eq(dm_notify_wait(&n, 20), 0);
+	if (rc == -ENOSYS) {
+		dm_notify_fini(&n);
+		pair_close(&p);
+		return;
+	}
 	/* A READ's completion wakes the sleeper. */
 	region_init(&rem, p.sx, LEN, DM_MR_REMOTE_READ, 3);
 	region_init(&loc, p.cx, LEN, 0, 4);
