@@ -38,22 +38,7 @@ log "data: $((N + TAIL)) x 96, $((WARM + MEAS)) queries"
 "$DMANN" gen --kind deep --n $((N + TAIL)) --nq $((WARM + MEAS)) --seed 3 --out "$WORK/d" >/dev/null
 # Slices without NumPy: the first N rows (fbin), the warm-up and measured queries and the
 # measured queries' ground truth.
-$PY - "$WORK" "$N" "$WARM" <<'EOF'
-import struct, sys
-w, n, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def cut(src, dst, lo, hi, esize=4):
-    with open(src, "rb") as f:
-        rows, dim = struct.unpack("<II", f.read(8))
-        f.seek(8 + lo * dim * esize)
-        body = f.read((hi - lo) * dim * esize)
-    with open(dst, "wb") as f:
-        f.write(struct.pack("<II", hi - lo, dim)); f.write(body)
-    return rows
-q = cut(w + "/d/query.fbin", w + "/warm.fbin", 0, warm)
-cut(w + "/d/query.fbin", w + "/meas.fbin", warm, q)
-cut(w + "/d/gt.ibin", w + "/meas_gt.ibin", warm, q)
-cut(w + "/d/base.fbin", w + "/import.fbin", 0, n)
-EOF
+split_queries "$WARM" "$N"
 log "offline build of the first $N rows (2 threads)"
 T0=$(date +%s.%N)
 "$DMANN" build --base "$WORK/import.fbin" --metric l2 --M 16 --efc 100 --threads 2 \

@@ -32,21 +32,7 @@ bench_init latency
 
 log "data: $N x 128, $((WARM + MEAS)) queries"
 "$DMANN" gen --kind sift --n "$N" --nq $((WARM + MEAS)) --seed 7 --out "$WORK/d" >/dev/null
-$PY - "$WORK" "$WARM" <<'EOF'
-import struct, sys
-w, warm = sys.argv[1], int(sys.argv[2])
-def cut(src, dst, lo, hi, esize=4):
-    with open(src, "rb") as f:
-        rows, dim = struct.unpack("<II", f.read(8))
-        f.seek(8 + lo * dim * esize)
-        body = f.read((hi - lo) * dim * esize)
-    with open(dst, "wb") as f:
-        f.write(struct.pack("<II", hi - lo, dim)); f.write(body)
-    return rows
-q = cut(w + "/d/query.fbin", w + "/warm.fbin", 0, warm)
-cut(w + "/d/query.fbin", w + "/meas.fbin", warm, q)
-cut(w + "/d/gt.ibin", w + "/meas_gt.ibin", warm, q)
-EOF
+split_queries "$WARM"
 log "offline build of $N rows (2 threads)"
 "$DMANN" build --base "$WORK/d/base.fbin" --metric l2 --M 16 --efc 100 --threads 2 \
 	--out "$WORK/idx.hnsw" >/dev/null

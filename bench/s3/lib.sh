@@ -39,3 +39,25 @@ mget() {
 	echo $out
 }
 msum() { local t=0 v; for v in $(mget "$1"); do t=$((t + ${v%.*})); done; echo $t; }
+# split_queries WARM [N]: $WORK/d's queries cut into $WORK/warm.fbin (the first WARM) and
+# $WORK/meas.fbin + $WORK/meas_gt.ibin (the rest, with their ground truth); with N, also the
+# first N base rows into $WORK/import.fbin.
+split_queries() {
+	$PY - "$WORK" "$1" "${2:-0}" <<'EOF'
+import struct, sys
+w, warm, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def cut(src, dst, lo, hi, esize=4):
+    with open(src, "rb") as f:
+        rows, dim = struct.unpack("<II", f.read(8))
+        f.seek(8 + lo * dim * esize)
+        body = f.read((hi - lo) * dim * esize)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<II", hi - lo, dim)); f.write(body)
+    return rows
+q = cut(w + "/d/query.fbin", w + "/warm.fbin", 0, warm)
+cut(w + "/d/query.fbin", w + "/meas.fbin", warm, q)
+cut(w + "/d/gt.ibin", w + "/meas_gt.ibin", warm, q)
+if n:
+    cut(w + "/d/base.fbin", w + "/import.fbin", 0, n)
+EOF
+}
