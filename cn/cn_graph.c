@@ -414,7 +414,7 @@ static int graph_seed(void *ctx, const char *bucket, const char *index, uint32_t
 		goto out_close;
 	}
 	room = (uint32_t)DM_MIN((uint64_t)room, (uint64_t)DINDEX_MAX_CAP - n);
-	rc = dindex_load(s, g, idx, room, &bind, gen, NULL, NULL, err, sizeof(err));
+	rc = dindex_load(s, g, idx, room, 1, &bind, gen, NULL, NULL, err, sizeof(err));
 	if (rc) {
 		dm_warn("cn%u: placing the graph of %s/%s: %s", cn->node->id, bucket, index, err);
 		goto out_close;

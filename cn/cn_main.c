@@ -211,6 +211,29 @@ static void cn_metrics(void *arg, FILE *out)
 			id, atomic_load(&cn->failovers), id, atomic_load(&cn->salvaged), id,
 			atomic_load(&cn->rereads), id, atomic_load(&cn->mn_downs), id,
 			atomic_load(&cn->mn_ups), id, down);
+		fprintf(out, "# HELP dmann_cn_locality_queries_total Queries answered whose READs "
+			     "the locality counters below sum over.\n"
+			     "# TYPE dmann_cn_locality_queries_total counter\n"
+			     "dmann_cn_locality_queries_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_locality_query_mns_total Sum over queries of the distinct "
+			     "memory nodes their READs went to.\n"
+			     "# TYPE dmann_cn_locality_query_mns_total counter\n"
+			     "dmann_cn_locality_query_mns_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_locality_query_blocks_total Sum over queries of the "
+			     "distinct blocks their READs went to.\n"
+			     "# TYPE dmann_cn_locality_query_blocks_total counter\n"
+			     "dmann_cn_locality_query_blocks_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_locality_round_trips_total Batches of READs of those "
+			     "queries (round trips).\n"
+			     "# TYPE dmann_cn_locality_round_trips_total counter\n"
+			     "dmann_cn_locality_round_trips_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_locality_round_trip_mns_total Sum over those round trips of "
+			     "the distinct memory nodes one batch went to.\n"
+			     "# TYPE dmann_cn_locality_round_trip_mns_total counter\n"
+			     "dmann_cn_locality_round_trip_mns_total{node=\"%u\"} %lu\n",
+			id, atomic_load(&cn->loc_queries), id, atomic_load(&cn->loc_q_mns), id,
+			atomic_load(&cn->loc_q_blocks), id, atomic_load(&cn->loc_rts), id,
+			atomic_load(&cn->loc_rt_mns));
 		{
 			unsigned gst = 0;
 

@@ -554,8 +554,15 @@ struct dm_wire_q_stats {       /* Q_STATS response */
 	uint64_t mn_downs, mn_ups; /* memory nodes marked down / up again */
 	uint32_t mn_down;          /* memory nodes down now */
 	uint32_t reserved;
+	/* Locality of the answered queries' READs (bytes 112..151, added with issue 15; a
+	 * Q_STATS answer of 112 bytes is refused): queries counted, the sums over them of the
+	 * distinct memory nodes and distinct blocks their READs touched, their round trips
+	 * (batches with a remote READ) and the sum over those of the distinct memory nodes
+	 * one batch's READs went to. Means: loc_q_mns / loc_queries per query, loc_rt_mns /
+	 * loc_rts per round trip. */
+	uint64_t loc_queries, loc_q_mns, loc_q_blocks, loc_rts, loc_rt_mns;
 };
-_Static_assert(sizeof(struct dm_wire_q_stats) == 112, "q_stats layout");
+_Static_assert(sizeof(struct dm_wire_q_stats) == 152, "q_stats layout");
 
 #define DM_Q_MAX_INSERT 256u   /* rows per Q_INSERT (and its message must fit the CN's
 				  receive buffers, DM_CN_RECV_BUF) */

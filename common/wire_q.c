@@ -234,6 +234,8 @@ void dm_wire_q_stats_encode(uint8_t *b, const struct dm_wire_q_stats *m)
 	dm_put_le64(b + 96, m->mn_ups);
 	dm_put_le32(b + 104, m->mn_down);
 	dm_put_le32(b + 108, 0);
+	for (int i = 0; i < 5; i++)
+		dm_put_le64(b + 112 + 8 * i, (&m->loc_queries)[i]);
 }
 
 int dm_wire_q_stats_decode(const uint8_t *b, size_t len, struct dm_wire_q_stats *m)
@@ -251,6 +253,8 @@ int dm_wire_q_stats_decode(const uint8_t *b, size_t len, struct dm_wire_q_stats 
 	m->mn_ups = dm_get_le64(b + 96);
 	m->mn_down = dm_get_le32(b + 104);
 	m->reserved = 0;
+	for (int i = 0; i < 5; i++)
+		(&m->loc_queries)[i] = dm_get_le64(b + 112 + 8 * i);
 	return 0;
 }
 

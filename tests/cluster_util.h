@@ -74,7 +74,8 @@ static __attribute__((unused)) int32_t *local_search_ids_b(const char *index,
 
 		cr_assert_eq(n, k);
 		for (int j = 0; j < k; j++)
-			ids[i * (size_t)k + (size_t)j] = (int32_t)h[j].id;
+			ids[i * (size_t)k + (size_t)j] =
+				(int32_t)hnsw_label(idx->labels, idx->n, h[j].id);
 	}
 	*nq = (uint32_t)qv.n;
 	free(h);

@@ -5,6 +5,9 @@
  *   - the cluster returns exactly the ids of the local search (same index with RaBitQ
  *     neighbour codes, the build default; same ef), with the cache off and at 10%, and with
  *     a beam of 2 candidates per round trip;
+ *   - an image whose nodes are numbered in VHash key order (dmann build --order vhash),
+ *     placed in runs of 2 blocks, answers with the ids of the local search of that image:
+ *     rows of the vector file, not node ids, and the locality counters reach /metrics;
  *   - a memory node killed during a query stream makes the affected queries fail with a
  *     clear error within a bounded time, nothing hangs, and once the node is back (it
  *     reloads its snapshot) the compute nodes serve again with the same answers. */
@@ -127,6 +130,46 @@ Test(cluster, same_ids_as_local_search)
 	want = local_ids(&nq, 2);
 	bench_and_compare("10%", want, nq, 2);
 	free(want);
+}
+
+/* A key-ordered image (nodes in VHash key order, the label map in the image and the
+ * metadata) placed in runs of 2 blocks: the cluster answers rows of the vector file, the
+ * same as the local search of the image, with the cache off and on, beam 1 and 4. */
+Test(cluster, key_order_same_ids_as_local_search)
+{
+	static char out[65536];
+	char idx[256], q[256], lc[160];
+	uint32_t nq;
+	int32_t *want;
+
+	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 12 --efc 80 --threads 1 "
+			"--block-shift 10 --order vhash --vhash-k 16 --out %s/key.hnsw >/dev/null",
+			dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/key.hnsw --place-run 2",
+			dmann, dir, dir), 0);
+	snprintf(idx, sizeof(idx), "%s/key.hnsw", dir);
+	snprintf(q, sizeof(q), "%s/data/query.fbin", dir);
+	for (uint32_t beam = 1; beam <= 4; beam += 3) {
+		unsigned same = 0;
+		int32_t *ins = local_ids(&nq, beam);
+
+		want = local_search_ids_b(idx, q, K, EF, beam, true, &nq);
+		/* built with one thread: the same graph as the insertion-order image, renamed,
+		 * so the same rows */
+		for (uint64_t i = 0; i < (uint64_t)nq * K; i++)
+			same += want[i] == ins[i];
+		cr_assert_gt(same, nq * K * 99 / 100, "key order: %u of %u ids as in insertion "
+			     "order", same, nq * K);
+		bench_and_compare("0", want, nq, beam);
+		bench_and_compare("10%", want, nq, beam);
+		free(ins);
+		free(want);
+	}
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	cr_assert_eq(cluster_metrics(lc, 0, out, sizeof(out)), 0, "metrics: %s", strerror(errno));
+	cr_assert_not_null(strstr(out, "dmann_cn_locality_query_mns_total{node=\"0\"}"), "%s",
+			   out);
+	cr_assert_null(strstr(out, "dmann_cn_locality_queries_total{node=\"0\"} 0\n"), "%s", out);
 }
 
 Test(cluster, survives_a_memory_node_failure)

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include "vhash.h"
+#include "vhash_order.h"
 #include "oracle.h"
 #include "util/dm_buf.h"
 
@@ -740,5 +741,53 @@ Test(vhash, fit_rejects_bad_input)
 	check_intervals(vh);
 	check_keys(vh, x, 64);
 	dm_vhash_free(vh);
+	free(x);
+}
+
+/* ---- key order of a vector file (vhash_order.c) ------------------------------------------- */
+
+/* dm_vhash_order: a permutation of the rows, keys non-decreasing along it (ties by row), the
+ * same whatever the thread count; dm_vhash_fit_rows fits on the even sample it documents. */
+Test(vhash, order_is_sorted_permutation)
+{
+	float *x = mixture(43, N, DIM, NC, 12.0, false);
+	struct dm_vhash *vh = dm_vhash_fit_rows(x, N, DIM, K, 0, false, SEED), *v2;
+	uint32_t *l1 = malloc(N * sizeof(*l1)), *l3 = malloc(N * sizeof(*l3));
+	uint64_t *k1 = malloc(N * sizeof(*k1));
+	unsigned char *seen = calloc(N, 1);
+
+	cr_assert(vh && l1 && l3 && k1 && seen);
+	cr_assert_eq(dm_vhash_order(vh, x, N, DIM, false, 1, l1, k1), 0);
+	cr_assert_eq(dm_vhash_order(vh, x, N, DIM, false, 3, l3, NULL), 0);
+	cr_assert(!memcmp(l1, l3, N * sizeof(*l1)), "the order depends on the thread count");
+	for (uint32_t i = 0; i < N; i++) {
+		cr_assert_lt(l1[i], N);
+		cr_assert_eq(seen[l1[i]]++, 0, "row %u twice", l1[i]);
+		cr_assert_eq(k1[i], dm_vhash_key(vh, x + (size_t)l1[i] * DIM, NULL));
+		if (i)
+			cr_assert(k1[i - 1] < k1[i] || (k1[i - 1] == k1[i] && l1[i - 1] < l1[i]),
+				  "not in (key, row) order at %u", i);
+	}
+	/* a sample of min(n, K x 100) = all N rows here: the same model as dm_vhash_fit */
+	v2 = dm_vhash_fit(x, N, DIM, K, SEED, NULL);
+	cr_assert(v2);
+	{
+		size_t la, lb;
+		unsigned char *a = save_blob(vh, &la), *b = save_blob(v2, &lb);
+
+		cr_assert(la == lb && !memcmp(a, b, la));
+		free(a);
+		free(b);
+	}
+	/* bad input */
+	cr_assert_eq(dm_vhash_order(vh, x, N, DIM + 1, false, 1, l1, NULL), -EINVAL);
+	cr_assert_eq(dm_vhash_order(vh, x, N, DIM, false, 0, l1, NULL), -EINVAL);
+	cr_assert_null(dm_vhash_fit_rows(x, N, DIM, K, K - 1, false, SEED));
+	dm_vhash_free(v2);
+	dm_vhash_free(vh);
+	free(seen);
+	free(k1);
+	free(l3);
+	free(l1);
 	free(x);
 }

@@ -32,7 +32,9 @@ static void bench_usage(FILE *f)
 		   "Send a query stream to the compute nodes of cluster C through libdmann and\n"
 		   "report recall@k against the ground truth, throughput, client-side latency, the\n"
 		   "cache hit rate, the relayed share and the remote READs, bytes and round trips\n"
-		   "per query.\n\n"
+		   "per query, and where the READs went: the distinct memory nodes per query and\n"
+		   "per round trip (one batch of READs) and the distinct blocks per query (the\n"
+		   "compute nodes' locality counters over the measured queries).\n\n"
 		   "  --cache-ratio R  cache size per compute node as a fraction of the index\n"
 		   "                   (0..1, or a percentage like 5%%); the caches are cleared first\n"
 		   "                   and keep that size until the next bench. keep: send no cache\n"
@@ -605,6 +607,8 @@ int dm_cmd_bench(int argc, char **argv)
 		}
 	{
 		double secs = run_stream(&b, warmup, nq), rsum = 0, hits = 0, lookups = 0;
+		/* locality of the READs (Q_STATS loc_*, summed over the compute nodes) */
+		double lq = 0, lqm = 0, lqb = 0, lrt = 0, lrtm = 0;
 		uint64_t ok = 0, errs = b.errors, fwd = 0, ran = 0, pauses = 0;
 		int spill_on = 0;
 		uint64_t t_end = dm_now_ns();
@@ -640,6 +644,11 @@ int dm_cmd_bench(int argc, char **argv)
 			if (!OTHER_CN(i) && !get_stats(&b.conns[i], &st1[i])) {
 				hits += (double)(st1[i].hits - st0[i].hits);
 				lookups += (double)(st1[i].hits - st0[i].hits + st1[i].misses - st0[i].misses);
+				lq += (double)(st1[i].loc_queries - st0[i].loc_queries);
+				lqm += (double)(st1[i].loc_q_mns - st0[i].loc_q_mns);
+				lqb += (double)(st1[i].loc_q_blocks - st0[i].loc_q_blocks);
+				lrt += (double)(st1[i].loc_rts - st0[i].loc_rts);
+				lrtm += (double)(st1[i].loc_rt_mns - st0[i].loc_rt_mns);
 			}
 		for (uint64_t p = 0; p < nq; p++)
 			if (!isnan(b.recall[p])) {
@@ -665,7 +674,8 @@ int dm_cmd_bench(int argc, char **argv)
 			       "\"cache_mib\": %.1f, \"index_bytes\": %llu, \"rereads\": %lu, "
 			       "\"warmup\": %llu, \"warmed_queries\": %llu, \"client_routing\": %s, "
 			       "\"relayed\": %.4f, \"client_routed\": %.4f, \"client_spilled\": %.4f, "
-			       "\"retried\": %llu}\n",
+			       "\"retried\": %llu, \"mns_per_query\": %.3f, \"blocks_per_query\": %.2f, "
+			       "\"mns_per_round_trip\": %.3f, \"round_trips_per_query_cn\": %.3f}\n",
 			       recall, qps, p50, p99, hr, csp_s, ran ? (double)fwd / ran : 0.0,
 			       b.reads / dq,
 			       b.bytes / dq, b.rtrips / dq,
@@ -678,18 +688,20 @@ int dm_cmd_bench(int argc, char **argv)
 			       (unsigned long long)st0[first].index_bytes,
 			       b.rereads, warmup, (unsigned long long)warmed,
 			       client_routing ? "true" : "false", b.relayed / dq, b.routed / dq,
-			       b.spilled / dq, (unsigned long long)b.retried);
+			       b.spilled / dq, (unsigned long long)b.retried, lq ? lqm / lq : 0.0,
+			       lq ? lqb / lq : 0.0, lrt ? lrtm / lrt : 0.0, lq ? lrt / lq : 0.0);
 		else
 			printf("recall@%llu %.4f  qps %.1f  p50 %.0f us  p99 %.0f us  hit rate %.3f  "
 			       "csp %s  routing %s%s (%.1f%% relayed)  "
-			       "reads/q %.1f  KiB/q %.1f  round trips/q %.1f  hops/q %.1f  (%llu queries, "
+			       "reads/q %.1f  KiB/q %.1f  round trips/q %.1f  hops/q %.1f  "
+			       "MNs/q %.2f  blocks/q %.1f  MNs/round trip %.2f  (%llu queries, "
 			       "%llu errors, %llu retried, cache %.1f%%, ef %llu)\n", k, recall, qps, p50, p99, hr,
 			       csp_s, dm_route_name((uint32_t)routing),
 			       client_routing && routing != DM_ROUTE_NONE ? " client-side" : "",
 			       100.0 * b.relayed / dq,
 			       b.reads / dq, b.bytes / dq / 1024,
-			       b.rtrips / dq, b.hops / dq,
-			       (unsigned long long)ok, (unsigned long long)errs,
+			       b.rtrips / dq, b.hops / dq, lq ? lqm / lq : 0.0, lq ? lqb / lq : 0.0,
+			       lrt ? lrtm / lrt : 0.0, (unsigned long long)ok, (unsigned long long)errs,
 			       (unsigned long long)b.retried, ratio * 100, ef);
 		free(lat);
 		if (errs)

@@ -34,7 +34,7 @@
 static void load_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann load --config C --index INDEX [--graph G] [--spare N]\n"
-		   "         [--no-snapshot] [--no-wait]\n"
+		   "         [--place-run R] [--no-snapshot] [--no-wait]\n"
 		   "         [--bucket B --name I [--keys FILE] [--metadata FILE]]\n\n"
 		   "Place the index image INDEX on the memory nodes of cluster C as the next\n"
 		   "generation of HNSW graph G: every block on the memory nodes the placement\n"
@@ -64,8 +64,17 @@ static void load_usage(FILE *f)
 		   "                 same --graph replaces that graph (the index it served goes\n"
 		   "                 back to the exact path)\n"
 		   "  --keys FILE    one key per line (1..1024 bytes), as many as the image has vectors\n"
-		   "  --metadata FILE  one JSON object (or an empty line) per vector\n",
-		   DM_MAX_GRAPHS - 1);
+		   "  --metadata FILE  one JSON object (or an empty line) per vector\n"
+		   "                 (an image built with --order vhash: its vectors keep the keys\n"
+		   "                 and metadata of their rows in the vector file: node i's key is\n"
+		   "                 its row number, or that line of --keys)\n"
+		   "  --place-run R  place runs of R consecutive blocks together (1..%u, default 1:\n"
+		   "                 each block on its own replicas): with a key-ordered image\n"
+		   "                 (dmann build --order vhash) neighbouring blocks are\n"
+		   "                 neighbouring regions, and a run keeps a region's hops on the\n"
+		   "                 same memory nodes. Kept in the graph's metadata, so compute\n"
+		   "                 nodes and repairs place the blocks the same way\n",
+		   DM_MAX_GRAPHS - 1, DINDEX_MAX_RUN);
 }
 
 static void load_progress(void *arg, uint64_t done)
@@ -82,6 +91,7 @@ int dm_cmd_load(int argc, char **argv)
 		{ "bucket", required_argument, 0, 'b' }, { "name", required_argument, 0, 'N' },
 		{ "keys", required_argument, 0, 'k' }, { "metadata", required_argument, 0, 'm' },
 		{ "graph", required_argument, 0, 'g' },
+		{ "place-run", required_argument, 0, 'r' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *index = NULL;
@@ -94,7 +104,7 @@ int dm_cmd_load(int argc, char **argv)
 	bool snap = true, wait = true;
 	char err[1024];
 	uint64_t t0, gen = 0;
-	unsigned long long spare = 0, graph = 0;
+	unsigned long long spare = 0, graph = 0, run = 1;
 	bool spare_set = false, graph_set = false;
 	struct dgen_view v;
 	int c, rc, status = 1;
@@ -115,6 +125,10 @@ int dm_cmd_load(int argc, char **argv)
 			if (dm_cli_parse_u64("load", "--graph", optarg, 0, DM_MAX_GRAPHS - 1, &graph))
 				return 2;
 			graph_set = true;
+			break;
+		case 'r':
+			if (dm_cli_parse_u64("load", "--place-run", optarg, 1, DINDEX_MAX_RUN, &run))
+				return 2;
 			break;
 		case 'b': im.bucket = optarg; break;
 		case 'N': im.index = optarg; break;
@@ -219,7 +233,8 @@ int dm_cmd_load(int argc, char **argv)
 		spare = DM_MIN(DM_MAX((unsigned long long)idx->n / 4, 10000ull),
 			       (unsigned long long)DINDEX_MAX_CAP - idx->n);
 	prog = dm_progress_start("load", (uint64_t)idx->n * idx->rec_size * cfg->redundancy);
-	rc = dindex_load(s, (uint32_t)graph, idx, (uint32_t)spare, im.bucket ? &bind : NULL, &gen,
+	rc = dindex_load(s, (uint32_t)graph, idx, (uint32_t)spare, (uint32_t)run,
+			 im.bucket ? &bind : NULL, &gen,
 			 load_progress, prog, err, sizeof(err));
 	dm_progress_end(prog);
 	if (rc) {
@@ -248,6 +263,28 @@ int dm_cmd_load(int argc, char **argv)
 	       (unsigned long long)(((uint64_t)idx->n + spare + (1ull << idx->p.block_shift) - 1) >>
 				    idx->p.block_shift), cfg->n_mn, cfg->redundancy,
 	       (unsigned long long)spare, (double)(dm_now_ns() - t0) / 1e9);
+	{
+		/* What each memory node holds of the graph's blocks (the balance of the placement,
+		 * runs or not): the same placement function the load used. */
+		uint64_t per[DM_MAX_NODES] = { 0 }, cap = (uint64_t)idx->n + spare;
+		uint32_t nb = (uint32_t)((cap + (1ull << idx->p.block_shift) - 1) >>
+					 idx->p.block_shift), r = cfg->redundancy ? cfg->redundancy : 1;
+
+		for (uint32_t b = 0; b < nb; b++) {
+			uint32_t reps[DINDEX_MAX_REP];
+			uint64_t first = (uint64_t)b << idx->p.block_shift;
+			uint64_t recs = DM_MIN(1ull << idx->p.block_shift, cap - first);
+			int nr = dindex_block_replicas(s, (uint32_t)graph, (uint32_t)run, b,
+						       DM_MIN(r, DINDEX_MAX_REP), reps);
+
+			for (int j = 0; j < nr; j++)
+				per[reps[j]] += recs * idx->rec_size;
+		}
+		printf("dmann load: block bytes per memory node:");
+		for (uint32_t i = 0; i < cfg->n_mn; i++)
+			printf(" %llu", (unsigned long long)per[i]);
+		printf("\n");
+	}
 	status = 0;
 	if (wait) {
 		/* The compute nodes acknowledge within refresh_ms; one that is gone is given up
@@ -487,7 +524,7 @@ int dm_cmd_status(int argc, char **argv)
 			struct dm_rpc_chan ch;
 			struct dm_wire_fwd_rstats rst = { .csp_ppm = DM_FWD_CSP_NONE };
 			struct dm_wire_ctl_gen_state gst = { 0 };
-			uint8_t body[128];
+			uint8_t body[256];    /* Q_STATS (152 bytes) or CTL_INFO */
 			uint32_t blen = 0;
 			int rc = dm_xport_connect(x, n->address, 2000, &conn);
 

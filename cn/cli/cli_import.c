@@ -3,7 +3,12 @@
  * identity: the same put path as every client, durable on every replica of the bucket),
  * the graph is then placed bound to that index (dindex_bind.h) by the caller, and finally
  * the index's graph mark is set on every replica of the bucket (FL_MARK: its first n rows
- * are in the graph of that generation), after which QueryVectors takes the graph path. */
+ * are in the graph of that generation), after which QueryVectors takes the graph path.
+ * Row i of the index is node i of the graph; with a key-ordered image (a label map: node ->
+ * row of the vector file it was built from) its key and metadata are those of the node's
+ * label (the default key is the label, or line label+1 of --keys), so the keys name the
+ * same vectors whatever the image's order, and the graph is placed without the label map
+ * (the binding's keys carry it). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,10 +109,23 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 		im->keys = read_lines(im->keys_file, idx->n, false, DMANN_MAX_KEY, err, errlen);
 		if (!im->keys)
 			return -EINVAL;
+		if (idx->labels) {
+			/* node i's key is line labels[i] */
+			char **k = malloc(idx->n * sizeof(*k));
+
+			if (!k) {
+				snprintf(err, errlen, "out of memory");
+				return -ENOMEM;
+			}
+			for (uint32_t i = 0; i < idx->n; i++)
+				k[i] = im->keys[idx->labels[i]];
+			free(im->keys);
+			im->keys = k;
+		}
 	} else {
 		im->keys = calloc(idx->n, sizeof(*im->keys));
 		for (uint32_t i = 0; im->keys && i < idx->n; i++)
-			if (asprintf(&im->keys[i], "%u", i) < 0)
+			if (asprintf(&im->keys[i], "%u", idx->labels ? idx->labels[i] : i) < 0)
 				im->keys[i] = NULL;
 		for (uint32_t i = 0; im->keys && i < idx->n; i++)
 			if (!im->keys[i]) {
@@ -168,7 +186,9 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 				v = tmp;
 			}
 			memcpy(vecs + (size_t)i * dim, v, (size_t)dim * sizeof(float));
-			mp[i] = meta && meta[at + i][0] ? meta[at + i] : NULL;
+			uint32_t row = idx->labels ? idx->labels[at + i] : at + i;
+
+			mp[i] = meta && meta[row][0] ? meta[row] : NULL;
 		}
 		rc = dmann_put(d, im->bucket, im->index, nb, (const char *const *)im->keys + at, vecs,
 			       dim, meta ? mp : NULL);

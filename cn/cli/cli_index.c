@@ -6,6 +6,7 @@
 #include "dm.h"
 #include "hnsw/hnsw.h"
 #include "vecfile.h"
+#include "vhash_order.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -20,7 +21,8 @@
 static void build_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann build --base F --metric l2|ip|cos --M 16 --efc 200 --threads T --out INDEX\n"
-		   "                   [--codes rabitq|none] [--seed S] [--block-shift B] [--json]\n\n"
+		   "                   [--codes rabitq|none] [--seed S] [--block-shift B]\n"
+		   "                   [--order insertion|vhash] [--vhash-k K] [--json]\n\n"
 		   "Build an HNSW index (Malkov & Yashunin) over the vectors of F (fbin, fvecs, bvecs,\n"
 		   "u8bin, i8bin) and write its image to INDEX.\n\n"
 		   "  --base F         vector file\n"
@@ -33,8 +35,78 @@ static void build_usage(FILE *f)
 		   "                   codes, a search reads only the nodes it expands) or none\n"
 		   "  --seed S         seed of the level draws and the quantizer (default 42)\n"
 		   "  --block-shift B  2^B records per block (6..20, default %u)\n"
+		   "  --order O        numbering of the graph's nodes: insertion (default; node i is\n"
+		   "                   row i of F) or vhash: in the key order of a VHash (Semord's\n"
+		   "                   learned semantic key, oracle/vhash.h) fitted on an even sample\n"
+		   "                   of 100 K rows, so that a block of consecutive nodes is a\n"
+		   "                   semantic region. Answers still name rows of F (the image\n"
+		   "                   holds the node -> row map; format 3) and the VHash is saved\n"
+		   "                   as INDEX.vhash. Same graph as insertion order up to the\n"
+		   "                   renumbering (levels drawn and nodes inserted by row)\n"
+		   "  --vhash-k K      VHash regions with --order vhash (1..65536, default %u)\n"
 		   "  --json           print the summary as one JSON object\n",
-		HNSW_MAX_M, HNSW_DEFAULT_M, HNSW_DEFAULT_EFC, HNSW_DEFAULT_BLOCK_SHIFT);
+		HNSW_MAX_M, HNSW_DEFAULT_M, HNSW_DEFAULT_EFC, HNSW_DEFAULT_BLOCK_SHIFT,
+		DM_VHASH_K_DEFAULT);
+}
+
+/* --order vhash: fit the VHash on v, save it as <out>.vhash, and return the key order of
+ * v's rows (malloc'd labels, node id -> row), or NULL after printing why. */
+static uint32_t *key_order(const struct dm_vecs *v, enum dm_metric metric, uint32_t k,
+			   uint64_t seed, unsigned threads, const char *out, double *secs)
+{
+	uint64_t t0 = dm_now_ns();
+	bool norm = metric == DM_METRIC_COS;
+	struct dm_vhash *vh;
+	uint32_t *labels = NULL;
+	char path[4096];
+	void *buf = NULL;
+	size_t len;
+	FILE *f = NULL;
+	int rc;
+
+	if ((uint64_t)k * DM_VHASH_ORDER_SAMPLE_PER_REGION > v->n && k > v->n) {
+		fprintf(stderr, "dmann build: --vhash-k %u: more regions than the %llu vectors\n",
+			k, (unsigned long long)v->n);
+		return NULL;
+	}
+	vh = dm_vhash_fit_rows(v->data, v->n, v->dim, k, 0, norm, seed);
+	if (!vh) {
+		fprintf(stderr, "dmann build: fitting the VHash (K = %u): %s\n", k,
+			errno == EINVAL ? "bad data (a non-finite or huge value?)" : strerror(errno));
+		return NULL;
+	}
+	labels = malloc(v->n * sizeof(*labels));
+	if (!labels) {
+		fprintf(stderr, "dmann build: out of memory for the label map\n");
+		goto out_vh;
+	}
+	rc = dm_vhash_order(vh, v->data, v->n, v->dim, norm, threads, labels, NULL);
+	if (rc) {
+		fprintf(stderr, "dmann build: keying the vectors: %s\n", strerror(-rc));
+		goto out_labels;
+	}
+	len = dm_vhash_save_size(vh);
+	buf = malloc(len);
+	if (snprintf(path, sizeof(path), "%s.vhash", out) >= (int)sizeof(path) || !buf ||
+	    dm_vhash_save(vh, buf, len) || !(f = fopen(path, "wb")) ||
+	    fwrite(buf, 1, len, f) != len || fclose(f)) {
+		fprintf(stderr, "dmann build: writing the VHash to %s.vhash: %s\n", out,
+			strerror(errno ? errno : EIO));
+		f = NULL;
+		goto out_labels;
+	}
+	free(buf);
+	dm_vhash_free(vh);
+	*secs = (double)(dm_now_ns() - t0) / 1e9;
+	return labels;
+
+out_labels:
+	free(buf);
+	free(labels);
+	labels = NULL;
+out_vh:
+	dm_vhash_free(vh);
+	return NULL;
 }
 
 static void build_progress(void *arg, uint64_t done)
@@ -51,9 +123,14 @@ int dm_cmd_build(int argc, char **argv)
 		{ "seed", required_argument, 0, 's' },   { "block-shift", required_argument, 0, 'B' },
 		{ "json", no_argument, 0, 'j' },         { "help", no_argument, 0, 'h' },
 		{ "codes", required_argument, 0, 'c' },
+		{ "order", required_argument, 0, 'O' },  { "vhash-k", required_argument, 0, 'K' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *base = NULL, *out = NULL;
+	bool vorder = false, k_set = false;
+	unsigned long long vk = DM_VHASH_K_DEFAULT;
+	uint32_t *labels = NULL;
+	double order_s = 0;
 	enum hnsw_codes codes = HNSW_CODES_RABITQ;
 	unsigned long long M = HNSW_DEFAULT_M, efc = HNSW_DEFAULT_EFC, seed = 42,
 			   bshift = HNSW_DEFAULT_BLOCK_SHIFT;
@@ -109,6 +186,22 @@ int dm_cmd_build(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'O':
+			if (!strcmp(optarg, "vhash")) {
+				vorder = true;
+			} else if (!strcmp(optarg, "insertion")) {
+				vorder = false;
+			} else {
+				fprintf(stderr, "dmann build: --order '%s': expected insertion or vhash\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'K':
+			if (dm_cli_parse_u64("build", "--vhash-k", optarg, 1, DM_VHASH_K_MAX, &vk) < 0)
+				return 2;
+			k_set = true;
+			break;
 		case 'j':
 			json = true;
 			break;
@@ -128,6 +221,10 @@ int dm_cmd_build(int argc, char **argv)
 	if (!base || !out) {
 		fprintf(stderr, "dmann build: --base and --out are required\n");
 		build_usage(stderr);
+		return 2;
+	}
+	if (k_set && !vorder) {
+		fprintf(stderr, "dmann build: --vhash-k goes with --order vhash\n");
 		return 2;
 	}
 
@@ -152,10 +249,19 @@ int dm_cmd_build(int argc, char **argv)
 	struct hnsw_params p = { .dim = v.dim, .metric = metric, .M = (uint32_t)M,
 				 .ef_construction = (uint32_t)efc, .seed = seed,
 				 .block_shift = (uint32_t)bshift, .codes = codes };
+	if (vorder) {
+		labels = key_order(&v, metric, (uint32_t)vk, seed, (unsigned)threads, out, &order_s);
+		if (!labels) {
+			dm_vecs_free(&v);
+			return 1;
+		}
+	}
 	struct dm_progress *pg = dm_progress_start("build", v.n);
 	uint64_t t0 = dm_now_ns();
-	struct hnsw_index *idx = hnsw_build(&p, v.data, (uint32_t)v.n, (unsigned)threads,
-					    build_progress, pg, err, sizeof(err));
+	struct hnsw_index *idx = hnsw_build_ordered(&p, v.data, (uint32_t)v.n, labels,
+						    (unsigned)threads, build_progress, pg, err,
+						    sizeof(err));
+	free(labels);
 	uint64_t t1 = dm_now_ns();
 	dm_progress_end(pg);
 	dm_vecs_free(&v);
@@ -175,14 +281,17 @@ int dm_cmd_build(int argc, char **argv)
 	if (json)
 		printf("{\"index\":\"%s\",\"n\":%u,\"dim\":%u,\"metric\":\"%s\",\"M\":%u,\"efc\":%u,"
 		       "\"threads\":%llu,\"build_s\":%.3f,\"max_level\":%d,\"bytes\":%lld,"
-		       "\"codes\":\"%s\",\"rec_size\":%u}\n",
+		       "\"codes\":\"%s\",\"rec_size\":%u,\"order\":\"%s\",\"vhash_k\":%llu,"
+		       "\"order_s\":%.3f}\n",
 		       out, idx->n, p.dim, dm_metric_name(metric), p.M, p.ef_construction, threads,
-		       secs, idx->max_level, size, codes ? "rabitq" : "none", idx->rec_size);
+		       secs, idx->max_level, size, codes ? "rabitq" : "none", idx->rec_size,
+		       vorder ? "vhash" : "insertion", vorder ? vk : 0ull, order_s);
 	else
 		printf("built %s: %u x %u %s, M=%u efc=%u, codes %s, %u-byte records, %llu threads, "
-		       "%.3f s, %d levels, %lld bytes\n",
+		       "%.3f s, %d levels, %lld bytes%s%s%s\n",
 		       out, idx->n, p.dim, dm_metric_name(metric), p.M, p.ef_construction,
-		       codes ? "rabitq" : "none", idx->rec_size, threads, secs, idx->max_level + 1, size);
+		       codes ? "rabitq" : "none", idx->rec_size, threads, secs, idx->max_level + 1, size,
+		       vorder ? ", nodes in VHash key order (the VHash in " : "", vorder ? out : "", vorder ? ".vhash)" : "");
 	hnsw_free(idx);
 	return 0;
 }
@@ -361,6 +470,9 @@ int dm_cmd_search(int argc, char **argv)
 					strerror(-n));
 				goto out_free_s;
 			}
+			/* answers name rows of the vector file (a key-ordered image's label map) */
+			for (int j = 0; j < n; j++)
+				hits[j].id = hnsw_label(idx->labels, idx->n, hits[j].id);
 			if (gpath) {
 				const int32_t *g = (const int32_t *)gt.data + i * gt.dim;
 				for (int j = 0; j < n; j++)

@@ -61,6 +61,10 @@ struct cn {
 	uint64_t rejoin_at[DM_MAX_NODES];  /* ctl_lock: next attempt to bring node m back */
 	uint32_t rejoin_ms[DM_MAX_NODES];  /* ctl_lock: its back-off */
 	atomic_ulong failovers;           /* READs reissued to another replica */
+	/* Locality of the queries' READs (cn_read.c, summed when a query is answered): queries
+	 * counted, their distinct memory nodes and blocks (each a sum over queries), their
+	 * round trips (batches with a remote READ) and those batches' distinct memory nodes. */
+	atomic_ulong loc_queries, loc_q_mns, loc_q_blocks, loc_rts, loc_rt_mns;
 	atomic_ulong salvaged;            /* torn records left by a dead writer, read salvaged */
 	atomic_ulong rereads;             /* record READs repeated: torn or held (queries) */
 	atomic_ulong mn_downs, mn_ups;    /* memory nodes marked down / up again */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cn_worker_int.h"
+#include "util/dm_hash.h"
 
 void cn_read_close(struct worker *w, uint32_t i)
 {
@@ -155,6 +156,22 @@ static int pick(struct worker *w, const struct qslot *q, uint32_t j, uint64_t no
 	return err;
 }
 
+/* Locality: block b (of the slot's view) had a READ of this query; a set of b + 1 in
+ * open addressing (linear probing), which saturates at LOC_BLK_MAX distinct blocks. */
+static void loc_block(struct qslot *q, uint32_t b)
+{
+	uint32_t key = b + 1, h = (uint32_t)(dm_hash64(b) & (LOC_BLK_SLOTS - 1));
+
+	if (!q->loc_blk || q->loc_nblk >= LOC_BLK_MAX)
+		return;
+	while (q->loc_blk[h] && q->loc_blk[h] != key)
+		h = (h + 1) & (LOC_BLK_SLOTS - 1);
+	if (!q->loc_blk[h]) {
+		q->loc_blk[h] = key;
+		q->loc_nblk++;
+	}
+}
+
 /* Set remote[] of the batch entries whose READs are wr[0..n) to v. */
 static void mark_reads(struct worker *w, struct qslot *q, const struct dm_rdma_wr *wr, uint32_t n,
 		       uint8_t v)
@@ -245,9 +262,12 @@ void cn_read_issue(struct worker *w, struct qslot *q)
 			.local = q->stage + (size_t)j * d->rec_size, .mr = w->stage_mr,
 			.remote = addr, .rkey = rkey, .len = d->rec_size };
 	}
+	uint32_t rt_mns = 0;
+
 	for (uint32_t m = 0; m < w->nmn; m++) {
 		struct dm_rdma_wr *g = wr + first[m];
 		int rc = 0;
+		uint32_t posted = 0;
 
 		if (!cnt[m])
 			continue;
@@ -261,12 +281,23 @@ void cn_read_issue(struct worker *w, struct qslot *q)
 			if (rc)
 				break;
 			mark_reads(w, q, p, n, 1);
+			posted += n;
 			w->inflight[m] += n;
 			q->pend_mn[m]++;
 			q->pending++;
 			q->reads += n;
 			q->bytes += (uint64_t)n * d->rec_size;
 			q->t_post = now;
+		}
+		if (posted) {
+			rt_mns++;
+			q->loc_mn[m / 64] |= 1ull << (m % 64);
+			for (uint32_t i = 0; i < posted; i++) {
+				uint32_t j = (uint32_t)(((uint8_t *)g[i].local - q->stage) /
+							d->rec_size);
+
+				loc_block(q, q->q->batch[j] >> d->p.block_shift);
+			}
 		}
 		if (rc == -EAGAIN) {
 			/* The send queue is full: the rest stays 3, posted once the connection's
@@ -293,8 +324,10 @@ void cn_read_issue(struct worker *w, struct qslot *q)
 		cn_read_failed(w, m, -EHOSTDOWN);
 	}
 	q->repost = again;
-	if (q->pending)
+	if (q->pending) {
 		q->round_trips++;
+		q->loc_rt_mns += rt_mns;
+	}
 	q->state = q->repost && !q->pending ? S_ISSUE : S_WAIT;
 }
 

@@ -112,9 +112,9 @@ static int copy_blocks(struct cn *cn, struct mn_set *s, uint32_t graph, uint64_t
 			if (blk == DINDEX_CTR_BLOCK && d->cap <= d->n)
 				break;   /* no online inserts: no counter */
 			memcpy(s->retired, cur, sizeof(cur));
-			no = dindex_block_replicas(s, graph, blk, nr, o);
+			no = dindex_block_replicas(s, graph, d->run, blk, nr, o);
 			memcpy(s->retired, next, sizeof(cur));
-			nn = dindex_block_replicas(s, graph, blk, nr, n);
+			nn = dindex_block_replicas(s, graph, d->run, blk, nr, n);
 			memcpy(s->retired, cur, sizeof(cur));
 			for (int k = 0;; k++) {
 				uint32_t to = added(o, no, n, nn, k), from = UINT32_MAX;

@@ -113,7 +113,9 @@ static int send_result(struct worker *w, struct qslot *q)
 		/* The distance docs/api.md defines: L2 (the search ranks by its square), 1 - cos,
 		 * the negated inner product. */
 		float d = q->hits[i].dist;
-		struct dm_wire_q_hit h = { .id = q->hits[i].id,
+		struct dm_wire_q_hit h = { .id = hnsw_label(slot_view(w, q)->labels,
+							    slot_view(w, q)->nlabels,
+							    q->hits[i].id),
 					   .dist = q->l2 ?
 						   sqrtf(d > 0 ? d : 0) : d };
 
@@ -136,8 +138,19 @@ static int send_result(struct worker *w, struct qslot *q)
 	if (rc)
 		w->client_gone = true;
 	atomic_fetch_add(&w->cn->queries, 1);
-	if (q->err)
+	if (q->err) {
 		atomic_fetch_add(&w->cn->errors, 1);
+	} else {
+		uint32_t mns = 0;
+
+		for (size_t i = 0; i < DM_ARRAY_SIZE(q->loc_mn); i++)
+			mns += (uint32_t)__builtin_popcountll(q->loc_mn[i]);
+		atomic_fetch_add_explicit(&w->cn->loc_queries, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->cn->loc_q_mns, mns, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->cn->loc_q_blocks, q->loc_nblk, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->cn->loc_rts, q->round_trips, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->cn->loc_rt_mns, q->loc_rt_mns, memory_order_relaxed);
+	}
 	atomic_fetch_sub(&w->cn->qlen, 1);
 	q->state = S_FREE;
 	return 0;
@@ -274,6 +287,7 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	struct hnsw_query *hq = q->q;
 	uint8_t *remote = q->remote, *rrep = q->rrep, *tried = q->tried;
 	struct dm_hit *hits = q->hits;
+	uint32_t *loc_blk = q->loc_blk;
 
 	memset(q, 0, sizeof(*q));
 	q->q = hq;
@@ -281,6 +295,9 @@ static void start(struct worker *w, struct qslot *q, const uint8_t *msg, uint32_
 	q->rrep = rrep;
 	q->tried = tried;
 	q->hits = hits;
+	q->loc_blk = loc_blk;
+	if (loc_blk)
+		memset(loc_blk, 0, LOC_BLK_SLOTS * sizeof(*loc_blk));
 	q->nhits = -1;
 	q->stage = w->stage_mem ? w->stage_mem + (size_t)(q - w->slot) * w->stage_size : NULL;
 	q->t0 = dm_now_ns();
@@ -388,7 +405,9 @@ static int restage(struct worker *w)
 		q->tried = calloc(w->stage_recs, 1);
 		if (!q->hits)
 			q->hits = malloc(DM_Q_MAX_K * sizeof(struct dm_hit));
-		if (!q->remote || !q->rrep || !q->tried || !q->hits)
+		if (!q->loc_blk)
+			q->loc_blk = calloc(LOC_BLK_SLOTS, sizeof(*q->loc_blk));
+		if (!q->remote || !q->rrep || !q->tried || !q->hits || !q->loc_blk)
 			goto out_nomem;
 	}
 	return dm_xport_reg(cn->x, w->stage_mem, DEPTH * w->stage_size, 0, &w->stage_mr);
@@ -846,6 +865,11 @@ static void reply_stats(struct worker *w, uint64_t req_id)
 	st.failovers = atomic_load(&cn->failovers);
 	st.mn_downs = atomic_load(&cn->mn_downs);
 	st.mn_ups = atomic_load(&cn->mn_ups);
+	st.loc_queries = atomic_load(&cn->loc_queries);
+	st.loc_q_mns = atomic_load(&cn->loc_q_mns);
+	st.loc_q_blocks = atomic_load(&cn->loc_q_blocks);
+	st.loc_rts = atomic_load(&cn->loc_rts);
+	st.loc_rt_mns = atomic_load(&cn->loc_rt_mns);
 	for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
 		st.mn_down += cn_mn_is_down(cn, m);
 	dm_wire_q_stats_encode(body, &st);
@@ -1166,6 +1190,7 @@ void *cn_worker(void *arg)
 		free(w->slot[i].rrep);
 		free(w->slot[i].tried);
 		free(w->slot[i].hits);
+		free(w->slot[i].loc_blk);
 	}
 	if (w->stage_mr)
 		dm_xport_dereg(cn->x, w->stage_mr);

@@ -16,6 +16,8 @@
 #define READ_TIMEOUT_NS 5000000000ull   /* READs unanswered this long: their node is down */
 #define SQ_LIMIT 200            /* READ work requests in flight per memory node */
 #define PIECE 32                /* READs per read_batch call (fits any send queue) */
+#define LOC_BLK_SLOTS 1024u     /* open-addressed set of a query's distinct blocks */
+#define LOC_BLK_MAX 768u        /* ... which stops growing (saturates) at this many */
 
 /* wr_id layout for READs: tag | last-of-piece | READs in the piece << 32 | slot << 16 |
  * memory node */
@@ -57,6 +59,12 @@ struct qslot {
 				      * failed over to another replica */
 	uint32_t reads, round_trips, cache_hits, rereads, rereads_left;
 	uint64_t bytes;
+	/* Locality (cn_read.c loc_*): memory nodes the query's READs went to (bitmap), the
+	 * sum over its round trips of their distinct memory nodes, its distinct blocks (set of
+	 * block + 1, cleared when the query starts). */
+	uint64_t loc_mn[DM_MAX_NODES / 64];
+	uint32_t loc_rt_mns, loc_nblk;
+	uint32_t *loc_blk;           /* LOC_BLK_SLOTS entries */
 	int nhits;                   /* results, once S_DONE (-1: not extracted yet) */
 	struct dm_hit *hits;         /* DM_Q_MAX_K entries */
 	bool spilled;                /* runs here though another CN is its home */

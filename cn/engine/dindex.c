@@ -254,13 +254,17 @@ static int put_object(struct mn_set *s, struct mn_link *l, uint64_t key, void *d
 }
 
 /* The memory nodes that hold block b, best first (placement over all configured nodes that
- * are not retired, so that a node being down does not change where the others look). */
-static int block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, uint32_t r,
-			  uint32_t *out)
+ * are not retired, so that a node being down does not change where the others look). The
+ * placement unit is a run of `run` consecutive blocks (the graph's metadata says how many;
+ * 1 for every graph loaded without --place-run): block b is placed as item b / run, so a
+ * run's blocks share their replicas. The id counter's pseudo-block is placed as itself. */
+static int block_replicas(const struct mn_set *s, uint32_t graph, uint32_t run, uint32_t b,
+			  uint32_t r, uint32_t *out)
 {
 	struct dm_place_node nodes[DM_MAX_NODES];
+	uint32_t unit = b == DINDEX_CTR_BLOCK || run <= 1 ? b : b / run;
 	/* graph 0 keeps the placement it had before there were several graphs */
-	uint64_t item = graph ? (uint64_t)graph << 32 | b : b;
+	uint64_t item = graph ? (uint64_t)graph << 32 | unit : unit;
 
 	for (uint32_t i = 0; i < s->n; i++)
 		nodes[i] = (struct dm_place_node){ .id = i, .capacity = s->cfg->mn[i].capacity,
@@ -268,14 +272,35 @@ static int block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, ui
 	return dm_place(item, nodes, s->n, r, out);
 }
 
-int dindex_block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, uint32_t r,
-			  uint32_t *out)
+int dindex_block_replicas(const struct mn_set *s, uint32_t graph, uint32_t run, uint32_t b,
+			  uint32_t r, uint32_t *out)
 {
-	return block_replicas(s, graph, b, r, out);
+	return block_replicas(s, graph, run, b, r, out);
+}
+
+/* The key-order trailer (dindex.h) of idx loaded with placement runs of `run` blocks and
+ * its label map (none with a binding: the keys name the rows then), appended to b. */
+static void ko_encode(struct dm_buf *b, const struct hnsw_index *idx, uint32_t run,
+		      bool labels)
+{
+	uint32_t nl = labels && idx->labels ? idx->n : 0, len = 8 + 4 * nl, c;
+	size_t at = b->n;
+
+	dm_buf_put(b, DINDEX_KO_MAGIC, 8);
+	dm_buf_put(b, &len, 4);
+	dm_buf_put(b, &len, 4);           /* the CRC, below */
+	dm_buf_put(b, &run, 4);
+	dm_buf_put(b, &nl, 4);
+	if (nl)
+		dm_buf_put(b, idx->labels, 4ull * nl);
+	if (b->oom)
+		return;
+	c = crc(b->p + at + 16, len);
+	memcpy(b->p + at + 12, &c, 4);
 }
 
 int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, uint32_t spare,
-		const struct dindex_bind_in *bind, uint64_t *gen_out,
+		uint32_t run, const struct dindex_bind_in *bind, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen)
 {
 	uint32_t r = s->cfg->redundancy ? s->cfg->redundancy : 1;
@@ -320,8 +345,8 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 				(unsigned long long)v.min_current, (unsigned long long)v.current, err,
 				(unsigned long long)v.current + 1);
 		else
-			return dindex_load(s, graph, idx, spare, bind, gen_out, progress, parg, err,
-					   errlen);
+			return dindex_load(s, graph, idx, spare, run, bind, gen_out, progress, parg,
+					   err, errlen);
 	}
 	gen = v.has_current ? v.current + 1 : 1;
 	/* Leftovers of an interrupted load of this generation (never published). The current
@@ -349,6 +374,10 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 	uint64_t cflags = spare ? DM_CTL_COMMIT_MUTABLE : 0;
 	uint8_t *blk = NULL;
 
+	if (run < 1 || run > DINDEX_MAX_RUN) {
+		snprintf(err, errlen, "placement run of %u blocks: 1..%u", run, DINDEX_MAX_RUN);
+		return -EINVAL;
+	}
 	if (cap > DINDEX_MAX_CAP) {
 		snprintf(err, errlen, "%llu records with the spare room: more than %u",
 			 (unsigned long long)cap, DINDEX_MAX_CAP);
@@ -366,7 +395,7 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 		uint64_t first = (uint64_t)b << idx->p.block_shift;
 		uint64_t nrec = DM_MIN(bsz, cap - first);
 		uint64_t have = first < idx->n ? DM_MIN(bsz, idx->n - first) : 0;
-		int nr = block_replicas(s, graph, b, r, reps);
+		int nr = block_replicas(s, graph, run, b, r, reps);
 		void *data = b < idx->nblocks ? idx->blocks[b] : NULL;
 
 		if (have < nrec) {
@@ -394,7 +423,7 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 		uint64_t ctr[8] = { idx->n };
 		uint32_t cm;
 
-		block_replicas(s, graph, DINDEX_CTR_BLOCK, 1, &cm);
+		block_replicas(s, graph, run, DINDEX_CTR_BLOCK, 1, &cm);
 		rc = put_object(s, &s->link[cm], dm_gen_block_key(graph, gen, DINDEX_CTR_BLOCK), ctr,
 				sizeof(ctr), DM_CTL_COMMIT_MUTABLE, NULL, NULL, &done);
 		if (rc) {
@@ -409,8 +438,10 @@ int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, 
 	for (uint32_t id = 0; id < idx->n; id++)
 		uvn += hnsw_rec(idx, id)->level > 0;
 	size_t uvlen = (size_t)uvn * idx->vdim * sizeof(float);
-	struct dm_buf bt = { 0 };           /* the S3 binding trailer (dindex_bind.h) */
+	struct dm_buf bt = { 0 };           /* the key-order and S3 binding trailers */
 
+	if (run > 1 || idx->labels)
+		ko_encode(&bt, idx, run, !bind);
 	if (bind) {
 		rc = bind->n == idx->n ? dindex_bind_encode(&bt, bind) : -EINVAL;
 		if (!rc && bt.oom)
@@ -572,6 +603,7 @@ void dindex_free(struct dindex *d)
 	free(d->uvec);
 	hnsw_upq_free(d->upq);
 	dindex_bind_free(d->bind);
+	free(d->labels);
 	free(d);
 }
 
@@ -614,6 +646,48 @@ static const float *uvec_of(void *arg, uint32_t id)
 	const struct dindex *d = arg;
 
 	return d->uvec[id];
+}
+
+/* The key-order trailer at t (tail bytes left, n nodes): d->run and d->labels. Its length,
+ * or -EBADMSG / -ENOMEM with a message. */
+int dindex_ko_parse(struct dindex *d, const uint8_t *t, size_t tail, uint32_t n, char *err,
+		    size_t errlen)
+{
+	uint32_t len, c, run, nl;
+	uint8_t *seen;
+
+	if (tail < 24)
+		goto bad;
+	memcpy(&len, t + 8, 4);
+	memcpy(&c, t + 12, 4);
+	memcpy(&run, t + 16, 4);
+	memcpy(&nl, t + 20, 4);
+	if (len < 8 || len > tail - 16 || crc(t + 16, len) != c || run < 1 ||
+	    run > DINDEX_MAX_RUN || (nl && nl != n) || len != 8 + 4ull * nl)
+		goto bad;
+	d->run = run;
+	if (!nl)
+		return (int)(16 + len);
+	d->labels = malloc(4ull * nl);
+	seen = calloc(nl, 1);
+	if (!d->labels || !seen) {
+		free(seen);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(d->labels, t + 24, 4ull * nl);
+	for (uint32_t i = 0; i < nl; i++)
+		if (d->labels[i] >= nl || seen[d->labels[i]]++) {
+			free(seen);
+			goto bad;
+		}
+	free(seen);
+	d->nlabels = nl;
+	return (int)(16 + len);
+bad:
+	snprintf(err, errlen, "index metadata: malformed key-order trailer (placement run, "
+		 "label map)");
+	return -EBADMSG;
 }
 
 /* Validate the header and upper area and build the upper-list pointers. */
@@ -689,11 +763,21 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 			return -ENOMEM;
 		}
 		memcpy(d->uv_store, uv, uvlen);
-		/* The rest, if any, is the S3 binding (dindex_bind.h). */
-		size_t tail = len - (size_t)(uv + uvlen - meta);
+		/* The rest, if any: the key-order trailer, then the S3 binding (dindex_bind.h). */
+		const uint8_t *t = uv + uvlen;
+		size_t tail = len - (size_t)(t - meta);
 
+		d->run = 1;
+		if (tail >= 8 && !memcmp(t, DINDEX_KO_MAGIC, 8)) {
+			int rc = dindex_ko_parse(d, t, tail, h.n, err, errlen);
+
+			if (rc < 0)
+				return rc;
+			t += rc;
+			tail -= (size_t)rc;
+		}
 		if (tail) {
-			d->bind = dindex_bind_parse(uv + uvlen, tail, h.n, err, errlen);
+			d->bind = dindex_bind_parse(t, tail, h.n, err, errlen);
 			if (!d->bind)
 				return -errno;
 		}
@@ -1211,7 +1295,7 @@ int dindex_open(struct mn_set *s, uint32_t graph, uint64_t gen, struct dindex **
 	r = d->nrep;
 	for (uint32_t b = 0; b < d->nblocks; b++) {
 		uint32_t reps[DINDEX_MAX_REP];
-		int nr = block_replicas(s, graph, b, r, reps), found = 0;
+		int nr = block_replicas(s, graph, d->run, b, r, reps), found = 0;
 
 		/* Every replica in placement order; those not reachable now keep address 0
 		 * (filled in when their memory node comes back, dindex_rejoin). */
@@ -1236,7 +1320,7 @@ int dindex_open(struct mn_set *s, uint32_t graph, uint64_t gen, struct dindex **
 		 * fail with -EHOSTUNREACH until the view is read again) */
 		uint32_t cm;
 
-		block_replicas(s, graph, DINDEX_CTR_BLOCK, 1, &cm);
+		block_replicas(s, graph, d->run, DINDEX_CTR_BLOCK, 1, &cm);
 		d->ctr_mn = cm;
 		o = (struct dm_wire_ctl_obj){ .key = dm_gen_block_key(graph, gen, DINDEX_CTR_BLOCK) };
 		if (s->link[cm].up && !obj_call(&s->link[cm], DM_OP_CTL_LOOKUP, &o) &&

@@ -16,6 +16,15 @@
  * READ (about 1/M of the vectors). The header carries the record layout version and the code
  * kind: a compute node refuses any other layout.
  *
+ * Key-order trailer (optional, issue 15), before the S3 binding: char magic[8] "DMIDXKO1" |
+ * u32 len (bytes after these 16) | u32 crc32 of them | u32 run | u32 nlabels | nlabels x u32.
+ * run: the placement unit in blocks (block b is placed as item b / run: dindex_block_replicas;
+ * 1 without the trailer); the labels: node id -> the row of the vector file it was built
+ * from (a key-ordered image, `dmann build --order vhash`), a permutation of 0..n-1, which a
+ * compute node puts in its answers instead of node ids (nlabels 0: answers are node ids;
+ * so with an S3 binding, whose keys are given in node order). A compute node of an earlier
+ * version refuses the metadata (not a binding), it never answers node ids for rows.
+ *
  * An index loaded with spare capacity (capacity > n) has blocks for every id below
  * capacity (records past n zeroed), committed as mutable objects (online inserts WRITE
  * them), and an id counter: a 64-byte object (dm_gen_block_key(0, gen, DINDEX_CTR_BLOCK))
@@ -42,6 +51,8 @@
 #define DINDEX_NO_MN 0xffu        /* block_mn of a replica that does not exist */
 #define DINDEX_CTR_BLOCK 0xffffffffu   /* block number of the id counter object */
 #define DINDEX_MAX_CAP 0x7fffffffu     /* records of an index (ids are u32) */
+#define DINDEX_KO_MAGIC "DMIDXKO1"     /* key-order trailer of the metadata */
+#define DINDEX_MAX_RUN 4096u           /* blocks per placement unit */
 
 struct dindex_meta_hdr {
 	char magic[8];
@@ -108,6 +119,9 @@ int mn_set_snapshot(struct mn_set *s);
 int mn_link_snapshot(struct mn_set *s, uint32_t i);
 
 /* Place an index image on the memory nodes as the next generation of the index (dgen.h)
+ * (in placement units of `run` consecutive blocks, 1..DINDEX_MAX_RUN; with run > 1 or a
+ * label map in idx, the metadata gets the key-order trailer; the label map only without
+ * bind)
  * (bound to an S3 index when bind is not NULL: dindex_bind.h, one key per vector):
  * blocks on their R replicas, metadata everywhere, each object written with one-sided
  * WRITEs and committed with its checksum, then published; the previous generation stays
@@ -115,7 +129,7 @@ int mn_link_snapshot(struct mn_set *s, uint32_t i);
  * -EBUSY after the lease). *gen_out (may be NULL) gets the new generation. progress (may
  * be NULL) gets bytes written. 0 or -errno with a message in err. */
 int dindex_load(struct mn_set *s, uint32_t graph, const struct hnsw_index *idx, uint32_t spare,
-		const struct dindex_bind_in *bind, uint64_t *gen_out,
+		uint32_t run, const struct dindex_bind_in *bind, uint64_t *gen_out,
 		void (*progress)(void *, uint64_t), void *parg, char *err, size_t errlen);
 
 /* Drop graph `graph` (< DM_MAX_GRAPHS) from the memory nodes (CTL_GEN_DROP on each, with
@@ -157,6 +171,10 @@ struct dindex {
 	uint64_t ctr_addr;
 	uint32_t at_level[HNSW_MAX_LEVEL + 1];   /* nodes of level >= l (l >= 1; [0] unused) */
 	struct dindex_bind *bind;  /* the S3 index it serves and its nodes' keys, or NULL */
+	uint32_t run;              /* placement unit in blocks (key-order trailer; 1 without) */
+	uint32_t *labels;          /* node id -> label put in answers (nlabels of them), or
+				      NULL: node ids (hnsw_label) */
+	uint32_t nlabels;
 };
 
 /* Read generation gen's metadata and block table from the memory nodes: -ENOENT when it
@@ -209,10 +227,20 @@ int dindex_rejoin(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t
  * (not its node, or d takes no inserts), or -errno. */
 int dindex_lookup_ctr(struct mn_set *s, const struct dindex *d, uint32_t m, uint64_t *addr);
 
-/* The memory nodes that hold block b under s's placement (the cluster file's nodes minus
- * the retired ones, weighted rendezvous), best first: their count (<= r). */
-int dindex_block_replicas(const struct mn_set *s, uint32_t graph, uint32_t b, uint32_t r,
-			  uint32_t *out);
+/* Parse the key-order trailer at t (tail bytes, starting with DINDEX_KO_MAGIC) of the
+ * metadata of an index of n nodes into d->run, d->labels and d->nlabels (a permutation of
+ * 0..n-1, or none; d->labels malloc'd: dindex_free frees it). Its length in bytes, or
+ * -EBADMSG (CRC, run, length or map wrong) / -ENOMEM with a message in err. Outside input
+ * (read from the memory nodes): fuzzed by fuzz_dindex_bind. */
+int dindex_ko_parse(struct dindex *d, const uint8_t *t, size_t tail, uint32_t n, char *err,
+		    size_t errlen);
+
+/* The memory nodes that hold block b of graph `graph` placed in runs of `run` blocks (the
+ * view's d->run) under s's placement (the cluster file's nodes minus the retired ones,
+ * weighted rendezvous of the run b / run), best first: their count (<= r). The one
+ * function every loader, compute node view and repair places blocks with. */
+int dindex_block_replicas(const struct mn_set *s, uint32_t graph, uint32_t run, uint32_t b,
+			  uint32_t r, uint32_t *out);
 /* Read block b of view d (its records, ids b << block_shift on, up to the capacity) from
  * the first replica whose address d knows and whose node is up into buf (room for
  * 2^block_shift records; registered here for the READ): *len gets the bytes read. Records a

@@ -68,6 +68,9 @@ struct hnsw_index {
 	size_t up_words;          /* words in up_store */
 	uint32_t entry;           /* entry point (valid when max_level >= 0) */
 	int max_level;            /* -1 when empty */
+	uint32_t *labels;         /* NULL, or n labels: node id -> the row of the vector file it
+				     was built from (hnsw_build_ordered: nodes numbered in another
+				     order, e.g. VHash key order); a permutation of 0..n-1 */
 	hnsw_kernel_fn kern;
 	/* build-time state */
 	uint8_t *locks;           /* one spinlock byte per node */
@@ -128,6 +131,25 @@ typedef void (*hnsw_progress_fn)(void *arg, uint64_t done);
 struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, uint32_t n,
 			      unsigned nthreads, hnsw_progress_fn progress, void *parg,
 			      char *err, size_t errlen);
+
+/* The same with the nodes numbered in another order: node i holds row labels[i] of data
+ * (labels a permutation of 0..n-1, copied into idx->labels and saved with the image).
+ * Everything else is as hnsw_build over the rows in file order: the quantizer is trained on
+ * the first rows of data, a node's level is drawn from its label, and the nodes are
+ * inserted in row order; so with one thread the graph is the one hnsw_build makes over
+ * data, its node ids renamed (node i of this one is node labels[i] of that one). NULL +
+ * errno (EINVAL for labels that are not a permutation, message in err). */
+struct hnsw_index *hnsw_build_ordered(const struct hnsw_params *p, const float *data,
+				      uint32_t n, const uint32_t *labels, unsigned nthreads,
+				      hnsw_progress_fn progress, void *parg, char *err,
+				      size_t errlen);
+
+/* The label of node id: the row of the vector file it was built from (id itself without a
+ * label map, and for ids past the map: nodes online inserts added). */
+static inline uint64_t hnsw_label(const uint32_t *labels, uint32_t nlabels, uint64_t id)
+{
+	return labels && id < nlabels ? labels[id] : id;
+}
 
 /* ---- insert (hnsw_insert.c) ------------------------------------------------------------- */
 

@@ -5,7 +5,11 @@
  * finally, again with nthreads threads, rotates every stored vector in place (with codes),
  * fills every node's code list and seals every record's CRC. With one thread the insertion
  * order, and so the graph, depend only on the parameters and the data: an index with codes
- * has exactly the graph of the one without. */
+ * has exactly the graph of the one without.
+ *
+ * hnsw_build_ordered numbers the nodes in another order (node i = row labels[i]) and does
+ * everything else by row (quantizer rows, level draws, insertion order), so that only the
+ * numbering differs from hnsw_build over the same file. */
 #include "hnsw_int.h"
 
 #include <math.h>
@@ -14,7 +18,8 @@
 
 struct build_ctx {
 	struct hnsw_index *idx;
-	_Atomic uint32_t next;       /* next id to insert */
+	const uint32_t *inv;         /* NULL, or row -> node id (the insertion order is rows') */
+	_Atomic uint32_t next;       /* next id (row) to insert */
 	_Atomic int failed;
 	hnsw_progress_fn progress;
 	void *parg;
@@ -124,12 +129,12 @@ static void *build_worker_main(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		uint32_t id = atomic_fetch_add(&c->next, 1);
-		if (id >= idx->n)
+		uint32_t row = atomic_fetch_add(&c->next, 1);
+		if (row >= idx->n)
 			break;
-		hnsw_insert(idx, s, id);
-		if (w->reports && c->progress && (id & 255) == 0)
-			c->progress(c->parg, id);
+		hnsw_insert(idx, s, c->inv ? c->inv[row] : row);
+		if (w->reports && c->progress && (row & 255) == 0)
+			c->progress(c->parg, row);
 	}
 	hnsw_scratch_free(s);
 	return NULL;
@@ -185,7 +190,8 @@ static int layout_records(struct hnsw_index *idx, const float *data, char *err, 
 	uint32_t n = idx->n, M = p->M;
 	size_t words = 0;
 	for (uint32_t id = 0; id < n; id++) {
-		uint32_t lv = hnsw_draw_level(p->seed, id, M);
+		uint32_t row = idx->labels ? idx->labels[id] : id;
+		uint32_t lv = hnsw_draw_level(p->seed, row, M);
 		struct hnsw_rec_hdr *r = hnsw_rec(idx, id);
 		r->seq = 0;
 		r->holder = 0;
@@ -194,7 +200,7 @@ static int layout_records(struct hnsw_index *idx, const float *data, char *err, 
 		r->n0 = 0;
 		words += (size_t)lv * hnsw_up_list_words(M);
 		float *v = (float *)hnsw_rec_vec(r, idx->vec_off);
-		int rc = take_row(p, data, id, v, err, errlen);
+		int rc = take_row(p, data, row, v, err, errlen);
 		if (rc < 0)
 			return rc;
 	}
@@ -219,6 +225,15 @@ struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, ui
 			      unsigned nthreads, hnsw_progress_fn progress, void *parg,
 			      char *err, size_t errlen)
 {
+	return hnsw_build_ordered(p, data, n, NULL, nthreads, progress, parg, err, errlen);
+}
+
+struct hnsw_index *hnsw_build_ordered(const struct hnsw_params *p, const float *data,
+				      uint32_t n, const uint32_t *labels, unsigned nthreads,
+				      hnsw_progress_fn progress, void *parg, char *err,
+				      size_t errlen)
+{
+	uint32_t *inv = NULL;
 	int rc = hnsw_params_check(p, err, errlen);
 	if (rc < 0) {
 		errno = -rc;
@@ -252,11 +267,32 @@ struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, ui
 		rc = -ENOMEM;
 		goto err_free_idx;
 	}
+	if (labels) {
+		/* the label map, checked to be a permutation, and its inverse */
+		idx->labels = malloc((size_t)n * sizeof(*labels));
+		inv = malloc((size_t)n * sizeof(*inv));
+		if (!idx->labels || !inv) {
+			snprintf(err, errlen, "out of memory for the label map");
+			rc = -ENOMEM;
+			goto err_free_idx;
+		}
+		memcpy(idx->labels, labels, (size_t)n * sizeof(*labels));
+		memset(inv, 0xff, (size_t)n * sizeof(*inv));
+		for (uint32_t i = 0; i < n; i++) {
+			if (labels[i] >= n || inv[labels[i]] != UINT32_MAX) {
+				snprintf(err, errlen, "label map: node %u's label %u is %s", i,
+					 labels[i], labels[i] >= n ? "out of range" : "repeated");
+				rc = -EINVAL;
+				goto err_free_idx;
+			}
+			inv[labels[i]] = i;
+		}
+	}
 	rc = layout_records(idx, data, err, errlen);
 	if (rc < 0)
 		goto err_free_idx;
 
-	struct build_ctx ctx = { .idx = idx, .progress = progress, .parg = parg };
+	struct build_ctx ctx = { .idx = idx, .inv = inv, .progress = progress, .parg = parg };
 	atomic_init(&ctx.next, 0);
 	atomic_init(&ctx.failed, 0);
 	/* Worker 0 runs on the calling thread and reports progress. The graph is built over
@@ -285,9 +321,11 @@ struct hnsw_index *hnsw_build(const struct hnsw_params *p, const float *data, ui
 		progress(parg, n);
 	free(idx->locks);
 	idx->locks = NULL;
+	free(inv);
 	return idx;
 
 err_free_idx:
+	free(inv);
 	hnsw_free(idx);
 	errno = -rc;
 	return NULL;

@@ -8,9 +8,14 @@
  *   block table:        per block {u64 file offset, u32 records, u32 CRC32 of its bytes}
  *   upper area:         the upper-level lists (format in hnsw_layout.h)
  *   quantizer:          the serialised quantizer of the neighbour codes (none without)
+ *   label map:          format 3 only: n u32, node id -> label (the row of the vector
+ *                       file it was built from: `dmann build --order vhash` numbers the
+ *                       nodes in key order), a permutation of 0..n-1, CRC32 in the header
  *   blocks:             at a 4096-aligned offset, the records of each block back to back
  *
  * Format 1 (record layout v1: no seq, CRC or codes) is refused with the rebuild command.
+ * Format 2 is format 3 without the label map (labels = node ids); an image without one is
+ * still written as format 2, byte for byte what earlier versions wrote.
  *
  * All integers little-endian (the only byte order dmann runs on: x86-64 / aarch64 LE).
  * The loader checks every size, offset and checksum before trusting anything, then
@@ -26,7 +31,8 @@
 #include <zlib.h>
 
 #define IMG_MAGIC   "DMANNHNW"
-#define IMG_FORMAT  2u
+#define IMG_FORMAT  2u      /* without a label map */
+#define IMG_FORMAT_LABELS 3u   /* with one */
 #define IMG_HDR     160u
 #define IMG_ALIGN   4096u
 #define IMG_MAX_QBLOB (64u << 20)
@@ -49,7 +55,9 @@ struct img_hdr {
 	uint32_t code_bytes, vdim;
 	uint64_t q_off, q_len; /* quantizer blob (q_len 0 without codes) */
 	uint32_t q_crc;
-	uint8_t reserved[8];
+	uint32_t labels;       /* format 3: 1 (a label map of n u32 follows the quantizer);
+				  format 2: 0 */
+	uint32_t lab_crc;      /* its CRC32 */
 	uint32_t hdr_crc;      /* CRC32 of the 156 bytes before it */
 };
 _Static_assert(sizeof(struct img_hdr) == IMG_HDR, "image header is 160 bytes");
@@ -144,7 +152,7 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 	struct img_hdr h;
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, IMG_MAGIC, 8);
-	h.format = IMG_FORMAT;
+	h.format = idx->labels ? IMG_FORMAT_LABELS : IMG_FORMAT;
 	h.hdr_size = IMG_HDR;
 	h.dim = idx->p.dim;
 	h.metric = (uint32_t)idx->p.metric;
@@ -167,7 +175,11 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 	h.q_off = h.up_off + up_words * 4;
 	h.q_len = qlen;
 	h.q_crc = crc(qb, qlen);
-	h.data_off = DM_ALIGN_UP(h.q_off + qlen, IMG_ALIGN);
+	uint64_t llen = idx->labels ? (uint64_t)idx->n * 4 : 0;
+
+	h.labels = idx->labels != NULL;
+	h.lab_crc = idx->labels ? crc(idx->labels, llen) : 0;
+	h.data_off = DM_ALIGN_UP(h.q_off + qlen + llen, IMG_ALIGN);
 	uint64_t off = h.data_off;
 	for (uint32_t b = 0; b < idx->nblocks; b++) {
 		uint32_t nr = block_nrec(idx->n, idx->p.block_shift, b);
@@ -194,10 +206,11 @@ int hnsw_save(const struct hnsw_index *idx, const char *path, char *err, size_t 
 		goto err_free_bt;
 	}
 	static const char zeros[IMG_ALIGN];
-	uint64_t pad = h.data_off - (h.q_off + qlen);
+	uint64_t pad = h.data_off - (h.q_off + qlen + llen);
 	if ((rc = write_all(fd, &h, sizeof(h))) < 0 ||
 	    (rc = write_all(fd, bt, (size_t)idx->nblocks * sizeof(*bt))) < 0 ||
 	    (rc = write_all(fd, up, up_words * 4)) < 0 || (rc = write_all(fd, qb, qlen)) < 0 ||
+	    (llen && (rc = write_all(fd, idx->labels, llen)) < 0) ||
 	    (rc = write_all(fd, zeros, pad)) < 0)
 		goto err_write;
 	for (uint32_t b = 0; b < idx->nblocks; b++)
@@ -267,9 +280,10 @@ static int check_header(const struct img_hdr *h, uint64_t fsize, char *err, size
 			 "--out INDEX [--codes rabitq|none]");
 		return -EINVAL;
 	}
-	if (h->format != IMG_FORMAT || h->hdr_size != IMG_HDR) {
-		snprintf(err, errlen, "unsupported image format %u (header %u bytes); this dmann reads format %u",
-			 h->format, h->hdr_size, IMG_FORMAT);
+	if ((h->format != IMG_FORMAT && h->format != IMG_FORMAT_LABELS) || h->hdr_size != IMG_HDR) {
+		snprintf(err, errlen, "unsupported image format %u (header %u bytes); this dmann "
+			 "reads formats %u and %u", h->format, h->hdr_size, IMG_FORMAT,
+			 IMG_FORMAT_LABELS);
 		return -EINVAL;
 	}
 	if (crc(h, offsetof(struct img_hdr, hdr_crc)) != h->hdr_crc) {
@@ -320,11 +334,17 @@ static int check_header(const struct img_hdr *h, uint64_t fsize, char *err, size
 		snprintf(err, errlen, "bad entry point %u / max level %d", h->entry, h->max_level);
 		return -EINVAL;
 	}
+	if (h->labels != (h->format == IMG_FORMAT_LABELS ? 1u : 0u) ||
+	    (!h->labels && h->lab_crc)) {
+		snprintf(err, errlen, "format %u with label map flag %u", h->format, h->labels);
+		return -EINVAL;
+	}
+	uint64_t llen = h->labels ? (uint64_t)h->n * 4 : 0;
 	uint64_t max_words = (uint64_t)h->n * hnsw_up_entry_words(h->M, HNSW_MAX_LEVEL);
 	uint64_t up_off = IMG_HDR + (uint64_t)h->nblocks * sizeof(struct img_block);
 	if (h->up_words > max_words || h->btab_off != IMG_HDR || h->up_off != up_off ||
 	    h->q_off != up_off + h->up_words * 4 ||
-	    h->data_off != DM_ALIGN_UP(h->q_off + h->q_len, IMG_ALIGN) ||
+	    h->data_off != DM_ALIGN_UP(h->q_off + h->q_len + llen, IMG_ALIGN) ||
 	    h->file_size != h->data_off + (uint64_t)h->n * h->rec_size) {
 		snprintf(err, errlen, "inconsistent section offsets in header");
 		return -EINVAL;
@@ -380,6 +400,7 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 	uint32_t *up = NULL;
 	struct img_block *bt = NULL;
 	struct hnsw_quant *quant = NULL;
+	uint32_t *labels = NULL;   /* the label map until idx owns it */
 	void *qb = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
@@ -459,8 +480,38 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 			goto err_free;
 		}
 	}
+	if (h.labels) {
+		/* the label map: checksum, then a permutation of 0..n-1 */
+		uint8_t *seen = calloc(h.n, 1);
+
+		labels = malloc((size_t)h.n * 4);
+		if (!seen || !labels) {
+			free(seen);
+			rc = -ENOMEM;
+			snprintf(msg, sizeof(msg), "out of memory");
+			goto err_free;
+		}
+		rc = read_at(fd, labels, (size_t)h.n * 4, h.q_off + h.q_len);
+		if (rc < 0)
+			snprintf(msg, sizeof(msg), "read: %s", strerror(-rc));
+		else if (crc(labels, (size_t)h.n * 4) != h.lab_crc) {
+			rc = -EINVAL;
+			snprintf(msg, sizeof(msg), "label map checksum mismatch (corrupted)");
+		}
+		for (uint32_t i = 0; rc == 0 && i < h.n; i++) {
+			if (labels[i] >= h.n || seen[labels[i]]++) {
+				rc = -EINVAL;
+				snprintf(msg, sizeof(msg), "label map: node %u's label %u is %s", i,
+					 labels[i], labels[i] >= h.n ? "out of range" : "repeated");
+			}
+		}
+		free(seen);
+		if (rc < 0)
+			goto err_free;
+	}
 	/* the padding before the blocks is covered by no checksum: it must be zeros */
-	uint64_t pad_off = h.q_off + h.q_len, pad = h.data_off - pad_off;
+	uint64_t pad_off = h.q_off + h.q_len + (h.labels ? (uint64_t)h.n * 4 : 0);
+	uint64_t pad = h.data_off - pad_off;
 	unsigned char padbuf[IMG_ALIGN];
 	if ((rc = read_at(fd, padbuf, pad, pad_off)) < 0) {
 		snprintf(msg, sizeof(msg), "read: %s", strerror(-rc));
@@ -489,8 +540,11 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 				 .ef_construction = h.efc, .seed = h.seed,
 				 .block_shift = h.block_shift, .codes = (enum hnsw_codes)h.codes };
 	idx = hnsw_alloc(&p, h.n, quant);
-	if (idx)
+	if (idx) {
 		quant = NULL;   /* owned by idx */
+		idx->labels = labels;
+		labels = NULL;
+	}
 	if (!idx) {
 		rc = -ENOMEM;
 		snprintf(msg, sizeof(msg), "out of memory for %u records", h.n);
@@ -535,6 +589,7 @@ struct hnsw_index *hnsw_load(const char *path, char *err, size_t errlen)
 	return idx;
 
 err_free:
+	free(labels);
 	hnsw_free(idx);
 	hnsw_quant_free(quant);
 	free(qb);

@@ -95,6 +95,7 @@ void hnsw_free(struct hnsw_index *idx)
 	free(idx->upl);
 	free(idx->up_store);
 	free(idx->locks);
+	free(idx->labels);
 	hnsw_quant_free(idx->quant);
 	hnsw_upq_free(idx->upq);
 	pthread_mutex_destroy(&idx->glock);

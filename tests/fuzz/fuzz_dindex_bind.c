@@ -1,12 +1,15 @@
-/* fuzz_dindex_bind.c: libFuzzer target for the S3 binding trailer of the index metadata
- * (cn/engine/dindex_bind.h): the first 4 input bytes are the index's node count, the rest
- * the trailer; the CRC is recomputed when the magic is there, so that the field checks are
- * reached. A parsed binding must give every node a key of 1..1024 bytes. Also checks that
- * an encoded binding parses back. */
+/* fuzz_dindex_bind.c: libFuzzer target for the trailers of the index metadata: the S3
+ * binding (cn/engine/dindex_bind.h) and the key-order trailer (dindex_ko_parse, dindex.h):
+ * the first 4 input bytes are the index's node count, the rest the trailer; the CRC is
+ * recomputed when a magic is there, so that the field checks are reached. A parsed binding
+ * must give every node a key of 1..1024 bytes; a parsed key-order trailer a run within
+ * 1..DINDEX_MAX_RUN and a label map that is a permutation of the nodes (or none). Also
+ * checks that an encoded binding parses back. */
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
+#include "dindex.h"
 #include "dindex_bind.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -40,6 +43,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!p)
 		return 0;
 	memcpy(p, data + 4, size);
+	if (size >= 16 && !memcmp(p, DINDEX_KO_MAGIC, 8)) {
+		uint32_t len = (uint32_t)(size - 16), crc = (uint32_t)crc32(0L, p + 16, len);
+		struct dindex d = { 0 };
+		int rc;
+
+		memcpy(p + 8, &len, 4);
+		memcpy(p + 12, &crc, 4);
+		rc = dindex_ko_parse(&d, p, size, n, err, sizeof(err));
+		if (rc > (int)size || (rc >= 0 && (d.run < 1 || d.run > DINDEX_MAX_RUN ||
+						   (d.nlabels && d.nlabels != n))))
+			abort();
+		for (uint32_t i = 0; rc >= 0 && i < d.nlabels; i++)
+			if (d.labels[i] >= n)
+				abort();
+		free(d.labels);
+	}
 	if (size >= 16 && !memcmp(p, DINDEX_BIND_MAGIC, 8)) {
 		uint32_t len = (uint32_t)(size - 16), crc = (uint32_t)crc32(0L, p + 16, len);
 
