@@ -42,6 +42,15 @@ static __attribute__((unused)) uint64_t bound_s(unsigned s)
 	return (uint64_t)s * (f ? f : 1) * 1000000000ull;
 }
 
+/* bound_s(s), but at most max seconds: for waits that must end (and say why) before the
+ * test's own timeout when the time scale is large (the soft-RoCE VM's 6). */
+static __attribute__((unused)) uint64_t bound_max_s(unsigned s, unsigned max)
+{
+	uint64_t b = bound_s(s);
+
+	return b < (uint64_t)max * 1000000000ull ? b : (uint64_t)max * 1000000000ull;
+}
+
 /* The ids (k per query) of the local search of index image `index` with ef for every
  * query of `queries`; *nq gets the query count. */
 /* Ids of the local search (beam b, 1 = the plain search) of every query of a file; the index

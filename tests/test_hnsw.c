@@ -8,6 +8,7 @@
 #include "hnsw/hnsw.h"
 #include "hnsw/hnsw_codes.h"
 #include "topk.h"
+#include "test_files.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -369,34 +370,6 @@ Test(hnsw, search_edges)
 
 /* ---- build ------------------------------------------------------------------------------ */
 
-static char *tmpdir(void)
-{
-	char *d = strdup("/tmp/test_hnsw.XXXXXX");
-	cr_assert(d && mkdtemp(d));
-	return d;
-}
-
-static void rmtree(const char *d)
-{
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	cr_assert_eq(system(cmd), 0);
-}
-
-static void *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	cr_assert(f, "open %s", path);
-	fseek(f, 0, SEEK_END);
-	long l = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	void *b = malloc((size_t)l + 1);
-	cr_assert(b && fread(b, 1, (size_t)l, f) == (size_t)l);
-	fclose(f);
-	*len = (size_t)l;
-	return b;
-}
-
 static void spit(const char *path, const void *b, size_t len)
 {
 	FILE *f = fopen(path, "wb");
@@ -426,7 +399,7 @@ Test(hnsw, deterministic_single_thread)
 	float *x = mixture(n, dim, 8, 8, 0.2f, 0.0f, 5);
 	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 64);
 	struct hnsw_index *a = build(&p, x, n, 1), *b = build(&p, x, n, 1);
-	char *d = tmpdir(), pa[256], pb[256], pc[256];
+	char *d = tmpdir_new("test_hnsw"), pa[256], pb[256], pc[256];
 	snprintf(pa, sizeof(pa), "%s/a.idx", d);
 	snprintf(pb, sizeof(pb), "%s/b.idx", d);
 	snprintf(pc, sizeof(pc), "%s/c.idx", d);
@@ -519,7 +492,7 @@ static void img_setup(struct img_fixture *f)
 	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 40);
 	p.block_shift = 8;   /* several blocks, the last one partial */
 	f->idx = build(&p, f->x, n, 2);
-	f->dir = tmpdir();
+	f->dir = tmpdir_new("test_hnsw");
 	snprintf(f->path, sizeof(f->path), "%s/a.idx", f->dir);
 	save(f->idx, f->path);
 }
@@ -692,7 +665,7 @@ static int run(const char *args, char *out, size_t outlen)
 
 Test(hnsw, cli_gen_build_search, .timeout = 120)
 {
-	char *d = tmpdir(), a[1024], out[8192];
+	char *d = tmpdir_new("test_hnsw"), a[1024], out[8192];
 	snprintf(a, sizeof(a), "gen --kind deep --n 3000 --nq 50 --seed 3 --out %s/g", d);
 	cr_assert_eq(run(a, out, sizeof(out)), 0, "%s", out);
 	snprintf(a, sizeof(a), "build --base %s/g/base.fbin --metric l2 --M 12 --efc 100 --threads 2 --out %s/i",

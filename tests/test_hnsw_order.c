@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 
 #include "hnsw/hnsw.h"
+#include "test_files.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -66,39 +67,6 @@ static struct hnsw_index *build(const struct hnsw_params *p, const float *x, uin
 
 	cr_assert(idx, "build failed: %s", err);
 	return idx;
-}
-
-static char *tmpdir(void)
-{
-	char *d = strdup("/tmp/test_hnsw_order.XXXXXX");
-
-	cr_assert(d && mkdtemp(d));
-	return d;
-}
-
-static void rmtree(const char *d)
-{
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	cr_assert_eq(system(cmd), 0);
-}
-
-static void *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	long l;
-	void *b;
-
-	cr_assert(f, "open %s", path);
-	fseek(f, 0, SEEK_END);
-	l = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	b = malloc((size_t)l + 1);
-	cr_assert(b && fread(b, 1, (size_t)l, f) == (size_t)l);
-	fclose(f);
-	*len = (size_t)l;
-	return b;
 }
 
 static void save(const struct hnsw_index *idx, const char *path)
@@ -219,7 +187,7 @@ Test(hnsw_order, image_label_map)
 	float *x = mixture(n, dim, 4, 9);
 	struct hnsw_params p = params(dim, DM_METRIC_L2, 8, 40);
 	uint32_t *labels = shuffled_labels(n, 5), fmt, loff;
-	char *d = tmpdir(), pa[256], pb[256], pc[256], err[512] = "";
+	char *d = tmpdir_new("test_hnsw_order"), pa[256], pb[256], pc[256], err[512] = "";
 	struct hnsw_index *a, *b, *c;
 	unsigned char *img;
 	size_t len;
