@@ -797,7 +797,8 @@ Test(vhash, order_is_sorted_permutation)
 /* dm_oracle_from_vhash: every group a contiguous non-empty run of the ring, in ring order;
  * masses near n / k (a run boundary moves at most one region's mass past its goal); the
  * predictor sends a point to the group of its nearest region, i.e. to the range its key
- * falls in; the ring of CNs is the identity; the wire form round-trips; bad arguments. */
+ * falls in; the ring of CNs is the identity, so a leaving CN's range goes to a key neighbour
+ * and no other range moves; the wire form round-trips; bad arguments. */
 Test(vhash, keyrange_partitions)
 {
 	float *x;
@@ -857,6 +858,26 @@ Test(vhash, keyrange_partitions)
 		dm_oracle_free(d);
 		free(w);
 		dm_oracle_free(o);
+	}
+	/* A CN leaving hands its key range to a key neighbour (the identity ring): with 5
+	 * partitions and CN c down, only partition c changes owner, to c - 1 or c + 1. */
+	{
+		struct dm_oracle *o5 = dm_oracle_from_vhash(vh, 5);
+		bool up[5];
+		uint32_t owner[5];
+
+		cr_assert(o5);
+		for (uint32_t c = 0; c < 5; c++) {
+			for (uint32_t i = 0; i < 5; i++)
+				up[i] = i != c;
+			cr_assert_eq(dm_oracle_owners(o5, up, owner), 1);
+			for (uint32_t i = 0; i < 5; i++)
+				if (i != c)
+					cr_assert_eq(owner[i], i);
+			cr_assert(owner[c] + 1 == c || owner[c] == c + 1, "partition %u went to %u", c,
+				  owner[c]);
+		}
+		dm_oracle_free(o5);
 	}
 	errno = 0;
 	cr_assert_null(dm_oracle_from_vhash(vh, 0));

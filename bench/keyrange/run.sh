@@ -16,7 +16,8 @@
 #
 # Env: BUILD (build), NQ (2000), EF (64), NETNS (1; needs root), RATE (1gbit), DATASETS
 # ("fmnist spacev"), RATIOS ("5% 10%"), DISTS ("uniform zipf"), STRATEGIES ("bestfit
-# adaptive-ring"), SPACEV_N (100000), BATCH (100), WORK (~/.cache/dmann-bench).
+# adaptive-ring"), SPACEV_N (100000), BATCH (100), REGIONS ([router] regions of the key-range
+# clusters, 0: auto), PARTS ("kmeans keyrange"), WORK (~/.cache/dmann-bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -31,6 +32,8 @@ DISTS=${DISTS:-"uniform zipf"}
 STRATEGIES=${STRATEGIES:-"bestfit adaptive-ring"}
 SPACEV_N=${SPACEV_N:-100000}
 BATCH=${BATCH:-100}
+REGIONS=${REGIONS:-0}
+PARTS=${PARTS:-"kmeans keyrange"}
 DMANN=$ROOT/$BUILD/cn/dmann
 WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}
 LC=$WORK/keyrange-cluster
@@ -67,7 +70,7 @@ wait_oracles() {   # partitions
 	local want=$1 t=0
 	while :; do
 		local n
-		n=$(grep -l "oracle epoch .*$want" "$LC"/cn*.log 2>/dev/null | wc -l)
+		n=$(grep -l "oracle epoch .*$want" "$LC"/cn*.log 2>/dev/null | wc -l || true)
 		[ "$n" -ge 4 ] && return 0
 		t=$((t + 1))
 		[ $t -lt 300 ] || { echo "run.sh: the compute nodes built no '$want' oracle in 150 s" >&2; exit 1; }
@@ -78,11 +81,11 @@ wait_oracles() {   # partitions
 trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
 for ds in $DATASETS; do
 	prepare "$ds"
-	for parts in kmeans keyrange; do
+	for parts in $PARTS; do
 		"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true
 		rm -rf "$LC"
 		"$DMANN" local up --mn 2 --cn 4 --dir "$LC" "${NSARGS[@]}" --region-mb "$REGION" \
-			--router partitions=$parts >/dev/null
+			--router partitions=$parts --router regions=$REGIONS >/dev/null
 		"$DMANN" load --config "$LC/cluster.ini" --index "$IDX" >/dev/null
 		if [ $parts = kmeans ]; then wait_oracles "k-means partitions"; else wait_oracles "key ranges"; fi
 		for ratio in $RATIOS; do

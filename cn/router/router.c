@@ -215,7 +215,7 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	op.seed += epoch;
 	if (r->p.keyrange) {
 		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
-		uint32_t K = r->p.regions ? r->p.regions : DM_MIN(DM_VHASH_K_DEFAULT, n / 8);
+		uint32_t K = r->p.regions ? r->p.regions : DM_MIN(DM_VHASH_K_DEFAULT, n / 64);
 		struct dm_vhash *vh;
 
 		K = DM_MIN(DM_MAX(K, r->ncn), DM_MIN(n, 256u * r->ncn));

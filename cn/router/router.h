@@ -38,7 +38,8 @@ struct router_params {
 	bool spill_cache;           /* spilled queries (run off their top-ranked CN) fill the cache */
 	/* Partitions: balanced k-means groups (false), or key ranges (true): contiguous runs of
 	 * a VHash ring fitted on the same sample (dm_oracle_from_vhash), with `regions` regions
-	 * (0: min(256, sample / 8, 256 x CNs), at least one per CN). */
+	 * (0: min(256, sample / 64): at least 64 sample points per region; at least one region
+	 * per CN, at most 256 per CN). */
 	bool keyrange;
 	uint32_t regions;
 };
