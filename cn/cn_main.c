@@ -518,7 +518,8 @@ int main(int argc, char **argv)
 			.strategy = rc->strategy, .batch = rc->batch, .pause = rc->pause_queue,
 			.exchange_ms = rc->exchange_ms, .sample_min_nodes = rc->sample_min_nodes,
 			.recluster_csp = rc->recluster_csp, .recluster_secs = rc->recluster_secs,
-			.spill_cache = rc->spill_cache,
+			.spill_cache = rc->spill_cache, .keyrange = rc->keyrange,
+			.regions = rc->regions,
 		};
 
 		cn.rt = router_start(&cn, &rp);

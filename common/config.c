@@ -520,6 +520,17 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (errno || end == v || *end || !(d >= 0 && d <= 1))
 				return fail(pc, "recluster_csp '%s' must be a number in 0..1%s", v, "");
 			r->recluster_csp = d;
+		} else if (!strcmp(key, "partitions")) {
+			if (!strcmp(v, "kmeans"))
+				r->keyrange = false;
+			else if (!strcmp(v, "keyrange"))
+				r->keyrange = true;
+			else
+				return fail(pc, "partitions '%s' must be kmeans or keyrange%s", v, "");
+		} else if (!strcmp(key, "regions")) {
+			if (!parse_u64(v, 65536, &u))
+				return fail(pc, "regions '%s' must be 0 (auto) or 1..65536%s", v, "");
+			r->regions = (uint32_t)u;
 		} else if (!strcmp(key, "spill_cache")) {
 			if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
 				r->spill_cache = true;

@@ -275,6 +275,8 @@ struct dm_cluster_cfg {
 		uint32_t batch, pause_queue, exchange_ms, sample_min_nodes, recluster_secs;
 		double recluster_csp;
 		bool spill_cache;
+		bool keyrange;           /* partitions = keyrange (else kmeans, the default) */
+		uint32_t regions;        /* keyrange: VHash regions (0: auto) */
 	} router;
 	/* [mn] (settings of all memory nodes; parsed by mn_settings_key in config.c) */
 #define DM_FLAT_MAX_AUTO UINT64_MAX  /* flat_max_mb = auto: 3/4 of physical memory */

@@ -25,6 +25,10 @@ enum dm_oracle_algo {
 	/* SHINE: k-means with k, doubling k until balanced, then greedy weighted merges of
 	 * the closest clusters until k groups remain. */
 	DM_ORACLE_DOUBLING = 1,
+	/* Key ranges (issue 15): the fine centroids are a VHash's regions, each group a
+	 * contiguous run of its ring of about equal mass (dm_oracle_from_vhash; not an algo
+	 * of dm_oracle_build). */
+	DM_ORACLE_KEYRANGE = 2,
 };
 
 struct dm_oracle_params {
@@ -72,6 +76,17 @@ int dm_oracle_pick_level(const uint64_t *counts, uint32_t nlevels, uint64_t min_
 struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 				  const struct dm_oracle_params *p);
 void dm_oracle_free(struct dm_oracle *o);
+
+/* Partitions as key ranges (oracle_keyrange.c): an oracle of k groups from VHash vh: fine
+ * centroids = its K regions (bias 0: a query goes to its nearest region's group, the range
+ * its key falls in), group g = the g-th of k contiguous runs of the VHash ring, cut where
+ * the sample mass before a position reaches g n / k (every run non-empty), centroids = the
+ * mass-weighted means of the runs' region centroids, sizes = the runs' masses, ring = the
+ * identity (the CN ring is the key order). Deterministic given vh. NULL with errno EINVAL
+ * (vh NULL, k outside 1..DM_MAX_NODES, k > vh->k, vh->k > 256 k: more regions than the
+ * wire form allows) or ENOMEM. */
+struct dm_vhash;
+struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k);
 
 /* Predictor: CN of the fine centroid nearest to q (squared distance + bias). */
 uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q);

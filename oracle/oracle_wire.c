@@ -33,7 +33,8 @@ static bool header_ok(uint32_t k, uint32_t dim, uint32_t nfine, uint32_t algo)
 {
 	return k >= 1 && k <= DM_MAX_NODES && dim >= 1 && dim <= DM_Q_MAX_DIM && nfine >= k &&
 	       nfine <= k * WIRE_FINE_PER_GROUP &&
-	       (algo == DM_ORACLE_CONSTRAINED || algo == DM_ORACLE_DOUBLING);
+	       (algo == DM_ORACLE_CONSTRAINED || algo == DM_ORACLE_DOUBLING ||
+		 algo == DM_ORACLE_KEYRANGE);
 }
 
 size_t dm_oracle_wire_size(const struct dm_oracle *o)

@@ -333,3 +333,51 @@ Test(router_policy, pause_threshold_and_reclustering, .init = setup_policy, .fin
 		  e[2], e[3], h[0], h[1], h[2], h[3]);
 	cr_expect_neq(h[0], h0, "a new epoch gives new centroids");
 }
+
+/* ---- partitions as key ranges ([router] partitions = keyrange) ---------------------------- */
+
+static void setup_keyrange(void)
+{
+	setup_with("--router partitions=keyrange");
+}
+
+/* The 4 compute nodes fit the same VHash and cut the same key ranges (equal centroid hashes,
+ * the log says so); client-side routing on them (adaptive-ring: spills to the neighbouring
+ * key ranges) gives the answers of the unrouted queries and sends them straight. */
+Test(router_keyrange, same_key_ranges_everywhere_and_routed_answers, .init = setup_keyrange,
+     .fini = teardown, .timeout = 1200)
+{
+	unsigned long long h[4] = { 0 };
+	char cmd[1024], *out, p[256], err[256];
+	struct dm_vecs a = { 0 }, b = { 0 };
+
+	reference_answers();
+	cr_assert_eq(centroid_hashes(h), 4);
+	for (int i = 1; i < 4; i++)
+		cr_expect_eq(h[i], h[0], "cn%d centroid hash %016llx differs from cn0's %016llx", i,
+			     h[i], h[0]);
+	cr_assert_eq(sh("grep -q 'key ranges from' %s/lc/cn0.log", dir), 0,
+		     "cn0 did not build key-range partitions");
+	snprintf(cmd, sizeof(cmd), "%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin "
+		 "--gt %s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 10000 --routing "
+		 "adaptive-ring --batch 100 --out %s/kr.ibin --json", dmann, dir, dir, dir, dir);
+	fprintf(stderr, "+ %s\n", cmd);
+	out = capture(cmd);
+	cr_assert_not_null(out, "the bench with key-range routing failed");
+	fprintf(stderr, "%s", out);
+	cr_expect_eq(json_num(out, "queries"), 10000.0, "every query answered");
+	cr_expect_eq(json_num(out, "errors"), 0.0, "no query failed");
+	cr_expect_gt(json_num(out, "client_routed"), 0.99, "the client routed them");
+	cr_expect_lt(json_num(out, "relayed"), 0.10, "at most 10%% relayed");
+	free(out);
+	snprintf(p, sizeof(p), "%s/none.ibin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &a, err, sizeof(err)), 0, "%s", err);
+	snprintf(p, sizeof(p), "%s/kr.ibin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &b, err, sizeof(err)), 0, "%s", err);
+	for (size_t i = 0; i < b.n; i++)
+		cr_assert_eq(memcmp((const int32_t *)b.data + i * 10,
+				    (const int32_t *)a.data + (i % 1000) * 10, 10 * sizeof(int32_t)),
+			     0, "answer %zu is not the answer of query %zu", i, i % 1000);
+	dm_vecs_free(&a);
+	dm_vecs_free(&b);
+}

@@ -791,3 +791,106 @@ Test(vhash, order_is_sorted_permutation)
 	free(l1);
 	free(x);
 }
+
+/* ---- partitions as key ranges (oracle_keyrange.c) ------------------------------------------ */
+
+/* dm_oracle_from_vhash: every group a contiguous non-empty run of the ring, in ring order;
+ * masses near n / k (a run boundary moves at most one region's mass past its goal); the
+ * predictor sends a point to the group of its nearest region, i.e. to the range its key
+ * falls in; the ring of CNs is the identity, so a leaving CN's range goes to a key neighbour
+ * and no other range moves; the wire form round-trips; bad arguments. */
+Test(vhash, keyrange_partitions)
+{
+	float *x;
+	struct dm_vhash *vh = fit_std(true, &x);
+	uint64_t maxmass = 0;
+
+	for (uint32_t r = 0; r < vh->k; r++)
+		maxmass = DM_MAX(maxmass, vh->mass[r]);
+	for (uint32_t k = 1; k <= 5; k++) {
+		struct dm_oracle *o = dm_oracle_from_vhash(vh, k);
+		uint64_t sum = 0;
+		uint32_t prev = 0;
+
+		cr_assert(o, "k=%u: errno %d", k, errno);
+		cr_assert_eq(o->k, k);
+		cr_assert_eq(o->nfine, vh->k);
+		cr_assert_eq(o->algo, DM_ORACLE_KEYRANGE);
+		/* contiguous, non-decreasing by one along the ring, covering 0..k-1 */
+		cr_assert_eq(o->fine_group[vh->ring[0]], 0);
+		for (uint32_t p = 1; p < vh->k; p++) {
+			uint32_t g = o->fine_group[vh->ring[p]];
+
+			cr_assert(g == prev || g == prev + 1, "k=%u: group %u after %u at %u", k, g,
+				  prev, p);
+			prev = g;
+		}
+		cr_assert_eq(prev, k - 1);
+		for (uint32_t g = 0; g < k; g++) {
+			sum += o->sizes[g];
+			cr_assert_eq(o->ring[g], g);
+			cr_assert_eq(o->ring_pos[g], g);
+			cr_assert_leq(o->sizes[g], N / k + maxmass, "k=%u: group %u holds %llu", k, g,
+				      (unsigned long long)o->sizes[g]);
+			cr_assert_geq(o->sizes[g] + maxmass, N / k > maxmass ? N / k - maxmass : 0);
+		}
+		cr_assert_eq(sum, N);
+		/* the predictor: the group owning the point's key */
+		for (size_t i = 0; i < N; i += 7) {
+			uint32_t reg, g = dm_oracle_best(o, x + i * DIM);
+			uint64_t key = dm_vhash_key(vh, x + i * DIM, &reg);
+
+			cr_assert_eq(g, o->fine_group[reg]);
+			cr_assert_eq(g, o->fine_group[dm_vhash_key_region(vh, key)]);
+		}
+		/* the wire form keeps it whole */
+		size_t len = dm_oracle_wire_size(o);
+		uint8_t *w = malloc(len);
+
+		cr_assert(w);
+		cr_assert_eq(dm_oracle_encode(o, w, len), (long)len);
+		struct dm_oracle *d = dm_oracle_decode(w, len);
+
+		cr_assert(d, "decode: errno %d", errno);
+		cr_assert_eq(d->algo, DM_ORACLE_KEYRANGE);
+		for (size_t i = 0; i < N; i += 13)
+			cr_assert_eq(dm_oracle_best(d, x + i * DIM), dm_oracle_best(o, x + i * DIM));
+		dm_oracle_free(d);
+		free(w);
+		dm_oracle_free(o);
+	}
+	/* A CN leaving hands its key range to a key neighbour (the identity ring): with 5
+	 * partitions and CN c down, only partition c changes owner, to c - 1 or c + 1. */
+	{
+		struct dm_oracle *o5 = dm_oracle_from_vhash(vh, 5);
+		bool up[5];
+		uint32_t owner[5];
+
+		cr_assert(o5);
+		for (uint32_t c = 0; c < 5; c++) {
+			for (uint32_t i = 0; i < 5; i++)
+				up[i] = i != c;
+			cr_assert_eq(dm_oracle_owners(o5, up, owner), 1);
+			for (uint32_t i = 0; i < 5; i++)
+				if (i != c)
+					cr_assert_eq(owner[i], i);
+			cr_assert(owner[c] + 1 == c || owner[c] == c + 1, "partition %u went to %u", c,
+				  owner[c]);
+		}
+		dm_oracle_free(o5);
+	}
+	errno = 0;
+	cr_assert_null(dm_oracle_from_vhash(vh, 0));
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_null(dm_oracle_from_vhash(vh, vh->k + 1));
+	cr_assert_null(dm_oracle_from_vhash(NULL, 2));
+	/* every region its own group: k = K */
+	struct dm_oracle *o = dm_oracle_from_vhash(vh, vh->k);
+
+	cr_assert(o);
+	for (uint32_t p = 0; p < vh->k; p++)
+		cr_assert_eq(o->fine_group[vh->ring[p]], p);
+	dm_oracle_free(o);
+	dm_vhash_free(vh);
+	free(x);
+}

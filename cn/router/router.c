@@ -12,6 +12,7 @@
 #include "cn.h"
 #include "oracle.h"
 #include "route_limits.h"
+#include "vhash.h"
 
 #define READ_CHUNK 128          /* records per READ batch while sampling */
 #define CSP_PERIOD_NS 500000000ull
@@ -212,10 +213,25 @@ static int build_oracle(struct router *r, uint32_t epoch)
 			dm_normalize(sample + (size_t)i * d->p.dim, d->p.dim);
 	dm_oracle_params_default(&op, r->ncn);
 	op.seed += epoch;
-	o = dm_oracle_build(sample, n, d->p.dim, &op);
-	if (!o) {
-		rc = -errno;
-		goto out_unlock;
+	if (r->p.keyrange) {
+		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
+		uint32_t K = r->p.regions ? r->p.regions : DM_MIN(DM_VHASH_K_DEFAULT, n / 64);
+		struct dm_vhash *vh;
+
+		K = DM_MIN(DM_MAX(K, r->ncn), DM_MIN(n, 256u * r->ncn));
+		vh = dm_vhash_fit(sample, n, d->p.dim, K, op.seed, NULL);
+		o = vh ? dm_oracle_from_vhash(vh, r->ncn) : NULL;
+		if (!o)
+			rc = -errno;
+		dm_vhash_free(vh);
+		if (!o)
+			goto out_unlock;
+	} else {
+		o = dm_oracle_build(sample, n, d->p.dim, &op);
+		if (!o) {
+			rc = -errno;
+			goto out_unlock;
+		}
 	}
 	spill = calloc((size_t)r->ncn * (r->ncn ? r->ncn - 1 : 0) + 1, sizeof(*spill));
 	if (!spill) {
@@ -251,9 +267,10 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	set_owners(r, true);
 	atomic_store(&r->ready, true);
 	pthread_mutex_unlock(&r->mu);
-	dm_info("cn%u: oracle epoch %u: k=%u from %u nodes of level %d (dim %u): centroid hash "
-		"%016llx", cn->node->id, epoch, r->ncn, n, lv, d->p.dim,
-		(unsigned long long)r->hash);
+	dm_info("cn%u: oracle epoch %u: k=%u %s from %u nodes of level %d (dim %u): centroid "
+		"hash %016llx", cn->node->id, epoch, r->ncn,
+		o->algo == DM_ORACLE_KEYRANGE ? "key ranges" : "k-means partitions", n, lv,
+		d->p.dim, (unsigned long long)r->hash);
 	rc = 0;
 out_unlock:
 	pthread_rwlock_unlock(&cn->lock);

@@ -36,6 +36,12 @@ struct router_params {
 	double recluster_csp;       /* re-cluster when CSP stays above this ... */
 	uint32_t recluster_secs;    /* ... for this long (0: never) */
 	bool spill_cache;           /* spilled queries (run off their top-ranked CN) fill the cache */
+	/* Partitions: balanced k-means groups (false), or key ranges (true): contiguous runs of
+	 * a VHash ring fitted on the same sample (dm_oracle_from_vhash), with `regions` regions
+	 * (0: min(256, sample / 64): at least 64 sample points per region; at least one region
+	 * per CN, at most 256 per CN). */
+	bool keyrange;
+	uint32_t regions;
 };
 
 struct router *router_start(struct cn *cn, const struct router_params *p);
