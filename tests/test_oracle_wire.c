@@ -194,7 +194,7 @@ Test(oracle_wire, corruptions)
 	CASE("dim + 1", dm_put_le32(c + 12, (uint32_t)dim + 1));
 	CASE("nfine < k", dm_put_le32(c + 16, 1));
 	CASE("nfine > k * 256", dm_put_le32(c + 16, 513));
-	CASE("algo 2", dm_put_le32(c + 20, 2));
+	CASE("algo 3", dm_put_le32(c + 20, 3));   /* 2 is DM_ORACLE_KEYRANGE */
 	CASE("fine_group out of range", dm_put_le32(c + group, 2));
 	CASE("fine_group huge", dm_put_le32(c + group, UINT32_MAX));
 	CASE("NaN in fine", (memcpy(&u, &nan, 4), dm_put_le32(c + fine + 4, u)));
