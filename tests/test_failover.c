@@ -149,7 +149,8 @@ static void read_log(const char *log, char *buf, size_t len)
 	fclose(f);
 }
 
-/* SIGKILL node (mnN) once the compute nodes answered `after` more queries. */
+/* SIGKILL node (mnN or cnN; a compute node frozen for 300 ms first) once the compute nodes
+ * answered `after` more queries. */
 static void kill_mid_stream(const char *node, pid_t bench, long long after)
 {
 	long long q0 = metric_sum("dmann_cn_queries_total");
@@ -160,6 +161,13 @@ static void kill_mid_stream(const char *node, pid_t bench, long long after)
 		cr_assert_lt(dm_now_ns() - t0, bound_s(120), "the stream does not start");
 		cr_assert_eq(waitpid(bench, &st, WNOHANG), 0, "bench ended before the kill");
 		usleep(20000);
+	}
+	if (node[0] == 'c') {
+		/* A compute node is frozen first, so that the stream has queries in flight on it
+		 * when it dies (else a fast client may have none there at that instant and the
+		 * resend would go untested: a CI run of 2026-12-05 under ASan had 0 resent). */
+		cr_assert_eq(kill(pid_of(node), SIGSTOP), 0);
+		usleep(300000);
 	}
 	cr_assert_eq(kill(pid_of(node), SIGKILL), 0);
 	fprintf(stderr, "killed %s after %lld queries\n", node,
