@@ -4,6 +4,7 @@
 #define DM_TEST_FILES_H
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,18 @@ static inline void *slurp(const char *path, size_t *len)
 	((char *)b)[l] = 0;
 	*len = (size_t)l;
 	return b;
+}
+
+/* Whether two files hold the same bytes. */
+static inline bool same_file(const char *a, const char *b)
+{
+	size_t la, lb;
+	void *x = slurp(a, &la), *y = slurp(b, &lb);
+	bool same = la == lb && !memcmp(x, y, la);
+
+	free(x);
+	free(y);
+	return same;
 }
 
 #endif

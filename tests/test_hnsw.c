@@ -383,16 +383,6 @@ static void save(const struct hnsw_index *idx, const char *path)
 	cr_assert_eq(hnsw_save(idx, path, err, sizeof(err)), 0, "save: %s", err);
 }
 
-static bool same_file(const char *a, const char *b)
-{
-	size_t la, lb;
-	void *x = slurp(a, &la), *y = slurp(b, &lb);
-	bool same = la == lb && !memcmp(x, y, la);
-	free(x);
-	free(y);
-	return same;
-}
-
 Test(hnsw, deterministic_single_thread)
 {
 	const uint32_t n = 3000, dim = 32;

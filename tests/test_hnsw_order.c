@@ -76,17 +76,6 @@ static void save(const struct hnsw_index *idx, const char *path)
 	cr_assert_eq(hnsw_save(idx, path, err, sizeof(err)), 0, "save: %s", err);
 }
 
-static bool same_file(const char *a, const char *b)
-{
-	size_t la, lb;
-	void *x = slurp(a, &la), *y = slurp(b, &lb);
-	bool same = la == lb && !memcmp(x, y, la);
-
-	free(x);
-	free(y);
-	return same;
-}
-
 /* Load must fail and say why (the message must contain want). */
 static void refused(const char *path, const char *want)
 {
