@@ -21,28 +21,23 @@
  * at most K - (k - g) (room for the runs after it). */
 static void cut_runs(const struct dm_vhash *vh, uint32_t k, uint32_t *start)
 {
-	uint64_t before = 0;
+	uint64_t before = 0;       /* the mass of ring positions [0, p) */
 	uint32_t p = 0;
 
 	start[0] = 0;
 	for (uint32_t g = 1; g < k; g++) {
 		/* g n / k without overflow: n < 2^64 / k is not guaranteed, use 128 bits */
 		unsigned __int128 goal = (unsigned __int128)vh->n * g;
+		uint32_t lo = start[g - 1] + 1, hi = vh->k - (k - g);
 
 		while (p < vh->k && (unsigned __int128)before * k < goal)
 			before += vh->mass[vh->ring[p++]];
-		uint32_t s = p;
-
-		if (s < start[g - 1] + 1)
-			s = start[g - 1] + 1;
-		if (s > vh->k - (k - g))
-			s = vh->k - (k - g);
-		start[g] = s;
-		/* re-sync the running mass with the clamped start */
-		before = 0;
-		for (uint32_t q = 0; q < s; q++)
-			before += vh->mass[vh->ring[q]];
-		p = s;
+		/* clamped: p moves back (never below lo) or on (at most to lo) with its mass */
+		for (; p > hi; p--)
+			before -= vh->mass[vh->ring[p - 1]];
+		for (; p < lo; p++)
+			before += vh->mass[vh->ring[p]];
+		start[g] = p;
 	}
 }
 

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A new directory /tmp/<prefix>.XXXXXX (free() the name, rmtree() the directory). */
+/* A new directory /tmp/<prefix>.<6 random characters> made by mkdtemp (free() the name,
+ * rmtree() the directory). */
 static inline char *tmpdir_new(const char *prefix)
 {
 	char *d = malloc(strlen(prefix) + 16);

@@ -147,6 +147,25 @@ static void reference_answers(void)
 			dmann, dir, dir, dir, dir), 0);
 }
 
+/* Every answer in DIR/name is the reference answer (none.ibin) of its query (answer i of
+ * query i % 1000); what names the run in a failure. */
+static void same_as_unrouted(const char *name, const char *what)
+{
+	struct dm_vecs a = { 0 }, b = { 0 };
+	char p[256], err[256];
+
+	snprintf(p, sizeof(p), "%s/none.ibin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &a, err, sizeof(err)), 0, "%s", err);
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &b, err, sizeof(err)), 0, "%s", err);
+	for (size_t i = 0; i < b.n; i++)
+		cr_assert_eq(memcmp((const int32_t *)b.data + i * 10,
+				    (const int32_t *)a.data + (i % 1000) * 10, 10 * sizeof(int32_t)),
+			     0, "%s: answer %zu is not the answer of query %zu", what, i, i % 1000);
+	dm_vecs_free(&a);
+	dm_vecs_free(&b);
+}
+
 /* About 2 minutes on an idle 2-core machine; much longer under ASan on a loaded one. */
 Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 {
@@ -216,8 +235,6 @@ Test(router, every_forwarded_answer_exactly_once, .timeout = 1200)
 Test(router, client_side_routing_sends_queries_straight, .timeout = 1200)
 {
 	char cmd[1024], *out;
-	struct dm_vecs a = { 0 }, b = { 0 };
-	char err[256], p[256];
 
 	reference_answers();
 	for (int st = 0; st < 2; st++) {
@@ -239,18 +256,7 @@ Test(router, client_side_routing_sends_queries_straight, .timeout = 1200)
 		cr_expect_lt(json_num(out, "forwarded"), 0.10, "%s: the CNs forwarded few",
 			     strategy);
 		free(out);
-		snprintf(p, sizeof(p), "%s/none.ibin", dir);
-		cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &a, err, sizeof(err)), 0, "%s", err);
-		snprintf(p, sizeof(p), "%s/cli.ibin", dir);
-		cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &b, err, sizeof(err)), 0, "%s", err);
-		for (size_t i = 0; i < b.n; i++)
-			cr_assert_eq(memcmp((const int32_t *)b.data + i * 10,
-					    (const int32_t *)a.data + (i % 1000) * 10,
-					    10 * sizeof(int32_t)), 0,
-				     "%s: answer %zu is not the answer of query %zu", strategy, i,
-				     i % 1000);
-		dm_vecs_free(&a);
-		dm_vecs_free(&b);
+		same_as_unrouted("cli.ibin", strategy);
 	}
 }
 
@@ -348,8 +354,7 @@ Test(router_keyrange, same_key_ranges_everywhere_and_routed_answers, .init = set
      .fini = teardown, .timeout = 1200)
 {
 	unsigned long long h[4] = { 0 };
-	char cmd[1024], *out, p[256], err[256];
-	struct dm_vecs a = { 0 }, b = { 0 };
+	char cmd[1024], *out;
 
 	reference_answers();
 	cr_assert_eq(centroid_hashes(h), 4);
@@ -370,14 +375,5 @@ Test(router_keyrange, same_key_ranges_everywhere_and_routed_answers, .init = set
 	cr_expect_gt(json_num(out, "client_routed"), 0.99, "the client routed them");
 	cr_expect_lt(json_num(out, "relayed"), 0.10, "at most 10%% relayed");
 	free(out);
-	snprintf(p, sizeof(p), "%s/none.ibin", dir);
-	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &a, err, sizeof(err)), 0, "%s", err);
-	snprintf(p, sizeof(p), "%s/kr.ibin", dir);
-	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &b, err, sizeof(err)), 0, "%s", err);
-	for (size_t i = 0; i < b.n; i++)
-		cr_assert_eq(memcmp((const int32_t *)b.data + i * 10,
-				    (const int32_t *)a.data + (i % 1000) * 10, 10 * sizeof(int32_t)),
-			     0, "answer %zu is not the answer of query %zu", i, i % 1000);
-	dm_vecs_free(&a);
-	dm_vecs_free(&b);
+	same_as_unrouted("kr.ibin", "adaptive-ring on key ranges");
 }

@@ -55,21 +55,7 @@ if [ "$NETNS" = 1 ]; then
 fi
 mkdir -p "$WORK"
 
-prepare() {   # dataset -> DATA, IDX
-	case $1 in
-	fmnist)
-		DATA=$WORK/fmnist; IDX=$WORK/fmnist.v2.hnsw
-		[ -f "$DATA/gt.ibin" ] || "$DMANN" fmnist --out "$DATA"
-		[ -f "$IDX" ] || "$DMANN" build --base "$DATA/base.fbin" --metric l2 --M 16 --efc 200 --out "$IDX"
-		REGION=320 ;;
-	spacev)
-		DATA=$WORK/spacev-$SPACEV_N; IDX=$WORK/spacev-$SPACEV_N.v2.hnsw
-		[ -f "$DATA/gt.ibin" ] || "$DMANN" gen --kind spacev --n "$SPACEV_N" --nq 10000 --seed 7 --out "$DATA"
-		[ -f "$IDX" ] || "$DMANN" build --base "$DATA/base.fbin" --metric l2 --M 16 --efc 100 --out "$IDX"
-		REGION=$(( SPACEV_N * 1500 / 1048576 + 32 )) ;;
-	*) echo "run.sh: unknown data set $1" >&2; exit 2 ;;
-	esac
-}
+. "$ROOT/bench/router/datasets.sh"   # prepare
 
 trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
 if [ "${APPEND:-0}" != 1 ] && [ "${REPORT_ONLY:-0}" != 1 ]; then
