@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cn.h"
+#include "cn_upper.h"
 #include "dm_config.h"
 #include "metrics.h"
 #if DM_HAVE_ETCD
@@ -345,6 +346,23 @@ static void cn_metrics(void *arg, FILE *out)
 			atomic_load(&cn->insert_locks_broken), id,
 			atomic_load(&cn->insert_links_forced), id,
 			atomic_load(&cn->insert_links_kept));
+		fprintf(out, "# HELP dmann_cn_upper_published_total Nodes of level >= 1 this "
+			     "node's online inserts published to the cluster state (and failed "
+			     "to: they stay level 0).\n"
+			     "# TYPE dmann_cn_upper_published_total counter\n"
+			     "dmann_cn_upper_published_total{node=\"%u\"} %lu\n"
+			     "dmann_cn_upper_published_total{node=\"%u\",result=\"error\"} %lu\n"
+			     "# HELP dmann_cn_upper_added_total Published nodes (of any compute "
+			     "node) added to this node's copy of the upper levels.\n"
+			     "# TYPE dmann_cn_upper_added_total counter\n"
+			     "dmann_cn_upper_added_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_upper_skipped_total Published nodes passed over (not "
+			     "of the view's online ids, known already, or their record empty).\n"
+			     "# TYPE dmann_cn_upper_skipped_total counter\n"
+			     "dmann_cn_upper_skipped_total{node=\"%u\"} %lu\n",
+			id, atomic_load(&cn->upper_published), id,
+			atomic_load(&cn->upper_publish_errors), id, atomic_load(&cn->upper_added),
+			id, atomic_load(&cn->upper_skipped));
 	}
 	fprintf(out, "# HELP dmann_cn_queries_total Queries answered (errors included).\n"
 		     "# TYPE dmann_cn_queries_total counter\n"
@@ -508,6 +526,7 @@ int main(int argc, char **argv)
 	}
 	cn_hcatchup_init(&cn);   /* stale graph replicas: before any memory node rejoins */
 	cn_ids_init(&cn);        /* online insert ids: ranges from the cluster state */
+	cn_upper_start(&cn);     /* online upper levels: follow the cluster state */
 	rc = cn_refresh(&cn, true);
 	if (rc && rc != -ENOENT)
 		dm_warn("cn%u: memory nodes not ready yet (%s); will retry", cn.node->id,
@@ -649,6 +668,7 @@ out_free_pool:
 	cn_graph_fini(&cn);
 #endif
 	atomic_store(&cn.stopping, true);
+	cn_upper_stop(&cn);      /* joins the replay thread: before the views are freed */
 	router_stop(cn.rt);
 	if (!atomic_load(&cn.workers)) {
 		router_free(cn.rt);   /* workers use it until they are gone */

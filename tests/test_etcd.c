@@ -28,6 +28,7 @@
 
 #include "etcd_int.h"
 #include "idrange.h"
+#include "upper.h"
 
 static char dir[64] = "/dev/shm/dmann-etcd-XXXXXX", url[64];
 static pid_t etcd_pid;
@@ -789,4 +790,82 @@ Test(etcd_parse, id_range_values)
 	cr_assert_eq(dm_idrange_parse(" 1", 2, &v), -EBADMSG);
 	cr_assert_eq(dm_idrange_parse("1 ", 2, &v), -EBADMSG);
 	cr_assert_eq(dm_idrange_parse("123456789012345678901", 21, &v), -EBADMSG);
+}
+
+/* Online upper-level nodes (upper.h): published keys read back with the parser, and a
+ * graph's keys forgotten without touching another graph's. */
+Test(etcd, upper_level_keys)
+{
+	struct dm_etcd_kv *kvs = NULL;
+	struct dm_upper_ent x;
+	char prefix[64];
+	size_t n = 0;
+	int plen = dm_upper_prefix(prefix, sizeof(prefix), "u");
+	int64_t del = 0;
+
+	cr_assert_eq(plen, (int)strlen("/dmann/u/upper/"));
+	cr_assert_eq(dm_upper_put(E, "u", 3, 7, 0xabcull, 1000, 2), 0);
+	cr_assert_eq(dm_upper_put(E, "u", 3, 7, 0xabcull, 1001, 1), 0);
+	cr_assert_eq(dm_upper_put(E, "u", 13, 1, 1, 5, 31), 0);
+	cr_assert_eq(dm_upper_put(E, "u", 16, 1, 1, 5, 1), -EINVAL);
+	cr_assert_eq(dm_upper_put(E, "u", 1, 1, 1, 5, 0), -EINVAL);
+	cr_assert_eq(dm_upper_put(E, "u", 1, 1, 1, 5, 32), -EINVAL);
+	cr_assert_eq(dm_etcd_range(E, prefix, &kvs, &n, NULL), 0);
+	cr_assert_eq(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(dm_upper_parse(kvs[i].key, kvs[i].key_len, (size_t)plen, kvs[i].val,
+					    kvs[i].len, &x), 0, "%s", kvs[i].key);
+		if (x.graph == 3) {
+			cr_assert(x.gen == 7 && x.tag == 0xabc && (x.id == 1000 || x.id == 1001));
+			cr_assert_eq(x.level, x.id == 1000 ? 2u : 1u);
+		} else {
+			cr_assert(x.graph == 13 && x.gen == 1 && x.tag == 1 && x.id == 5 &&
+				  x.level == 31);
+		}
+	}
+	dm_etcd_kvs_free(kvs, n);
+	/* graph 1's prefix is not graph 13's */
+	cr_assert_eq(dm_upper_forget(E, "u", 1, &del), 0);
+	cr_assert_eq(del, 0);
+	cr_assert_eq(dm_upper_forget(E, "u", 3, &del), 0);
+	cr_assert_eq(del, 2);
+	cr_assert_eq(dm_etcd_range(E, prefix, &kvs, &n, NULL), 0);
+	cr_assert_eq(n, 1);
+	dm_etcd_kvs_free(kvs, n);
+}
+
+Test(etcd_parse, upper_level_keys)
+{
+	struct dm_upper_ent x;
+	const char *p = "/dmann/u/upper/";
+	size_t pl = strlen(p);
+	struct {
+		const char *key, *val;
+		int rc;
+	} c[] = {
+		{ "/dmann/u/upper/0/0/0000000000000000/0", "1", 0 },
+		{ "/dmann/u/upper/15/18446744073709551615/ffffffffffffffff/4294967295", "31", 0 },
+		{ "/dmann/u/upper/16/0/0000000000000000/0", "1", -EBADMSG },       /* graph */
+		{ "/dmann/u/upper/01/0/0000000000000000/0", "1", -EBADMSG },       /* zero */
+		{ "/dmann/u/upper/0/18446744073709551616/0000000000000000/0", "1", -EBADMSG },
+		{ "/dmann/u/upper/0/0/000000000000000/0", "1", -EBADMSG },         /* 15 digits */
+		{ "/dmann/u/upper/0/0/000000000000000A/0", "1", -EBADMSG },        /* upper case */
+		{ "/dmann/u/upper/0/0/0000000000000000/4294967296", "1", -EBADMSG },
+		{ "/dmann/u/upper/0/0/0000000000000000/1/2", "1", -EBADMSG },      /* extra part */
+		{ "/dmann/u/upper/0/0/0000000000000000", "1", -EBADMSG },          /* no id */
+		{ "/dmann/u/upper/0/0/0000000000000000/", "1", -EBADMSG },
+		{ "/dmann/u/upper/0/0/0000000000000000/1", "0", -EBADMSG },        /* level */
+		{ "/dmann/u/upper/0/0/0000000000000000/1", "32", -EBADMSG },
+		{ "/dmann/u/upper/0/0/0000000000000000/1", "", -EBADMSG },
+		{ "/dmann/u/upper/0/0/0000000000000000/1", "1 ", -EBADMSG },
+		{ "/dmann/u/upper/", "1", -EBADMSG },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		cr_assert_eq(dm_upper_parse(c[i].key, strlen(c[i].key), pl, c[i].val,
+					    strlen(c[i].val), &x), c[i].rc, "%s = %s", c[i].key,
+			     c[i].val);
+	cr_assert_eq(dm_upper_parse(c[1].key, strlen(c[1].key), pl, "31", 2, &x), 0);
+	cr_assert(x.graph == 15 && x.gen == UINT64_MAX && x.tag == UINT64_MAX &&
+		  x.id == UINT32_MAX && x.level == 31);
 }

@@ -252,6 +252,38 @@ static unsigned long long check_stream(const char *name, int rounds)
 	return rereads;
 }
 
+/* Online upper levels (cn/engine/cn_upper.h): of n rows inserted online about 1/16 (M 16)
+ * have a level >= 1 and were published; every compute node adds every one of them to its
+ * own upper levels (within 60 s), none passed over. */
+static void upper_levels_everywhere(unsigned n)
+{
+	char lc[160];
+	long long pub = 0, added[8] = { 0 };
+	bool all = false;
+
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	for (unsigned c = 0; c < ncn; c++)
+		pub += cluster_metric(lc, c, "dmann_cn_upper_published_total");
+	cr_assert(pub > n / 16 / 2 && pub < n / 16 * 2, "%lld of %u rows published as upper-level "
+		  "nodes", pub, n);
+	for (uint64_t t0 = dm_now_ns(); !all && dm_now_ns() - t0 < bound_s(60);) {
+		all = true;
+		for (unsigned c = 0; c < ncn; c++) {
+			added[c] = cluster_metric(lc, c, "dmann_cn_upper_added_total");
+			all = all && added[c] == pub;
+		}
+		if (!all)
+			usleep(200000);
+	}
+	for (unsigned c = 0; c < ncn; c++) {
+		cr_assert_eq(added[c], pub, "cn%u added %lld of %lld published upper-level nodes", c,
+			     added[c], pub);
+		cr_assert_eq(cluster_metric(lc, c, "dmann_cn_upper_skipped_total"), 0);
+	}
+	cr_log_info("online upper levels: %lld of %u inserted rows published, added by all %u "
+		    "compute nodes", pub, n, ncn);
+}
+
 /* The inserts of NI rows under a query stream on a cluster started by the caller: the
  * checks of the file comment; returns recall@10 over the whole set. */
 static double inserts_under_queries(bool full_index_check)
@@ -279,6 +311,7 @@ static double inserts_under_queries(bool full_index_check)
 
 	cr_log_info("self-find of %d inserted vectors: %.4f", NI, self);
 	cr_assert_geq(self, 0.999, "self-find %.4f", self);
+	upper_levels_everywhere(NI);
 
 	/* recall@10 over all 9,000 rows: brute force ids >= NB are rows of b, mapped */
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin --gt "

@@ -22,6 +22,7 @@
 #include "cstate.h"
 #include "etcd.h"
 #include "idrange.h"
+#include "upper.h"
 #endif
 #include "dgen.h"
 #include "dindex.h"
@@ -157,7 +158,7 @@ static int walk(const struct dindex *d, struct gcheck *g, uint8_t *seen)
 		uint32_t u = q[head++];
 
 		if (u < d->n && d->upl[u]) {
-			uint32_t lv = d->up_store[(d->upl[u] - d->up_store) - 1];
+			uint32_t lv = dindex_level(d, u);
 
 			for (uint32_t l = 0; l < lv; l++) {
 				const uint32_t *w = d->upl[u] + (size_t)l * hnsw_up_list_words(d->p.M);
@@ -564,13 +565,15 @@ static int graph_drop(int argc, char **argv)
 			"restarts before its next snapshot brings graph %llu back): %s\n", graph,
 			strerror(-rc));
 #if DM_HAVE_ETCD
-	if (cfg->etcd[0]) {   /* the ranges of its online insert ids (idrange.h) */
+	if (cfg->etcd[0]) {   /* its online insert ids (idrange.h) and upper nodes (upper.h) */
 		struct dm_etcd *e = dm_etcd_open(cfg->etcd, 5000);
 
 		rc = e ? dm_idrange_forget(e, cfg->name, (uint32_t)graph, NULL) : -errno;
+		if (!rc)
+			rc = dm_upper_forget(e, cfg->name, (uint32_t)graph, NULL);
 		if (rc)
-			fprintf(stderr, "dmann graph drop: warning: its id ranges stay in the "
-				"cluster state: %s\n", e ? dm_etcd_errmsg(e) : strerror(-rc));
+			fprintf(stderr, "dmann graph drop: warning: its id ranges or upper-level "
+				"nodes stay in the cluster state: %s\n", e ? dm_etcd_errmsg(e) : strerror(-rc));
 		dm_etcd_close(e);
 	}
 #endif

@@ -25,6 +25,7 @@
 #if DM_HAVE_ETCD
 #include "etcd.h"
 #include "idrange.h"
+#include "upper.h"
 
 #define CN_IDS_RANGE 128
 #define CN_IDS_TRIES 3
@@ -119,6 +120,11 @@ void cn_ids_forget(struct cn *cn, uint32_t g)
 	else if (n)
 		dm_info("cn%u: graph %u: %lld id range key(s) deleted", cn->node->id, g,
 			(long long)n);
+	/* and its online upper-level nodes (cn_upper.h) */
+	rc = dm_upper_forget(cn->ids_etcd, cn->cfg->name, g, &n);
+	if (rc)
+		dm_warn("cn%u: graph %u: its upper-level keys stay in the cluster state: %s (%s)",
+			cn->node->id, g, strerror(-rc), dm_etcd_errmsg(cn->ids_etcd));
 	pthread_mutex_unlock(&cn->ids_mu);
 }
 #else

@@ -14,6 +14,7 @@
 
 #include "hnsw/hnsw_codes.h"
 #include "hnsw/hnsw_query.h"
+#include "cn_upper.h"
 #include "rpc.h"
 #include "wire.h"
 #include "xport/xport.h"
@@ -61,6 +62,9 @@ struct cn_insert {
 	struct hnsw_src src;
 	const struct dindex *d;
 	struct cn_insert_stats *st;
+	/* nodes of level >= 1 inserted by the current run: published at its end (cn_upper.h) */
+	uint32_t *pub_id, *pub_lv;
+	uint32_t npub, cappub;
 	/* the dirty-range log (cn_insert_track) */
 	bool track, track_lost;
 	struct cn_insert_range *dirty;
@@ -143,6 +147,8 @@ void cn_insert_free(struct cn_insert *e)
 	hnsw_query_free(e->q);
 	hnsw_qest_free(e->qe);
 	free(e->dirty);
+	free(e->pub_id);
+	free(e->pub_lv);
 	free(e);
 }
 
@@ -983,6 +989,8 @@ static void ctr_raise(void *ctx, uint64_t hi)
 	}
 }
 
+static void pub_level(struct cn_insert *e, uint32_t id);
+
 static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t *out_id)
 {
 	const struct dindex *d = e->d;
@@ -1126,6 +1134,66 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 		}
 	}
 	*out_id = id;
+	pub_level(e, (uint32_t)id);
+	return 0;
+}
+
+/* Node id was inserted: with online upper levels (cn_upper.h) its level is drawn (Algorithm
+ * 1's mL = 1 / ln M, by id, at most the graph's top level), and a node of level >= 1 is kept
+ * to be published once the run ends. Without room to keep it the node stays level 0. */
+static void pub_level(struct cn_insert *e, uint32_t id)
+{
+	const struct dindex *d = e->d;
+	uint32_t lv;
+
+	if (!cn_upper_on(e->cn) || d->max_level < 1)
+		return;
+	lv = DM_MIN(hnsw_draw_level(d->meta_crc ^ CN_UPPER_SALT, id, d->p.M),
+		    (uint32_t)d->max_level);
+	if (!lv)
+		return;
+	if (e->npub == e->cappub) {
+		uint32_t cap = e->cappub ? 2 * e->cappub : 64;
+		uint32_t *a = realloc(e->pub_id, cap * sizeof(*a));
+
+		if (!a)
+			return;
+		e->pub_id = a;
+		a = realloc(e->pub_lv, cap * sizeof(*a));
+		if (!a)
+			return;
+		e->pub_lv = a;
+		e->cappub = cap;
+	}
+	e->pub_id[e->npub] = id;
+	e->pub_lv[e->npub++] = lv;
+}
+
+int cn_insert_read_stored(struct cn_insert *e, const struct dindex *d, uint32_t id, float *out)
+{
+	struct cn_insert_stats st = { 0 };
+	const struct hnsw_rec_hdr *h;
+	uint32_t prim;
+	int rc;
+
+	if (id >= d->cap)
+		return -EINVAL;
+	rc = fit(e, d, CN_INSERT_EF_DEFAULT);
+	if (rc)
+		return rc;
+	e->d = d;
+	e->st = &st;
+	rc = read_rec_wait(e, id, e->rec, &prim);
+	e->st = NULL;
+	if (rc)
+		return rc;
+	h = (const struct hnsw_rec_hdr *)e->rec;
+	if (!h->n0)
+		return -ENODATA;
+	memcpy(out, hnsw_rec_vec(h, d->vec_off), (size_t)d->vdim * sizeof(float));
+	for (uint32_t i = 0; i < d->vdim; i++)
+		if (!isfinite(out[i]))
+			return -ENODATA;
 	return 0;
 }
 
@@ -1149,6 +1217,7 @@ int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs
 	dindex_src(d, &e->src);
 	e->src.get = stage_get;
 	e->src.ctx = e;
+	e->npub = 0;
 	for (i = 0; i < n; i++) {
 		st->err_at[0] = 0;
 		rc = insert_one(e, vecs + (size_t)i * dim, ef, &ids[i]);
@@ -1158,5 +1227,8 @@ int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs
 		}
 		st->inserted++;
 	}
+	if (e->npub)
+		cn_upper_publish(e->cn, d, e->pub_id, e->pub_lv, e->npub);
+	e->npub = 0;
 	return i ? (int)i : rc;
 }

@@ -29,8 +29,10 @@
  * only n0, one slot, its code and the CRC), and so does the next writer that breaks its
  * lock, which writes the salvaged copy back.
  *
- * Not built yet (issue 13): new nodes are level-0 only (upper levels and the entry point
- * stay those of the import); inserted records live in memory-node
+ * A new node's level is drawn as in Algorithm 1 (at most the import's top level: the entry
+ * point never changes); a node of level >= 1 is published to the cluster state once its
+ * run ends, and every compute node adds it to its own copy of the upper levels
+ * (cn_upper.h). Not built yet (issue 13): inserted records live in memory-node
  * memory until the next snapshot (no tail/WAL behind them); the compute nodes' caches may
  * keep a neighbour's record without its new back-link.
  *
@@ -72,6 +74,12 @@ void cn_insert_free(struct cn_insert *e);
  * and then one failed, st->err says why. Counters add into st. */
 int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs, uint32_t n,
 		  uint32_t dim, uint32_t ef, uint64_t *ids, struct cn_insert_stats *st);
+
+/* Node id's record of view d read from the memory nodes as inserts read records (a whole
+ * copy, waited for while torn or held, salvaged past the lease) and its stored vector
+ * (d->vdim floats) copied to out. The caller holds cn->lock for reading. 0, -ENODATA (an
+ * empty record: never written, or lost with a memory node's memory), -EINVAL, or -errno. */
+int cn_insert_read_stored(struct cn_insert *e, const struct dindex *d, uint32_t id, float *out);
 
 /* The dirty-range log, for a snapshot of only what was written (the online indexer's
  * FL_SNAPDELTA): while on, every byte range this engine WRITEs or changes atomically on a

@@ -596,6 +596,9 @@ void dindex_free(struct dindex *d)
 		return;
 	free(d->up_store);
 	free(d->upl);
+	for (uint32_t i = 0; i < d->n_extra; i++)
+		free(d->up_extra[i]);
+	free(d->up_extra);
 	free(d->block_mn);
 	free(d->block_addr);
 	hnsw_quant_free(d->quant);
@@ -757,7 +760,8 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 			return -EBADMSG;
 		}
 		d->uv_store = malloc(uvlen ? uvlen : 4);
-		d->uvec = calloc(h.n, sizeof(*d->uvec));
+		/* room for every id below the capacity: online upper levels (cn_upper.c) */
+		d->uvec = calloc(h.capacity > h.n ? h.capacity : h.n, sizeof(*d->uvec));
 		if (!d->uv_store || !d->uvec) {
 			snprintf(err, errlen, "out of memory");
 			return -ENOMEM;
@@ -794,7 +798,7 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	d->max_level = h.max_level;
 	d->index_bytes = (uint64_t)h.n * h.rec_size;
 	d->up_store = malloc((h.up_words ? h.up_words : 1) * 4);
-	d->upl = calloc(h.n, sizeof(*d->upl));
+	d->upl = calloc(d->cap, sizeof(*d->upl));
 	d->nrep = DM_MAX(1u, DM_MIN(h.redundancy, DINDEX_MAX_REP));
 	d->block_mn = calloc((size_t)h.nblocks * d->nrep, 1);
 	d->block_addr = calloc((size_t)h.nblocks * d->nrep, sizeof(*d->block_addr));
@@ -845,6 +849,11 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	}
 	if (d->quant) {
 		d->upq = hnsw_upq_build(h.n, h.vdim, p.metric, uvec_of, d);
+		if (d->upq && hnsw_upq_reserve_ids(d->upq, d->cap)) {
+			hnsw_upq_free(d->upq);
+			d->upq = NULL;
+			errno = ENOMEM;
+		}
 		if (!d->upq) {
 			snprintf(err, errlen, errno == ENOMEM ? "out of memory" :
 				 "index metadata: non-finite upper-level vector");
@@ -855,12 +864,11 @@ static int parse_meta(struct dindex *d, uint8_t *meta, size_t len, char *err, si
 	for (uint32_t id = 0; id < h.n; id++) {
 		if (!d->upl[id])
 			continue;
-		for (uint32_t l = 0; l < d->up_store[(d->upl[id] - d->up_store) - 1]; l++) {
+		for (uint32_t l = 0; l < dindex_level(d, id); l++) {
 			const uint32_t *w = d->upl[id] + (size_t)l * hnsw_up_list_words(h.M);
 
 			for (uint32_t j = 0; j < w[0]; j++)
-				if (!d->upl[w[1 + j]] ||
-				    d->up_store[(d->upl[w[1 + j]] - d->up_store) - 1] < l + 1)
+				if (dindex_level(d, w[1 + j]) < l + 1)
 					goto bad_up;
 		}
 	}

@@ -175,7 +175,22 @@ struct dindex {
 	uint32_t *labels;          /* node id -> label put in answers (nlabels of them), or
 				      NULL: node ids (hnsw_label) */
 	uint32_t nlabels;
+	/* Online upper levels (cn_upper.c): with room for inserts (cap > n) upl, uvec and upq
+	 * have room for every id below cap; a node inserted online whose level is >= 1 is
+	 * added to them by the compute node's replay thread under the compute node's write
+	 * lock (each its own allocation in up_extra). up_done: entries of the graph's list in
+	 * the cluster state applied or passed over, up_added: nodes added. */
+	void **up_extra;
+	uint32_t n_extra, cap_extra;
+	uint32_t up_done, up_added;
+	uint32_t up_epoch;         /* the replay's follow epoch up_done counts in */
 };
+
+/* The level of node id in view d (0: level 0 only, or out of range). */
+static inline uint32_t dindex_level(const struct dindex *d, uint32_t id)
+{
+	return id < d->cap && d->upl[id] ? d->upl[id][-1] : 0;
+}
 
 /* Read generation gen's metadata and block table from the memory nodes: -ENOENT when it
  * is not there, -EBADMSG for corrupt metadata (message in err), or another -errno. */

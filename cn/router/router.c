@@ -85,9 +85,7 @@ static uint64_t oracle_hash(const struct dm_oracle *o)
 
 static uint32_t node_level(const struct dindex *d, uint32_t id)
 {
-	if (!d->upl[id])
-		return 0;
-	return d->up_store[(d->upl[id] - d->up_store) - 1];
+	return dindex_level(d, id);
 }
 
 /* READ the records of ids[0..n) from the memory nodes (over the router's connections) and

@@ -40,6 +40,7 @@ struct hnsw_upq *hnsw_upq_build(uint32_t n, uint32_t vdim, enum dm_metric m,
 	for (uint32_t i = 0; i < u->nup; i++)
 		dm_sq8_encode(&u->sq, v[i], u->codes + (size_t)i * vdim);
 	u->score = dm_sq8_kernel(&u->sq);
+	u->cap_rows = u->nup ? u->nup : 1;
 	free(v);
 	return u;
 
@@ -59,6 +60,40 @@ void hnsw_upq_free(struct hnsw_upq *u)
 	free(u->slot);
 	free(u->codes);
 	free(u);
+}
+
+int hnsw_upq_reserve_ids(struct hnsw_upq *u, uint32_t n)
+{
+	uint32_t *s;
+
+	if (n <= u->n)
+		return 0;
+	s = realloc(u->slot, (size_t)n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	for (uint32_t id = u->n; id < n; id++)
+		s[id] = HNSW_UPQ_NONE;
+	u->slot = s;
+	u->n = n;
+	return 0;
+}
+
+int hnsw_upq_add(struct hnsw_upq *u, uint32_t id, const float *v)
+{
+	if (id >= u->n || u->slot[id] != HNSW_UPQ_NONE || u->nup == HNSW_UPQ_NONE - 1)
+		return -EINVAL;
+	if (u->nup == u->cap_rows) {
+		uint32_t cap = u->cap_rows < (1u << 30) ? 2 * u->cap_rows : HNSW_UPQ_NONE - 1;
+		uint8_t *c = realloc(u->codes, (size_t)cap * u->vdim);
+
+		if (!c)
+			return -ENOMEM;
+		u->codes = c;
+		u->cap_rows = cap;
+	}
+	dm_sq8_encode(&u->sq, v, u->codes + (size_t)u->nup * u->vdim);
+	u->slot[id] = u->nup++;
+	return 0;
 }
 
 static const float *rec_vec_upper(void *arg, uint32_t id)

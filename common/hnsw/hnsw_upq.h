@@ -8,7 +8,7 @@
  *
  * Built deterministically from the stored vectors (the same floats on the compute node,
  * from the index metadata's upper vectors, and locally, from the records). Read-only once
- * built. Used by common/hnsw and the compute node's index view (cn/engine/dindex.c). */
+ * built, but for hnsw_upq_add (online upper levels). Used by common/hnsw and the compute node's index view (cn/engine/dindex.c). */
 #ifndef DM_HNSW_UPQ_H
 #define DM_HNSW_UPQ_H
 
@@ -21,6 +21,7 @@ struct hnsw_upq {
 	struct dm_sq8 sq;
 	dm_sq8_fn score;
 	uint32_t n, nup, vdim;
+	uint32_t cap_rows;     /* rows codes has room for (>= nup) */
 	uint32_t *slot;        /* n: row of a node in codes, HNSW_UPQ_NONE below level 1 */
 	uint8_t *codes;        /* nup x vdim */
 };
@@ -30,6 +31,12 @@ struct hnsw_upq {
 struct hnsw_upq *hnsw_upq_build(uint32_t n, uint32_t vdim, enum dm_metric m,
 				const float *(*vec)(void *arg, uint32_t id), void *arg);
 void hnsw_upq_free(struct hnsw_upq *u);
+/* Online upper levels (hnsw_upper.h): room for ids below n (new ones have no code), and the
+ * code of node id (< u->n, without one yet) from its stored vector v, with the quantizer
+ * trained at the build (values outside its range are clamped). codes may move: callers
+ * hold off readers. 0, -EINVAL (id out of range or already coded), -ENOMEM. */
+int hnsw_upq_reserve_ids(struct hnsw_upq *u, uint32_t n);
+int hnsw_upq_add(struct hnsw_upq *u, uint32_t id, const float *v);
 
 /* Floats of the per-query buffer hnsw_upq_descend needs. */
 static inline size_t hnsw_upq_aux_len(const struct hnsw_upq *u)

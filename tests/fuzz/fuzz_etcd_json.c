@@ -12,7 +12,9 @@
 #include "cstate.h"
 #include "etcd_int.h"
 #include "idrange.h"
+#include "upper.h"
 #include "stale.h"
+#include "wire.h"
 
 static void check_kv(const struct dm_etcd_kv *kv)
 {
@@ -91,6 +93,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					abort();
 			snprintf(t, sizeof(t), "%llu", (unsigned long long)v);
 			if (strlen(t) > size)
+				abort();
+		}
+	}
+	{
+		/* An upper-level node's key and value (upper.h): the input split at its first
+		 * '=' into key (under a prefix of 7 bytes) and value; what it accepts prints
+		 * back the same key and value. */
+		const uint8_t *eq = memchr(data, '=', size);
+		struct dm_upper_ent x;
+
+		if (eq && dm_upper_parse((const char *)data, (size_t)(eq - data), 7, eq + 1,
+					 size - (size_t)(eq - data) - 1, &x) == 0) {
+			char k[160], v[8];
+			int kl = snprintf(k, sizeof(k), "%u/%llu/%016llx/%u", x.graph,
+					  (unsigned long long)x.gen, (unsigned long long)x.tag,
+					  x.id);
+			int vl = snprintf(v, sizeof(v), "%u", x.level);
+
+			if (x.graph >= DM_MAX_GRAPHS || x.level < 1 || x.level > 31 ||
+			    (size_t)kl != (size_t)(eq - data) - 7 || memcmp(k, data + 7, (size_t)kl) ||
+			    (size_t)vl != size - (size_t)(eq - data) - 1 || memcmp(v, eq + 1, (size_t)vl))
 				abort();
 		}
 	}
