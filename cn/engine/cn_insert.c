@@ -1183,7 +1183,16 @@ int cn_insert_read_stored(struct cn_insert *e, const struct dindex *d, uint32_t 
 		return rc;
 	e->d = d;
 	e->st = &st;
-	rc = read_rec_wait(e, id, e->rec, &prim);
+	/* A record that reads all zero was never written (or was lost with a memory node's
+	 * memory): no wait for a writer that will not come. */
+	rc = read_rec_once(e, id, e->rec, &prim);
+	if (rc == -EAGAIN) {
+		bool zero = true;
+
+		for (uint32_t i = 0; i < d->rec_size && zero; i++)
+			zero = !e->rec[i];
+		rc = zero ? -ENODATA : read_rec_wait(e, id, e->rec, &prim);
+	}
 	e->st = NULL;
 	if (rc)
 		return rc;

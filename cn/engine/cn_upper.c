@@ -139,7 +139,8 @@ static void on_event(void *arg, const struct dm_etcd_event *ev)
 
 /* Plan node id into view d's upper levels: 0 (plan ready, vector in u->vec), 1 (pass it
  * over: not of this view's online range, known already, or its record empty), or -errno
- * (try again later). The caller holds cn->lock for reading. */
+ * (try again later). The caller holds cn->lock for reading; only this thread writes the
+ * upper levels, so it reads them without d->up_lock. */
 static int plan_one(struct cn_upper *u, struct dindex *d, uint32_t id, uint32_t lv,
 		    struct hnsw_upper_plan *plan)
 {
@@ -177,7 +178,7 @@ static int plan_one(struct cn_upper *u, struct dindex *d, uint32_t id, uint32_t 
 	return rc == -EINVAL ? 1 : rc;
 }
 
-/* Apply a plan to view d (the caller holds cn->lock for writing). 0 or -ENOMEM. */
+/* Apply a plan to view d (the caller holds d->up_lock for writing). 0 or -ENOMEM. */
 static int apply(struct dindex *d, const struct hnsw_upper_plan *p, const float *v)
 {
 	uint32_t lw = hnsw_up_list_words(d->p.M);
@@ -219,12 +220,15 @@ static int apply(struct dindex *d, const struct hnsw_upper_plan *p, const float 
 	return 0;
 }
 
-/* Replay what graph g's current view has not seen yet. 0, or -errno (stop this pass). */
+/* Replay what graph g's current view has not seen yet, one node at a time under cn->lock
+ * held for reading (the view stays; a writer waiting for the lock, a generation switch,
+ * waits for one node at most): only the apply takes the view's up_lock, which readers hold
+ * for one descent. 0, or -errno (stop this pass). */
 static int replay_graph(struct cn_upper *u, uint32_t g)
 {
 	struct cn *cn = u->cn;
 
-	for (;;) {
+	while (!atomic_load(&cn->stopping)) {
 		struct hnsw_upper_plan plan;
 		struct dindex *d;
 		struct up_grp *gr;
@@ -233,15 +237,11 @@ static int replay_graph(struct cn_upper *u, uint32_t g)
 
 		pthread_rwlock_rdlock(&cn->lock);
 		d = cn->views[g].cur;
-		if (!d || d->cap <= d->n) {
-			pthread_rwlock_unlock(&cn->lock);
-			return 0;
-		}
-		if (d->up_epoch != u->epoch) {
+		if (d && d->up_epoch != u->epoch) {
 			d->up_epoch = u->epoch;   /* only this thread reads and writes it */
 			d->up_done = 0;
 		}
-		gr = grp_of(u, g, d->gen, dindex_ids_tag(d), false);
+		gr = d && d->cap > d->n ? grp_of(u, g, d->gen, dindex_ids_tag(d), false) : NULL;
 		if (!gr || d->up_done >= gr->n) {
 			pthread_rwlock_unlock(&cn->lock);
 			return 0;
@@ -249,31 +249,26 @@ static int replay_graph(struct cn_upper *u, uint32_t g)
 		i = d->up_done;
 		id = gr->id[i];
 		rc = plan_one(u, d, id, gr->lv[i], &plan);
-		if (rc == 1) {
-			d->up_done = i + 1;
+		if (rc == 0) {
+			pthread_rwlock_wrlock(&d->up_lock);
+			rc = apply(d, &plan, u->vec);
+			pthread_rwlock_unlock(&d->up_lock);
+			if (!rc)
+				atomic_fetch_add(&cn->upper_added, 1);
+		} else if (rc == 1) {
+			rc = 0;
 			atomic_fetch_add(&cn->upper_skipped, 1);
 		}
+		if (!rc)
+			d->up_done = i + 1;
 		pthread_rwlock_unlock(&cn->lock);
-		if (rc < 0) {
+		if (rc) {
 			dm_warn("cn%u: graph %u: upper-level node %u not added yet: %s",
 				cn->node->id, g, id, strerror(-rc));
 			return rc;
 		}
-		if (rc == 1)
-			continue;
-		pthread_rwlock_wrlock(&cn->lock);
-		/* the view may have been switched meanwhile: then nothing is applied */
-		if (cn->views[g].cur == d && d->up_done == i && !d->upl[id]) {
-			rc = apply(d, &plan, u->vec);
-			if (!rc) {
-				d->up_done = i + 1;
-				atomic_fetch_add(&cn->upper_added, 1);
-			}
-		}
-		pthread_rwlock_unlock(&cn->lock);
-		if (rc)
-			return rc;
 	}
+	return 0;
 }
 
 static void *upper_main(void *arg)

@@ -11,7 +11,8 @@
  * record (its stored vector; an empty record, lost with a memory node's memory, is passed
  * over), plans the node's upper lists and its neighbours' new ones (hnsw_upper.h: greedy
  * descent, SEARCH-LAYER, Algorithm 4) while queries go on, and applies the plan under the
- * compute node's write lock (a copy of a few lists). Each compute node builds its own copy
+ * view's up_lock (a copy of a few lists), which a query holds for reading only while it
+ * descends the upper levels (hnsw_src.uplock). Each compute node builds its own copy
  * in the order it learns the nodes; copies may differ slightly (orders, races with a
  * generation switch): upper levels only guide the descent to level 0, so every copy is a
  * valid index. A new view of the graph (a reload, a restart) replays every key of its

@@ -599,6 +599,7 @@ void dindex_free(struct dindex *d)
 	for (uint32_t i = 0; i < d->n_extra; i++)
 		free(d->up_extra[i]);
 	free(d->up_extra);
+	pthread_rwlock_destroy(&d->up_lock);
 	free(d->block_mn);
 	free(d->block_addr);
 	hnsw_quant_free(d->quant);
@@ -627,6 +628,8 @@ void dindex_src(const struct dindex *d, struct hnsw_src *src)
 	src->upq = d->upq;
 	src->entry = d->entry;
 	src->max_level = d->max_level;
+	/* online upper levels change the view's upper levels (cn_upper.h) */
+	src->uplock = d->cap > d->n ? (pthread_rwlock_t *)&d->up_lock : NULL;
 }
 
 void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out)
@@ -1280,6 +1283,7 @@ int dindex_open(struct mn_set *s, uint32_t graph, uint64_t gen, struct dindex **
 		rc = -ENOMEM;
 		goto out;
 	}
+	pthread_rwlock_init(&d->up_lock, NULL);
 	rc = dm_xport_reg(s->x, meta, o.len, 0, &mr);
 	if (rc)
 		goto out;

@@ -177,9 +177,11 @@ struct dindex {
 	uint32_t nlabels;
 	/* Online upper levels (cn_upper.c): with room for inserts (cap > n) upl, uvec and upq
 	 * have room for every id below cap; a node inserted online whose level is >= 1 is
-	 * added to them by the compute node's replay thread under the compute node's write
-	 * lock (each its own allocation in up_extra). up_done: entries of the graph's list in
+	 * added to them by the compute node's replay thread under up_lock (each its own
+	 * allocation in up_extra). up_done: entries of the graph's list in
 	 * the cluster state applied or passed over, up_added: nodes added. */
+	pthread_rwlock_t up_lock;  /* readers of upl/uvec/upq/at_level while it changes
+				      (hnsw_src.uplock); the replay thread writes under it */
 	void **up_extra;
 	uint32_t n_extra, cap_extra;
 	uint32_t up_done, up_added;

@@ -191,8 +191,10 @@ static int build_oracle(struct router *r, uint32_t epoch)
 		return -ENOENT;
 	}
 	counts[0] = d->n;
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&d->up_lock);   /* online upper levels */
 	for (int l = 1; l <= d->max_level; l++)
 		counts[l] = d->at_level[l];
+	pthread_rwlock_unlock((pthread_rwlock_t *)&d->up_lock);
 	lv = dm_oracle_pick_level(counts, (uint32_t)d->max_level + 1, r->p.sample_min_nodes);
 	ids = malloc(counts[lv] * sizeof(*ids));
 	sample = malloc(counts[lv] * d->p.dim * sizeof(float));

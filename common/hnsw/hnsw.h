@@ -185,6 +185,9 @@ struct hnsw_src {
 					 SQ8 codes (local search and resumable query alike) */
 	uint32_t entry;
 	int max_level;
+	/* optional: held for reading while the upper levels (upl, uvec, upq) are read, when a
+	 * writer may change them meanwhile (a compute node's online upper levels) */
+	pthread_rwlock_t *uplock;
 	int (*fetch)(struct hnsw_src *s, const uint32_t *ids, size_t nids);
 	const struct hnsw_rec_hdr *(*get)(struct hnsw_src *s, uint32_t id);
 	void *ctx;

@@ -220,12 +220,20 @@ static int need(struct hnsw_query *q, int next_state)
 /* Put the upper list of cur at q->level into the batch (ef = 1 greedy descent). */
 static void upper_batch(struct hnsw_query *q, const struct hnsw_src *src)
 {
+	if (src->uplock)
+		pthread_rwlock_rdlock(src->uplock);
 	const uint32_t *w = src->upl[q->cur] + (size_t)(q->level - 1) * hnsw_up_list_words(q->M);
 	uint32_t n = DM_MIN(w[0], q->M);
 
 	memcpy(q->batch, w + 1, (size_t)n * sizeof(uint32_t));
 	q->nbatch = n;
+	if (src->uplock)
+		pthread_rwlock_unlock(src->uplock);
 }
+
+/* The upper-level descent of ST_START under src->uplock (when set): 1 when it ran (rc in
+ * *rc), 0 when the upper levels are not local (the descent READs them). */
+static int upper_start(struct hnsw_query *q, struct hnsw_src *src, int *rc);
 
 /* The query vector the kernels see: rotated with codes. */
 static inline const float *qvec(const struct hnsw_query *q)
@@ -286,6 +294,55 @@ static int upper_local(struct hnsw_query *q, const struct hnsw_src *src)
 	return 0;
 }
 
+static int upper_start(struct hnsw_query *q, struct hnsw_src *src, int *rc)
+{
+	uint64_t h0 = q->hops;
+	int ran = 0;
+
+	*rc = 0;
+	if (q->level < 1)
+		return 0;
+	if (q->quant && src->upq &&
+	    grow((void **)&q->upaux, &q->upaux_cap, (uint32_t)hnsw_upq_aux_len(src->upq),
+		 sizeof(float))) {
+		*rc = -ENOMEM;
+		return 1;
+	}
+	if (src->uplock)
+		pthread_rwlock_rdlock(src->uplock);
+	if (q->quant && src->upq) {
+		/* Upper levels on SQ8 codes (hnsw_upq.h), as the local search. */
+		const struct hnsw_upq *u = src->upq;
+
+		dm_sq8_query(&u->sq, q->qrot, q->upaux);
+		q->cur = q->batch[0];
+		*rc = hnsw_upq_descend(u, q->upaux, src->upl, q->M, q->level, &q->cur, &q->curd,
+				       &q->hops, &q->est_evals);
+		q->level = 0;
+		ran = 1;
+	} else if (src->uvec && src->uvec[q->batch[0]]) {
+		/* Upper levels from the local upper vectors: no READ until level 0. */
+		q->cur = q->batch[0];
+		q->curd = q->kern(qvec(q), src->uvec[q->cur], q->vdim);
+		*rc = upper_local(q, src);
+		ran = 1;
+	}
+	if (src->uplock)
+		pthread_rwlock_unlock(src->uplock);
+	src->hops += q->hops - h0;
+	if (!ran || *rc)
+		return ran;
+	if (q->quant) {
+		*rc = start_level0(q, src);
+		return 1;
+	}
+	/* without codes level 0 starts from cur's neighbour list (state stays ST_START: the
+	 * caller asks for it) */
+	q->batch[0] = q->cur;
+	q->nbatch = 1;
+	return 1;
+}
+
 int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 {
 	const struct hnsw_rec_hdr *r;
@@ -293,53 +350,19 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 
 	for (;;) {
 		switch (q->state) {
-		case ST_START:
-			if (q->quant && src->upq && q->level >= 1) {
-				/* Upper levels on SQ8 codes (hnsw_upq.h), as the local search. */
-				const struct hnsw_upq *u = src->upq;
-				uint64_t h0 = q->hops;
-				int rc;
+		case ST_START: {
+			int rc;
 
-				if (grow((void **)&q->upaux, &q->upaux_cap,
-					 (uint32_t)hnsw_upq_aux_len(u), sizeof(float)))
-					return -ENOMEM;
-				dm_sq8_query(&u->sq, q->qrot, q->upaux);
-				q->cur = q->batch[0];
-				rc = hnsw_upq_descend(u, q->upaux, src->upl, q->M, q->level, &q->cur,
-						      &q->curd, &q->hops, &q->est_evals);
-				src->hops += q->hops - h0;
+			if (upper_start(q, src, &rc)) {
 				if (rc)
 					return rc;
-				q->level = 0;
-				rc = start_level0(q, src);
-				if (rc)
-					return rc;
+				if (q->state == ST_START)
+					return need(q, ST_L0_ENTRY);
 				break;
-			}
-			if (src->uvec && q->level >= 1 && src->uvec[q->batch[0]]) {
-				/* Upper levels from the local upper vectors: no READ until level 0. */
-				uint64_t h0 = q->hops;
-				int rc;
-
-				q->cur = q->batch[0];
-				q->curd = q->kern(qvec(q), src->uvec[q->cur], q->vdim);
-				rc = upper_local(q, src);
-				src->hops += q->hops - h0;
-				if (rc)
-					return rc;
-				if (q->quant) {
-					rc = start_level0(q, src);
-					if (rc)
-						return rc;
-					break;
-				}
-				/* without codes level 0 starts from cur's neighbour list */
-				q->batch[0] = q->cur;
-				q->nbatch = 1;
-				return need(q, ST_L0_ENTRY);
 			}
 			/* First of all the entry point's record (batch set up by start). */
 			return need(q, ST_ENTRY);
+		}
 		case ST_L0_ENTRY: {
 			int rc;
 
