@@ -231,6 +231,112 @@ Test(s3api, buckets_and_indexes)
 	expect_type("Frobnicate", 404, "UnknownOperationException", "{}");
 }
 
+/* The names of a bucket's shards ("B#s", s3_api.h): refused unless the switch the memory
+ * nodes turn on is on, and then only in their exact form; ARNs never carry them; the
+ * gateway's check refuses '#' from users; the key's shard is deterministic and spread. */
+Test(s3api, shard_bucket_names)
+{
+	static const char *const good[] = { "bkt#1", "bkt#9", "bkt#10", "bkt#255" };
+	static const char *const bad[] = { "bkt#0", "bkt#01", "bkt#256", "bkt#1000", "bkt#",
+		"bkt#-1", "bkt#1a", "#1", "ab#1", "Bkt#1", "bkt#1#2", "bkt##1", "-bk#1",
+		"a-b.c#2" /* dots: no bucket name */ };
+	char base[FLAT_NAME_MAX + 1], name[FLAT_NAME_MAX + 1], long63[64];
+	uint32_t shard;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		cr_assert(s3_shard_parse(good[i], base, &shard), "%s", good[i]);
+		cr_assert_str_eq(base, "bkt");
+		cr_assert_eq(s3_shard_name("bkt", shard, name), 0);
+		cr_assert_str_eq(name, good[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_not(s3_shard_parse(bad[i], NULL, NULL), "%s", bad[i]);
+	cr_assert_eq(s3_shard_name("bkt", 0, name), 0);
+	cr_assert_str_eq(name, "bkt");
+	cr_assert_eq(s3_shard_name("bkt", DM_S3_SHARDS_MAX, name), -EINVAL);
+	cr_assert_eq(s3_shard_name("b#1", 1, name), -EINVAL);
+	/* The longest: a 63-character bucket's shard 255 (FLAT_NAME_MAX). */
+	memset(long63, 'a', 63);
+	long63[63] = 0;
+	cr_assert_eq(s3_shard_name(long63, 255, name), 0);
+	cr_assert_eq(strlen(name), FLAT_NAME_MAX);
+	cr_assert(s3_shard_parse(name, base, &shard));
+	cr_assert_eq(shard, 255);
+
+	/* Off (dmann-s3, the default): '#' is refused everywhere. */
+	invalid("CreateVectorBucket", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\"}");
+	invalid("GetVectorBucket", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\"}");
+	invalid("CreateIndex", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\","
+		"\"indexName\":\"idx\",\"dataType\":\"float32\",\"dimension\":3,"
+		"\"distanceMetric\":\"euclidean\"}");
+	/* On (the memory nodes): "B#s" is a bucket like any other, malformed ones are not. */
+	s3_api_shard_names(api, true);
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"bkt\"}"));
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"bkt#1\"}"));
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"%s\"}", name));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char body[128];
+
+		snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\"}", bad[i]);
+		invalid("CreateVectorBucket", "/vectorBucketName", body);
+	}
+	json_decref(call("CreateIndex", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\",\"dataType\":\"float32\",\"dimension\":3,\"distanceMetric\":"
+			 "\"euclidean\"}"));
+	json_decref(call("PutVectors", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\",\"vectors\":[{\"key\":\"k\",\"data\":{\"float32\":[1,2,3]}}]}"));
+	json_t *o = call("GetVectors", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\",\"keys\":[\"k\"]}");
+
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 1);
+	json_decref(o);
+	/* The shard bucket is listed here (the gateway hides it), and is its own bucket. */
+	o = call("ListVectorBuckets", 200, "{}");
+	cr_assert_eq(json_array_size(json_object_get(o, "vectorBuckets")), 3);
+	json_decref(o);
+	expect_type("GetIndex", 404, "NotFoundException", "{\"vectorBucketName\":\"bkt\","
+		    "\"indexName\":\"idx\"}");
+	/* An ARN never names a shard. */
+	invalid("GetVectorBucket", "/vectorBucketArn", "{\"vectorBucketArn\":"
+		"\"arn:aws:s3vectors:us-east-1:123456789012:bucket/bkt#1\"}");
+	json_decref(call("DeleteIndex", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\"}"));
+	json_decref(call("DeleteVectorBucket", 200, "{\"vectorBucketName\":\"bkt#1\"}"));
+	s3_api_shard_names(api, false);
+	invalid("GetVectorBucket", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\"}");
+
+	/* The gateway's check of a user's request. */
+	struct s3_resp r = { 0 };
+
+	const char *ub = "{\"vectorBucketName\":\"bkt#1\"}";
+
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), -EINVAL);
+	cr_assert_eq(r.status, 400);
+	cr_assert_str_eq(r.errtype, "ValidationException");
+	s3_resp_free(&r);
+	ub = "{\"vectorBucketName\":\"bkt\"}";
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), 0);
+	ub = "{\"vectorBucketName\":\"bkt\\u00231\"}";     /* '#' escaped */
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), -EINVAL);
+	s3_resp_free(&r);
+
+	/* Keys' shards: deterministic, in range, spread (4 shards: each near a quarter). */
+	uint32_t cnt[4] = { 0 };
+
+	for (int i = 0; i < 4000; i++) {
+		char k[16];
+		int n = snprintf(k, sizeof(k), "key-%d", i);
+		uint32_t s = s3_key_shard(k, (size_t)n, 4);
+
+		cr_assert_lt(s, 4);
+		cr_assert_eq(s, s3_key_shard(k, (size_t)n, 4));
+		cr_assert_eq(s3_key_shard(k, (size_t)n, 1), 0);
+		cnt[s]++;
+	}
+	for (int s = 0; s < 4; s++)
+		cr_assert(cnt[s] > 850 && cnt[s] < 1150, "shard %d: %u of 4000", s, cnt[s]);
+}
+
 Test(s3api, vector_validation)
 {
 	char *many;

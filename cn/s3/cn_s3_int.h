@@ -35,7 +35,7 @@
 #define MN_DOWN_NS 1000000000ull      /* a failed MN is skipped for reads this long */
 #define CN_DOWN_NS 2000000000ull      /* a failed CN member is avoided this long */
 #define SUB_TIMEOUT_MS 20000
-#define NAME_MAX_ 64
+#define NAME_MAX_ (FLAT_NAME_MAX + 1)   /* room for a bucket (or shard, "B#s") name */
 #define JSON_OUT (JSON_COMPACT | JSON_REAL_PRECISION(9))
 /* A fragment is fetched in pieces of at most this many row bytes (the FL_FRAG max_bytes
  * field): every answer stays far below the DM_FL_MAX_STREAM message cap. */

@@ -578,6 +578,9 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	struct cn_s3 *s = ctx;
 	uint32_t used = UINT32_MAX;
 
+	memset(r, 0, sizeof(*r));
+	if (s3_api_user_bucket(body, len, r))
+		return;                 /* "B#s" names a shard: never a user's bucket */
 	query_once(s, body, len, r, UINT32_MAX, &used);
 	if (r->status == 503 && used != UINT32_MAX) {
 		/* The memory node whose rows the scans read failed under them (it died, or it

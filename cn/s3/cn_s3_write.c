@@ -106,6 +106,8 @@ void be_handle(void *ctx, const char *op, const char *body, size_t len,
 	int n, rc;
 
 	memset(r, 0, sizeof(*r));
+	if (s3_api_user_bucket(body, len, r))
+		return;                 /* "B#s" names a shard: never a user's bucket */
 	if (!strcmp(op, "ListVectorBuckets")) {
 		list_buckets(s, body, len, r);
 		return;

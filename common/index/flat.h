@@ -34,7 +34,11 @@
 #include "distance.h"
 #include "topk.h"
 
-#define FLAT_NAME_MAX 63            /* bucket and index names */
+/* Bucket and index names: S3 allows 63 bytes (s3_api checks that); the store takes 4 more
+ * for the names of a bucket's shards, "B#s" with s in 1..255 (s3_api.h), which the
+ * memory nodes store as buckets of their own. Every name on disk and on the wire is
+ * length-prefixed, so images written with the old limit read the same. */
+#define FLAT_NAME_MAX 67
 #define FLAT_KEY_MAX 1024           /* vector keys, bytes */
 #define FLAT_DIM_MAX 4096
 

@@ -87,6 +87,11 @@ struct s3_api *s3_api_new(struct flat_store *store, const char *region, const ch
 	return a;
 }
 
+void s3_api_shard_names(struct s3_api *a, bool on)
+{
+	a->shard_names = on;
+}
+
 void s3_api_free(struct s3_api *a)
 {
 	free(a);
@@ -140,6 +145,20 @@ out:
 	if (!found)
 		bucket[0] = index[0] = 0;
 	return found ? 0 : -ENOENT;
+}
+
+int s3_api_user_bucket(const char *body, size_t len, struct s3_resp *r)
+{
+	json_t *o = len ? json_loadb(body, len, 0, NULL) : NULL;
+	const char *n = json_string_value(json_object_get(o, "vectorBucketName"));
+	int rc = 0;
+
+	if (n && strchr(n, '#'))
+		rc = s3a_verr(r, "/vectorBucketName", "Invalid vector bucket name: 3-63 characters, "
+			      "lower-case letters, digits and hyphens, starting and ending with a "
+			      "letter or digit");
+	json_decref(o);
+	return rc;
 }
 
 bool s3_api_is_write(const char *op)

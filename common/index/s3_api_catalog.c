@@ -58,7 +58,7 @@ void s3a_op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 		s3a_verr(r, "/vectorBucketName", "vectorBucketName is required");
 		return;
 	}
-	if (!s3a_valid_name(name, false)) {
+	if (!s3a_valid_bucket(a, name)) {
 		s3a_verr(r, "/vectorBucketName", "Invalid vector bucket name: 3-63 characters, "
 		     "lower-case letters, digits and hyphens, starting and ending with a letter "
 		     "or digit");
@@ -82,7 +82,7 @@ void s3a_op_get_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	struct flat_bucket_info bi;
 	int rc;
 
-	if (s3a_req_bucket(r, o, b))
+	if (s3a_req_bucket(a, r, o, b))
 		return;
 	rc = flat_bucket_get(a->store, b, &bi);
 	if (rc) {
@@ -99,7 +99,7 @@ void s3a_op_delete_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	char b[FLAT_NAME_MAX + 1];
 	int rc;
 
-	if (s3a_req_bucket(r, o, b))
+	if (s3a_req_bucket(a, r, o, b))
 		return;
 	rc = flat_bucket_delete(a->store, b);
 	if (rc) {
@@ -170,7 +170,7 @@ void s3a_op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 	size_t i;
 	int rc;
 
-	if (s3a_req_bucket(r, o, b) || s3a_get_str(r, o, "indexName", &name) < 0 ||
+	if (s3a_req_bucket(a, r, o, b) || s3a_get_str(r, o, "indexName", &name) < 0 ||
 	    s3a_get_str(r, o, "dataType", &dtype) < 0 || s3a_get_str(r, o, "distanceMetric", &metric) < 0)
 		return;
 	rc = s3a_get_int(r, o, "dimension", 1, FLAT_DIM_MAX, &dim);
@@ -280,7 +280,7 @@ void s3a_op_delete_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
 	int rc;
 
-	if (s3a_req_index(r, o, b, x))
+	if (s3a_req_index(a, r, o, b, x))
 		return;
 	rc = flat_index_delete(a->store, b, x);
 	if (rc) {
@@ -300,7 +300,7 @@ void s3a_op_list_indexes(struct s3_api *a, json_t *o, struct s3_resp *r)
 	json_t *arr, *out;
 	int n;
 
-	if (s3a_req_bucket(r, o, b) || s3a_get_int(r, o, "maxResults", 1, S3_LIST_CATALOG_MAX, &max) < 0 ||
+	if (s3a_req_bucket(a, r, o, b) || s3a_get_int(r, o, "maxResults", 1, S3_LIST_CATALOG_MAX, &max) < 0 ||
 	    s3a_get_str(r, o, "prefix", &prefix) < 0 ||
 	    s3a_get_token(r, o, after, sizeof(after), &have) < 0)
 		return;
