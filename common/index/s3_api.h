@@ -48,6 +48,9 @@ void s3_api_free(struct s3_api *a);
  * stale and caught up like any bucket. Users never see or name those: the gateway refuses
  * '#' in their bucket names and hides shard buckets from ListVectorBuckets. */
 #define DM_S3_SHARDS_MAX 256
+/* The start of the message of a memory node's 409 to a gateway whose shard count of a
+ * bucket is out of date (it re-reads the count and tries again). */
+#define S3_SHARDS_DIFFER "dmann-shards-differ"
 
 /* Whether a accepts the names of shard buckets ("B#s") where requests name a bucket by
  * vectorBucketName (not by ARN). Off by default (dmann-s3: users' names only); the memory
@@ -116,8 +119,9 @@ void s3_qspec_fini(struct s3_qspec *q);
  * further validation (for routing). 0 or -ENOENT (bucket = ""). */
 int s3_api_req_bucket(const char *body, size_t len, char *bucket);
 /* What a gateway checks before it routes a user's request: a vectorBucketName with a '#'
- * (the memory nodes' names of shards, s3_shard_parse) is refused. 0, or -EINVAL with a
- * 400 ValidationException in r. */
+ * (the memory nodes' names of shards, s3_shard_parse) is refused, and so is a top-level
+ * field named "_dmann..." (what gateways tell memory nodes). 0, or -EINVAL with a 400
+ * ValidationException in r. */
 int s3_api_user_bucket(const char *body, size_t len, struct s3_resp *r);
 /* Whether operation op changes state (Create*, Delete*, Put*, TagResource, UntagResource):
  * what a gateway sends to every replica of a bucket. */
@@ -128,6 +132,8 @@ bool s3_api_is_write(const char *op);
 int s3_api_req_resource(const char *body, size_t len, char *bucket, char *index);
 /* A ListVectorBuckets/ListIndexes nextToken for the last name returned (malloc'ed). */
 char *s3_api_token(const char *plain);
+/* The text of such a token into plain (cap bytes): false if malformed. */
+bool s3_api_token_read(const char *token, char *plain, size_t cap);
 /* NotFoundException for an unknown vector bucket (bucket) or index. */
 void s3_api_not_found(struct s3_resp *r, bool bucket);
 

@@ -66,10 +66,29 @@ void s3a_op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	}
 	if (check_encryption(r, enc) || s3a_tags_check(r, json_object_get(o, "tags"), "/tags"))
 		return;
+	/* The gateways' shard count (memory nodes only; s3_api_user_bucket keeps users from
+	 * sending it). */
+	long long shards = 1;
+
+	if (a->shard_names &&
+	    s3a_get_int(r, o, "_dmannShards", 1, DM_S3_SHARDS_MAX, &shards) < 0)
+		return;
 	rc = flat_bucket_create(a->store, name, now_ms());
 	if (rc) {
 		s3a_engine_err(r, rc, "vector bucket");
 		return;
+	}
+	if (shards > 1) {
+		char txt[24];
+
+		snprintf(txt, sizeof(txt), "%lld", shards);
+		rc = flat_attr_set(a->store, name, NULL, FLAT_ATTR_SHARDS, txt,
+				   (uint32_t)strlen(txt));
+		if (rc) {
+			flat_bucket_delete(a->store, name);
+			s3a_engine_err(r, rc, "vector bucket");
+			return;
+		}
 	}
 	if (s3a_tags_create(a, r, name, NULL, json_object_get(o, "tags")))
 		return;
@@ -89,9 +108,13 @@ void s3a_op_get_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 		s3a_engine_err(r, rc, "vector bucket");
 		return;
 	}
-	s3a_ok(r, json_pack("{s:{s:s, s:o, s:f}}", "vectorBucket", "vectorBucketName", b,
-			"vectorBucketArn", s3a_bucket_arn(a, b), "creationTime",
-			ms_to_s(bi.created_ms)));
+	json_t *out = json_pack("{s:s, s:o, s:f}", "vectorBucketName", b, "vectorBucketArn",
+				s3a_bucket_arn(a, b), "creationTime", ms_to_s(bi.created_ms));
+
+	/* A gateway asks for the bucket's shard count (memory nodes only). */
+	if (a->shard_names && json_is_true(json_object_get(o, "_dmannShards")))
+		json_object_set_new(out, "_dmannShards", json_integer(s3a_bucket_shards(a, b)));
+	s3a_ok(r, json_pack("{s:o}", "vectorBucket", out));
 }
 
 void s3a_op_delete_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)

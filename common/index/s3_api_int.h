@@ -50,6 +50,11 @@ int s3a_get_int(struct s3_resp *r, json_t *o, const char *name, long long lo, lo
 		long long *out);
 int s3a_get_bool(struct s3_resp *r, json_t *o, const char *name, bool *out);
 bool s3a_valid_name(const char *s, bool dots);
+/* The shard count recorded with bucket b at its creation (1 when none, or unreadable). */
+uint32_t s3a_bucket_shards(struct s3_api *a, const char *b);
+/* Whether a is asked to check a write without applying it (memory nodes only: the
+ * gateway's "_dmannCheck" before it splits a write over the shards of a bucket). */
+bool s3a_check_only(const struct s3_api *a, json_t *o);
 /* A bucket name a request may use through a: an S3 name (s3a_valid_name), or with a's
  * shard names on (a not NULL) also a shard's "B#s" (s3_shard_parse). */
 bool s3a_valid_bucket(const struct s3_api *a, const char *name);

@@ -173,6 +173,23 @@ bool s3a_valid_name(const char *s, bool dots)
 	return true;
 }
 
+uint32_t s3a_bucket_shards(struct s3_api *a, const char *b)
+{
+	char *txt = NULL;
+	uint32_t len;
+	long v = 1;
+
+	if (!flat_attr_get(a->store, b, NULL, FLAT_ATTR_SHARDS, &txt, &len) && txt)
+		v = strtol(txt, NULL, 10);
+	free(txt);
+	return v >= 1 && v <= DM_S3_SHARDS_MAX ? (uint32_t)v : 1;
+}
+
+bool s3a_check_only(const struct s3_api *a, json_t *o)
+{
+	return a->shard_names && json_is_true(json_object_get(o, "_dmannCheck"));
+}
+
 bool s3a_valid_bucket(const struct s3_api *a, const char *name)
 {
 	return s3a_valid_name(name, false) ||
@@ -404,7 +421,7 @@ char *s3a_token_make(const char *plain)
 }
 
 /* Decode a hex token into out (cap bytes); false if malformed. */
-static bool token_read(const char *t, char *out, size_t cap)
+bool s3_api_token_read(const char *t, char *out, size_t cap)
 {
 	size_t n = strlen(t);
 
@@ -431,7 +448,7 @@ int s3a_get_token(struct s3_resp *r, json_t *o, char *plain, size_t cap, bool *h
 		return rc;
 	if (!t)
 		return 0;
-	if (!token_read(t, plain, cap))
+	if (!s3_api_token_read(t, plain, cap))
 		return s3a_verr(r, "/nextToken", "Invalid nextToken");
 	*have = true;
 	return 0;
