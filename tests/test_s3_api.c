@@ -337,6 +337,62 @@ Test(s3api, shard_bucket_names)
 		cr_assert(cnt[s] > 850 && cnt[s] < 1150, "shard %d: %u of 4000", s, cnt[s]);
 }
 
+/* What the gateways tell the memory nodes about shards (only with the switch on): the
+ * count recorded at CreateVectorBucket and read back on request, a part split by another
+ * count refused with a 409 naming S3_SHARDS_DIFFER, a write checked without being applied. */
+Test(s3api, shard_count_and_checked_writes)
+{
+	json_t *o;
+
+	/* Off: a user's "_dmannShards" is no setting (the gateway refuses the field). */
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"uno\","
+			 "\"_dmannShards\":4}"));
+	s3_api_shard_names(api, true);
+	json_decref(call("CreateVectorBucket", 200, "{" B ",\"_dmannShards\":4}"));
+	invalid("CreateVectorBucket", "/_dmannShards", "{\"vectorBucketName\":\"b99\","
+		"\"_dmannShards\":257}");
+	o = call("GetVectorBucket", 200, "{" B ",\"_dmannShards\":true}");
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "vectorBucket"),
+							"_dmannShards")), 4);
+	json_decref(o);
+	o = call("GetVectorBucket", 200, "{\"vectorBucketName\":\"uno\",\"_dmannShards\":true}");
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "vectorBucket"),
+							"_dmannShards")), 1);
+	json_decref(o);
+	o = call("GetVectorBucket", 200, "{" B "}");
+	cr_assert_null(json_object_get(json_object_get(o, "vectorBucket"), "_dmannShards"));
+	json_decref(o);
+	json_decref(call("CreateIndex", 200, "{" IX ",\"dataType\":\"float32\",\"dimension\":3,"
+			 "\"distanceMetric\":\"euclidean\"}"));
+	/* A part split by another count: refused, nothing written. */
+	o = call("PutVectors", 409, "{" IX ",\"_dmannShards\":2,\"vectors\":[{\"key\":\"a\","
+		 "\"data\":{\"float32\":[1,2,3]}}]}");
+	cr_assert(strstr(json_string_value(json_object_get(o, "message")), S3_SHARDS_DIFFER));
+	json_decref(o);
+	/* Checked, not applied; then applied. */
+	json_decref(call("PutVectors", 200, "{" IX ",\"_dmannShards\":4,\"_dmannCheck\":true,"
+			 "\"vectors\":[{\"key\":\"a\",\"data\":{\"float32\":[1,2,3]}}]}"));
+	invalid("PutVectors", "/vectors/1/data/float32", "{" IX ",\"_dmannCheck\":true,"
+		"\"vectors\":[{\"key\":\"a\",\"data\":{\"float32\":[1,2,3]}},{\"key\":\"b\","
+		"\"data\":{\"float32\":[1,2]}}]}");
+	o = call("GetVectors", 200, "{" IX ",\"_dmannShards\":4,\"keys\":[\"a\"]}");
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 0);
+	json_decref(o);
+	json_decref(call("PutVectors", 200, "{" IX ",\"_dmannShards\":4,\"vectors\":[{\"key\":"
+			 "\"a\",\"data\":{\"float32\":[1,2,3]}}]}"));
+	json_decref(call("DeleteVectors", 200, "{" IX ",\"_dmannCheck\":true,\"keys\":[\"a\"]}"));
+	o = call("GetVectors", 200, "{" IX ",\"keys\":[\"a\"]}");
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 1);
+	json_decref(o);
+	/* The gateway refuses the reserved fields from users. */
+	struct s3_resp r = { 0 };
+	const char *ub = "{" B ",\"_dmannCheck\":true}";
+
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), -EINVAL);
+	cr_assert_eq(r.status, 400);
+	s3_resp_free(&r);
+}
+
 Test(s3api, vector_validation)
 {
 	char *many;
