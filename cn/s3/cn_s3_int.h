@@ -3,6 +3,7 @@
  *   cn_s3.c          start/stop, settings, metrics
  *   cn_s3_mn.c       memory-node connection pool, FL calls, index state reads
  *   cn_s3_write.c    operation routing by bucket, replication of writes
+ *   cn_s3_shard.c    buckets of several shards: their count, catalog, split vector ops
  *   cn_s3_repl.c     stale replicas (writes that missed one) and their catch-up
  *   cn_s3_catalog.c  catalog listings merged over the memory nodes
  *   cn_s3_query.c    the ingress of QueryVectors: plan, fan-out, hedging, retries, merge
