@@ -24,13 +24,11 @@
 #define DIM 32
 #define IX "shx"
 
-static char dir[128], lc[160], dmann[300], cfgpath[256], http[DM_ADDR_MAX];
+static char dir[128], lc[160], dmann[300], cfgpath[256], http[128];
 
 static void up(const char *extra)
 {
 	const char *root = getenv("DMANN_BUILD_ROOT");
-	char line[256];
-	FILE *f;
 
 	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
 	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
@@ -41,14 +39,7 @@ static void up(const char *extra)
 			"--transport tcp --s3-set graph_auto=0 --mn-set flat_max_mb=1 %s", dmann,
 			lc, extra), 0);
 	snprintf(cfgpath, sizeof(cfgpath), "%s/cluster.ini", lc);
-	http[0] = 0;
-	f = fopen(cfgpath, "r");
-	while (f && fgets(line, sizeof(line), f) && !http[0])
-		if (sscanf(line, "http = %127s", http) == 1)
-			break;
-	if (f)
-		fclose(f);
-	cr_assert(http[0], "no http address in %s", cfgpath);
+	cluster_http(cfgpath, http);
 }
 
 static void teardown(void)
