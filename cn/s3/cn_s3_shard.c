@@ -439,8 +439,14 @@ bool shard_op(struct cn_s3 *s, const char *op, const char *body, size_t len, con
 			if (r->status == 200 && !ix)
 				shc_forget(s, b);
 		} else if (!strcmp(op, "CreateIndex")) {
+			struct s3_resp first;
+
 			bucket_op(s, op, body, len, b, false, r);
-			if (r->status == 200 && x[0] && create_shards(s, op, o, b, x, n, r)) {
+			first = *r;                      /* the answer (indexArn), if they all go */
+			memset(r, 0, sizeof(*r));
+			if (first.status != 200 || !x[0]) {
+				*r = first;
+			} else if (create_shards(s, op, o, b, x, n, r)) {
 				struct s3_resp undo;
 				json_t *d = part_of(o, b, x, 0, n);
 
@@ -450,6 +456,9 @@ bool shard_op(struct cn_s3 *s, const char *op, const char *body, size_t len, con
 				delete_shards(s, d, b, x, n);
 				part_run(s, "DeleteIndex", d, b, 0, false, &undo);
 				s3_resp_free(&undo);
+				s3_resp_free(&first);
+			} else {
+				*r = first;
 			}
 		} else if (!x[0] || (strcmp(op, "ListVectors") &&
 				     !keyed(json_object_get(o, put ? "vectors" : "keys"), put)) ||
