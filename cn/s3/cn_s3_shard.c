@@ -65,7 +65,8 @@ int bucket_shards(struct cn_s3 *s, const char *b, bool fresh, uint32_t *n, struc
 		return -EIO;                     /* e.g. 503: no replica reachable */
 	o = json_loadb(r->body, r->len, 0, NULL);
 	v = json_object_get(json_object_get(o, "vectorBucket"), "_dmannShards");
-	*n = json_is_integer(v) && json_integer_value(v) >= 1 &&
+	/* absent: a memory node from before shards (every bucket of one shard) */
+	*n = !v ? 1 : json_is_integer(v) && json_integer_value(v) >= 1 &&
 	     json_integer_value(v) <= DM_S3_SHARDS_MAX ? (uint32_t)json_integer_value(v) : 0;
 	json_decref(o);
 	s3_resp_free(r);
@@ -274,7 +275,7 @@ static int get_split(struct cn_s3 *s, json_t *o, const char *b, const char *x, u
 		json_t *part = json_array(), *p, *ro;
 
 		json_array_foreach(keys, i, e)
-			if (s3_key_shard(json_string_value(e), json_string_length(e), n) == sh)
+			if (s3_key_shard(json_string_value(e), strlen(json_string_value(e)), n) == sh)
 				json_array_append(part, e);
 		if (!json_array_size(part)) {
 			json_decref(part);
