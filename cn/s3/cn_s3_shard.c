@@ -408,6 +408,16 @@ bool shard_op(struct cn_s3 *s, const char *op, const char *body, size_t len, con
 		known |= !strcmp(op, ops[i]);
 	if (!known || (!strcmp(op, "CreateVectorBucket") && s->shards <= 1))
 		return false;
+	/* A bucket of one shard (the count cached) goes its usual way without a parse here:
+	 * a PutVectors body may be megabytes. */
+	if (strcmp(op, "CreateVectorBucket")) {
+		if (bucket_shards(s, b, false, &n, r))
+			return true;                 /* r: why the count cannot be read */
+		if (n <= 1)
+			return false;
+		s3_resp_free(r);
+		memset(r, 0, sizeof(*r));
+	}
 	o = json_loadb(body, len, 0, NULL);
 	if (!json_is_object(o) || s3_api_req_resource(body, len, bb, x) || strcmp(bb, b)) {
 		json_decref(o);
