@@ -112,6 +112,10 @@
  *                               ; acknowledged once this many took it (1..256, at most R)
  *                               ; and the missed ones are marked stale in the cluster
  *                               ; state (needs [cluster] etcd; without it every replica)
+ *   bucket_shards = 1           ; shards of a vector bucket created from now on, 1..256
+ *                               ; (fixed at its creation; each shard on its own R memory
+ *                               ; nodes, so an index can outgrow one; S > 1: exact scan
+ *                               ; only, no graph path yet)
  *
  *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
  *                               ; at most 32 identities in all)
@@ -269,6 +273,7 @@ struct dm_cluster_cfg {
 		uint32_t graph_auto;     /* 1: indexes created through the API get a graph */
 		uint32_t graph_room;     /* rows of spare room in such a graph */
 		uint32_t write_min_replicas;   /* a write is acknowledged with this many */
+		uint32_t bucket_shards;  /* shards of a new bucket (1: the whole bucket on R MNs) */
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

@@ -91,6 +91,9 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 		errno = ENOMEM;
 		goto err_free_f;
 	}
+	/* The gateways store a bucket's shards s > 0 as buckets "B#s" (s3_api.h); only they
+	 * reach this API (FL_CALL from cluster nodes), and they refuse '#' from users. */
+	s3_api_shard_names(f->api, true);
 	/* Row numbering is valid for one open of the store (a restart compacts rows): the
 	 * epoch tells compute-node caches which numbering they hold. */
 	if (getrandom(&f->epoch, sizeof(f->epoch), 0) != sizeof(f->epoch))

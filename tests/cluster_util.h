@@ -219,4 +219,20 @@ static __attribute__((unused)) unsigned cluster_compare_ids(const char *path,
 	return diff;
 }
 
+/* The first `http = host:port` of the cluster file cfgpath (a gateway's address) into out
+ * (128 bytes); the test fails without one. */
+static __attribute__((unused)) void cluster_http(const char *cfgpath, char *out)
+{
+	char line[256];
+	FILE *f = fopen(cfgpath, "r");
+
+	out[0] = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "http = %127s", out) == 1)
+			break;
+	if (f)
+		fclose(f);
+	cr_assert(out[0], "no http address in %s", cfgpath);
+}
+
 #endif

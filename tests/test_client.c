@@ -269,20 +269,13 @@ Test(client, libdmann_put_query_delete_exact, .timeout = 600)
 	{
 		const char *root = getenv("DMANN_BUILD_ROOT"), *src = getenv("DMANN_SOURCE_ROOT");
 		char http[DM_ADDR_MAX] = "", line[256];
-		FILE *cfgf;
 		int row = 0;
 
 		snprintf(path, sizeof(path), "%s/q.f32", dir);
 		f = fopen(path, "wb");
 		cr_assert_eq(fwrite(q, sizeof(float), (size_t)NQ * DIM, f), (size_t)NQ * DIM);
 		fclose(f);
-		cfgf = fopen(cfgpath, "r");
-		while (cfgf && fgets(line, sizeof(line), cfgf) && !http[0])
-			if (sscanf(line, "http = %127s", http) == 1)
-				break;
-		if (cfgf)
-			fclose(cfgf);
-		cr_assert(http[0], "no http address in %s", cfgpath);
+		cluster_http(cfgpath, http);
 		cr_assert_eq(sh("node --no-warnings %s/tests/s3sdk/query_file.js %s/s3sdk-cache/"
 				"node_modules http://%s DMANNLOCALTEST %s/lc/s3.secret cbucket cidx "
 				"%s/q.f32 %d %d > %s/sdk.txt", src, root, http, dir, dir, DIM, KK, dir),

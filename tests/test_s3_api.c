@@ -231,6 +231,168 @@ Test(s3api, buckets_and_indexes)
 	expect_type("Frobnicate", 404, "UnknownOperationException", "{}");
 }
 
+/* The names of a bucket's shards ("B#s", s3_api.h): refused unless the switch the memory
+ * nodes turn on is on, and then only in their exact form; ARNs never carry them; the
+ * gateway's check refuses '#' from users; the key's shard is deterministic and spread. */
+Test(s3api, shard_bucket_names)
+{
+	static const char *const good[] = { "bkt#1", "bkt#9", "bkt#10", "bkt#255" };
+	static const char *const bad[] = { "bkt#0", "bkt#01", "bkt#256", "bkt#1000", "bkt#",
+		"bkt#-1", "bkt#1a", "#1", "ab#1", "Bkt#1", "bkt#1#2", "bkt##1", "-bk#1",
+		"a-b.c#2" /* dots: no bucket name */ };
+	char base[FLAT_NAME_MAX + 1], name[FLAT_NAME_MAX + 1], long63[64];
+	uint32_t shard;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		cr_assert(s3_shard_parse(good[i], base, &shard), "%s", good[i]);
+		cr_assert_str_eq(base, "bkt");
+		cr_assert_eq(s3_shard_name("bkt", shard, name), 0);
+		cr_assert_str_eq(name, good[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_not(s3_shard_parse(bad[i], NULL, NULL), "%s", bad[i]);
+	cr_assert_eq(s3_shard_name("bkt", 0, name), 0);
+	cr_assert_str_eq(name, "bkt");
+	cr_assert_eq(s3_shard_name("bkt", DM_S3_SHARDS_MAX, name), -EINVAL);
+	cr_assert_eq(s3_shard_name("b#1", 1, name), -EINVAL);
+	/* The longest: a 63-character bucket's shard 255 (FLAT_NAME_MAX). */
+	memset(long63, 'a', 63);
+	long63[63] = 0;
+	cr_assert_eq(s3_shard_name(long63, 255, name), 0);
+	cr_assert_eq(strlen(name), FLAT_NAME_MAX);
+	cr_assert(s3_shard_parse(name, base, &shard));
+	cr_assert_eq(shard, 255);
+
+	/* Off (dmann-s3, the default): '#' is refused everywhere. */
+	invalid("CreateVectorBucket", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\"}");
+	invalid("GetVectorBucket", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\"}");
+	invalid("CreateIndex", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\","
+		"\"indexName\":\"idx\",\"dataType\":\"float32\",\"dimension\":3,"
+		"\"distanceMetric\":\"euclidean\"}");
+	/* On (the memory nodes): "B#s" is a bucket like any other, malformed ones are not. */
+	s3_api_shard_names(api, true);
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"bkt\"}"));
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"bkt#1\"}"));
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"%s\"}", name));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char body[128];
+
+		snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\"}", bad[i]);
+		invalid("CreateVectorBucket", "/vectorBucketName", body);
+	}
+	json_decref(call("CreateIndex", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\",\"dataType\":\"float32\",\"dimension\":3,\"distanceMetric\":"
+			 "\"euclidean\"}"));
+	json_decref(call("PutVectors", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\",\"vectors\":[{\"key\":\"k\",\"data\":{\"float32\":[1,2,3]}}]}"));
+	json_t *o = call("GetVectors", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\",\"keys\":[\"k\"]}");
+
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 1);
+	json_decref(o);
+	/* The shard bucket is listed here (the gateway hides it), and is its own bucket. */
+	o = call("ListVectorBuckets", 200, "{}");
+	cr_assert_eq(json_array_size(json_object_get(o, "vectorBuckets")), 3);
+	json_decref(o);
+	expect_type("GetIndex", 404, "NotFoundException", "{\"vectorBucketName\":\"bkt\","
+		    "\"indexName\":\"idx\"}");
+	/* An ARN never names a shard. */
+	invalid("GetVectorBucket", "/vectorBucketArn", "{\"vectorBucketArn\":"
+		"\"arn:aws:s3vectors:us-east-1:123456789012:bucket/bkt#1\"}");
+	json_decref(call("DeleteIndex", 200, "{\"vectorBucketName\":\"bkt#1\",\"indexName\":"
+			 "\"idx\"}"));
+	json_decref(call("DeleteVectorBucket", 200, "{\"vectorBucketName\":\"bkt#1\"}"));
+	s3_api_shard_names(api, false);
+	invalid("GetVectorBucket", "/vectorBucketName", "{\"vectorBucketName\":\"bkt#1\"}");
+
+	/* The gateway's check of a user's request. */
+	struct s3_resp r = { 0 };
+
+	const char *ub = "{\"vectorBucketName\":\"bkt#1\"}";
+
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), -EINVAL);
+	cr_assert_eq(r.status, 400);
+	cr_assert_str_eq(r.errtype, "ValidationException");
+	s3_resp_free(&r);
+	ub = "{\"vectorBucketName\":\"bkt\"}";
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), 0);
+	ub = "{\"vectorBucketName\":\"bkt\\u00231\"}";     /* '#' escaped */
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), -EINVAL);
+	s3_resp_free(&r);
+
+	/* Keys' shards: deterministic, in range, spread (4 shards: each near a quarter). */
+	uint32_t cnt[4] = { 0 };
+
+	for (int i = 0; i < 4000; i++) {
+		char k[16];
+		int n = snprintf(k, sizeof(k), "key-%d", i);
+		uint32_t s = s3_key_shard(k, (size_t)n, 4);
+
+		cr_assert_lt(s, 4);
+		cr_assert_eq(s, s3_key_shard(k, (size_t)n, 4));
+		cr_assert_eq(s3_key_shard(k, (size_t)n, 1), 0);
+		cnt[s]++;
+	}
+	for (int s = 0; s < 4; s++)
+		cr_assert(cnt[s] > 850 && cnt[s] < 1150, "shard %d: %u of 4000", s, cnt[s]);
+}
+
+/* What the gateways tell the memory nodes about shards (only with the switch on): the
+ * count recorded at CreateVectorBucket and read back on request, a part split by another
+ * count refused with a 409 naming S3_SHARDS_DIFFER, a write checked without being applied. */
+Test(s3api, shard_count_and_checked_writes)
+{
+	json_t *o;
+
+	/* Off: a user's "_dmannShards" is no setting (the gateway refuses the field). */
+	json_decref(call("CreateVectorBucket", 200, "{\"vectorBucketName\":\"uno\","
+			 "\"_dmannShards\":4}"));
+	s3_api_shard_names(api, true);
+	json_decref(call("CreateVectorBucket", 200, "{" B ",\"_dmannShards\":4}"));
+	invalid("CreateVectorBucket", "/_dmannShards", "{\"vectorBucketName\":\"b99\","
+		"\"_dmannShards\":257}");
+	o = call("GetVectorBucket", 200, "{" B ",\"_dmannShards\":true}");
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "vectorBucket"),
+							"_dmannShards")), 4);
+	json_decref(o);
+	o = call("GetVectorBucket", 200, "{\"vectorBucketName\":\"uno\",\"_dmannShards\":true}");
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "vectorBucket"),
+							"_dmannShards")), 1);
+	json_decref(o);
+	o = call("GetVectorBucket", 200, "{" B "}");
+	cr_assert_null(json_object_get(json_object_get(o, "vectorBucket"), "_dmannShards"));
+	json_decref(o);
+	json_decref(call("CreateIndex", 200, "{" IX ",\"dataType\":\"float32\",\"dimension\":3,"
+			 "\"distanceMetric\":\"euclidean\"}"));
+	/* A part split by another count: refused, nothing written. */
+	o = call("PutVectors", 409, "{" IX ",\"_dmannShards\":2,\"vectors\":[{\"key\":\"a\","
+		 "\"data\":{\"float32\":[1,2,3]}}]}");
+	cr_assert(strstr(json_string_value(json_object_get(o, "message")), S3_SHARDS_DIFFER));
+	json_decref(o);
+	/* Checked, not applied; then applied. */
+	json_decref(call("PutVectors", 200, "{" IX ",\"_dmannShards\":4,\"_dmannCheck\":true,"
+			 "\"vectors\":[{\"key\":\"a\",\"data\":{\"float32\":[1,2,3]}}]}"));
+	invalid("PutVectors", "/vectors/1/data/float32", "{" IX ",\"_dmannCheck\":true,"
+		"\"vectors\":[{\"key\":\"a\",\"data\":{\"float32\":[1,2,3]}},{\"key\":\"b\","
+		"\"data\":{\"float32\":[1,2]}}]}");
+	o = call("GetVectors", 200, "{" IX ",\"_dmannShards\":4,\"keys\":[\"a\"]}");
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 0);
+	json_decref(o);
+	json_decref(call("PutVectors", 200, "{" IX ",\"_dmannShards\":4,\"vectors\":[{\"key\":"
+			 "\"a\",\"data\":{\"float32\":[1,2,3]}}]}"));
+	json_decref(call("DeleteVectors", 200, "{" IX ",\"_dmannCheck\":true,\"keys\":[\"a\"]}"));
+	o = call("GetVectors", 200, "{" IX ",\"keys\":[\"a\"]}");
+	cr_assert_eq(json_array_size(json_object_get(o, "vectors")), 1);
+	json_decref(o);
+	/* The gateway refuses the reserved fields from users. */
+	struct s3_resp r = { 0 };
+	const char *ub = "{" B ",\"_dmannCheck\":true}";
+
+	cr_assert_eq(s3_api_user_bucket(ub, strlen(ub), &r), -EINVAL);
+	cr_assert_eq(r.status, 400);
+	s3_resp_free(&r);
+}
+
 Test(s3api, vector_validation)
 {
 	char *many;

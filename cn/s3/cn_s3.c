@@ -23,7 +23,7 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
 		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen", "index_interval_ms",
 		"index_batch", "index_threads", "index_ef", "member_conns", "graph_auto",
-		"graph_room", "write_min_replicas" };
+		"graph_room", "write_min_replicas", "bucket_shards" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -121,6 +121,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->ix.seed_room = set.graph_room;
 	s->member_conns = DM_MIN(set.member_conns, (uint32_t)HPOOL_MAX);
 	s->repl.write_min = DM_MAX(1u, set.write_min_replicas);
+	s->shards = DM_MAX(1u, DM_MIN(set.bucket_shards, (uint32_t)DM_S3_SHARDS_MAX));
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
 	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
@@ -129,6 +130,7 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	if (dcn && *dcn && dms && strtoul(dcn, NULL, 10) == node->id)
 		s->test_delay_ms = (uint32_t)DM_MIN(strtoul(dms, NULL, 10), 60000ul);
 	pthread_mutex_init(&s->rmu, NULL);
+	pthread_mutex_init(&s->shmu, NULL);
 	pthread_mutex_init(&s->gmu, NULL);
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
 		pthread_mutex_init(&s->gk[g].mu, NULL);
@@ -209,6 +211,7 @@ err_destroy_locks:
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
 		pthread_mutex_destroy(&s->mn[i].mu);
 	pthread_mutex_destroy(&s->rmu);
+	pthread_mutex_destroy(&s->shmu);
 	pthread_mutex_destroy(&s->gmu);
 	for (uint32_t g = 0; g < DM_MAX_GRAPHS; g++)
 		pthread_mutex_destroy(&s->gk[g].mu);
@@ -252,6 +255,7 @@ void cn_s3_stop(struct cn_s3 *s)
 	dm_msgpool_free(s->pool);
 	dm_xport_close(s->x);
 	pthread_mutex_destroy(&s->rmu);
+	pthread_mutex_destroy(&s->shmu);
 	free(s);
 }
 

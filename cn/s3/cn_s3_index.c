@@ -728,6 +728,14 @@ static void seed_round(struct cn_s3 *s, struct ipend *p)
 
 		if (!b || done)
 			continue;
+		/* A bucket of several shards has no graph (its queries take the exact path:
+		 * graphs per (graph, shard) are not built). */
+		uint32_t nsh = 1;
+
+		if (bucket_shards(s, b, false, &nsh, &rx) || nsh > 1) {
+			s3_resp_free(&rx);
+			continue;
+		}
 		bl_len = snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\",\"maxResults\":500}",
 				  b);
 		be_handle(s, "ListIndexes", body, (size_t)bl_len, &rx);

@@ -3,6 +3,7 @@
  *   cn_s3.c          start/stop, settings, metrics
  *   cn_s3_mn.c       memory-node connection pool, FL calls, index state reads
  *   cn_s3_write.c    operation routing by bucket, replication of writes
+ *   cn_s3_shard.c    buckets of several shards: their count, catalog, split vector ops
  *   cn_s3_repl.c     stale replicas (writes that missed one) and their catch-up
  *   cn_s3_catalog.c  catalog listings merged over the memory nodes
  *   cn_s3_query.c    the ingress of QueryVectors: plan, fan-out, hedging, retries, merge
@@ -35,7 +36,7 @@
 #define MN_DOWN_NS 1000000000ull      /* a failed MN is skipped for reads this long */
 #define CN_DOWN_NS 2000000000ull      /* a failed CN member is avoided this long */
 #define SUB_TIMEOUT_MS 20000
-#define NAME_MAX_ 64
+#define NAME_MAX_ (FLAT_NAME_MAX + 1)   /* room for a bucket (or shard, "B#s") name */
 #define JSON_OUT (JSON_COMPACT | JSON_REAL_PRECISION(9))
 /* A fragment is fetched in pieces of at most this many row bytes (the FL_FRAG max_bytes
  * field): every answer stays far below the DM_FL_MAX_STREAM message cap. */
@@ -109,6 +110,14 @@ struct cn_s3 {
 	uint32_t hedge_ms;
 	uint32_t frag_piece_bytes;
 	uint32_t test_delay_ms;          /* test hook: delay scans served for other CNs */
+	uint32_t shards;                 /* [s3] bucket_shards: of buckets created here */
+	/* Shard counts of buckets (cn_s3_shard.c): a small cache, under shmu. */
+	pthread_mutex_t shmu;
+	struct shcount {
+		char b[NAME_MAX_ + 1];
+		uint32_t n;
+		uint64_t at;                 /* dm_now_ns when read */
+	} shc[64];
 	struct s3_fcache *cache;
 	/* R from the query rate: per index an exponentially decaying arrival rate, and what
 	 * one group serves, from the measured member scan time. */
@@ -240,6 +249,22 @@ size_t repl_stale_count(struct cn_s3 *s);
 
 /* Every operation but QueryVectors (s3_backend.handle). */
 void be_handle(void *ctx, const char *op, const char *body, size_t len, struct s3_resp *r);
+/* Operation op on bucket (a user's bucket or a shard's "B#s"): read (the first caught-up
+ * replica that answers) or write (every replica, write_replicas). */
+void bucket_op(struct cn_s3 *s, const char *op, const char *body, size_t len,
+	       const char *bucket, bool read, struct s3_resp *r);
+
+/* ---- cn_s3_shard.c ---- */
+
+/* The shard count of bucket b (recorded with it at its creation; cached for a second, or
+ * read again when fresh): 0 with *n (1 for a bucket that does not exist), or -errno with
+ * the error in r. */
+int bucket_shards(struct cn_s3 *s, const char *b, bool fresh, uint32_t *n, struct s3_resp *r);
+/* Run op on a bucket of several shards (and create buckets of [s3] bucket_shards): true
+ * with r filled; false when the bucket has one shard (or op concerns shard 0 only, or the
+ * request is invalid: bucket_op answers it as for any bucket). */
+bool shard_op(struct cn_s3 *s, const char *op, const char *body, size_t len, const char *b,
+	      struct s3_resp *r);
 /* ListVectorBuckets merged over every MN. */
 void list_buckets(struct cn_s3 *s, const char *body, size_t len, struct s3_resp *r);
 

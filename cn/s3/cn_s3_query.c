@@ -498,6 +498,96 @@ close_calls:
 	return rc;
 }
 
+/* ---- buckets of several shards ---- */
+
+/* The state of the index t->x in shard bucket t->b from its first caught-up replica that
+ * answers; 0, or -errno with the error in r (a shard without the index its bucket has is
+ * an index whose creation or deletion did not reach every shard: 500). */
+static int shard_state(struct cn_s3 *s, struct qtarget *t, struct s3_resp *r)
+{
+	int rc = -EHOSTDOWN;
+
+	t->nmn = bucket_read_mns(s, t->b, t->mns);
+	for (int i = 0; i < t->nmn; i++) {
+		if (i + 1 < t->nmn && mn_is_down(s, t->mns[i]))
+			continue;
+		rc = ixstate_fetch(s, t->mns[i], t->b, t->x, &t->st);
+		if (rc != -EHOSTDOWN)
+			break;
+	}
+	if (rc == -EHOSTDOWN)
+		unavailable(r, "QueryVectors", t->nmn > 0 ? t->mns[0] : 0);
+	else if (rc)
+		s3_resp_error(r, 500, "InternalServerException", "index %s/%s: %s", t->b, t->x,
+			      strerror(-rc));
+	return rc;
+}
+
+/* The exact scan of every shard of a bucket of n > 1 shards (t0: shard 0, its state
+ * read): each shard's state planned and fanned out as one index's, the partial top-k
+ * lists of all of them merged. No graph path: graphs are per index of one shard (the
+ * graph mark, key log and online indexer per (graph, shard) are not built), so these
+ * indexes are served by the exact scan only. */
+static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qspec *q,
+			 uint32_t n, const char *body, size_t len, struct s3_resp *r)
+{
+	struct share *all = NULL;
+	size_t nall = 0;
+	struct qtarget *ts = calloc(1, sizeof(*ts));
+	struct qplan *p = calloc(1, sizeof(*p));
+	bool ok = ts && p;
+
+	if (!ok)
+		s3_resp_error(r, 500, "InternalServerException", "out of memory");
+	for (uint32_t sh = 0; ok && sh < n; sh++) {
+		struct qtarget *t = t0;
+		struct share *grow;
+
+		if (sh) {
+			*ts = (struct qtarget){ .s = s, .avoid = UINT32_MAX };
+			t = ts;
+			s3_shard_name(t0->b, sh, ts->b);
+			snprintf(ts->x, sizeof(ts->x), "%s", t0->x);
+			ok = !shard_state(s, ts, r);
+			if (ok && (ts->st.dim != t0->st.dim || ts->st.metric != t0->st.metric)) {
+				s3_resp_error(r, 500, "InternalServerException", "index %s/%s: its "
+					      "shard %u differs", t0->b, t0->x, sh);
+				ok = false;
+			}
+		}
+		memset(p, 0, sizeof(*p));
+		ok = ok && !plan_query(s, t, body, len, p, r) && !fan_out(s, p, r);
+		grow = ok ? realloc(all, (nall + p->w + 1) * sizeof(*all)) : NULL;
+		if (ok && !grow)
+			s3_resp_error(r, 500, "InternalServerException", "out of memory");
+		ok = ok && grow;
+		all = grow ? grow : all;
+		for (uint32_t j = 0; j < DM_MAX_NODES; j++) {
+			if (ok && j < p->w && p->sh[j].resp.status != 200) {
+				*r = p->sh[j].resp;
+				memset(&p->sh[j].resp, 0, sizeof(p->sh[j].resp));
+				ok = false;
+			}
+			if (ok && j < p->w) {
+				all[nall++] = (struct share){ .resp = p->sh[j].resp, .have = true };
+				memset(&p->sh[j].resp, 0, sizeof(p->sh[j].resp));
+			}
+			free(p->sh[j].frags);
+			free(p->sh[j].req);
+			s3_resp_free(&p->sh[j].resp);
+		}
+		if (sh)
+			ixstate_fini(&ts->st);
+	}
+	if (ok)
+		merge_answer(&t0->st, q, all, (uint32_t)nall, NULL, 0, r);
+	for (size_t i = 0; i < nall; i++)
+		s3_resp_free(&all[i].resp);
+	free(all);
+	free(ts);
+	free(p);
+}
+
 /* One try of a query, its index state read from a caught-up replica other than `avoid`
  * when there is one: *used gets the replica it read (UINT32_MAX: none). */
 static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_resp *r,
@@ -519,6 +609,14 @@ static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_
 	}
 	if (s3_api_qspec_parse(body, len, resolve_state, &t, &q, r))
 		goto free_query;
+	uint32_t nsh;
+
+	if (bucket_shards(s, t.b, false, &nsh, r))
+		goto free_query;
+	if (nsh > 1) {
+		query_shards(s, &t, &q, nsh, body, len, r);
+		goto free_query;
+	}
 	/* The graph path for the rows below the graph mark, the fan-out for the rest; the
 	 * exact path over everything when the index has no graph or the graph's candidates
 	 * cannot answer (docs/api.md "The graph path"). */
@@ -578,6 +676,9 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	struct cn_s3 *s = ctx;
 	uint32_t used = UINT32_MAX;
 
+	memset(r, 0, sizeof(*r));
+	if (s3_api_user_bucket(body, len, r))
+		return;                 /* "B#s" names a shard: never a user's bucket */
 	query_once(s, body, len, r, UINT32_MAX, &used);
 	if (r->status == 503 && used != UINT32_MAX) {
 		/* The memory node whose rows the scans read failed under them (it died, or it

@@ -101,11 +101,11 @@ void be_handle(void *ctx, const char *op, const char *body, size_t len,
 		      struct s3_resp *r)
 {
 	struct cn_s3 *s = ctx;
-	uint32_t mns[DM_MAX_NODES];
 	char bucket[NAME_MAX_ + 8];
-	int n, rc;
 
 	memset(r, 0, sizeof(*r));
+	if (s3_api_user_bucket(body, len, r))
+		return;                 /* "B#s" names a shard: never a user's bucket */
 	if (!strcmp(op, "ListVectorBuckets")) {
 		list_buckets(s, body, len, r);
 		return;
@@ -118,12 +118,24 @@ void be_handle(void *ctx, const char *op, const char *body, size_t len,
 		unavailable(r, op, 0);
 		return;
 	}
+	if (shard_op(s, op, body, len, bucket, r))
+		return;                 /* a bucket of several shards (cn_s3_shard.c) */
+	bucket_op(s, op, body, len, bucket, !s3_api_is_write(op), r);
+}
+
+void bucket_op(struct cn_s3 *s, const char *op, const char *body, size_t len,
+	       const char *bucket, bool read, struct s3_resp *r)
+{
+	uint32_t mns[DM_MAX_NODES];
+	int n, rc;
+
+	memset(r, 0, sizeof(*r));
 	n = bucket_mns(s, bucket, mns);
 	if (n <= 0) {
 		unavailable(r, op, 0);
 		return;
 	}
-	if (!s3_api_is_write(op)) {
+	if (read) {
 		/* Reads: the first caught-up replica that answers (each has every acknowledged
 		 * write; a stale one is skipped until the controller caught it up). */
 		uint32_t last = mns[n - 1];

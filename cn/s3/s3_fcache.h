@@ -23,7 +23,7 @@
 
 #include "dm.h"
 
-#define S3_FC_NAME_MAX 64
+#define S3_FC_NAME_MAX 68        /* FLAT_NAME_MAX + 1: shard buckets "B#s" too */
 
 struct s3_fkey {
 	uint32_t mn;

@@ -25,7 +25,7 @@
 
 #include "dm.h"
 
-#define DM_STALE_NAME_MAX 63
+#define DM_STALE_NAME_MAX 67     /* FLAT_NAME_MAX: a bucket or a shard of one ("B#s") */
 
 struct dm_etcd;
 struct dm_cluster_cfg;

@@ -34,7 +34,11 @@
 #include "distance.h"
 #include "topk.h"
 
-#define FLAT_NAME_MAX 63            /* bucket and index names */
+/* Bucket and index names: S3 allows 63 bytes (s3_api checks that); the store takes 4 more
+ * for the names of a bucket's shards, "B#s" with s in 1..255 (s3_api.h), which the
+ * memory nodes store as buckets of their own. Every name on disk and on the wire is
+ * length-prefixed, so images written with the old limit read the same. */
+#define FLAT_NAME_MAX 67
 #define FLAT_KEY_MAX 1024           /* vector keys, bytes */
 #define FLAT_DIM_MAX 4096
 
@@ -147,7 +151,8 @@ int flat_index_list(struct flat_store *s, const char *bucket, const char *prefix
 /* Catalog attributes: opaque bytes kept with a bucket or an index (the S3 gateway keeps
  * tags and bucket policies there as JSON text), logged and snapshotted with the catalog and
  * dropped with their bucket or index. */
-enum flat_attr_kind { FLAT_ATTR_TAGS = 1, FLAT_ATTR_POLICY = 2 };
+enum flat_attr_kind { FLAT_ATTR_TAGS = 1, FLAT_ATTR_POLICY = 2,
+	FLAT_ATTR_SHARDS = 3 /* a bucket's shard count S > 1, decimal (s3_api.h) */ };
 #define FLAT_ATTR_MAX (256u << 10)      /* bytes of one attribute */
 /* Set (len > 0) or clear (len 0) attribute kind of bucket (index NULL) or of index
  * bucket/index; durable when it returns 0. -ENOENT (no such bucket or index), -EINVAL. */

@@ -85,7 +85,7 @@ int flat_attr_set(struct flat_store *s, const char *bucket, const char *index, u
 
 	if (!bucket || strnlen(bucket, FLAT_NAME_MAX + 1) > FLAT_NAME_MAX || !bucket[0] ||
 	    (index && (strnlen(index, FLAT_NAME_MAX + 1) > FLAT_NAME_MAX || !index[0])) ||
-	    (kind != FLAT_ATTR_TAGS && kind != FLAT_ATTR_POLICY) || len > FLAT_ATTR_MAX ||
+	    kind < FLAT_ATTR_TAGS || kind > FLAT_ATTR_SHARDS || len > FLAT_ATTR_MAX ||
 	    (len && !val))
 		return -EINVAL;
 	snprintf(a.bucket, sizeof(a.bucket), "%s", bucket);
@@ -196,7 +196,7 @@ int flat_attr_apply(struct flat_store *s, const uint8_t *p, uint32_t n)
 	kind = dm_rbuf_u32(&rd);
 	val = dm_rbuf_bytes(&rd, &len, FLAT_ATTR_MAX);
 	if (rd.bad || rd.at != rd.n || has_ix > 1 ||
-	    (kind != FLAT_ATTR_TAGS && kind != FLAT_ATTR_POLICY) || !owner_exists(s, b, x))
+	    kind < FLAT_ATTR_TAGS || kind > FLAT_ATTR_SHARDS || !owner_exists(s, b, x))
 		return -EBADMSG;
 	if (len && !(copy = dup_val(val, len)))
 		return -ENOMEM;

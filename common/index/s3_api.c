@@ -47,6 +47,28 @@ bool s3_api_known_op(const char *op)
 	return false;
 }
 
+/* A gateway's part of a vector operation split over a bucket's shards carries the shard
+ * count it split by ("_dmannShards"): refused with a 409 whose message starts with
+ * S3_SHARDS_DIFFER when the bucket (or shard) was created with another count (it was
+ * deleted and created again since the gateway read it). */
+static bool shards_differ(struct s3_api *a, const char *op, json_t *o, struct s3_resp *r)
+{
+	json_t *v = json_object_get(o, "_dmannShards");
+	const char *b = json_string_value(json_object_get(o, "vectorBucketName"));
+	uint32_t have;
+
+	if (!json_is_integer(v) || !b || (strcmp(op, "PutVectors") && strcmp(op, "GetVectors") &&
+					  strcmp(op, "DeleteVectors") && strcmp(op, "ListVectors")) ||
+	    flat_bucket_get(a->store, b, NULL))
+		return false;           /* no such bucket: the operation answers */
+	have = s3a_bucket_shards(a, b);
+	if ((json_int_t)have == json_integer_value(v))
+		return false;
+	s3_resp_error(r, 409, "ConflictException", "%s: bucket %s has %u shard(s), not %lld",
+		      S3_SHARDS_DIFFER, b, have, (long long)json_integer_value(v));
+	return true;
+}
+
 void s3_api_handle(struct s3_api *a, const char *op, const char *body, size_t len,
 		   struct s3_resp *r)
 {
@@ -63,6 +85,10 @@ void s3_api_handle(struct s3_api *a, const char *op, const char *body, size_t le
 		o = s3a_parse_body(body, len, r);
 		if (!o)
 			return;
+		if (a->shard_names && shards_differ(a, op, o, r)) {
+			json_decref(o);
+			return;
+		}
 		ops[i].fn(a, o, r);
 		json_decref(o);
 		return;
@@ -85,6 +111,11 @@ struct s3_api *s3_api_new(struct flat_store *store, const char *region, const ch
 	if (getrandom(&a->epoch, sizeof(a->epoch), 0) != sizeof(a->epoch))
 		a->epoch = dm_now_ns();
 	return a;
+}
+
+void s3_api_shard_names(struct s3_api *a, bool on)
+{
+	a->shard_names = on;
 }
 
 void s3_api_free(struct s3_api *a)
@@ -140,6 +171,30 @@ out:
 	if (!found)
 		bucket[0] = index[0] = 0;
 	return found ? 0 : -ENOENT;
+}
+
+int s3_api_user_bucket(const char *body, size_t len, struct s3_resp *r)
+{
+	json_t *o, *v;
+	const char *n, *k;
+	int rc = 0;
+
+	/* Most bodies have neither a '#' nor a reserved field (nor an escape that could spell
+	 * them): no parse for those. */
+	if (!len || (!memchr(body, '#', len) && !memmem(body, len, "_dmann", 6) &&
+		     !memmem(body, len, "\\u", 2)))
+		return 0;
+	o = json_loadb(body, len, 0, NULL);
+	n = json_string_value(json_object_get(o, "vectorBucketName"));
+	if (n && strchr(n, '#'))
+		rc = s3a_verr(r, "/vectorBucketName", "Invalid vector bucket name: 3-63 characters, "
+			      "lower-case letters, digits and hyphens, starting and ending with a "
+			      "letter or digit");
+	json_object_foreach(o, k, v)
+		if (!rc && !strncmp(k, "_dmann", 6))
+			rc = s3a_verr(r, "/", "Unknown field %.64s", k);
+	json_decref(o);
+	return rc;
 }
 
 bool s3_api_is_write(const char *op)

@@ -42,6 +42,32 @@ struct s3_query;
 struct s3_api *s3_api_new(struct flat_store *store, const char *region, const char *account);
 void s3_api_free(struct s3_api *a);
 
+/* ---- shards of a vector bucket (cn/s3: a bucket's rows spread over S shards) ----
+ * Shard 0 of bucket B is B itself; shard s in 1..S-1 is stored on the memory nodes as a
+ * bucket of its own named "B#s" (s decimal, no leading zero), placed, replicated, marked
+ * stale and caught up like any bucket. Users never see or name those: the gateway refuses
+ * '#' in their bucket names and hides shard buckets from ListVectorBuckets. */
+#define DM_S3_SHARDS_MAX 256
+/* The start of the message of a memory node's 409 to a gateway whose shard count of a
+ * bucket is out of date (it re-reads the count and tries again). */
+#define S3_SHARDS_DIFFER "dmann-shards-differ"
+
+/* Whether a accepts the names of shard buckets ("B#s") where requests name a bucket by
+ * vectorBucketName (not by ARN). Off by default (dmann-s3: users' names only); the memory
+ * nodes turn it on (mn/mn_flat.c). */
+void s3_api_shard_names(struct s3_api *a, bool on);
+/* Whether name is "B#s" with B a valid bucket name and s in 1..DM_S3_SHARDS_MAX-1 without
+ * leading zero: true with base (FLAT_NAME_MAX + 1 bytes) and *shard filled (either may be
+ * NULL). */
+bool s3_shard_parse(const char *name, char *base, uint32_t *shard);
+/* The name of shard `shard` of bucket (valid S3 name) into out (FLAT_NAME_MAX + 1 bytes):
+ * bucket itself for shard 0. 0, or -EINVAL. */
+int s3_shard_name(const char *bucket, uint32_t shard, char *out);
+/* Whether a bucket name carries a '#' (a shard's, or not a user's name at all). */
+bool s3_is_shard_name(const char *name);
+/* The shard (0..nshards-1) of a vector key: a salted hash of its bytes mod nshards. */
+uint32_t s3_key_shard(const char *key, size_t len, uint32_t nshards);
+
 /* Run operation op (e.g. "PutVectors") on a JSON body. Always fills r. */
 void s3_api_handle(struct s3_api *a, const char *op, const char *body, size_t len,
 		   struct s3_resp *r);
@@ -92,6 +118,11 @@ void s3_qspec_fini(struct s3_qspec *q);
 /* The bucket a request names (vectorBucketName, vectorBucketArn or indexArn), without
  * further validation (for routing). 0 or -ENOENT (bucket = ""). */
 int s3_api_req_bucket(const char *body, size_t len, char *bucket);
+/* What a gateway checks before it routes a user's request: a vectorBucketName with a '#'
+ * (the memory nodes' names of shards, s3_shard_parse) is refused, and so is a top-level
+ * field named "_dmann..." (what gateways tell memory nodes). 0, or -EINVAL with a 400
+ * ValidationException in r. */
+int s3_api_user_bucket(const char *body, size_t len, struct s3_resp *r);
 /* Whether operation op changes state (Create*, Delete*, Put*, TagResource, UntagResource):
  * what a gateway sends to every replica of a bucket. */
 bool s3_api_is_write(const char *op);
@@ -101,6 +132,8 @@ bool s3_api_is_write(const char *op);
 int s3_api_req_resource(const char *body, size_t len, char *bucket, char *index);
 /* A ListVectorBuckets/ListIndexes nextToken for the last name returned (malloc'ed). */
 char *s3_api_token(const char *plain);
+/* The text of such a token into plain (cap bytes): false if malformed. */
+bool s3_api_token_read(const char *token, char *plain, size_t cap);
 /* NotFoundException for an unknown vector bucket (bucket) or index. */
 void s3_api_not_found(struct s3_resp *r, bool bucket);
 

@@ -179,7 +179,7 @@ void s3a_op_put_policy(struct s3_api *a, json_t *o, struct s3_resp *r)
 	struct s3p_policy *p;
 	int rc;
 
-	if (s3a_req_bucket(r, o, b) || s3a_get_str(r, o, "policy", &text) < 0)
+	if (s3a_req_bucket(a, r, o, b) || s3a_get_str(r, o, "policy", &text) < 0)
 		return;
 	if (!text) {
 		s3a_verr(r, "/policy", "policy is required");
@@ -208,7 +208,7 @@ void s3a_op_get_policy(struct s3_api *a, json_t *o, struct s3_resp *r)
 	uint32_t len;
 	int rc;
 
-	if (s3a_req_bucket(r, o, b))
+	if (s3a_req_bucket(a, r, o, b))
 		return;
 	rc = flat_attr_get(a->store, b, NULL, FLAT_ATTR_POLICY, &text, &len);
 	if (rc) {
@@ -228,7 +228,7 @@ void s3a_op_delete_policy(struct s3_api *a, json_t *o, struct s3_resp *r)
 	char b[FLAT_NAME_MAX + 1];
 	int rc;
 
-	if (s3a_req_bucket(r, o, b))
+	if (s3a_req_bucket(a, r, o, b))
 		return;
 	rc = flat_attr_set(a->store, b, NULL, FLAT_ATTR_POLICY, NULL, 0);
 	if (rc) {

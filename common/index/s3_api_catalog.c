@@ -58,7 +58,7 @@ void s3a_op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 		s3a_verr(r, "/vectorBucketName", "vectorBucketName is required");
 		return;
 	}
-	if (!s3a_valid_name(name, false)) {
+	if (!s3a_valid_bucket(a, name)) {
 		s3a_verr(r, "/vectorBucketName", "Invalid vector bucket name: 3-63 characters, "
 		     "lower-case letters, digits and hyphens, starting and ending with a letter "
 		     "or digit");
@@ -66,10 +66,29 @@ void s3a_op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	}
 	if (check_encryption(r, enc) || s3a_tags_check(r, json_object_get(o, "tags"), "/tags"))
 		return;
+	/* The gateways' shard count (memory nodes only; s3_api_user_bucket keeps users from
+	 * sending it). */
+	long long shards = 1;
+
+	if (a->shard_names &&
+	    s3a_get_int(r, o, "_dmannShards", 1, DM_S3_SHARDS_MAX, &shards) < 0)
+		return;
 	rc = flat_bucket_create(a->store, name, now_ms());
 	if (rc) {
 		s3a_engine_err(r, rc, "vector bucket");
 		return;
+	}
+	if (shards > 1) {
+		char txt[24];
+
+		snprintf(txt, sizeof(txt), "%lld", shards);
+		rc = flat_attr_set(a->store, name, NULL, FLAT_ATTR_SHARDS, txt,
+				   (uint32_t)strlen(txt));
+		if (rc) {
+			flat_bucket_delete(a->store, name);
+			s3a_engine_err(r, rc, "vector bucket");
+			return;
+		}
 	}
 	if (s3a_tags_create(a, r, name, NULL, json_object_get(o, "tags")))
 		return;
@@ -82,16 +101,20 @@ void s3a_op_get_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	struct flat_bucket_info bi;
 	int rc;
 
-	if (s3a_req_bucket(r, o, b))
+	if (s3a_req_bucket(a, r, o, b))
 		return;
 	rc = flat_bucket_get(a->store, b, &bi);
 	if (rc) {
 		s3a_engine_err(r, rc, "vector bucket");
 		return;
 	}
-	s3a_ok(r, json_pack("{s:{s:s, s:o, s:f}}", "vectorBucket", "vectorBucketName", b,
-			"vectorBucketArn", s3a_bucket_arn(a, b), "creationTime",
-			ms_to_s(bi.created_ms)));
+	json_t *out = json_pack("{s:s, s:o, s:f}", "vectorBucketName", b, "vectorBucketArn",
+				s3a_bucket_arn(a, b), "creationTime", ms_to_s(bi.created_ms));
+
+	/* A gateway asks for the bucket's shard count (memory nodes only). */
+	if (a->shard_names && json_is_true(json_object_get(o, "_dmannShards")))
+		json_object_set_new(out, "_dmannShards", json_integer(s3a_bucket_shards(a, b)));
+	s3a_ok(r, json_pack("{s:o}", "vectorBucket", out));
 }
 
 void s3a_op_delete_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
@@ -99,7 +122,7 @@ void s3a_op_delete_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	char b[FLAT_NAME_MAX + 1];
 	int rc;
 
-	if (s3a_req_bucket(r, o, b))
+	if (s3a_req_bucket(a, r, o, b))
 		return;
 	rc = flat_bucket_delete(a->store, b);
 	if (rc) {
@@ -170,7 +193,7 @@ void s3a_op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 	size_t i;
 	int rc;
 
-	if (s3a_req_bucket(r, o, b) || s3a_get_str(r, o, "indexName", &name) < 0 ||
+	if (s3a_req_bucket(a, r, o, b) || s3a_get_str(r, o, "indexName", &name) < 0 ||
 	    s3a_get_str(r, o, "dataType", &dtype) < 0 || s3a_get_str(r, o, "distanceMetric", &metric) < 0)
 		return;
 	rc = s3a_get_int(r, o, "dimension", 1, FLAT_DIM_MAX, &dim);
@@ -280,7 +303,7 @@ void s3a_op_delete_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
 	int rc;
 
-	if (s3a_req_index(r, o, b, x))
+	if (s3a_req_index(a, r, o, b, x))
 		return;
 	rc = flat_index_delete(a->store, b, x);
 	if (rc) {
@@ -300,7 +323,7 @@ void s3a_op_list_indexes(struct s3_api *a, json_t *o, struct s3_resp *r)
 	json_t *arr, *out;
 	int n;
 
-	if (s3a_req_bucket(r, o, b) || s3a_get_int(r, o, "maxResults", 1, S3_LIST_CATALOG_MAX, &max) < 0 ||
+	if (s3a_req_bucket(a, r, o, b) || s3a_get_int(r, o, "maxResults", 1, S3_LIST_CATALOG_MAX, &max) < 0 ||
 	    s3a_get_str(r, o, "prefix", &prefix) < 0 ||
 	    s3a_get_token(r, o, after, sizeof(after), &have) < 0)
 		return;

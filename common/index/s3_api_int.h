@@ -23,6 +23,7 @@ struct s3_api {
 	char region[64];
 	char account[32];
 	uint64_t epoch;          /* row ids (and so vector tokens) are valid per process */
+	bool shard_names;        /* bucket names "B#s" accepted (the memory nodes) */
 };
 
 struct s3_query {
@@ -49,11 +50,19 @@ int s3a_get_int(struct s3_resp *r, json_t *o, const char *name, long long lo, lo
 		long long *out);
 int s3a_get_bool(struct s3_resp *r, json_t *o, const char *name, bool *out);
 bool s3a_valid_name(const char *s, bool dots);
+/* The shard count recorded with bucket b at its creation (1 when none, or unreadable). */
+uint32_t s3a_bucket_shards(struct s3_api *a, const char *b);
+/* Whether a is asked to check a write without applying it (memory nodes only: the
+ * gateway's "_dmannCheck" before it splits a write over the shards of a bucket). */
+bool s3a_check_only(const struct s3_api *a, json_t *o);
+/* A bucket name a request may use through a: an S3 name (s3a_valid_name), or with a's
+ * shard names on (a not NULL) also a shard's "B#s" (s3_shard_parse). */
+bool s3a_valid_bucket(const struct s3_api *a, const char *name);
 json_t *s3a_bucket_arn(struct s3_api *a, const char *b);
 json_t *s3a_index_arn(struct s3_api *a, const char *b, const char *x);
 bool s3a_parse_arn(const char *arn, char *b, char *x, bool want_index);
-int s3a_req_bucket(struct s3_resp *r, json_t *o, char *b);
-int s3a_req_index(struct s3_resp *r, json_t *o, char *b, char *x);
+int s3a_req_bucket(const struct s3_api *a, struct s3_resp *r, json_t *o, char *b);
+int s3a_req_index(const struct s3_api *a, struct s3_resp *r, json_t *o, char *b, char *x);
 struct flat_index *s3a_open_index(struct s3_api *a, struct s3_resp *r, json_t *o);
 void s3a_nf_parse(const void *conf, uint32_t conf_len, struct nfkeys *nf);
 void s3a_nf_load(struct flat_index *ix, struct nfkeys *nf);

@@ -94,7 +94,7 @@ static int qv_parse(json_t *o, s3_qresolve_fn resolve, void *ctx, struct s3_qspe
 		rc = s3a_verr(r, "/queryVector", "queryVector is required");
 		goto err;
 	}
-	if (s3a_req_index(r, o, b, x)) {
+	if (s3a_req_index(NULL, r, o, b, x)) {
 		rc = -EINVAL;
 		goto err;
 	}

@@ -2,6 +2,7 @@
  * typed field access with validation errors naming the field, bucket/index names and ARNs,
  * paging tokens, vectors in and out of JSON bodies. */
 #include "s3_api_int.h"
+#include "util/dm_hash.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -172,6 +173,90 @@ bool s3a_valid_name(const char *s, bool dots)
 	return true;
 }
 
+uint32_t s3a_bucket_shards(struct s3_api *a, const char *b)
+{
+	char *txt = NULL;
+	uint32_t len;
+	long v = 1;
+
+	if (!flat_attr_get(a->store, b, NULL, FLAT_ATTR_SHARDS, &txt, &len) && txt)
+		v = strtol(txt, NULL, 10);
+	free(txt);
+	return v >= 1 && v <= DM_S3_SHARDS_MAX ? (uint32_t)v : 1;
+}
+
+bool s3a_check_only(const struct s3_api *a, json_t *o)
+{
+	return a->shard_names && json_is_true(json_object_get(o, "_dmannCheck"));
+}
+
+bool s3a_valid_bucket(const struct s3_api *a, const char *name)
+{
+	return s3a_valid_name(name, false) ||
+	       (a && a->shard_names && s3_shard_parse(name, NULL, NULL));
+}
+
+bool s3_shard_parse(const char *name, char *base, uint32_t *shard)
+{
+	const char *h = strrchr(name, '#');
+	char b[FLAT_NAME_MAX + 1];
+	unsigned long s = 0;
+	size_t bl, dl;
+
+	if (!h)
+		return false;
+	bl = (size_t)(h - name);
+	dl = strlen(h + 1);
+	if (bl >= sizeof(b) || dl < 1 || dl > 3 || h[1] == '0')
+		return false;
+	for (size_t i = 1; i <= dl; i++) {
+		if (h[i] < '0' || h[i] > '9')
+			return false;
+		s = s * 10 + (unsigned long)(h[i] - '0');
+	}
+	if (s < 1 || s >= DM_S3_SHARDS_MAX)
+		return false;
+	memcpy(b, name, bl);
+	b[bl] = 0;
+	if (!s3a_valid_name(b, false))
+		return false;
+	if (base)
+		memcpy(base, b, bl + 1);
+	if (shard)
+		*shard = (uint32_t)s;
+	return true;
+}
+
+int s3_shard_name(const char *bucket, uint32_t shard, char *out)
+{
+	if (!bucket || !s3a_valid_name(bucket, false) || shard >= DM_S3_SHARDS_MAX)
+		return -EINVAL;
+	if (!shard)
+		snprintf(out, FLAT_NAME_MAX + 1, "%s", bucket);
+	else
+		snprintf(out, FLAT_NAME_MAX + 1, "%s#%u", bucket, shard);
+	return 0;
+}
+
+bool s3_is_shard_name(const char *name)
+{
+	return strchr(name, '#') != NULL;
+}
+
+uint32_t s3_key_shard(const char *key, size_t len, uint32_t nshards)
+{
+	/* Salted so that the shard is independent of other hashes of the key (the indexer's
+	 * rendezvous of keys over compute nodes hashes them too). */
+	static const char salt[] = "dmann-s3-shard";
+	uint64_t h;
+
+	if (nshards <= 1)
+		return 0;
+	h = dm_fnv1a64(DM_FNV64_INIT, salt, sizeof(salt) - 1);
+	h = dm_mix64(dm_fnv1a64(h, key, len));
+	return (uint32_t)(h % nshards);
+}
+
 json_t *s3a_bucket_arn(struct s3_api *a, const char *b)
 {
 	return json_sprintf("arn:aws:s3vectors:%s:%s:bucket/%s", a->region, a->account, b);
@@ -220,7 +305,7 @@ bool s3a_parse_arn(const char *arn, char *b, char *x, bool want_index)
 }
 
 /* Resolve the bucket of a request (vectorBucketName or vectorBucketArn). */
-int s3a_req_bucket(struct s3_resp *r, json_t *o, char *b)
+int s3a_req_bucket(const struct s3_api *a, struct s3_resp *r, json_t *o, char *b)
 {
 	const char *name, *arn;
 	int rc1 = s3a_get_str(r, o, "vectorBucketName", &name), rc2;
@@ -241,7 +326,7 @@ int s3a_req_bucket(struct s3_resp *r, json_t *o, char *b)
 	if (!name)
 		return s3a_verr(r, "/vectorBucketName", "vectorBucketName or vectorBucketArn is "
 			    "required");
-	if (!s3a_valid_name(name, false))
+	if (!s3a_valid_bucket(a, name))
 		return s3a_verr(r, "/vectorBucketName", "Invalid vector bucket name: 3-63 "
 			    "characters, lower-case letters, digits and hyphens, starting and "
 			    "ending with a letter or digit");
@@ -250,7 +335,7 @@ int s3a_req_bucket(struct s3_resp *r, json_t *o, char *b)
 }
 
 /* Resolve the index of a request (indexArn, or a bucket + indexName). */
-int s3a_req_index(struct s3_resp *r, json_t *o, char *b, char *x)
+int s3a_req_index(const struct s3_api *a, struct s3_resp *r, json_t *o, char *b, char *x)
 {
 	const char *arn, *name;
 	int rc = s3a_get_str(r, o, "indexArn", &arn);
@@ -266,7 +351,7 @@ int s3a_req_index(struct s3_resp *r, json_t *o, char *b, char *x)
 			return s3a_verr(r, "/indexArn", "Invalid index ARN");
 		return 0;
 	}
-	rc = s3a_req_bucket(r, o, b);
+	rc = s3a_req_bucket(a, r, o, b);
 	if (rc)
 		return rc;
 	rc = s3a_get_str(r, o, "indexName", &name);
@@ -288,7 +373,7 @@ struct flat_index *s3a_open_index(struct s3_api *a, struct s3_resp *r, json_t *o
 	char b[FLAT_NAME_MAX + 1], x[FLAT_NAME_MAX + 1];
 	struct flat_index *ix;
 
-	if (s3a_req_index(r, o, b, x))
+	if (s3a_req_index(a, r, o, b, x))
 		return NULL;
 	ix = flat_index_get(a->store, b, x);
 	if (!ix) {
@@ -336,7 +421,7 @@ char *s3a_token_make(const char *plain)
 }
 
 /* Decode a hex token into out (cap bytes); false if malformed. */
-static bool token_read(const char *t, char *out, size_t cap)
+bool s3_api_token_read(const char *t, char *out, size_t cap)
 {
 	size_t n = strlen(t);
 
@@ -363,7 +448,7 @@ int s3a_get_token(struct s3_resp *r, json_t *o, char *plain, size_t cap, bool *h
 		return rc;
 	if (!t)
 		return 0;
-	if (!token_read(t, plain, cap))
+	if (!s3_api_token_read(t, plain, cap))
 		return s3a_verr(r, "/nextToken", "Invalid nextToken");
 	*have = true;
 	return 0;

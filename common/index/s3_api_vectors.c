@@ -81,7 +81,7 @@ void s3a_op_put_vectors(struct s3_api *a, json_t *o, struct s3_resp *r)
 		rows[i] = (struct flat_row_in){ json_string_value(key), data + i * in->dim, mj[i],
 						(uint32_t)ml, fm[i], (uint32_t)fl };
 	}
-	rc = flat_put(ix, rows, n);
+	rc = s3a_check_only(a, o) ? 0 : flat_put(ix, rows, n);
 	if (rc)
 		s3a_engine_err(r, rc, "index");
 	else
@@ -268,7 +268,7 @@ void s3a_op_delete_vectors(struct s3_api *a, json_t *o, struct s3_resp *r)
 		free(keys);
 		return;
 	}
-	rc = flat_delete(ix, keys, n);
+	rc = s3a_check_only(a, o) ? 0 : flat_delete(ix, keys, n);
 	flat_index_put(ix);
 	free(keys);
 	if (rc)
