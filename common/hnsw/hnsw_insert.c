@@ -161,45 +161,16 @@ static uint32_t search_layer(struct hnsw_index *idx, struct hnsw_scratch *s, con
 	return nw;
 }
 
-/* Algorithm 4: SELECT-NEIGHBORS-HEURISTIC. c is sorted ascending by distance to the base
- * element; keep a candidate only if it is closer to the base than to every kept one. With at
- * most M candidates all are kept (as hnswlib does). */
+static const float *idx_vec(const void *ctx, uint32_t id)
+{
+	return vec_of(ctx, id);
+}
+
+/* Algorithm 4 over the index's records (hnsw_select_heuristic). */
 static uint32_t select_heuristic(const struct hnsw_index *idx, const struct hnsw_cand *c,
 				 uint32_t nc, uint32_t M, struct hnsw_cand *out)
 {
-	if (nc <= M) {
-		memcpy(out, c, (size_t)nc * sizeof(*c));
-		return nc;
-	}
-	size_t dim = idx->vdim;
-	uint32_t n = 0;
-	for (uint32_t i = 0; i < nc && n < M; i++) {
-		const float *v = vec_of(idx, c[i].id);
-		bool good = true;
-		for (uint32_t j = 0; j < n; j++) {
-			if (idx->kern(v, vec_of(idx, out[j].id), dim) < c[i].d) {
-				good = false;
-				break;
-			}
-		}
-		if (good)
-			out[n++] = c[i];
-	}
-	return n;
-}
-
-/* Insertion sort ascending by (d, id): lists here hold at most 2M + 1 entries. */
-static void sort_cands(struct hnsw_cand *a, uint32_t n)
-{
-	for (uint32_t i = 1; i < n; i++) {
-		struct hnsw_cand x = a[i];
-		uint32_t j = i;
-		while (j > 0 && (a[j - 1].d > x.d || (a[j - 1].d == x.d && a[j - 1].id > x.id))) {
-			a[j] = a[j - 1];
-			j--;
-		}
-		a[j] = x;
-	}
+	return hnsw_select_heuristic(c, nc, M, idx->kern, idx->vdim, idx_vec, idx, out);
 }
 
 /* Add q to e's list at level l; if the list is full, re-select by the heuristic. */
@@ -224,7 +195,7 @@ static void link_back(struct hnsw_index *idx, struct hnsw_scratch *s, uint32_t e
 	}
 	s->tmp[n].id = q;
 	s->tmp[n].d = dq;
-	sort_cands(s->tmp, n + 1);
+	hnsw_sort_cands(s->tmp, n + 1);
 	uint32_t k = select_heuristic(idx, s->tmp, n + 1, mmax, s->sel);
 	for (uint32_t j = 0; j < k; j++)
 		ids[j] = s->sel[j].id;

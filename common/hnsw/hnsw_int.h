@@ -55,6 +55,49 @@ static inline struct hnsw_cand hnsw_maxheap_pop(struct hnsw_heap *h)
 	return hnsw_maxh_pop(h->a, &h->n);
 }
 
+/* Insertion sort ascending by (d, id): for short lists (a neighbour list and one more). */
+static inline void hnsw_sort_cands(struct hnsw_cand *a, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		struct hnsw_cand x = a[i];
+		uint32_t j = i;
+
+		while (j > 0 && (a[j - 1].d > x.d || (a[j - 1].d == x.d && a[j - 1].id > x.id))) {
+			a[j] = a[j - 1];
+			j--;
+		}
+		a[j] = x;
+	}
+}
+
+/* Algorithm 4: SELECT-NEIGHBORS-HEURISTIC, as hnswlib (no extension, no kept pruned
+ * connections). c is sorted ascending by distance to the base element; a candidate is kept
+ * only if it is nearer to the base than to every kept one; with at most M candidates all
+ * are kept. vec(ctx, id) is a candidate's stored vector (dim floats). The one heuristic of
+ * the offline build (hnsw_insert.c) and the online upper levels (hnsw_upper.c). */
+static inline uint32_t hnsw_select_heuristic(const struct hnsw_cand *c, uint32_t nc,
+					     uint32_t M, hnsw_kernel_fn kern, size_t dim,
+					     const float *(*vec)(const void *ctx, uint32_t id),
+					     const void *ctx, struct hnsw_cand *out)
+{
+	uint32_t n = 0;
+
+	if (nc <= M) {
+		memcpy(out, c, (size_t)nc * sizeof(*c));
+		return nc;
+	}
+	for (uint32_t i = 0; i < nc && n < M; i++) {
+		const float *v = vec(ctx, c[i].id);
+		bool good = true;
+
+		for (uint32_t j = 0; j < n && good; j++)
+			good = kern(v, vec(ctx, out[j].id), dim) >= c[i].d;
+		if (good)
+			out[n++] = c[i];
+	}
+	return n;
+}
+
 /* Visited set: one 16-bit tag per node; a node is visited when its tag equals the current
  * epoch, so clearing between searches is one increment (a full memset every 65535). */
 struct hnsw_visited {

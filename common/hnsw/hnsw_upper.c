@@ -158,41 +158,18 @@ static int search_layer(const struct hnsw_upper_graph *g, struct hnsw_upper_scra
 	return (int)nw;
 }
 
-/* Algorithm 4 (as hnswlib: no extension, no kept pruned): c ascending by distance to the
- * base; a candidate is kept if it is nearer to the base than to every kept one. */
-static uint32_t select_heuristic(const struct hnsw_upper_graph *g, const struct hnsw_cand *c,
-				 uint32_t nc, struct hnsw_cand *out)
+/* A vector of the graph, or the node being planned (not in the graph yet). */
+struct vec_ctx {
+	const struct hnsw_upper_graph *g;
+	uint32_t x;
+	const float *vx;
+};
+
+static const float *graph_vec(const void *ctx, uint32_t id)
 {
-	uint32_t n = 0;
+	const struct vec_ctx *c = ctx;
 
-	if (nc <= g->M) {
-		memcpy(out, c, (size_t)nc * sizeof(*c));
-		return nc;
-	}
-	for (uint32_t i = 0; i < nc && n < g->M; i++) {
-		bool good = true;
-
-		for (uint32_t j = 0; j < n && good; j++)
-			good = g->kern(g->uvec[c[i].id], g->uvec[out[j].id], g->vdim) >= c[i].d;
-		if (good)
-			out[n++] = c[i];
-	}
-	return n;
-}
-
-/* Ascending by (d, id): at most M + 1 entries. */
-static void sort_cands(struct hnsw_cand *a, uint32_t n)
-{
-	for (uint32_t i = 1; i < n; i++) {
-		struct hnsw_cand x = a[i];
-		uint32_t j = i;
-
-		while (j > 0 && (a[j - 1].d > x.d || (a[j - 1].d == x.d && a[j - 1].id > x.id))) {
-			a[j] = a[j - 1];
-			j--;
-		}
-		a[j] = x;
-	}
+	return id == c->x ? c->vx : c->g->uvec[id];
 }
 
 static struct hnsw_upper_list *new_list(struct hnsw_upper_scratch *s,
@@ -213,6 +190,7 @@ static int link_back(const struct hnsw_upper_graph *g, struct hnsw_upper_scratch
 		     const float *vx, uint32_t l)
 {
 	const uint32_t *w = list_at(g, e, l);
+	const struct vec_ctx vc = { g, x, vx };
 	struct hnsw_upper_list *o;
 	uint32_t k;
 
@@ -228,22 +206,9 @@ static int link_back(const struct hnsw_upper_graph *g, struct hnsw_upper_scratch
 		s->tmp[j] = (struct hnsw_cand){ g->kern(g->uvec[e], g->uvec[w[1 + j]], g->vdim),
 						w[1 + j] };
 	s->tmp[w[0]] = (struct hnsw_cand){ dx, x };
-	sort_cands(s->tmp, w[0] + 1);
-	/* the heuristic reads uvec[x], which the graph does not have yet: score pairs with x
-	 * through vx */
-	k = 0;
-	for (uint32_t i = 0; i <= w[0] && k < g->M; i++) {
-		const float *ci = s->tmp[i].id == x ? vx : g->uvec[s->tmp[i].id];
-		bool good = true;
-
-		for (uint32_t j = 0; j < k && good; j++) {
-			const float *cj = s->sel[j].id == x ? vx : g->uvec[s->sel[j].id];
-
-			good = g->kern(ci, cj, g->vdim) >= s->tmp[i].d;
-		}
-		if (good)
-			s->sel[k++] = s->tmp[i];
-	}
+	hnsw_sort_cands(s->tmp, w[0] + 1);
+	k = hnsw_select_heuristic(s->tmp, w[0] + 1, g->M, g->kern, g->vdim, graph_vec, &vc,
+				  s->sel);
 	o->w[0] = k;
 	for (uint32_t j = 0; j < k; j++)
 		o->w[1 + j] = s->sel[j].id;
@@ -275,12 +240,14 @@ int hnsw_upper_plan(const struct hnsw_upper_graph *g, struct hnsw_upper_scratch 
 	/* x's own lists first, all levels, then the back-links (their order is the apply
 	 * order: x's lists exist before any list names x) */
 	uint32_t nsel[HNSW_MAX_LEVEL + 1] = { 0 };
+	const struct vec_ctx vc = { g, id, v };
 
 	for (uint32_t l = level; l >= 1; l--) {
 		rc = search_layer(g, s, v, cur, curd, l);
 		if (rc < 0)
 			return rc;
-		nsel[l] = select_heuristic(g, s->w, (uint32_t)rc, s->lsel + (size_t)l * g->M);
+		nsel[l] = hnsw_select_heuristic(s->w, (uint32_t)rc, g->M, g->kern, g->vdim,
+						graph_vec, &vc, s->lsel + (size_t)l * g->M);
 		struct hnsw_upper_list *o = new_list(s, plan, id, l);
 
 		o->w[0] = nsel[l];
