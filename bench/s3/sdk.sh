@@ -11,8 +11,9 @@
 # does not). The FIGURES lines the test prints become the table between
 # <!-- BEGIN sdk --> markers of docs/benchmarks.md.
 #
-# Env: ROWS (200000), BUILD (build). Needs the npm modules: ninja -C BUILD s3sdk-deps (run
-# here).
+# Env: ROWS (200000), BUILD (build), GRAPH_S3_SET (more [s3] settings of the cluster,
+# "k=v[,k=v...]", e.g. graph_ef=256; named in the table). Needs the npm modules: ninja -C
+# BUILD s3sdk-deps (run here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -22,16 +23,17 @@ LOG=$(mktemp /tmp/dmann-sdk-bench-XXXXXX)
 trap 'rm -f "$LOG"' EXIT
 ninja -C "$BUILD" s3sdk-deps >/dev/null
 START=$(date +%s)
-echo "[$(date +%H:%M:%S)] tests/s3sdk/graph.test.js with GRAPH_ROWS=$ROWS" >&2
-if ! DMANN_BUILD_ROOT="$ROOT/$BUILD" GRAPH_ROWS=$ROWS tests/s3sdk/run.sh graph 2>&1 | tee "$LOG"; then
+echo "[$(date +%H:%M:%S)] tests/s3sdk/graph.test.js with GRAPH_ROWS=$ROWS GRAPH_S3_SET=${GRAPH_S3_SET:-}" >&2
+if ! DMANN_BUILD_ROOT="$ROOT/$BUILD" GRAPH_ROWS=$ROWS GRAPH_S3_SET="${GRAPH_S3_SET:-}" tests/s3sdk/run.sh graph 2>&1 | tee "$LOG"; then
 	echo "sdk.sh: the SDK test failed at $ROWS rows (above); no table written" >&2
 	exit 1
 fi
 ELAPSED=$(( $(date +%s) - START ))
 
-/usr/bin/python3 - "$LOG" "$ROOT/docs/benchmarks.md" "$ROWS" "$ELAPSED" <<'EOF'
+/usr/bin/python3 - "$LOG" "$ROOT/docs/benchmarks.md" "$ROWS" "$ELAPSED" "${GRAPH_S3_SET:-}" <<'EOF'
 import re, subprocess, sys
 log, md, rows, elapsed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+extra = sys.argv[5]
 figs = [l.split("FIGURES ", 1)[1].strip() for l in open(log, errors="replace") if "FIGURES " in l]
 isa = open("/proc/cpuinfo").read()
 isa = " ".join(f for f in ("avx512f", "avx2") if re.search(r"\b%s\b" % f, isa))
@@ -45,8 +47,9 @@ out = ["## The SDK test at %d rows (issue 13, point 1)" % rows, "",
        "then %d rows with metadata written through the SDK while both compute nodes' online "
        "indexers move them into the graph, 200 re-puts, 250 deletes. Recall is against the "
        "test's brute force over the live rows, 200 queries per filter (none, 50%%, 10%%); "
-       "every assertion of the CI test passed. Machine: %s; commit %s; %d s." %
-       (rows, rows // 10, rows, isa, commit, elapsed), "",
+       "every assertion of the CI test passed. Settings beyond the defaults: %s. Machine: "
+       "%s; commit %s; %d s." %
+       (rows, rows // 10, rows, extra.replace(",", ", ") or "none", isa, commit, elapsed), "",
        "| step | figures (as the test printed them) |", "|---|---|"]
 for f in figs:
     step, _, rest = f.partition(": ")

@@ -194,7 +194,10 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   // (bench/s3/sdk.sh) runs 220,000.
   const region = Math.max(512, Math.ceil(TAIL / 100000) * 512);
   execFileSync(DMANN, ['local', 'up', '--mn', '2', '--cn', '2', '--dir', cdir, '--redundancy',
-    '2', '--region-mb', String(region), '--s3-set', 'graph_min_rows=1000'],
+    '2', '--region-mb', String(region), '--s3-set', 'graph_min_rows=1000',
+    // GRAPH_S3_SET (bench/s3/sdk.sh): more [s3] settings, "k=v[,k=v...]"
+    ...(process.env.GRAPH_S3_SET || '').split(',').filter(Boolean)
+      .flatMap((kv) => ['--s3-set', kv])],
   { stdio: ['ignore', 'ignore', 'inherit'] });
   const text = fs.readFileSync(path.join(cdir, 'cluster.ini'), 'utf8');
   for (const m of text.matchAll(/^\[cn\.(\d+)\]\naddress = [^\n]+\nmetrics = 127\.0\.0\.1:(\d+)\nhttp = 127\.0\.0\.1:(\d+)$/mg))
