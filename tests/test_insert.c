@@ -844,14 +844,25 @@ Test(insert, two_s3_indexes_each_on_its_own_graph)
 	snprintf(p, sizeof(p), "%s/s3self.fbin", dir);
 	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + (size_t)(NB - SELF_IMPORTED) *
 				   v.dim, DM_VT_F32, SELF_IMPORTED + NS, v.dim), 0);
+	/* not the file a.hnsw was built from: its rows one off */
+	snprintf(p, sizeof(p), "%s/wrong.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, (float *)v.data + v.dim, DM_VT_F32, NB, v.dim), 0);
 	dm_vecs_free(&v);
 	snprintf(lc, sizeof(lc), "%s/lc", dir);
 	cr_assert_eq(sh("%s local up --mn %u --cn %u --redundancy %u --dir %s --region-mb 64 "
 			"--transport %s --host %s --s3-set graph_min_rows=100 --s3-set "
 			"index_interval_ms=200", dmann, nmn, ncn, nmn < 2 ? 1 : 2, lc, transport,
 			host), 0);
+	/* --vectors: a file that is not the image's is refused before anything is created
+	 * (the load below creates index one); the right one is put exactly */
 	cr_assert_eq(sh("%s load --config %s/cluster.ini --index %s/a.hnsw --bucket ibkt --name "
-			"one --spare 1000 >%s/load1.txt", dmann, lc, dir, dir), 0);
+			"one --vectors %s/wrong.fbin >/dev/null 2>%s/wrong.txt", dmann, lc, dir, dir,
+			dir), 1);
+	cr_assert_eq(sh("grep -q 'row 0 is not the vector of node 0 of the image' %s/wrong.txt",
+			dir), 0, "wrong --vectors file: no clear error");
+	cr_assert_eq(sh("%s load --config %s/cluster.ini --index %s/a.hnsw --bucket ibkt --name "
+			"one --vectors %s/a.fbin --spare 1000 >%s/load1.txt", dmann, lc, dir, dir, dir),
+		     0);
 	cr_assert_eq(sh("%s load --config %s/cluster.ini --index %s/a.hnsw --bucket ibkt --name "
 			"two --spare 1000 >%s/load2.txt", dmann, lc, dir, dir), 0);
 	cr_assert_eq(sh("grep -q 'in graph 0, generation 1' %s/load1.txt", dir), 0);

@@ -44,7 +44,6 @@ T0=$(date +%s.%N)
 "$DMANN" build --base "$WORK/import.fbin" --metric l2 --M 16 --efc 100 --threads 2 \
 	--out "$WORK/idx.hnsw" >/dev/null
 BUILD_S=$(echo "$(date +%s.%N) - $T0" | bc)
-rm -f "$WORK/import.fbin"
 # Region: the graph's records (both replicas on each of the 2 memory nodes) with room.
 REC=$(( $(stat -c %s "$WORK/idx.hnsw") / 1048576 ))
 REGION=$(( REC * 2 * (N + SPARE) / N + 512 ))
@@ -54,7 +53,8 @@ INI=$CDIR/cluster.ini
 log "bulk import into bkt/idx (region ${REGION} MiB per memory node)"
 T0=$(date +%s.%N)
 "$DMANN" load --config "$INI" --index "$WORK/idx.hnsw" --bucket bench-bkt --name bench-idx \
-	--spare $SPARE >"$WORK/load.txt"
+	--vectors "$WORK/import.fbin" --spare $SPARE >"$WORK/load.txt"
+rm -f "$WORK/import.fbin"
 IMPORT_S=$(echo "$(date +%s.%N) - $T0" | bc)
 bench_ports
 log "tail: $TAIL rows put through libdmann, indexed online"

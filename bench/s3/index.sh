@@ -51,14 +51,14 @@ rm -f "$WORK/all1.hnsw" "$WORK/all2.hnsw"
 log "offline build of the first $N rows (the image to import)"
 "$DMANN" build --base "$WORK/import.fbin" --metric l2 --M 16 --efc 100 --threads 2 \
 	--out "$WORK/idx.hnsw" >/dev/null
-rm -f "$WORK/import.fbin"
 REC=$(( $(stat -c %s "$WORK/idx.hnsw") / 1048576 ))
 REGION=$(( REC * 2 * (N + SPARE) / N + 512 ))
 "$DMANN" local up --mn 2 --cn 2 --dir "$CDIR" --redundancy 2 --region-mb $REGION \
 	--s3-set index_batch=$IXBATCH --s3-set index_threads=$IXTHREADS >/dev/null
 INI=$CDIR/cluster.ini
 "$DMANN" load --config "$INI" --index "$WORK/idx.hnsw" --bucket bench-bkt --name bench-idx \
-	--spare $SPARE >"$WORK/load.txt"
+	--vectors "$WORK/import.fbin" --spare $SPARE >"$WORK/load.txt"
+rm -f "$WORK/import.fbin"
 bench_ports
 log "tail: $TAIL rows put through libdmann, indexed online by both compute nodes"
 T0=$(date +%s.%N)

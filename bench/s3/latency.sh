@@ -45,7 +45,7 @@ SET=()
 INI=$CDIR/cluster.ini
 log "bulk import into bench-bkt/bench-idx"
 "$DMANN" load --config "$INI" --index "$WORK/idx.hnsw" --bucket bench-bkt --name bench-idx \
-	>"$WORK/load.txt"
+	--vectors "$WORK/d/base.fbin" >"$WORK/load.txt"
 bench_ports
 sleep 2
 log "idle: CPU time of every node over $IDLE s"

@@ -35,7 +35,8 @@ static void load_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann load --config C --index INDEX [--graph G] [--spare N]\n"
 		   "         [--place-run R] [--no-snapshot] [--no-wait]\n"
-		   "         [--bucket B --name I [--keys FILE] [--metadata FILE]]\n\n"
+		   "         [--bucket B --name I [--keys FILE] [--metadata FILE]\n"
+		   "          [--vectors FILE]]\n\n"
 		   "Place the index image INDEX on the memory nodes of cluster C as the next\n"
 		   "generation of HNSW graph G: every block on the memory nodes the placement\n"
 		   "function picks for it, the metadata on all of them; then publish it, ask every\n"
@@ -68,6 +69,13 @@ static void load_usage(FILE *f)
 		   "                 (an image built with --order vhash: its vectors keep the keys\n"
 		   "                 and metadata of their rows in the vector file: node i's key is\n"
 		   "                 its row number, or that line of --keys)\n"
+		   "  --vectors FILE the vector file the image was built from (dmann build --base):\n"
+		   "                 the rows put are its vectors exactly, as GetVectors then\n"
+		   "                 returns them; each is checked against its node's vector in\n"
+		   "                 the image (a file that does not match is refused). Without\n"
+		   "                 it the rows are the image's vectors: rotated back when the\n"
+		   "                 image has codes (within float rounding of the originals) and\n"
+		   "                 normalised for cosine\n"
 		   "  --place-run R  place runs of R consecutive blocks together (1..%u, default 1:\n"
 		   "                 each block on its own replicas): with a key-ordered image\n"
 		   "                 (dmann build --order vhash) neighbouring blocks are\n"
@@ -90,6 +98,7 @@ int dm_cmd_load(int argc, char **argv)
 		{ "spare", required_argument, 0, 's' },
 		{ "bucket", required_argument, 0, 'b' }, { "name", required_argument, 0, 'N' },
 		{ "keys", required_argument, 0, 'k' }, { "metadata", required_argument, 0, 'm' },
+		{ "vectors", required_argument, 0, 'V' },
 		{ "graph", required_argument, 0, 'g' },
 		{ "place-run", required_argument, 0, 'r' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
@@ -134,6 +143,7 @@ int dm_cmd_load(int argc, char **argv)
 		case 'N': im.index = optarg; break;
 		case 'k': im.keys_file = optarg; break;
 		case 'm': im.meta_file = optarg; break;
+		case 'V': im.vec_file = optarg; break;
 		case 'h': load_usage(stdout); return 0;
 		default: dm_cli_bad_option("load", c, argv, optind); return 2;
 		}
@@ -142,9 +152,10 @@ int dm_cmd_load(int argc, char **argv)
 		load_usage(stderr);
 		return 2;
 	}
-	if (!im.bucket != !im.index || (!im.bucket && (im.keys_file || im.meta_file))) {
-		fprintf(stderr, "dmann load: --bucket and --name go together (and --keys and "
-			"--metadata need them)\n");
+	if (!im.bucket != !im.index ||
+	    (!im.bucket && (im.keys_file || im.meta_file || im.vec_file))) {
+		fprintf(stderr, "dmann load: --bucket and --name go together (and --keys, "
+			"--metadata and --vectors need them)\n");
 		return 2;
 	}
 #if !DM_HAVE_CLIENT

@@ -149,11 +149,12 @@ int dm_cmd_demo(int argc, char **argv)
 	{
 #if DM_HAVE_CLIENT
 		char *a[] = { "load", "--config", cfg, "--index", idx, "--bucket", "demo",
-			      "--name", fmnist ? "fmnist" : "sift", "--spare", "2000", NULL };
+			      "--name", fmnist ? "fmnist" : "sift", "--vectors", base, "--spare",
+			      "2000", NULL };
 
-		if (call(dm_cmd_load, "dmann load --bucket demo --name ... --spare 2000 (bulk "
-			 "import: the vectors into an S3 Vectors index, the graph's blocks to the "
-			 "memory nodes, room for 2,000 rows indexed online)", 11, a))
+		if (call(dm_cmd_load, "dmann load --bucket demo --name ... --vectors BASE --spare "
+			 "2000 (bulk import: the vectors into an S3 Vectors index, the graph's blocks "
+			 "to the memory nodes, room for 2,000 rows indexed online)", 13, a))
 			goto out_down;
 #else
 		char *a[] = { "load", "--config", cfg, "--index", idx, NULL };

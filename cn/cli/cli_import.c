@@ -10,6 +10,7 @@
  * same vectors whatever the image's order, and the graph is placed without the label map
  * (the binding's keys carry it). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "flat.h"
 #include "hnsw/hnsw_codes.h"
 #include "util/dm_buf.h"
+#include "vecfile.h"
 
 #define BATCH 1000u
 
@@ -88,9 +90,60 @@ static int mark_rows(const struct dm_cluster_cfg *cfg, struct mn_set *s,
 		     const struct dm_import *im, uint64_t rows, uint64_t gen, char *err,
 		     size_t errlen);
 
+/* Does row (of the vector file) match img (node's vector in the image, rotated back)? The
+ * image holds it normalised for cos and rotated when it has codes: both round, so within
+ * 1e-3 of its norm (a wrong file differs by far more). */
+static bool same_vector(const float *row, const float *img, uint32_t dim, bool cos)
+{
+	double nr = 0, d = 0;
+
+	for (uint32_t j = 0; j < dim; j++)
+		nr += (double)row[j] * row[j];
+	nr = sqrt(nr);
+	for (uint32_t j = 0; j < dim; j++) {
+		double a = cos ? (nr > 0 ? row[j] / nr : 0) : row[j], t = a - img[j];
+
+		d += t * t;
+	}
+	return sqrt(d) <= 1e-3 * (cos ? 1.0 : fmax(1.0, nr));
+}
+
+/* Is row labels[i] (or i) of vf node i's vector in idx, for every node? 0 or -EINVAL. */
+static int check_vectors(const struct hnsw_index *idx, const struct dm_vecs *vf,
+			 const char *name, char *err, size_t errlen)
+{
+	uint32_t dim = idx->p.dim;
+	float *tmp = malloc((size_t)idx->vdim * sizeof(float));
+
+	if (!tmp) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < idx->n; i++) {
+		const float *v = hnsw_rec_vec(hnsw_rec(idx, i), idx->vec_off);
+		uint32_t row = idx->labels ? idx->labels[i] : i;
+
+		if (idx->quant) {
+			hnsw_quant_unrotate(idx->quant, v, tmp);
+			v = tmp;
+		}
+		if (!same_vector((const float *)vf->data + (size_t)row * dim, v, dim,
+				 idx->p.metric == DM_METRIC_COS)) {
+			snprintf(err, errlen, "%s: row %u is not the vector of node %u of the "
+				 "image: give the file the image was built from", name, row, i);
+			free(tmp);
+			return -EINVAL;
+		}
+	}
+	free(tmp);
+	return 0;
+}
+
 int dm_import_rows(const struct dm_cluster_cfg *cfg,
 		   const struct hnsw_index *idx, struct dm_import *im, char *err, size_t errlen)
 {
+	struct dm_vecs vf = { 0 };
+	bool have_vf = false;
 	char **meta = NULL;
 	struct dm_client_cfg gw;
 	const char *eps[DM_MAX_NODES];
@@ -137,6 +190,33 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 		meta = read_lines(im->meta_file, idx->n, true, 40u << 10, err, errlen);
 		if (!meta)
 			return -EINVAL;
+	}
+	if (im->vec_file) {
+		rc = dm_vecs_read(im->vec_file, DM_VF_AUTO, &vf, err, errlen);
+		if (rc < 0)
+			goto out;
+		have_vf = true;
+		rc = -EINVAL;
+		if (vf.type != DM_VT_F32) {
+			snprintf(err, errlen, "%s holds ids, not vectors", im->vec_file);
+			goto out;
+		}
+		if (vf.n != idx->n || vf.dim != dim) {
+			snprintf(err, errlen, "%s: %llu x %u vectors, the image has %u x %u: give the "
+				 "file the image was built from", im->vec_file,
+				 (unsigned long long)vf.n, vf.dim, idx->n, dim);
+			goto out;
+		}
+		/* every row checked before anything is created: a wrong file changes nothing */
+		rc = check_vectors(idx, &vf, im->vec_file, err, errlen);
+		if (rc)
+			goto out;
+		rc = -EINVAL;
+	} else if (idx->quant || idx->p.metric == DM_METRIC_COS) {
+		fprintf(stderr, "dmann load: note: without --vectors the rows put are the image's "
+			"vectors (%s): give --vectors FILE (the file the image was built from) to "
+			"store the exact ones\n", idx->quant ? "rotated back, within float rounding "
+			"of the originals" : "normalised");
 	}
 	if (dm_config_gateway_client(cfg, &gw)) {
 		snprintf(err, errlen, "the cluster file has no cluster secret");
@@ -185,8 +265,11 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 				hnsw_quant_unrotate(idx->quant, v, tmp);
 				v = tmp;
 			}
-			memcpy(vecs + (size_t)i * dim, v, (size_t)dim * sizeof(float));
 			uint32_t row = idx->labels ? idx->labels[at + i] : at + i;
+
+			if (have_vf)   /* the exact vector of the node's row (checked) */
+				v = (const float *)vf.data + (size_t)row * dim;
+			memcpy(vecs + (size_t)i * dim, v, (size_t)dim * sizeof(float));
 
 			mp[i] = meta && meta[row][0] ? meta[row] : NULL;
 		}
@@ -203,6 +286,8 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 out:
 	free(vecs);
 	free(tmp);
+	if (have_vf)
+		dm_vecs_free(&vf);
 	dmann_close(d);
 	for (uint32_t j = 0; meta && j < idx->n; j++)
 		free(meta[j]);

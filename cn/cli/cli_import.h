@@ -9,6 +9,8 @@ struct dm_import {
 	const char *bucket, *index;
 	const char *keys_file;        /* one key per line, or NULL: the node ids in decimal */
 	const char *meta_file;        /* one JSON object (or an empty line) per vector, or NULL */
+	const char *vec_file;         /* the vectors the image was built from (row = label), or
+					 NULL: the image's own (rotated back, normalised for cos) */
 	void (*progress)(void *, uint64_t);   /* rows put so far */
 	void *parg;
 	struct mn_set *s;             /* the memory nodes: the new index is tagged
