@@ -123,8 +123,8 @@ static int graph_bound(void *ctx, uint32_t graph, char *bucket, char *index, uin
 	const struct dindex *d = cn->views[graph].cur;
 
 	if (d && d->bind) {
-		snprintf(bucket, 64, "%s", d->bind->bucket);
-		snprintf(index, 64, "%s", d->bind->index);
+		snprintf(bucket, DINDEX_BIND_NAME_MAX + 1, "%s", d->bind->bucket);
+		snprintf(index, DINDEX_BIND_NAME_MAX + 1, "%s", d->bind->index);
 		*gen = d->gen;
 		rc = 0;
 	}

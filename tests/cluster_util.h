@@ -140,8 +140,8 @@ static __attribute__((unused)) pid_t cluster_etcd_pid(const char *dir)
 /* GET /metrics of compute node cn of the local cluster in dir (its `metrics` address in
  * cluster.ini) into out: 0, or -1 when it does not accept the connection. A plain HTTP/1.0
  * GET: no client library needed (the VM has none). */
-static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn, char *out,
-						   size_t len)
+static __attribute__((unused)) int cluster_node_metrics(const char *dir, const char *kind,
+							unsigned cn, char *out, size_t len)
 {
 	char p[256], line[256], addr[64] = "", sect[16], cmd[512];
 	struct sockaddr_in sa = { .sin_family = AF_INET };
@@ -153,7 +153,7 @@ static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn,
 	int fd;
 
 	snprintf(p, sizeof(p), "%s/cluster.ini", dir);
-	snprintf(sect, sizeof(sect), "[cn.%u]", cn);
+	snprintf(sect, sizeof(sect), "[%s.%u]", kind, cn);
 	f = fopen(p, "r");
 	cr_assert_not_null(f);
 	while (fgets(line, sizeof(line), f)) {
@@ -163,7 +163,7 @@ static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn,
 			break;
 	}
 	fclose(f);
-	cr_assert(addr[0], "local up wrote no metrics address for cn.%u", cn);
+	cr_assert(addr[0], "local up wrote no metrics address for %s.%u", kind, cn);
 	colon = strrchr(addr, ':');
 	cr_assert_not_null(colon);
 	*colon = '\0';
@@ -182,6 +182,27 @@ static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn,
 	out[n] = '\0';
 	close(fd);
 	return 0;
+}
+
+static __attribute__((unused)) int cluster_metrics(const char *dir, unsigned cn, char *out,
+						   size_t len)
+{
+	return cluster_node_metrics(dir, "cn", cn, out, len);
+}
+
+/* A counter or gauge of node kind.id's /metrics (kind "cn" or "mn"; the local cluster in
+ * dir); -1 when the node does not answer or has no such metric. */
+static __attribute__((unused)) long long cluster_node_metric(const char *dir, const char *kind,
+							     unsigned id, const char *name)
+{
+	static char out[65536];
+	char key[128], *at;
+
+	if (cluster_node_metrics(dir, kind, id, out, sizeof(out)))
+		return -1;
+	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, id);
+	at = strstr(out, key);
+	return at ? atoll(at + strlen(key)) : -1;
 }
 
 /* A counter or gauge of compute node cn's /metrics (the local cluster in dir); -1 when the

@@ -36,7 +36,7 @@ static void up(const char *extra)
 	cr_assert_not_null(mkdtemp(dir));
 	snprintf(lc, sizeof(lc), "%s/lc", dir);
 	cr_assert_eq(sh("%s local up --mn 3 --cn 2 --redundancy 1 --dir %s --region-mb 32 "
-			"--transport tcp --s3-set graph_auto=0 --mn-set flat_max_mb=1 %s", dmann,
+			"--transport tcp --mn-set flat_max_mb=1 %s", dmann,
 			lc, extra), 0);
 	snprintf(cfgpath, sizeof(cfgpath), "%s/cluster.ini", lc);
 	cluster_http(cfgpath, http);
@@ -275,7 +275,7 @@ Test(shards, index_larger_than_one_memory_node)
 	uint32_t most, per[DM_MAX_NODES] = { 0 }, busiest = 0;
 	uint64_t rb = flat_row_bytes(DIM, 8, 0, 0), cap = (1ull << 20) / rb, n;
 
-	up("--s3-set bucket_shards=4");
+	up("--s3-set bucket_shards=4 --s3-set graph_auto=0");
 	cr_assert_eq(dm_config_load(cfgpath, &cfg, err, sizeof(err)), 0, "%s", err);
 	most = pick_bucket(&cfg, bucket);
 	/* Rows: 1.5 x what one memory node takes, unless the busiest node's shards would
@@ -342,7 +342,7 @@ Test(shards, one_shard_as_before)
 {
 	dmann_t *d;
 
-	up("");
+	up("--s3-set graph_auto=0");
 	d = dmann_connect(cfgpath, "local");
 	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
 	cr_assert_eq(dmann_create_index(d, "plain", IX, DIM, DMANN_EUCLIDEAN), 0, "%s",
@@ -369,4 +369,216 @@ Test(shards, one_shard_as_before)
 	free(keys);
 	free(v);
 	dmann_close(d);
+}
+
+/* Sum of metric name over the 2 compute nodes. */
+static long long cn_sum(const char *name)
+{
+	long long v = 0;
+
+	for (unsigned c = 0; c < 2; c++) {
+		long long x = cluster_metric(lc, c, name);
+
+		cr_assert_geq(x, 0, "cn%u: no %s", c, name);
+		v += x;
+	}
+	return v;
+}
+
+/* Graphs the memory nodes hold (dmann graph list): lines with a generation. */
+static unsigned graphs_listed(void)
+{
+	char out[256];
+	FILE *f;
+	unsigned n = 0, g;
+	unsigned long long gen;
+	char line[512];
+
+	snprintf(out, sizeof(out), "%s/graphs.txt", dir);
+	if (sh("%s graph list --config %s > %s 2>/dev/null", dmann, cfgpath, out))
+		return 0;
+	f = fopen(out, "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += sscanf(line, "%u %llu", &g, &gen) == 2;
+	fclose(f);
+	return n;
+}
+
+/* Issue 13 point 4, indexed: a bucket of 4 shards holding more than any memory node takes
+ * (rows: 1.5x one node's [mn] flat_max_mb; with its graphs: more bytes than one node's
+ * flat store and region together) is written, indexed (each shard's index gets its own
+ * graph, seeded at graph_min_rows and kept current by the online indexers) and queried
+ * (every shard's graph, merged): recall@10 against the test's brute force, self-find,
+ * no tail row scanned once indexed, deleted keys never returned. */
+Test(shards, larger_index_indexed_and_queried_by_graphs)
+{
+	struct dm_cluster_cfg cfg;
+	char err[512], bucket[32];
+	uint64_t rb = flat_row_bytes(DIM, 8, 0, 0), cap = (1ull << 20) / rb;
+	uint32_t n = (uint32_t)(cap * 3 / 2), half = n / 2;
+	enum { NQ = 64, K = 10, NDEL = 100 };
+
+	/* regions of 8 MiB: the 4 graphs take more than one, less than three */
+	up("--s3-set bucket_shards=4 --s3-set graph_min_rows=300 --s3-set graph_room=1500 "
+	   "--s3-set index_interval_ms=200 --region-mb 8");
+	cr_assert_eq(dm_config_load(cfgpath, &cfg, err, sizeof(err)), 0, "%s", err);
+	long long base[3];   /* region bytes in use before the index */
+
+	for (unsigned m = 0; m < 3; m++) {
+		base[m] = cluster_node_metric(lc, "mn", m, "dmann_mn_region_used_bytes");
+		cr_assert_geq(base[m], 0, "mn%u metrics", m);
+	}
+	pick_bucket(&cfg, bucket);
+
+	float *v = malloc(sizeof(float) * (size_t)n * DIM);
+	char **keys = malloc(sizeof(char *) * n);
+
+	cr_assert(v && keys);
+	for (uint32_t r = 0; r < n; r++) {
+		keys[r] = malloc(24);
+		key_of(r, keys[r]);
+		for (uint32_t j = 0; j < DIM; j++)
+			v[(size_t)r * DIM + j] = val(r, j);
+	}
+	dmann_t *d = dmann_connect(cfgpath, "local");
+
+	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
+	cr_assert_eq(dmann_create_index(d, bucket, IX, DIM, DMANN_EUCLIDEAN), 0, "%s",
+		     dmann_errmsg());
+	/* The first half: each shard's index passes graph_min_rows and gets its graph. */
+	cr_assert_eq(dmann_put(d, bucket, IX, half, (const char *const *)keys, v, DIM, NULL), 0,
+		     "put: %s", dmann_errmsg());
+	uint64_t t0 = dm_now_ns();
+	unsigned ng;
+
+	while ((ng = graphs_listed()) < 4) {
+		cr_assert_lt(dm_now_ns() - t0, 120000000000ull, "%u of 4 shard graphs after 120 s",
+			     ng);
+		sleep(1);
+	}
+	fprintf(stderr, "4 shard graphs seeded in %.1f s\n", (dm_now_ns() - t0) / 1e9);
+	/* The second half: indexed online into the shards' graphs. */
+	cr_assert_eq(dmann_put(d, bucket, IX, n - half, (const char *const *)keys + half,
+			       v + (size_t)half * DIM, DIM, NULL), 0, "put: %s", dmann_errmsg());
+	t0 = dm_now_ns();
+	sleep(1);
+	while (cn_sum("dmann_cn_s3_index_lag_rows") > 0) {
+		cr_assert_lt(dm_now_ns() - t0, 300000000000ull, "rows still past the marks");
+		sleep(1);
+	}
+	fprintf(stderr, "second half indexed %.1f s after its put; %lld rows handed over\n",
+		(dm_now_ns() - t0) / 1e9, cn_sum("dmann_cn_s3_indexed_rows_total"));
+	cr_assert_eq(graphs_listed(), 4, "one graph per shard");
+
+	/* The footprint: more than any memory node holds, flat store and region together. */
+	long long used = 0, most = 0;
+
+	for (unsigned m = 0; m < 3; m++) {
+		long long fb = cluster_node_metric(lc, "mn", m, "dmann_mn_flat_bytes");
+		long long ru = cluster_node_metric(lc, "mn", m, "dmann_mn_region_used_bytes");
+		long long fm = cluster_node_metric(lc, "mn", m, "dmann_mn_flat_max_bytes");
+		long long rg = cluster_node_metric(lc, "mn", m, "dmann_mn_region_bytes");
+
+		cr_assert(fb >= 0 && ru >= 0 && fm > 0 && rg > 0, "mn%u metrics", m);
+		fprintf(stderr, "mn%u: flat %lld of %lld bytes, region %lld of %lld (%lld before "
+			"the index)\n", m, fb, fm, ru, rg, base[m]);
+		used += fb + ru - base[m];
+		most = DM_MAX(most, fm + rg);
+	}
+	fprintf(stderr, "index and graphs: %lld bytes; one memory node holds at most %lld\n",
+		used, most);
+	cr_assert_gt(used, most, "the index must not fit on one memory node");
+
+	/* Queries: recall@10 of NQ other vectors against the brute force, and self-find. */
+	float qv[NQ * DIM], dist[NQ * K];
+	char *got[NQ * K];
+	uint32_t cnt[NQ];
+	long long gq0 = cn_sum("dmann_cn_s3_graph_queries_total");
+	long long tr0 = cn_sum("dmann_cn_s3_graph_tail_rows_total");
+	unsigned hit = 0, self = 0;
+
+	for (uint32_t i = 0; i < NQ; i++)
+		for (uint32_t j = 0; j < DIM; j++)
+			qv[i * DIM + j] = val(n + 1000 + i, j);
+	cr_assert_eq(dmann_batch_query(d, bucket, IX, qv, NQ, DIM, K, got, dist, cnt), 0,
+		     "query: %s", dmann_errmsg());
+	for (uint32_t i = 0; i < NQ; i++) {
+		float best[K];
+		uint32_t id[K], nb = 0;
+
+		for (uint32_t r = 0; r < n; r++) {
+			float dd = 0;
+
+			for (uint32_t j = 0; j < DIM; j++) {
+				float t = qv[i * DIM + j] - v[(size_t)r * DIM + j];
+
+				dd += t * t;
+			}
+			uint32_t at = nb < K ? nb++ : K;
+
+			if (at == K && dd >= best[K - 1])
+				continue;
+			if (at == K)
+				at = K - 1;
+			while (at > 0 && best[at - 1] > dd) {
+				best[at] = best[at - 1];
+				id[at] = id[at - 1];
+				at--;
+			}
+			best[at] = dd;
+			id[at] = r;
+		}
+		cr_assert_eq(cnt[i], K);
+		for (uint32_t a = 0; a < K; a++)
+			for (uint32_t b = 0; b < K; b++)
+				hit += !strcmp(got[i * K + a], keys[id[b]]);
+	}
+	dmann_free_keys(got, NQ * K);
+	for (uint32_t i = 0; i < NQ; i++)
+		memcpy(qv + i * DIM, v + (size_t)(i * (n / NQ)) * DIM, sizeof(float) * DIM);
+	cr_assert_eq(dmann_batch_query(d, bucket, IX, qv, NQ, DIM, 1, got, dist, cnt), 0,
+		     "query: %s", dmann_errmsg());
+	for (uint32_t i = 0; i < NQ; i++)
+		self += cnt[i] == 1 && !strcmp(got[i], keys[i * (n / NQ)]) && dist[i] <= 1e-4f;
+	dmann_free_keys(got, NQ);
+	long long gq = cn_sum("dmann_cn_s3_graph_queries_total") - gq0;
+	long long tr = cn_sum("dmann_cn_s3_graph_tail_rows_total") - tr0;
+
+	fprintf(stderr, "recall@10 %.4f over %u queries; self-find %u of %u; %lld shard graph "
+		"searches for %u queries; %lld tail rows scanned\n", hit / (double)(NQ * K), NQ,
+		self, NQ, gq, 2 * NQ, tr);
+	cr_assert_geq(hit, NQ * K * 95 / 100, "recall@10 %u of %u", hit, NQ * K);
+	cr_assert_eq(self, NQ, "self-find %u of %u", self, NQ);
+	cr_assert_eq(gq, 4 * 2 * NQ, "every query searches the graph of each of the 4 shards");
+	cr_assert_eq(tr, 0, "every row indexed: no tail scanned");
+
+	/* Deleted keys never come back (the graph still routes through them). */
+	const char *dk[NDEL];
+
+	for (uint32_t i = 0; i < NDEL; i++)
+		dk[i] = keys[i * (n / NDEL)];
+	cr_assert_eq(dmann_delete(d, bucket, IX, NDEL, dk), 0, "%s", dmann_errmsg());
+	for (uint32_t i = 0; i < NDEL; i++)
+		memcpy(qv + (i % NQ) * DIM, v + (size_t)(i * (n / NDEL)) * DIM, sizeof(float) * DIM);
+	cr_assert_eq(dmann_batch_query(d, bucket, IX, qv, NQ, DIM, K, got, dist, cnt), 0,
+		     "query: %s", dmann_errmsg());
+	for (uint32_t i = 0; i < NQ * K; i++)
+		for (uint32_t j = 0; j < NDEL && got[i]; j++)
+			cr_assert_str_neq(got[i], dk[j], "deleted key %s returned", dk[j]);
+	dmann_free_keys(got, NQ * K);
+
+	/* DeleteIndex frees every shard's graph. */
+	cr_assert_eq(dmann_drop_index(d, bucket, IX), 0, "%s", dmann_errmsg());
+	t0 = dm_now_ns();
+	while ((ng = graphs_listed()) > 0) {
+		cr_assert_lt(dm_now_ns() - t0, 60000000000ull, "%u graphs left after DeleteIndex",
+			     ng);
+		sleep(1);
+	}
+	dmann_close(d);
+	for (uint32_t r = 0; r < n; r++)
+		free(keys[r]);
+	free(keys);
+	free(v);
 }

@@ -22,7 +22,7 @@
 #include "util/dm_buf.h"
 
 #define DINDEX_BIND_MAGIC "DMIDXBD1"
-#define DINDEX_BIND_NAME_MAX 63
+#define DINDEX_BIND_NAME_MAX 67   /* FLAT_NAME_MAX: a shard's bucket "B#s" too */
 #define DINDEX_BIND_KEY_MAX 1024
 
 /* What dmann load binds an index to. */

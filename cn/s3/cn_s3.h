@@ -56,7 +56,8 @@ struct cn_s3_graph_ops {
 		    char **keys);
 	/* The online indexer (cn_s3_index.c); NULL members: this compute node indexes nothing.
 	 * bound: the S3 index graph `graph`'s view is bound to (bucket and index into room
-	 * for 64 bytes each) and its generation: 0, or -ENOENT. */
+	 * for FLAT_NAME_MAX + 1 bytes each: a shard's bucket "B#s" too) and its generation:
+	 * 0, or -ENOENT. */
 	int (*bound)(void *ctx, uint32_t graph, char *bucket, char *index, uint64_t *gen);
 	/* The compute nodes that run the indexer now: those with a gateway that the cluster
 	 * state does not declare down, ascending ids into cns (room for DM_MAX_NODES); their

@@ -691,9 +691,64 @@ static void seed_one(struct cn_s3 *s, const char *b, const char *x, const struct
 	tail_free(&t);
 }
 
+/* One look at the indexes jx (a ListIndexes answer) of bucket b (a bucket of one shard or
+ * a shard's bucket "B#s"): the first that needs a graph gets one, or an unbound graph is
+ * dropped at its second look. true when it did something (one index per look). */
+static bool seed_look(struct cn_s3 *s, const char *b, json_t *jx, struct ipend *p)
+{
+	struct s3_indexer *ix = &s->ix;
+	json_t *xe;
+	size_t xi;
+	bool done = false;
+
+	json_array_foreach(json_object_get(jx, "indexes"), xi, xe) {
+		const char *x = json_string_value(json_object_get(xe, "indexName"));
+		struct cn_s3_graph_info gi;
+		uint32_t mns[DM_MAX_NODES];
+		struct ixstate st;
+		uint64_t total;
+		int nm, got = -1;
+
+		if (!x || done)
+			continue;
+		nm = bucket_read_mns(s, b, mns);
+		for (int i = 0; i < nm && got; i++)
+			if (!mn_is_down(s, mns[i]))
+				got = ixstate_fetch(s, mns[i], b, x, &st);
+		if (got)
+			continue;
+		total = state_rows(&st);
+		if (st.mark_tag) {
+			/* imported or seeded: a graph serves it */
+		} else if (!s->gops->info(s->gctx, b, x, 0, &gi)) {
+			/* A graph placed for it but never bound (a seed or an import whose mark
+			 * failed): seen so at two looks in a row (an import marks right after it
+			 * places), it is dropped, and the next look seeds the index again. */
+			uint64_t tg = dm_graph_tag(gi.graph, gi.gen) + 1;
+
+			if (ix->unbound_seen == tg) {
+				dm_info("cn%u: s3: graph %u of %s/%s was never bound: dropped",
+					s->node->id, gi.graph, b, x);
+				s->gops->drop(s->gctx, gi.graph);
+				tg = 0;
+			}
+			ix->unbound_seen = tg;
+			done = true;
+		} else if (total >= DM_MAX(s->graph_min_rows, 2ull)) {
+			seed_one(s, b, x, &st, p);
+			done = true;
+		}
+		ixstate_fini(&st);
+	}
+	return done;
+}
+
 /* Every SEED_EVERY_NS on the first indexer: an index created through the API that holds
  * graph_min_rows rows, has no graph (no mark tag: neither imported nor seeded) gets one
- * (seed_one; one index per look). */
+ * (seed_one; one index per look). In a bucket of several shards each shard's index (in
+ * bucket "B#s", created with the index) is an index of its own on the memory nodes and
+ * gets its own graph, indexed online like any; the gateway queries every shard's graph
+ * and merges (cn_s3_query.c). */
 static void seed_round(struct cn_s3 *s, struct ipend *p)
 {
 	struct s3_indexer *ix = &s->ix;
@@ -721,67 +776,27 @@ static void seed_round(struct cn_s3 *s, struct ipend *p)
 	json_array_foreach(bl, bi, be) {
 		const char *b = json_string_value(json_object_get(be, "vectorBucketName"));
 		struct s3_resp rx = { 0 };
-		json_t *jx = NULL, *xe;
-		char body[FLAT_NAME_MAX + 64];
-		size_t xi;
+		json_t *jx = NULL;
+		char body[FLAT_NAME_MAX + 64], sb[NAME_MAX_ + 1];
+		uint32_t nsh = 1;
 		int bl_len;
 
 		if (!b || done)
 			continue;
-		/* A bucket of several shards has no graph (its queries take the exact path:
-		 * graphs per (graph, shard) are not built). */
-		uint32_t nsh = 1;
-
-		if (bucket_shards(s, b, false, &nsh, &rx) || nsh > 1) {
+		if (bucket_shards(s, b, false, &nsh, &rx)) {
 			s3_resp_free(&rx);
 			continue;
 		}
+		s3_resp_free(&rx);
 		bl_len = snprintf(body, sizeof(body), "{\"vectorBucketName\":\"%s\",\"maxResults\":500}",
 				  b);
 		be_handle(s, "ListIndexes", body, (size_t)bl_len, &rx);
 		if (rx.status == 200)
 			jx = json_loadb(rx.body, rx.len, 0, NULL);
 		s3_resp_free(&rx);
-		json_array_foreach(json_object_get(jx, "indexes"), xi, xe) {
-			const char *x = json_string_value(json_object_get(xe, "indexName"));
-			struct cn_s3_graph_info gi;
-			uint32_t mns[DM_MAX_NODES];
-			struct ixstate st;
-			uint64_t total;
-			int nm, got = -1;
-
-			if (!x || done)
-				continue;
-			nm = bucket_read_mns(s, b, mns);
-			for (int i = 0; i < nm && got; i++)
-				if (!mn_is_down(s, mns[i]))
-					got = ixstate_fetch(s, mns[i], b, x, &st);
-			if (got)
-				continue;
-			total = state_rows(&st);
-			if (st.mark_tag) {
-				/* imported or seeded: a graph serves it */
-			} else if (!s->gops->info(s->gctx, b, x, 0, &gi)) {
-				/* A graph placed for it but never bound (a seed or an import whose
-				 * mark failed): seen so at two looks in a row (an import marks
-				 * right after it places), it is dropped, and the next look seeds
-				 * the index again. */
-				uint64_t tg = dm_graph_tag(gi.graph, gi.gen) + 1;
-
-				if (ix->unbound_seen == tg) {
-					dm_info("cn%u: s3: graph %u of %s/%s was never bound: dropped",
-						s->node->id, gi.graph, b, x);
-					s->gops->drop(s->gctx, gi.graph);
-					tg = 0;
-				}
-				ix->unbound_seen = tg;
-				done = true;
-			} else if (total >= DM_MAX(s->graph_min_rows, 2ull)) {
-				seed_one(s, b, x, &st, p);
-				done = true;
-			}
-			ixstate_fini(&st);
-		}
+		for (uint32_t sh = 0; sh < nsh && !done; sh++)
+			if (!s3_shard_name(b, sh, sb))
+				done = seed_look(s, sb, jx, p);
 		json_decref(jx);
 	}
 	json_decref(jb);

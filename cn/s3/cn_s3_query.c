@@ -498,6 +498,56 @@ close_calls:
 	return rc;
 }
 
+/* ---- the graph path of one index state ---- */
+
+static void hits_free(struct mhit *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(h[i].key);
+		free(h[i].meta);
+	}
+	free(h);
+}
+
+/* The graph part of a query on index t (its state read): 0 when the graph answers for the
+ * rows below the mark (its hits in *gh, *ngh; t's fragments then start their scan at the
+ * mark, and *tail says whether rows past it exist), 1 when the exact path must answer for
+ * every row (no graph, another generation, too few candidates passed the filter, or the
+ * graph search failed: counted). */
+static int graph_part(struct cn_s3 *s, struct qtarget *t, const struct s3_qspec *q,
+		      struct mhit **gh, size_t *ngh, bool *tail)
+{
+	bool complete = false;
+	uint64_t total = 0;
+	int grc = graph_query(s, t->b, t->x, &t->st, q, gh, ngh, &complete);
+
+	if (grc < 0)
+		__atomic_add_fetch(&s->graph_errors, 1, __ATOMIC_RELAXED);
+	if (!grc && !complete) {
+		__atomic_add_fetch(&s->graph_fallbacks, 1, __ATOMIC_RELAXED);
+		grc = 1;
+	}
+	if (grc) {
+		hits_free(*gh, *ngh);
+		*gh = NULL;
+		*ngh = 0;
+		*tail = true;
+		return 1;
+	}
+	for (uint32_t i = 0; i < t->st.nfrag; i++) {
+		uint64_t first = (uint64_t)i * t->st.frag_rows;
+
+		total += t->st.fr[i].rows;
+		t->st.fr[i].from = t->st.mark <= first ? 0 :
+			(uint32_t)DM_MIN(t->st.mark - first, (uint64_t)t->st.fr[i].rows);
+	}
+	__atomic_add_fetch(&s->graph_queries, 1, __ATOMIC_RELAXED);
+	if (total > t->st.mark)
+		__atomic_add_fetch(&s->graph_tail_rows, total - t->st.mark, __ATOMIC_RELAXED);
+	*tail = total > t->st.mark;
+	return 0;
+}
+
 /* ---- buckets of several shards ---- */
 
 /* The state of the index t->x in shard bucket t->b from its first caught-up replica that
@@ -523,16 +573,18 @@ static int shard_state(struct cn_s3 *s, struct qtarget *t, struct s3_resp *r)
 	return rc;
 }
 
-/* The exact scan of every shard of a bucket of n > 1 shards (t0: shard 0, its state
- * read): each shard's state planned and fanned out as one index's, the partial top-k
- * lists of all of them merged. No graph path: graphs are per index of one shard (the
- * graph mark, key log and online indexer per (graph, shard) are not built), so these
- * indexes are served by the exact scan only. */
+/* A query on a bucket of n > 1 shards (t0: shard 0, its state read). Each shard's index
+ * is an index of its own on the memory nodes, with its own graph (seeded and indexed
+ * online like any index's, cn_s3_index.c): per shard the graph path answers for its rows
+ * below its mark and the fan-out scans the rest (the exact path for all of them when the
+ * shard has no graph yet), one shard after the other; the hits of every shard are merged
+ * (a key lives in one shard only). */
 static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qspec *q,
 			 uint32_t n, const char *body, size_t len, struct s3_resp *r)
 {
 	struct share *all = NULL;
-	size_t nall = 0;
+	struct mhit *gall = NULL;
+	size_t nall = 0, ngall = 0;
 	struct qtarget *ts = calloc(1, sizeof(*ts));
 	struct qplan *p = calloc(1, sizeof(*p));
 	bool ok = ts && p;
@@ -542,6 +594,9 @@ static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qs
 	for (uint32_t sh = 0; ok && sh < n; sh++) {
 		struct qtarget *t = t0;
 		struct share *grow;
+		struct mhit *gh = NULL;
+		size_t ngh = 0;
+		bool tail = true;
 
 		if (sh) {
 			*ts = (struct qtarget){ .s = s, .avoid = UINT32_MAX };
@@ -555,8 +610,23 @@ static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qs
 				ok = false;
 			}
 		}
+		if (ok && !graph_part(s, t, q, &gh, &ngh, &tail) && ngh) {
+			struct mhit *g = realloc(gall, (ngall + ngh) * sizeof(*gall));
+
+			if (!g) {
+				s3_resp_error(r, 500, "InternalServerException", "out of memory");
+				hits_free(gh, ngh);
+				ok = false;
+			} else {
+				gall = g;
+				memcpy(gall + ngall, gh, ngh * sizeof(*gh));
+				ngall += ngh;
+				free(gh);
+			}
+		}
 		memset(p, 0, sizeof(*p));
-		ok = ok && !plan_query(s, t, body, len, p, r) && !fan_out(s, p, r);
+		if (ok && tail)
+			ok = !plan_query(s, t, body, len, p, r) && !fan_out(s, p, r);
 		grow = ok ? realloc(all, (nall + p->w + 1) * sizeof(*all)) : NULL;
 		if (ok && !grow)
 			s3_resp_error(r, 500, "InternalServerException", "out of memory");
@@ -580,10 +650,11 @@ static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qs
 			ixstate_fini(&ts->st);
 	}
 	if (ok)
-		merge_answer(&t0->st, q, all, (uint32_t)nall, NULL, 0, r);
+		merge_answer(&t0->st, q, all, (uint32_t)nall, gall, ngall, r);
 	for (size_t i = 0; i < nall; i++)
 		s3_resp_free(&all[i].resp);
 	free(all);
+	hits_free(gall, ngall);
 	free(ts);
 	free(p);
 }
@@ -598,7 +669,7 @@ static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_
 	struct qplan *p = calloc(1, sizeof(*p));
 	struct mhit *gh = NULL;
 	size_t ngh = 0;
-	bool complete = false;
+	bool tail = true;
 	int grc = 1;
 
 	*used = UINT32_MAX;
@@ -620,30 +691,10 @@ static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_
 	/* The graph path for the rows below the graph mark, the fan-out for the rest; the
 	 * exact path over everything when the index has no graph or the graph's candidates
 	 * cannot answer (docs/api.md "The graph path"). */
-	grc = graph_query(s, t.b, t.x, &t.st, &q, &gh, &ngh, &complete);
-	if (grc < 0)
-		__atomic_add_fetch(&s->graph_errors, 1, __ATOMIC_RELAXED);
-	if (!grc && !complete) {
-		__atomic_add_fetch(&s->graph_fallbacks, 1, __ATOMIC_RELAXED);
-		grc = 1;
-	}
-	if (!grc) {
-		uint64_t total = 0;
-
-		for (uint32_t i = 0; i < t.st.nfrag; i++) {
-			uint64_t first = (uint64_t)i * t.st.frag_rows;
-
-			total += t.st.fr[i].rows;
-			t.st.fr[i].from = t.st.mark <= first ? 0 :
-				(uint32_t)DM_MIN(t.st.mark - first, (uint64_t)t.st.fr[i].rows);
-		}
-		__atomic_add_fetch(&s->graph_queries, 1, __ATOMIC_RELAXED);
-		if (total > t.st.mark)
-			__atomic_add_fetch(&s->graph_tail_rows, total - t.st.mark, __ATOMIC_RELAXED);
-		if (total <= t.st.mark) {
-			merge_answer(&t.st, &q, p->sh, 0, gh, ngh, r);   /* no tail */
-			goto free_query;
-		}
+	grc = graph_part(s, &t, &q, &gh, &ngh, &tail);
+	if (!grc && !tail) {
+		merge_answer(&t.st, &q, p->sh, 0, gh, ngh, r);   /* no tail */
+		goto free_query;
 	}
 	if (plan_query(s, &t, body, len, p, r) || fan_out(s, p, r))
 		goto free_query;
@@ -655,11 +706,7 @@ static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_
 		}
 	merge_answer(&t.st, &q, p->sh, p->w, grc ? NULL : gh, grc ? 0 : ngh, r);
 free_query:
-	for (size_t i = 0; i < ngh; i++) {
-		free(gh[i].key);
-		free(gh[i].meta);
-	}
-	free(gh);
+	hits_free(gh, ngh);
 	for (uint32_t j = 0; j < DM_MAX_NODES; j++) {
 		free(p->sh[j].frags);
 		free(p->sh[j].req);
