@@ -137,9 +137,9 @@ static __attribute__((unused)) pid_t cluster_etcd_pid(const char *dir)
 	return pid;
 }
 
-/* GET /metrics of compute node cn of the local cluster in dir (its `metrics` address in
- * cluster.ini) into out: 0, or -1 when it does not accept the connection. A plain HTTP/1.0
- * GET: no client library needed (the VM has none). */
+/* GET /metrics of node kind.cn ("cn" or "mn") of the local cluster in dir (its `metrics`
+ * address in cluster.ini) into out: 0, or -1 when it does not accept the connection. A
+ * plain HTTP/1.0 GET: no client library needed (the VM has none). */
 static __attribute__((unused)) int cluster_node_metrics(const char *dir, const char *kind,
 							unsigned cn, char *out, size_t len)
 {
@@ -210,14 +210,7 @@ static __attribute__((unused)) long long cluster_node_metric(const char *dir, co
 static __attribute__((unused)) long long cluster_metric(const char *dir, unsigned cn,
 							const char *name)
 {
-	static char out[65536];
-	char key[128], *at;
-
-	if (cluster_metrics(dir, cn, out, sizeof(out)))
-		return -1;
-	snprintf(key, sizeof(key), "\n%s{node=\"%u\"} ", name, cn);
-	at = strstr(out, key);
-	return at ? atoll(at + strlen(key)) : -1;
+	return cluster_node_metric(dir, "cn", cn, name);
 }
 
 /* How many of the n x k ids in the ibin file at path differ from want (nq rows of k, query i

@@ -17,9 +17,11 @@
 
 #include "cluster_util.h"
 #include "config.h"
+#include "distance.h"
 #include "dmann.h"
 #include "flat.h"
 #include "s3_api.h"
+#include "topk.h"
 
 #define DIM 32
 #define IX "shx"
@@ -516,37 +518,22 @@ Test(shards, larger_index_indexed_and_queried_by_graphs)
 			qv[i * DIM + j] = val(n + 1000 + i, j);
 	cr_assert_eq(dmann_batch_query(d, bucket, IX, qv, NQ, DIM, K, got, dist, cnt), 0,
 		     "query: %s", dmann_errmsg());
+	struct dm_topk *tk = dm_topk_new(K);
+
+	cr_assert_not_null(tk);
 	for (uint32_t i = 0; i < NQ; i++) {
-		float best[K];
-		uint32_t id[K], nb = 0;
+		struct dm_hit best[K];
 
-		for (uint32_t r = 0; r < n; r++) {
-			float dd = 0;
-
-			for (uint32_t j = 0; j < DIM; j++) {
-				float t = qv[i * DIM + j] - v[(size_t)r * DIM + j];
-
-				dd += t * t;
-			}
-			uint32_t at = nb < K ? nb++ : K;
-
-			if (at == K && dd >= best[K - 1])
-				continue;
-			if (at == K)
-				at = K - 1;
-			while (at > 0 && best[at - 1] > dd) {
-				best[at] = best[at - 1];
-				id[at] = id[at - 1];
-				at--;
-			}
-			best[at] = dd;
-			id[at] = r;
-		}
+		dm_topk_reset(tk);
+		for (uint32_t r = 0; r < n; r++)
+			dm_topk_push(tk, dm_l2sq(qv + i * DIM, v + (size_t)r * DIM, DIM), r);
+		cr_assert_eq(dm_topk_drain(tk, best), K);
 		cr_assert_eq(cnt[i], K);
 		for (uint32_t a = 0; a < K; a++)
 			for (uint32_t b = 0; b < K; b++)
-				hit += !strcmp(got[i * K + a], keys[id[b]]);
+				hit += !strcmp(got[i * K + a], keys[best[b].id]);
 	}
+	dm_topk_free(tk);
 	dmann_free_keys(got, NQ * K);
 	for (uint32_t i = 0; i < NQ; i++)
 		memcpy(qv + i * DIM, v + (size_t)(i * (n / NQ)) * DIM, sizeof(float) * DIM);

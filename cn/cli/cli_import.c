@@ -260,15 +260,16 @@ int dm_import_rows(const struct dm_cluster_cfg *cfg,
 		for (uint32_t i = 0; i < nb; i++) {
 			const float *v = hnsw_rec_vec(hnsw_rec(idx, at + i), idx->vec_off);
 
-			/* With codes the image holds the rotated vector: rotate it back. */
-			if (idx->quant) {
+			uint32_t row = idx->labels ? idx->labels[at + i] : at + i;
+
+			if (have_vf) {
+				/* the exact vector of the node's row (checked) */
+				v = (const float *)vf.data + (size_t)row * dim;
+			} else if (idx->quant) {
+				/* with codes the image holds the rotated vector: rotate it back */
 				hnsw_quant_unrotate(idx->quant, v, tmp);
 				v = tmp;
 			}
-			uint32_t row = idx->labels ? idx->labels[at + i] : at + i;
-
-			if (have_vf)   /* the exact vector of the node's row (checked) */
-				v = (const float *)vf.data + (size_t)row * dim;
 			memcpy(vecs + (size_t)i * dim, v, (size_t)dim * sizeof(float));
 
 			mp[i] = meta && meta[row][0] ? meta[row] : NULL;

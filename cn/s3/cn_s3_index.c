@@ -700,18 +700,18 @@ static bool seed_look(struct cn_s3 *s, const char *b, json_t *jx, struct ipend *
 	json_t *xe;
 	size_t xi;
 	bool done = false;
+	uint32_t mns[DM_MAX_NODES];
+	int nm = bucket_read_mns(s, b, mns);
 
 	json_array_foreach(json_object_get(jx, "indexes"), xi, xe) {
 		const char *x = json_string_value(json_object_get(xe, "indexName"));
 		struct cn_s3_graph_info gi;
-		uint32_t mns[DM_MAX_NODES];
 		struct ixstate st;
 		uint64_t total;
-		int nm, got = -1;
+		int got = -1;
 
 		if (!x || done)
 			continue;
-		nm = bucket_read_mns(s, b, mns);
 		for (int i = 0; i < nm && got; i++)
 			if (!mn_is_down(s, mns[i]))
 				got = ixstate_fetch(s, mns[i], b, x, &st);
