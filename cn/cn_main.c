@@ -339,13 +339,17 @@ static void cn_metrics(void *arg, FILE *out)
 			     "# HELP dmann_cn_insert_links_kept_total Neighbours a back-link pushed "
 			     "out of a full list, linked from the new node instead.\n"
 			     "# TYPE dmann_cn_insert_links_kept_total counter\n"
-			     "dmann_cn_insert_links_kept_total{node=\"%u\"} %lu\n",
+			     "dmann_cn_insert_links_kept_total{node=\"%u\"} %lu\n"
+			     "# HELP dmann_cn_insert_round_trips_total Round trips to the memory nodes "
+			     "the online inserts waited for (requests to several nodes at once: one).\n"
+			     "# TYPE dmann_cn_insert_round_trips_total counter\n"
+			     "dmann_cn_insert_round_trips_total{node=\"%u\"} %lu\n",
 			id, atomic_load(&cn->inserts), id, atomic_load(&cn->insert_links), id,
 			atomic_load(&cn->insert_links_dropped), id,
 			atomic_load(&cn->insert_lock_retries), id,
 			atomic_load(&cn->insert_locks_broken), id,
 			atomic_load(&cn->insert_links_forced), id,
-			atomic_load(&cn->insert_links_kept));
+			atomic_load(&cn->insert_links_kept), id, atomic_load(&cn->insert_rounds));
 		fprintf(out, "# HELP dmann_cn_upper_published_total Nodes of level >= 1 this "
 			     "node's online inserts published to the cluster state (and failed "
 			     "to: they stay level 0).\n"

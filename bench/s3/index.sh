@@ -81,6 +81,11 @@ INDEX_S=$(secs "$T0")
 	echo "snaps $(mget dmann_cn_s3_index_snapshots_total)"
 	echo "snap_s $(mget dmann_cn_s3_index_snapshot_seconds_total)"
 	echo "batches $(mget dmann_cn_s3_index_batches_total)"
+	echo "inserts $(mget dmann_cn_inserts_total)"
+	echo "rounds $(mget dmann_cn_insert_round_trips_total)"
+	echo "links $(mget dmann_cn_insert_links_total)"
+	echo "kept $(mget dmann_cn_insert_links_kept_total)"
+	echo "retries $(mget dmann_cn_insert_lock_retries_total)"
 } >"$WORK/index.txt"
 log "recall: $MEAS queries on the graph path"
 q0=$(msum dmann_cn_s3_graph_queries_total)
@@ -133,6 +138,10 @@ out += ["| local build of all %d rows (`dmann build`), 1 thread | %d | %.1f | %.
         "After indexing: recall@10 of %d QueryVectors through libdmann against the exact top-10 "
         "over all %d rows **%.4f** (%d of them served by the graph path; %.1f queries/s)." %
         (meas, tot, g["recall"], gq, g["qps"]), "",
+        "Per insert (both indexers' counters): %.1f round trips to the memory nodes, %.1f "
+        "back-links, %.2f pushed-out neighbours linked from the new node, %.2f lock retries." %
+        tuple(sum(c[k]) / max(sum(c["inserts"]), 1) for k in ("rounds", "links", "kept", "retries")),
+        "",
         "Online rate / 2-thread local build rate: %.3f (target of issue 13: >= 300 rows/s "
         "online with 2 CNs)." % (online / (tot / b2))]
 block = "\n".join(out)

@@ -19,7 +19,7 @@
 #include "wire.h"
 #include "xport/xport.h"
 
-#define INS_BEAM 4u            /* level-0 candidates expanded per READ round */
+#define INS_BEAM 32u           /* level-0 candidates expanded per READ round */
 #define INS_REREADS 3u         /* torn reads of a record from one replica, then the next */
 #define INS_WAIT_MS 5000
 #define INS_TORN_WAIT_NS 5000000000ull   /* a record held or torn on every copy this long:
@@ -51,8 +51,10 @@ struct cn_insert {
 	struct hnsw_query *q;
 	uint32_t qdim;
 	struct hnsw_qest *qe;
-	/* vectors of the records read by one insert's search: id -> row of kvec */
+	/* vectors of the records read by one insert's search: id -> row of kvec, and the
+	 * header word each was read with (kword: the guess of link_back's first CAS) */
 	uint32_t *kid, *khash;
+	uint64_t *kword;
 	float *kvec;
 	uint32_t nk, kcap, khcap, kvdim;
 	float *xbuf, *xr, *est;
@@ -123,6 +125,7 @@ static void free_buffers(struct cn_insert *e)
 	free(e->kid);
 	free(e->khash);
 	free(e->kvec);
+	free(e->kword);
 	free(e->xbuf);
 	free(e->xr);
 	free(e->est);
@@ -132,6 +135,8 @@ static void free_buffers(struct cn_insert *e)
 	e->buf = NULL;
 	e->staged = e->kid = e->khash = NULL;
 	e->kvec = e->xbuf = e->xr = e->est = NULL;
+	e->kword = NULL;
+	e->nk = e->kcap = e->khcap = 0;
 	e->hits = NULL;
 	e->w = e->sel = NULL;
 	e->rec_size = 0;
@@ -306,6 +311,7 @@ void cn_insert_count(struct cn *cn, const struct cn_insert_stats *st)
 	atomic_fetch_add(&cn->insert_links_dropped, st->links_dropped);
 	atomic_fetch_add(&cn->insert_links_forced, st->forced);
 	atomic_fetch_add(&cn->insert_links_kept, st->kept);
+	atomic_fetch_add(&cn->insert_rounds, st->rounds);
 	atomic_fetch_add(&cn->insert_lock_retries, st->lock_retries);
 	atomic_fetch_add(&cn->insert_locks_broken, st->locks_broken);
 	atomic_fetch_add(&cn->salvaged, st->salvaged);
@@ -359,6 +365,7 @@ static int rw_piece(struct cn_insert *e, bool write, uint32_t m, void *local, ui
 	if (!c)
 		return fail_at(e, -EHOSTUNREACH, "no connection to memory node %u", m);
 	rc = write ? dm_conn_write_batch(c, &w, 1) : dm_conn_read_batch(c, &w, 1);
+	e->st->rounds++;
 	if (rc) {
 		conn_failed(e, m);
 		return fail_at(e, rc, "posting a %s to memory node %u", write ? "WRITE" : "READ", m);
@@ -378,6 +385,7 @@ static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote,
 	if (!c)
 		return fail_at(e, -EHOSTUNREACH, "no connection to memory node %u (atomic)", m);
 	dirty_add(e, m, remote, 8);
+	e->st->rounds++;
 	if (e->mn_atomics) {
 		struct dm_wire_ctl_atomic a = { .addr = remote, .compare = expect, .value = desired,
 						.op = faa ? DM_CTL_ATOMIC_FAA : DM_CTL_ATOMIC_CAS };
@@ -406,6 +414,118 @@ static int atomic_op(struct cn_insert *e, bool faa, uint32_t m, uint64_t remote,
 		return rc;
 	}
 	rc = wait_range(e, m, id, id);
+	*old = *e->word;
+	return rc;
+}
+
+/* One WRITE of write_set. */
+struct ins_wr {
+	uint32_t m;
+	void *local;
+	uint64_t remote;
+	uint32_t rkey, len;
+};
+
+/* WRITE w[0..n): the WRITEs to one memory node go in one batch and are applied in its
+ * order (tcp: one stream; verbs: one RC queue pair, which executes WRITEs in order), every
+ * node's side by side, and all are waited for: one round trip. In the torn-write test mode
+ * one after the other, in pieces (rw). ok[i]: w[i] was done. 0, or the first error (the
+ * failed node's connection is closed). */
+static int write_set(struct cn_insert *e, const struct ins_wr *w, uint32_t n, bool *ok)
+{
+	struct dm_rdma_wr wr[4];
+	uint64_t first[4];
+	uint32_t ms[4], cnt[4], nm = 0;
+	int err = 0;
+
+	if (e->torn || n > DM_ARRAY_SIZE(wr)) {
+		for (uint32_t i = 0; i < n; i++) {
+			int rc = rw(e, true, w[i].m, w[i].local, w[i].remote, w[i].rkey, w[i].len);
+
+			ok[i] = !rc;
+			if (rc && !err)
+				err = rc;
+		}
+		return err;
+	}
+	e->st->rounds++;
+	for (uint32_t i = 0; i < n; i++) {
+		bool seen = false;
+
+		ok[i] = false;
+		for (uint32_t k = 0; k < nm && !seen; k++)
+			seen = ms[k] == w[i].m;
+		if (!seen)
+			ms[nm++] = w[i].m;
+	}
+	for (uint32_t k = 0; k < nm; k++) {
+		struct dm_conn *c = conn(e, ms[k]);
+		int rc;
+
+		cnt[k] = 0;
+		first[k] = e->wr + 1;
+		for (uint32_t i = 0; i < n; i++) {
+			if (w[i].m != ms[k])
+				continue;
+			dirty_add(e, w[i].m, w[i].remote, w[i].len);
+			wr[cnt[k]++] = (struct dm_rdma_wr){ .wr_id = ++e->wr, .local = w[i].local,
+				.mr = e->mr, .remote = w[i].remote, .rkey = w[i].rkey,
+				.len = w[i].len, .flags = DM_WR_SIGNALED };
+		}
+		rc = c ? dm_conn_write_batch(c, wr, (int)cnt[k]) : -EHOSTUNREACH;
+		if (rc) {
+			if (c)
+				conn_failed(e, ms[k]);
+			first[k] = 0;
+			if (!err)
+				err = fail_at(e, rc, "posting a WRITE to memory node %u", ms[k]);
+		}
+	}
+	for (uint32_t k = 0; k < nm; k++) {
+		int rc;
+
+		if (!first[k])
+			continue;
+		rc = wait_range(e, ms[k], first[k], first[k] + cnt[k] - 1);
+		for (uint32_t i = 0; i < n; i++)
+			if (w[i].m == ms[k])
+				ok[i] = !rc;
+		if (rc && !err)
+			err = rc;
+	}
+	return err;
+}
+
+/* The CAS of the header word at remote (expect -> desired) and a READ of the record behind
+ * it into e->rec, posted together on one connection and waited for together: one round
+ * trip. The requests are executed in order (tcp: one stream; verbs: an RC queue pair's
+ * responder), so when the CAS took the lock the READ shows the record under it. The old
+ * word in *old. */
+static int cas_read(struct cn_insert *e, uint32_t m, uint64_t remote, uint32_t rkey,
+		    uint64_t expect, uint64_t desired, uint64_t *old)
+{
+	struct dm_conn *c = conn(e, m);
+	uint64_t first = e->wr + 1;
+	struct dm_rdma_wr w;
+	int rc;
+
+	if (!c)
+		return fail_at(e, -EHOSTUNREACH, "no connection to memory node %u (atomic)", m);
+	dirty_add(e, m, remote, 8);
+	rc = dm_conn_cas(c, ++e->wr, e->word, e->mr, remote, rkey, expect, desired,
+			 DM_WR_SIGNALED);
+	e->st->rounds++;
+	if (!rc) {
+		w = (struct dm_rdma_wr){ .wr_id = ++e->wr, .local = e->rec, .mr = e->mr,
+					 .remote = remote, .rkey = rkey, .len = e->d->rec_size,
+					 .flags = DM_WR_SIGNALED };
+		rc = dm_conn_read_batch(c, &w, 1);
+	}
+	if (rc) {
+		conn_failed(e, m);
+		return fail_at(e, rc, "posting a CAS and a READ to memory node %u", m);
+	}
+	rc = wait_range(e, m, first, e->wr);
 	*old = *e->word;
 	return rc;
 }
@@ -528,6 +648,14 @@ static int read_rec_once(struct cn_insert *e, uint32_t id, uint8_t *dst, uint32_
 	return rc == -EHOSTUNREACH ? fail_at(e, rc, "record %u: no replica up to read", id) : rc;
 }
 
+static inline uint64_t hdr_word(const uint8_t *r)
+{
+	uint64_t w;
+
+	memcpy(&w, r, 8);
+	return w;
+}
+
 /* ---- kept vectors of one insert's search ----------------------------------------------- */
 
 static void keep_reset(struct cn_insert *e)
@@ -551,7 +679,18 @@ static const float *kept(const struct cn_insert *e, uint32_t id)
 	}
 }
 
-static int keep(struct cn_insert *e, uint32_t id, const float *v)
+/* The header word record id was read with by this insert's search (false: not read). */
+static bool kept_word(const struct cn_insert *e, uint32_t id, uint64_t *word)
+{
+	const float *v = kept(e, id);
+
+	if (!v)
+		return false;
+	*word = e->kword[(size_t)(v - e->kvec) / e->kvdim];
+	return true;
+}
+
+static int keep(struct cn_insert *e, uint32_t id, const float *v, uint64_t word)
 {
 	if (kept(e, id))
 		return 0;
@@ -559,13 +698,16 @@ static int keep(struct cn_insert *e, uint32_t id, const float *v)
 		uint32_t cap = e->kcap ? 2 * e->kcap : 256, hcap = 2 * cap;
 		uint32_t *kid = realloc(e->kid, cap * sizeof(*kid));
 		float *kvec = kid ? realloc(e->kvec, (size_t)cap * e->kvdim * sizeof(float)) : NULL;
+		uint64_t *kw = kvec ? realloc(e->kword, cap * sizeof(*kw)) : NULL;
 		uint32_t *kh = malloc(hcap * sizeof(*kh));
 
 		if (kid)
 			e->kid = kid;
 		if (kvec)
 			e->kvec = kvec;
-		if (!kid || !kvec || !kh) {
+		if (kw)
+			e->kword = kw;
+		if (!kid || !kvec || !kw || !kh) {
 			free(kh);
 			return -ENOMEM;
 		}
@@ -585,6 +727,7 @@ static int keep(struct cn_insert *e, uint32_t id, const float *v)
 	uint32_t k = e->nk++, p = (id * 2654435761u) & (e->khcap - 1);
 
 	e->kid[k] = id;
+	e->kword[k] = word;
 	memcpy(e->kvec + (size_t)k * e->kvdim, v, (size_t)e->kvdim * sizeof(float));
 	while (e->khash[p] != UINT32_MAX)
 		p = (p + 1) & (e->khcap - 1);
@@ -604,13 +747,14 @@ static const struct hnsw_rec_hdr *stage_get(struct hnsw_src *s, uint32_t id)
 	return NULL;
 }
 
-/* READ the records of the query's batch into the stage (one READ round, then validated
- * re-reads of the few that fail) and keep their vectors. */
+/* READ the records of the query's batch into the stage (one READ round: one batch per
+ * memory node, all posted before any is waited for; then validated re-reads of the few that
+ * fail) and keep their vectors. */
 static int fetch(struct cn_insert *e, const uint32_t *ids, uint32_t n)
 {
-	struct dm_rdma_wr wr[DM_MAX_NODES][8];
-	uint32_t cnt[DM_MAX_NODES] = { 0 };
-	uint64_t first[DM_MAX_NODES];
+	struct dm_rdma_wr wr[64];
+	uint32_t mn[64], node[64], cnt[64], nn = 0;
+	uint64_t first[64];
 	bool ok[64];
 	int rc;
 
@@ -622,42 +766,62 @@ static int fetch(struct cn_insert *e, const uint32_t *ids, uint32_t n)
 		uint64_t addr = 0;
 
 		ok[j] = false;
+		mn[j] = DINDEX_NO_MN;
 		e->staged[j] = ids[j];
 		if (ids[j] >= e->d->cap)
 			return -EIO;
 		for (uint32_t r = 0; r < e->d->nrep && !replica_r(e, ids[j], r, &m, &addr, &rkey); r++)
 			m = DINDEX_NO_MN;
-		if (m == DINDEX_NO_MN || cnt[m] == 8 || !conn(e, m))
+		if (m == DINDEX_NO_MN || !conn(e, m))
 			continue;   /* read alone below */
-		wr[m][cnt[m]++] = (struct dm_rdma_wr){ .local = e->stage + (size_t)j * e->rec_size,
+		mn[j] = m;
+		wr[j] = (struct dm_rdma_wr){ .local = e->stage + (size_t)j * e->rec_size,
 			.mr = e->mr, .remote = addr, .rkey = rkey, .len = e->rec_size,
-			.flags = DM_WR_SIGNALED, .wr_id = j };
+			.flags = DM_WR_SIGNALED };
 	}
 	e->nstaged = n;
-	for (uint32_t m = 0; m < DM_MAX_NODES; m++) {
-		if (!cnt[m])
-			continue;
-		first[m] = e->wr + 1;
-		for (uint32_t i = 0; i < cnt[m]; i++) {
-			uint32_t j = (uint32_t)wr[m][i].wr_id;
+	e->st->rounds++;
+	/* group by node: node[k]'s records are wr[] entries with mn == node[k] */
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t k = 0;
 
-			wr[m][i].wr_id = ++e->wr;
-			ok[j] = true;   /* posted; validated below */
-		}
-		if (dm_conn_read_batch(e->mc[m], wr[m], (int)cnt[m])) {
-			conn_failed(e, m);
-			for (uint32_t i = 0; i < cnt[m]; i++)
-				ok[(uintptr_t)((uint8_t *)wr[m][i].local - e->stage) / e->rec_size] = false;
-			cnt[m] = 0;
-		}
-		e->st->reads += cnt[m];
-	}
-	for (uint32_t m = 0; m < DM_MAX_NODES; m++) {
-		if (!cnt[m] || !e->mc[m])
+		if (mn[j] == DINDEX_NO_MN)
 			continue;
-		if (wait_range(e, m, first[m], first[m] + cnt[m] - 1))
-			for (uint32_t i = 0; i < cnt[m]; i++)
-				ok[(uintptr_t)((uint8_t *)wr[m][i].local - e->stage) / e->rec_size] = false;
+		while (k < nn && node[k] != mn[j])
+			k++;
+		if (k == nn)
+			node[nn++] = mn[j];
+	}
+	for (uint32_t k = 0; k < nn; k++) {
+		struct dm_rdma_wr b[64];
+		uint32_t m = node[k];
+
+		cnt[k] = 0;
+		first[k] = e->wr + 1;
+		for (uint32_t j = 0; j < n; j++)
+			if (mn[j] == m) {
+				b[cnt[k]] = wr[j];
+				b[cnt[k]++].wr_id = ++e->wr;
+				ok[j] = true;   /* posted; validated below */
+			}
+		if (dm_conn_read_batch(e->mc[m], b, (int)cnt[k])) {
+			conn_failed(e, m);
+			for (uint32_t j = 0; j < n; j++)
+				if (mn[j] == m)
+					ok[j] = false;
+			cnt[k] = 0;
+		}
+		e->st->reads += cnt[k];
+	}
+	for (uint32_t k = 0; k < nn; k++) {
+		uint32_t m = node[k];
+
+		if (!cnt[k] || !e->mc[m])
+			continue;
+		if (wait_range(e, m, first[k], first[k] + cnt[k] - 1))
+			for (uint32_t j = 0; j < n; j++)
+				if (mn[j] == m)
+					ok[j] = false;
 	}
 	for (uint32_t j = 0; j < n; j++) {
 		uint8_t *r = e->stage + (size_t)j * e->rec_size;
@@ -670,7 +834,8 @@ static int fetch(struct cn_insert *e, const uint32_t *ids, uint32_t n)
 			if (rc)
 				return rc == -EAGAIN ? -EIO : rc;
 		}
-		rc = keep(e, ids[j], hnsw_rec_vec((const struct hnsw_rec_hdr *)r, e->d->vec_off));
+		rc = keep(e, ids[j], hnsw_rec_vec((const struct hnsw_rec_hdr *)r, e->d->vec_off),
+			  hdr_word(r));
 		if (rc)
 			return rc;
 	}
@@ -706,14 +871,6 @@ static uint32_t select_neighbours(struct cn_insert *e, hnsw_kernel_fn kern,
 }
 
 /* ---- the back-link under the neighbour's lock --------------------------------------- */
-
-static inline uint64_t hdr_word(const uint8_t *r)
-{
-	uint64_t w;
-
-	memcpy(&w, r, 8);
-	return w;
-}
 
 /* Add id (rotated vector xr, raw score dx to e's node) to node nb's list. */
 /* Break the lock of record nb on its primary (pm, paddr), whose header word has stayed
@@ -793,6 +950,13 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 	uint32_t M = d->p.M, holder = e->cn->node->id + 1;
 	uint64_t held_word = 0, held_since = 0;
 
+	/* The word nb was read with by this insert's search: when nothing changed nb since,
+	 * one CAS from it takes the lock, and the READ posted behind the CAS gets the record:
+	 * one round trip instead of two. (Not with the memory nodes' atomics: their CAS is an
+	 * RPC, not ordered with READs.) */
+	uint64_t guess = 0;
+	bool try_guess = !e->mn_atomics && kept_word(e, nb, &guess) && !(guess & 1u);
+
 	/* CN_INSERT_LOCK_TRIES attempts, and longer while one held word is waited out */
 	for (uint32_t t = 0; t < CN_INSERT_LOCK_TRIES || held_since; t++) {
 		struct hnsw_rec_hdr *h = (struct hnsw_rec_hdr *)e->rec;
@@ -807,10 +971,37 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 			;
 		if (j0 == d->nrep)
 			return fail_at(e, -EHOSTUNREACH, "record %u: no replica up to lock", nb);
-		rc = rw(e, false, pm, e->rec, paddr, prk, d->rec_size);
-		e->st->reads++;
-		if (rc)
-			return rc;
+		if (try_guess) {
+			try_guess = false;
+			want = (guess & ~UINT64_C(0xffffffffffff)) |
+			       ((uint64_t)(holder & 0xffff) << 32) | (uint32_t)((uint32_t)guess + 1);
+			rc = cas_read(e, pm, paddr, prk, guess, want, &old);
+			e->st->reads++;
+			if (rc)
+				return rc;
+			if (old == guess && !dindex_rec_ok(d, h)) {
+				/* locked, but the body is torn (a writer died in the middle of a
+				 * WRITE of an unlocked copy): restored under our lock as a gone
+				 * holder's would be, then tried again */
+				rc = break_lock(e, nb, j0, pm, paddr, prk, want, holder);
+				if (rc)
+					return rc;
+				t = DM_MIN(t, CN_INSERT_LOCK_TRIES - 1);
+				continue;
+			}
+			if (old == guess) {
+				word = guess;
+				seq = (uint32_t)word;
+				goto locked;
+			}
+			/* the CAS failed: the READ behind it is the current record */
+			e->st->lock_retries++;
+		} else {
+			rc = rw(e, false, pm, e->rec, paddr, prk, d->rec_size);
+			e->st->reads++;
+			if (rc)
+				return rc;
+		}
 		if (!hnsw_rec_stable(h, d->rec_size) || !dindex_rec_ok(d, h)) {
 			/* held by another writer (or one that died holding it), or torn: the
 			 * same word for longer than the lease is a gone holder's */
@@ -844,6 +1035,7 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 			e->st->lock_retries++;
 			continue;
 		}
+locked:
 		if (dm_unlikely(e->die_after) && ++e->locks == e->die_after) {
 			dm_warn("cn%u: DMANN_TEST_DIE_HOLDING_LOCK: killing myself holding the lock of "
 				"record %u", e->cn->node->id, nb);
@@ -917,22 +1109,35 @@ static int link_back(struct cn_insert *e, hnsw_kernel_fn kern, uint32_t nb, uint
 				h->n0 = cnt + 1;
 			h->crc = hnsw_rec_crc(h, d->rec_size);
 		}
-		/* the other replicas whole (stable at once), then the primary's body and last
-		 * its header word: the release */
+		/* the other replicas whole (stable at once), side by side; then the primary's
+		 * body and last its header word, the release, in one batch (applied in order) */
+		struct ins_wr wv[4];
+		uint32_t wj[4], nwv = 0;
+		bool ok[4];
+
 		for (uint32_t j = 0; j < d->nrep && slot != UINT32_MAX; j++) {
 			uint32_t m, rk;
 			uint64_t a;
 
 			if (j == j0)
 				continue;
-			if (!replica(e, nb, j, &m, &a, &rk) ||
-			    rw(e, true, m, e->rec, a, rk, d->rec_size))
+			if (!replica(e, nb, j, &m, &a, &rk) || nwv == DM_ARRAY_SIZE(wv)) {
 				write_missed(e, nb, j);
+				continue;
+			}
+			wj[nwv] = j;
+			wv[nwv++] = (struct ins_wr){ m, e->rec, a, rk, d->rec_size };
 		}
+		if (nwv)
+			(void)write_set(e, wv, nwv, ok);
+		for (uint32_t k = 0; k < nwv; k++)
+			if (!ok[k])
+				write_missed(e, nb, wj[k]);
+		nwv = 0;
 		if (slot != UINT32_MAX)
-			rc = rw(e, true, pm, e->rec + 8, paddr + 8, prk, d->rec_size - 8);
-		if (!rc)
-			rc = rw(e, true, pm, e->rec, paddr, prk, 8);
+			wv[nwv++] = (struct ins_wr){ pm, e->rec + 8, paddr + 8, prk, d->rec_size - 8 };
+		wv[nwv++] = (struct ins_wr){ pm, e->rec, paddr, prk, 8 };
+		rc = write_set(e, wv, nwv, ok);
 		if (rc)
 			return rc;
 		if (slot == UINT32_MAX)

@@ -57,6 +57,7 @@ struct cn_insert_stats {
 	uint64_t salvaged;  /* torn records of a gone holder with no whole copy, salvaged */
 	uint64_t forced;    /* new nodes no neighbour linked to: linked from the nearest by force */
 	uint64_t kept;      /* neighbours a back-link pushed out, linked from the new node */
+	uint64_t rounds;    /* round trips waited for (a batch to several memory nodes: one) */
 	int err;            /* what stopped a batch early (0: all inserted) */
 	char err_at[96];    /* where it did, for the logs ("" when not known) */
 };
