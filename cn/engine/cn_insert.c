@@ -1121,10 +1121,13 @@ locked:
 
 			if (j == j0)
 				continue;
-			if (!replica(e, nb, j, &m, &a, &rk) || nwv == DM_ARRAY_SIZE(wv)) {
+			if (!replica(e, nb, j, &m, &a, &rk) ||
+			    (nwv == DM_ARRAY_SIZE(wv) && rw(e, true, m, e->rec, a, rk, d->rec_size))) {
 				write_missed(e, nb, j);
 				continue;
 			}
+			if (nwv == DM_ARRAY_SIZE(wv))
+				continue;       /* written alone just above */
 			wj[nwv] = j;
 			wv[nwv++] = (struct ins_wr){ m, e->rec, a, rk, d->rec_size };
 		}
@@ -1271,15 +1274,31 @@ static int insert_one(struct cn_insert *e, const float *x, uint32_t ef, uint64_t
 		hnsw_quant_encode_list(d->quant, M, e->xr, vp, ns, e->rec + hnsw_rec_code_off(M));
 	memcpy(e->rec + d->vec_off, e->xr, (size_t)vdim * sizeof(float));
 	h->crc = hnsw_rec_crc(h, d->rec_size);
+	struct ins_wr wv[4];
+	uint32_t wj[4], nwv = 0;
+	bool ok[4];
+
 	for (uint32_t j = 0; j < d->nrep; j++) {
 		uint32_t m, rk;
 		uint64_t a;
 
-		if (replica(e, (uint32_t)id, j, &m, &a, &rk) &&
-		    !rw(e, true, m, e->rec, a, rk, d->rec_size))
-			written++;
+		if (!replica(e, (uint32_t)id, j, &m, &a, &rk))
+			write_missed(e, (uint32_t)id, j);
+		else if (nwv < DM_ARRAY_SIZE(wv)) {
+			wj[nwv] = j;
+			wv[nwv++] = (struct ins_wr){ m, e->rec, a, rk, d->rec_size };
+		} else if (!rw(e, true, m, e->rec, a, rk, d->rec_size))
+			written++;      /* past the batch: alone */
 		else
 			write_missed(e, (uint32_t)id, j);
+	}
+	if (nwv)
+		(void)write_set(e, wv, nwv, ok);
+	for (uint32_t k = 0; k < nwv; k++) {
+		if (ok[k])
+			written++;
+		else
+			write_missed(e, (uint32_t)id, wj[k]);
 	}
 	if (!written)
 		return fail_at(e, -EHOSTUNREACH, "record %llu: no replica took it",
