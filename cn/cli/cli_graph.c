@@ -58,6 +58,7 @@ static void graph_usage(FILE *f)
 struct gcheck {
 	uint64_t used;            /* ids handed out */
 	uint64_t whole, torn, empty, bad_ids, edges, reached, unreached, no_inlink;
+	uint64_t few_in[4];        /* whole nodes with exactly 0..3 level-0 in-links */
 	uint32_t *adj;            /* used x 2M level-0 lists */
 	uint16_t *n0;             /* per id: its list length */
 	uint8_t *st;              /* per id: 0 empty, 1 whole, 2 torn */
@@ -188,6 +189,8 @@ static int walk(const struct dindex *d, struct gcheck *g, uint8_t *seen)
 			g->unreached++;
 		if (!inl[id] && id != d->entry && !(id < d->n && d->upl[id]))
 			g->no_inlink++;
+		if (inl[id] < DM_ARRAY_SIZE(g->few_in))
+			g->few_in[inl[id]]++;
 	}
 	free(q);
 	free(inl);
@@ -382,22 +385,27 @@ static int graph_check(int argc, char **argv)
 		printf("{\"graph\":%llu,\"generation\":%llu,\"capacity\":%u,\"imported\":%u,\"ids\":%llu,"
 		       "\"whole\":%llu,\"torn\":%llu,\"empty\":%llu,\"bad_ids\":%llu,\"edges\":%llu,"
 		       "\"reachable\":%llu,\"unreachable\":%llu,\"no_inlink\":%llu,"
-		       "\"unreachable_nodes\":[", graph, (unsigned long long)d->gen, d->cap, d->n,
+		       "\"level0_inlinks\":[%llu,%llu,%llu,%llu],\"unreachable_nodes\":[", graph, (unsigned long long)d->gen, d->cap, d->n,
 		       (unsigned long long)g.used, (unsigned long long)g.whole,
 		       (unsigned long long)g.torn, (unsigned long long)g.empty,
 		       (unsigned long long)g.bad_ids, (unsigned long long)g.edges,
 		       (unsigned long long)g.reached, (unsigned long long)g.unreached,
-		       (unsigned long long)g.no_inlink);
+		       (unsigned long long)g.no_inlink, (unsigned long long)g.few_in[0],
+		       (unsigned long long)g.few_in[1], (unsigned long long)g.few_in[2],
+		       (unsigned long long)g.few_in[3]);
 	else
 		printf("graph %llu generation %llu: %llu ids handed out (%u imported, room for %u): %llu "
 		       "records whole, %llu torn, %llu empty; %llu level-0 edges, %llu neighbour ids "
 		       "out of range\nreachable from the entry point: %llu; unreachable: %llu (of "
-		       "which %llu have no in-link at all)\n", graph, (unsigned long long)d->gen,
+		       "which %llu have no in-link at all)\nwhole nodes with 0 / 1 / 2 / 3 level-0 "
+		       "in-links: %llu / %llu / %llu / %llu\n", graph, (unsigned long long)d->gen,
 		       (unsigned long long)g.used, d->n, d->cap, (unsigned long long)g.whole,
 		       (unsigned long long)g.torn, (unsigned long long)g.empty,
 		       (unsigned long long)g.edges, (unsigned long long)g.bad_ids,
 		       (unsigned long long)g.reached, (unsigned long long)g.unreached,
-		       (unsigned long long)g.no_inlink);
+		       (unsigned long long)g.no_inlink, (unsigned long long)g.few_in[0],
+		       (unsigned long long)g.few_in[1], (unsigned long long)g.few_in[2],
+		       (unsigned long long)g.few_in[3]);
 	for (uint64_t id = 0, shown = 0; id < g.used && shown < list; id++) {
 		if (g.st[id] != ST_WHOLE || seen[id])
 			continue;
