@@ -1,16 +1,21 @@
 #!/bin/bash
 # bench/s3/selffind.sh: how many rows of an S3 index grown online find themselves first
 # (issue 13, point 1 at 200k: "each finds itself first"), and the shape of the grown graph.
-# N0 + NT vectors of 128 dims (`dmann gen --kind sift`); an HNSW image of the first N0 (M=16,
-# efConstruction=100) is bulk-imported with `dmann load --bucket --name` on a local cluster
+# N0 + NT vectors of 128 dims (`dmann gen --kind sift`); an HNSW image of the first N0 (M,
+# efConstruction EFC) is bulk-imported with `dmann load --bucket --name` on a local cluster
 # of 2 MN + 2 CN (R=2, tcp, loopback), the other NT rows are put through libdmann and the
 # online indexers of both compute nodes move them into the graph; then S rows sampled evenly
 # over all N0 + NT are queried with their own vector (k=1, the graph path) through libdmann,
 # and `dmann graph check` reads every record: unreachable nodes and the count of nodes with
-# 0-3 level-0 in-links. Prints one JSON line; writes nothing into the docs (an exploration
-# tool: run it before and after a change to the insert path).
+# 0-3 level-0 in-links. The reference, in the same run: an offline build of all N0 + NT rows
+# with the same M and efConstruction (`dmann build`, 2 threads), whose self-find of the
+# same sample is run locally with `dmann search` (k=1, ef 128 and 256, the graph path's
+# default and twice it). Prints one JSON line and, with TABLE=1, writes the row of this run
+# into the table between <!-- BEGIN selffind --> markers of docs/benchmarks.md (one row per
+# configuration: M, efConstruction, SET).
 #
-# Env: N0 (20000), NT (200000), S (20000), SET (more [s3] settings, "k=v[,k=v...]"), BUILD
+# Env: N0 (20000), NT (200000), S (20000), M (16: the image's M), EFC (100: its
+# efConstruction), SET (more [s3] settings, "k=v[,k=v...]"), BUILD
 # (build), WORK (/dev/shm/dmann-selffind or ~/.cache/dmann-bench/selffind).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +24,8 @@ BUILD=${BUILD:-build}
 N0=${N0:-20000}
 NT=${NT:-200000}
 S=${S:-20000}
+M=${M:-16}
+EFC=${EFC:-100}
 SET=${SET:-}
 SPARE=$((NT + NT / 5))
 . "$ROOT/bench/s3/lib.sh"
@@ -45,7 +52,7 @@ with open(w + "/self_gt.ibin", "wb") as f:
     for i in pick:
         f.write(struct.pack("<i", i))
 EOF
-"$DMANN" build --base "$WORK/import.fbin" --metric l2 --M 16 --efc 100 --threads 2 \
+"$DMANN" build --base "$WORK/import.fbin" --metric l2 --M "$M" --efc "$EFC" --threads 2 \
 	--out "$WORK/idx.hnsw" >/dev/null
 REC=$(( $(stat -c %s "$WORK/idx.hnsw") / 1048576 ))
 REGION=$(( REC * 2 * (N0 + SPARE) / N0 + 512 ))
@@ -73,13 +80,59 @@ log "self-find of $S rows (k=1)"
 "$GB" query --config "$INI" --bucket self-bkt --name self-idx --query "$WORK/self.fbin" \
 	--gt "$WORK/self_gt.ibin" --k 1 --label self >"$WORK/self.json"
 "$DMANN" graph check --config "$INI" --json --list 0 >"$WORK/check.json"
-$PY - "$WORK" "$N0" "$NT" "$S" "$IX_S" "$SET" <<'EOF'
-import json, sys
+"$DMANN" local down --dir "$CDIR" >/dev/null
+log "reference: offline build of all $((N0 + NT)) rows, local self-find"
+"$DMANN" build --base "$WORK/d/base.fbin" --metric l2 --M "$M" --efc "$EFC" --threads 2 \
+	--out "$WORK/all.hnsw" >/dev/null
+"$DMANN" search --index "$WORK/all.hnsw" --query "$WORK/self.fbin" --gt "$WORK/self_gt.ibin" \
+	--k 1 --ef 128,256 --beam 4 --json >"$WORK/ref.json"
+$PY - "$WORK" "$N0" "$NT" "$S" "$IX_S" "$SET" "$M" "$EFC" "${TABLE:-0}" "$ROOT/docs/benchmarks.md" \
+	"$(( $(date +%s) - START ))" <<'EOF'
+import json, re, subprocess, sys
 w, n0, nt, s, ix, st = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+m, efc, table, md, elapsed = int(sys.argv[7]), int(sys.argv[8]), sys.argv[9] == "1", sys.argv[10], int(sys.argv[11])
 q = json.load(open(w + "/self.json"))
 c = json.load(open(w + "/check.json"))
-print(json.dumps({"imported": n0, "online": nt, "set": st, "index_s": ix, "sampled": s,
-                  "self_first": round(q["recall"] * s), "missed": s - round(q["recall"] * s),
-                  "unreachable": c["unreachable"], "level0_inlinks_0_1_2_3": c["level0_inlinks"],
-                  "edges": c["edges"], "ids": c["ids"]}))
+ref = {}
+for line in open(w + "/ref.json"):
+    r = json.loads(line)
+    ref[r["ef"]] = r["recall"]
+first = round(q["recall"] * s)
+res = {"imported": n0, "online": nt, "M": m, "efc": efc, "set": st, "index_s": ix,
+       "sampled": s, "self_first": first, "missed": s - first, "unreachable": c["unreachable"],
+       "level0_inlinks_0_1_2_3": c["level0_inlinks"], "edges": c["edges"], "ids": c["ids"],
+       "offline_missed_ef128": s - round(ref[128] * s), "offline_missed_ef256": s - round(ref[256] * s)}
+print(json.dumps(res))
+if table:
+    isa = open("/proc/cpuinfo").read()
+    isa = " ".join(f for f in ("avx512f", "avx2") if re.search(r"\b%s\b" % f, isa))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    row = ("| %d | %d | %s | %d of %d (%d missed) | %d / %d | %d / %d / %d | %d | %d s | %s, %s |" %
+           (m, efc, st or "defaults", first, s, s - first, res["offline_missed_ef128"],
+            res["offline_missed_ef256"], *c["level0_inlinks"][1:4], c["unreachable"], ix, commit, isa))
+    b, e = "<!-- BEGIN selffind -->", "<!-- END selffind -->"
+    head = ("Generated by `bench/s3/selffind.sh` with TABLE=1 (one row per configuration, the "
+            "latest run of each): %d x 128 generated vectors (`dmann gen --kind sift`, seed 7, "
+            "l2); an image of the first %d bulk-imported, the other %d put through libdmann and "
+            "indexed online by both compute nodes (2 MN + 2 CN, R=2, tcp, loopback); %d rows "
+            "sampled evenly over all queried with their own vector (k=1, the graph path, "
+            "`graph_ef` 128). Reference in the same run: an offline build of all rows with the "
+            "same M and efConstruction, the same sample searched locally (`dmann search`, k=1, "
+            "beam 4) at ef 128 / 256." % (n0 + nt, n0, nt, s))
+    hdr = ["| M | efConstruction | [s3] settings | online graph: found first | offline build: missed at ef 128 / 256 | nodes with 1 / 2 / 3 level-0 in-links | unreachable | indexing | commit, ISA |",
+           "|---:|---:|---|---|---|---|---:|---:|---|"]
+    text = open(md).read()
+    rows = []
+    if b in text:
+        old = text[text.index(b):text.index(e)]
+        rows = [l for l in old.splitlines() if l.startswith("| ") and not l.startswith("| M |")]
+    key = row.split("|")[1:4]
+    rows = [r for r in rows if r.split("|")[1:4] != key] + [row]
+    block = "\n".join([head, ""] + hdr + rows)
+    if b in text:
+        text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
+    else:
+        text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
+    open(md, "w").write(text)
+    print(block)
 EOF

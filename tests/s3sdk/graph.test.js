@@ -26,7 +26,9 @@
 //     0.01% (what the HNSW search may miss) are among the top 10 of their own vector.
 // Both compute nodes run the online indexer, each on the rows whose key it wins.
 // Environment: DMANN_BIN_DIR (dmann, dmann-mn, dmann-cn), S3SDK_NODE_MODULES, GRAPH_ROWS
-// (default 50000; the ASan build uses 10000). Run by tests/s3sdk/run.sh graph.
+// (default 50000; the ASan build uses 10000), GRAPH_M (the seed image's M, default 16: the
+// online indexer keeps the image's M; bench/s3/sdk.sh sets 32 at 200,000 rows, see its
+// header). Run by tests/s3sdk/run.sh graph.
 'use strict';
 
 const { test, after } = require('node:test');
@@ -42,6 +44,7 @@ const BINDIR = process.env.DMANN_BIN_DIR;
 const DMANN = path.join(BINDIR, 'dmann');
 const TAIL = Number(process.env.GRAPH_ROWS || 50000);       // written through the SDK
 const N = Math.max(1000, Math.floor(TAIL / 10));              // the imported seed
+const GRAPH_M = Number(process.env.GRAPH_M || 16);
 const REPUT = 200, DEL = 200, DEL_TAIL = 50, NQ = 200, K = 10, DIM = 128;
 const BUCKET = 'graph-bkt', INDEX = 'graph-idx';
 
@@ -227,7 +230,7 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
   fs.writeFileSync(path.join(tmp, 'keys.txt'), keys.join('\n') + '\n');
   fs.writeFileSync(path.join(tmp, 'meta.txt'), metas.join('\n') + '\n');
   execFileSync(DMANN, ['build', '--base', path.join(tmp, 'import.fbin'), '--metric', 'l2',
-    '--M', '16', '--efc', '100', '--threads', '2', '--out', path.join(tmp, 'idx.hnsw')],
+    '--M', String(GRAPH_M), '--efc', '100', '--threads', '2', '--out', path.join(tmp, 'idx.hnsw')],
   { stdio: 'ignore' });
   const t1 = Date.now();
   const out = execFileSync(DMANN, ['load', '--config', ini, '--index', path.join(tmp, 'idx.hnsw'),
