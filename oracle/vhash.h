@@ -27,7 +27,8 @@
  * (sample and queries) first; L2 order on unit vectors equals cosine order.
  *
  * Not built yet (docs/oracle.md): placement of node ids in key order, CN partitions as key
- * ranges, the bounded-fanout frontier, scopes and the two-phase epoch rollout.
+ * ranges, a query path using the bounded-fanout frontier (the algorithm is vhash_frontier.h),
+ * scopes and the two-phase epoch rollout.
  *
  * Errors follow dm.h: int functions return 0 (or a count) or -errno; constructors return
  * NULL with errno set.
