@@ -5,8 +5,6 @@
 
 #include <math.h>
 
-typedef unsigned __int128 u128;
-
 void dm_frontier_opts_default(struct dm_frontier_opts *o)
 {
 	o->ring = DM_FRONTIER_RING_DEFAULT;
@@ -43,17 +41,6 @@ uint32_t dm_frontier_fragment(const uint64_t *flo, uint32_t nfrag, uint64_t key)
 			b = mid;
 	}
 	return a;
-}
-
-uint64_t dm_vhash_key_at(const struct dm_vhash *vh, uint32_t r, double d2)
-{
-	/* the arithmetic of dm_vhash_key (vhash.c), region given instead of chosen */
-	double f = dm_vhash_cdf(vh, r, d2);
-	uint64_t frac = f >= 1.0 ? UINT64_MAX : (uint64_t)ldexp(f, 64);
-	uint64_t span = vh->hi[r] - vh->lo[r];
-	uint64_t off = (uint64_t)(((u128)frac * ((u128)span + 1)) >> 64);
-
-	return vh->lo[r] + DM_MIN(off, span);
 }
 
 /* The list under construction: out[0..n) distinct, at most cap. */

@@ -109,9 +109,5 @@ int dm_vhash_frontier(const struct dm_vhash *vh, const uint64_t *flo, const uint
 		      const struct dm_frontier_opts *opts, uint32_t *out, uint32_t room,
 		      struct dm_frontier_info *info);
 
-/* The query's key at region r (r < vh->k): lo_r + floor(F_r(d2) * len_r) in the integer
- * arithmetic of dm_vhash_key, d2 = |q - c_r|^2 given by the caller (exact, as dm_vhash_rank
- * returns it). dm_vhash_key(q) = dm_vhash_key_at(vh, nearest, its d2). */
-uint64_t dm_vhash_key_at(const struct dm_vhash *vh, uint32_t r, double d2);
 
 #endif /* DM_ORACLE_VHASH_FRONTIER_H */
