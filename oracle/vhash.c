@@ -349,19 +349,25 @@ double dm_vhash_cdf(const struct dm_vhash *vh, uint32_t r, double d2)
 	return ((double)a + t) / (double)Q;
 }
 
-uint64_t dm_vhash_key(const struct dm_vhash *vh, const float *x, uint32_t *region)
+uint64_t dm_vhash_key_at(const struct dm_vhash *vh, uint32_t r, double d2)
 {
-	double d2;
-	uint32_t r = dm_vhash_nearest(vh, x, &d2);
 	double f = dm_vhash_cdf(vh, r, d2);
 	/* F as a 64-bit fraction: ldexp is exact, truncation monotone; F = 1 -> 1 - 2^-64 */
 	uint64_t frac = f >= 1.0 ? UINT64_MAX : (uint64_t)ldexp(f, 64);
 	uint64_t span = vh->hi[r] - vh->lo[r];                 /* len - 1 */
 	uint64_t off = (uint64_t)(((u128)frac * ((u128)span + 1)) >> 64); /* < len */
 
+	return vh->lo[r] + DM_MIN(off, span);
+}
+
+uint64_t dm_vhash_key(const struct dm_vhash *vh, const float *x, uint32_t *region)
+{
+	double d2;
+	uint32_t r = dm_vhash_nearest(vh, x, &d2);
+
 	if (region)
 		*region = r;
-	return vh->lo[r] + DM_MIN(off, span);
+	return dm_vhash_key_at(vh, r, d2);
 }
 
 uint32_t dm_vhash_key_region(const struct dm_vhash *vh, uint64_t key)

@@ -27,7 +27,8 @@
  * (sample and queries) first; L2 order on unit vectors equals cosine order.
  *
  * Not built yet (docs/oracle.md): placement of node ids in key order, CN partitions as key
- * ranges, the bounded-fanout frontier, scopes and the two-phase epoch rollout.
+ * ranges, a query path using the bounded-fanout frontier (the algorithm is vhash_frontier.h),
+ * scopes and the two-phase epoch rollout.
  *
  * Errors follow dm.h: int functions return 0 (or a count) or -errno; constructors return
  * NULL with errno set.
@@ -110,6 +111,11 @@ double dm_vhash_cdf(const struct dm_vhash *vh, uint32_t r, double d2);
  * [lo_r, hi_r]. *region (may be NULL) receives r. */
 uint64_t dm_vhash_key(const struct dm_vhash *vh, const float *x, uint32_t *region);
 
+/* The key of a vector at region r (r < vh->k) whose squared distance to c_r is d2 (given by
+ * the caller, exact as dm_vhash_rank returns it): lo_r + floor(F_r(d2) * len_r) in the
+ * integer arithmetic of dm_vhash_key, which is dm_vhash_key_at(vh, nearest, its d2). The
+ * bounded-fanout frontier takes a query's key at each of its nearest regions this way. */
+uint64_t dm_vhash_key_at(const struct dm_vhash *vh, uint32_t r, double d2);
 /* The region whose interval holds key (binary search in ring order). Every key has one. */
 uint32_t dm_vhash_key_region(const struct dm_vhash *vh, uint64_t key);
 
