@@ -12,7 +12,7 @@
 # same sample is run locally with `dmann search` (k=1, ef 128 and 256, the graph path's
 # default and twice it). Prints one JSON line and, with TABLE=1, writes the row of this run
 # into the table between <!-- BEGIN selffind --> markers of docs/benchmarks.md (one row per
-# configuration: M, efConstruction, SET).
+# configuration: M, efConstruction, SET; the rows of runs of other sizes are dropped).
 #
 # Env: N0 (20000), NT (200000), S (20000), M (16: the image's M), EFC (100: its
 # efConstruction), SET (more [s3] settings, "k=v[,k=v...]"), BUILD
@@ -125,7 +125,9 @@ if table:
     rows = []
     if b in text:
         old = text[text.index(b):text.index(e)]
-        rows = [l for l in old.splitlines() if l.startswith("| ") and not l.startswith("| M |")]
+        # rows of a run of other sizes (another head) are dropped, not mixed in
+        if head in old:
+            rows = [l for l in old.splitlines() if l.startswith("| ") and not l.startswith("| M |")]
     key = row.split("|")[1:4]
     rows = [r for r in rows if r.split("|")[1:4] != key] + [row]
     block = "\n".join([head, ""] + hdr + rows)
