@@ -93,9 +93,7 @@ static void setup(void)
 static void teardown(void)
 {
 	sh("%s local down --dir %s/lc", dmann, dir);
-	if (getenv("DMANN_KEEP_TEST_DIR"))
-		return;
-	sh("rm -rf %s", dir);
+	cluster_test_dir_done(dir);
 }
 
 TestSuite(insert, .init = setup, .fini = teardown, .timeout = 900);

@@ -129,7 +129,7 @@ say "initramfs built ($(du -k "$WORK/initrd.gz" | cut -f1) KiB, tests: $(printf 
 # ---- 3. boot ----
 qemu() {  # qemu ACCEL TIMEOUT EXTRA_APPEND
 	timeout --foreground "$2" qemu-system-x86_64 \
-		-machine "q35,accel=$1" -cpu max -smp 2 -m 1536 \
+		-machine "q35,accel=$1" -cpu max -smp 2 -m 3072 \
 		-nographic -no-reboot -nodefaults -serial stdio \
 		-kernel "$KD/vmlinux" -initrd "$WORK/initrd.gz" \
 		-append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic $3" \
