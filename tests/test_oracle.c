@@ -30,30 +30,6 @@ extern char **environ;
 
 /* lcg, u01, normal: test_rng.h */
 
-/* n points in dim dimensions around nc centres (spread `sep`), unit noise; label[] optional.
- * Points go to centres round-robin, so each centre gets n/nc points. */
-static float *mixture(uint64_t seed, size_t n, size_t dim, size_t nc, double sep, float **cent_out,
-		      uint32_t *label)
-{
-	uint64_t s = seed;
-	float *c = malloc(nc * dim * sizeof(float)), *x = malloc(n * dim * sizeof(float));
-	cr_assert(c && x);
-	for (size_t j = 0; j < nc * dim; j++)
-		c[j] = (float)(u01(&s) * sep);
-	for (size_t i = 0; i < n; i++) {
-		size_t j = i % nc;
-		if (label)
-			label[i] = (uint32_t)j;
-		for (size_t d = 0; d < dim; d++)
-			x[i * dim + d] = c[j * dim + d] + (float)normal(&s);
-	}
-	if (cent_out)
-		*cent_out = c;
-	else
-		free(c);
-	return x;
-}
-
 /* The determinism sample: big enough that OpenBLAS sgemm actually splits work over threads
  * (512-row blocks x 64 centroids x 96 dims). */
 #define DN 6000
@@ -63,7 +39,7 @@ static float *mixture(uint64_t seed, size_t n, size_t dim, size_t nc, double sep
 static struct dm_oracle *det_build(enum dm_oracle_algo algo)
 {
 	struct dm_oracle_params p;
-	float *x = mixture(42, DN, DDIM, 20, 6.0, NULL, NULL);
+	float *x = rng_mixture(42, DN, DDIM, 20, 6.0, NULL, NULL);
 	dm_oracle_params_default(&p, DK);
 	p.algo = algo;
 	p.seed = 7;
@@ -310,7 +286,7 @@ Test(oracle, deterministic_across_kernels, .timeout = 120)
 Test(oracle, seed_matters)
 {
 	struct dm_oracle_params p;
-	float *x = mixture(3, 2000, 16, 12, 5.0, NULL, NULL);
+	float *x = rng_mixture(3, 2000, 16, 12, 5.0, NULL, NULL);
 	dm_oracle_params_default(&p, 4);
 	struct dm_oracle *a = dm_oracle_build(x, 2000, 16, &p);
 	p.seed++;
@@ -395,7 +371,7 @@ Test(oracle, constrained_balance_bound)
 Test(oracle, doubling_balance_bound)
 {
 	const size_t n = 3200, dim = 16;
-	float *x = mixture(5, n, dim, 8, 40.0, NULL, NULL);
+	float *x = rng_mixture(5, n, dim, 8, 40.0, NULL, NULL);
 	struct dm_oracle_params p;
 	dm_oracle_params_default(&p, 4);
 	p.algo = DM_ORACLE_DOUBLING;
@@ -438,7 +414,7 @@ Test(oracle, predictor_ranks_own_cluster_first)
 	const size_t nc = 6, per = 300, n = nc * per, dim = 20;
 	uint32_t *label = malloc(n * sizeof(uint32_t));
 	float *cent;
-	float *x = mixture(11, n, dim, nc, 200.0, &cent, label);  /* far apart, unit noise */
+	float *x = rng_mixture(11, n, dim, nc, 200.0, &cent, label);  /* far apart, unit noise */
 	for (int algo = 0; algo < 2; algo++) {
 		struct dm_oracle_params p;
 		dm_oracle_params_default(&p, nc);

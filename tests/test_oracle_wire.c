@@ -17,25 +17,10 @@
 
 /* lcg, u01, normal: test_rng.h */
 
-/* n points in dim dimensions around nc uniform centres (box of side sep), unit noise. */
-static float *mixture(uint64_t seed, size_t n, size_t dim, size_t nc, double sep)
-{
-	uint64_t s = seed;
-	float *c = malloc(nc * dim * sizeof(float)), *x = malloc(n * dim * sizeof(float));
-	cr_assert(c && x);
-	for (size_t j = 0; j < nc * dim; j++)
-		c[j] = (float)(u01(&s) * sep);
-	for (size_t i = 0; i < n; i++)
-		for (size_t d = 0; d < dim; d++)
-			x[i * dim + d] = c[(i % nc) * dim + d] + (float)normal(&s);
-	free(c);
-	return x;
-}
-
 static struct dm_oracle *build(size_t n, size_t dim, uint32_t k, enum dm_oracle_algo algo)
 {
 	struct dm_oracle_params p;
-	float *x = mixture(11, n, dim, 2 * k + 1, 10.0);
+	float *x = rng_mixture(11, n, dim, 2 * k + 1, 10.0, NULL, NULL);
 
 	dm_oracle_params_default(&p, k);
 	p.algo = algo;

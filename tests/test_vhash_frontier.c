@@ -21,28 +21,13 @@
 #define SEED 11
 #define NQ   200
 
-/* n points around nc uniform centres in a box of side sep, unit noise. */
-static float *mixture(uint64_t seed, size_t n, size_t dim, size_t nc, double sep)
-{
-	uint64_t s = seed;
-	float *c = malloc(nc * dim * sizeof(float)), *x = malloc(n * dim * sizeof(float));
-	cr_assert(c && x);
-	for (size_t j = 0; j < nc * dim; j++)
-		c[j] = (float)(u01(&s) * sep);
-	for (size_t i = 0; i < n; i++)
-		for (size_t d = 0; d < dim; d++)
-			x[i * dim + d] = c[(i % nc) * dim + d] + (float)normal(&s);
-	free(c);
-	return x;
-}
-
 static struct dm_vhash *vh;
 static float *data, *queries;
 
 static void setup(void)
 {
-	data = mixture(SEED, N, DIM, 16, 12.0);
-	queries = mixture(SEED + 100, NQ, DIM, 16, 12.0);
+	data = rng_mixture(SEED, N, DIM, 16, 12.0, NULL, NULL);
+	queries = rng_mixture(SEED + 100, NQ, DIM, 16, 12.0, NULL, NULL);
 	vh = dm_vhash_fit(data, N, DIM, K, SEED, NULL);
 	cr_assert(vh, "fit: errno %d", errno);
 }
