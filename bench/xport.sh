@@ -10,7 +10,7 @@ bin=$build/bench/xport_bench
 [ -x "$bin" ] || { echo "xport.sh: $bin not built (ninja -C $build bench/xport_bench)" >&2; exit 1; }
 
 out=$(mktemp)
-trap 'rm -f "$out" "$out.md"' EXIT
+trap 'rm -f "$out"' EXIT
 {
 	echo "### Transport (bench/xport.sh)"
 	echo
@@ -29,10 +29,5 @@ trap 'rm -f "$out" "$out.md"' EXIT
 cat "$out"
 
 doc=$root/docs/benchmarks.md
-awk -v f="$out" '
-	/<!-- BEGIN xport -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
-	/<!-- END xport -->/ { skip = 0 }
-	!skip { print }
-' "$doc" > "$out.md"
-mv "$out.md" "$doc"
+python3 "$root/bench/mdblock.py" "$doc" xport < "$out"
 echo "xport.sh: updated $doc" >&2

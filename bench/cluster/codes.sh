@@ -84,7 +84,7 @@ ELAPSED=$(( $(date +%s) - START ))
 python3 - "$OUT" "$ROOT/docs/benchmarks.md" "$RATE" "$NQ" "$EF_NONE/$EF_CODES" "$ELAPSED" \
 	"$(grep -o -w -E 'avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" \
 	"$(git -C "$ROOT" rev-parse --short HEAD)" <<'PY'
-import json, sys, re, datetime
+import json, os, sys, datetime
 out, doc, rate, nq, ef, elapsed, isa, commit = sys.argv[1:9]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 by = {(r["layout"], r["label"]): r for r in rows}
@@ -145,12 +145,9 @@ for b in (1, 2, 4):
                  f"{r['round_trips_per_query']:.1f} | {r['hops_per_query']:.1f} | "
                  f"{r['p50_us']/1000:.2f} | {r['p99_us']/1000:.2f} |")
 block = "\n".join(L)
-text = open(doc).read()
-b, e = "<!-- BEGIN cluster-codes -->", "<!-- END cluster-codes -->"
-if b in text:
-    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda m: b + "\n" + block + "\n" + e, text, flags=re.S)
-else:
-    text = text.rstrip() + "\n\n## Remote search with neighbour codes (issue 12)\n\n" + b + "\n" + block + "\n" + e + "\n"
-open(doc, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(doc), "..", "bench"))
+from mdblock import put_block
+put_block(doc, "cluster-codes", block,
+          heading="## Remote search with neighbour codes (issue 12)")
 print(block)
 PY

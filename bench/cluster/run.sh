@@ -44,7 +44,7 @@ for ratio in 0 2% 5% 10%; do
 done
 
 python3 - "$OUT" "$ROOT/docs/benchmarks.md" "$RATE" "$NQ" "$EF" <<'PY'
-import json, sys, re, datetime
+import json, os, sys, datetime
 out, doc, rate, nq, ef = sys.argv[1:6]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 base = rows[0]
@@ -67,11 +67,8 @@ for r in rows:
         f"{r['round_trips_per_query']:.1f} | {r['hops_per_query']:.1f} | "
         f"{r['p50_us']/1000:.1f} | {r['p99_us']/1000:.1f} |")
 block = "\n".join(lines)
-text = open(doc).read()
-new = re.sub(r"<!-- BEGIN cluster -->.*?<!-- END cluster -->",
-             "<!-- BEGIN cluster -->\n" + block + "\n<!-- END cluster -->", text, flags=re.S)
-if new == text and "<!-- BEGIN cluster -->" not in text:
-    new = text.rstrip() + "\n\n## Compute-node cache on rate-limited links\n\n<!-- BEGIN cluster -->\n" + block + "\n<!-- END cluster -->\n"
-open(doc, "w").write(new)
+sys.path.insert(0, os.path.join(os.path.dirname(doc), "..", "bench"))
+from mdblock import put_block
+put_block(doc, "cluster", block, heading="## Compute-node cache on rate-limited links")
 print(block)
 PY

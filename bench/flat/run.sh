@@ -35,13 +35,5 @@ dev=$(df --output=source "$work" | tail -1)
 cat "$out"
 
 doc=$root/docs/benchmarks.md
-if ! grep -q '<!-- BEGIN wal -->' "$doc"; then
-	printf '\n## Flat store WAL writes\n\n<!-- BEGIN wal -->\n<!-- END wal -->\n' >> "$doc"
-fi
-awk -v f="$out" '
-	/<!-- BEGIN wal -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
-	/<!-- END wal -->/ { skip = 0 }
-	!skip { print }
-' "$doc" > "$out.doc"
-cp "$out.doc" "$doc"
+python3 "$root/bench/mdblock.py" "$doc" wal --heading '## Flat store WAL writes' < "$out"
 echo "flat/run.sh: updated $doc" >&2

@@ -68,7 +68,7 @@ done
 ELAPSED=$(( $(date +%s) - START ))
 
 /usr/bin/python3 - "$OUT" "$ROOT/docs/benchmarks.md" "$ELAPSED" <<'PY'
-import datetime, json, re, subprocess, sys
+import datetime, json, os, re, subprocess, sys
 out, doc, elapsed = sys.argv[1:4]
 recs = [json.loads(l) for l in open(out) if l.strip()]
 metas = {r["label"]: r for r in recs if r["type"] == "meta"}
@@ -164,14 +164,9 @@ for ds in metas:
                              f"fragments = {share*100:.1f}% ({verdict} the 40% target)")
         lines.append(f"- {names.get(ds, ds)}, F = {F}: " + "; ".join(parts) + ".")
 block = "\n".join(lines)
-text = open(doc).read()
-if "<!-- BEGIN frontier -->" in text:
-    text = re.sub(r"<!-- BEGIN frontier -->.*?<!-- END frontier -->",
-                  lambda m: "<!-- BEGIN frontier -->\n" + block + "\n<!-- END frontier -->", text,
-                  flags=re.S)
-else:
-    text = (text.rstrip() + "\n\n## Bounded-fanout frontier over key-ordered fragments, offline (issue 15, point 3)\n\n"
-            "<!-- BEGIN frontier -->\n" + block + "\n<!-- END frontier -->\n")
-open(doc, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(doc), "..", "bench"))
+from mdblock import put_block
+put_block(doc, "frontier", block,
+          heading="## Bounded-fanout frontier over key-ordered fragments, offline (issue 15, point 3)")
 print(block)
 PY

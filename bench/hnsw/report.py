@@ -15,6 +15,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from mdblock import put_block  # noqa: E402
+
 LIBS = ["dmann-codes", "dmann-nocodes", "hnswlib", "faiss"]
 TITLES = {
     "fmnist": ("Fashion-MNIST (60000 x 784, l2)", 2.0),
@@ -163,17 +166,7 @@ def main():
     out.append("![recall vs QPS](%s)" % png)
     section = "\n".join(out)
 
-    with open(md_path) as f:
-        md = f.read()
-    tag = "hnsw" if dataset == "fmnist" else "hnsw-" + dataset
-    b, e = "<!-- BEGIN %s -->" % tag, "<!-- END %s -->" % tag
-    if b not in md or e not in md:
-        md = md.rstrip("\n") + "\n\n" + b + "\n" + e + "\n"
-    head, rest = md.split(b, 1)
-    _, tail = rest.split(e, 1)
-    with open(md_path + ".tmp", "w") as f:
-        f.write(head + b + "\n" + section + "\n" + e + tail)
-    os.replace(md_path + ".tmp", md_path)
+    put_block(md_path, "hnsw" if dataset == "fmnist" else "hnsw-" + dataset, section)
 
     plt.figure(figsize=(7, 4.5))
     for lib, mk in zip(LIBS, ["o-", "d-.", "s--", "^:"]):

@@ -73,7 +73,7 @@ trap '"$DMANN" local down --dir "$WORK/lc" >/dev/null 2>&1 || true' EXIT
 ELAPSED=$(( $(date +%s) - START ))
 
 $PY - "$WORK" "$N0" "$N1" "$CONNS" "$ROOT/docs/benchmarks.md" "$ELAPSED" <<'EOF'
-import json, re, subprocess, sys, numpy as np
+import json, os, re, subprocess, sys, numpy as np
 w, n0, n1, conns, md, elapsed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 def rd(p, dt):
     h = np.fromfile(p, dtype=np.uint32, count=2)
@@ -118,12 +118,8 @@ out += ["",
         "", "Online rate / 2-thread local build rate: %.3f (target of issue 13: >= 300 rows/s online)." %
         (ins["rate"] / (n / b2["build_s"]))]
 block = "\n".join(out)
-text = open(md).read()
-b, e = "<!-- BEGIN insert -->", "<!-- END insert -->"
-if b in text:
-    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
-open(md, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(md), "..", "bench"))
+from mdblock import put_block
+put_block(md, "insert", block)
 print(block)
 EOF

@@ -86,7 +86,7 @@ $PY - "$OUT" "$ROOT/docs/benchmarks.md" "$N" "$NQ" "$WARM" "$EF" "$ELAPSED" \
 	"$(grep -o -w -E 'avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')" \
 	"$(git -C "$ROOT" rev-parse --short HEAD)" "${BUILD_S[insertion]}" "${BUILD_S[vhash]}" \
 	"$(nproc)" <<'PY'
-import json, sys, re, datetime
+import json, os, sys, datetime
 out, doc, n, nq, warm, ef, elapsed, isa, commit, bs_ins, bs_key, ncpu = sys.argv[1:13]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 by = {(r["order"], r["run"], round(r["cache_ratio"], 2)): r for r in rows}
@@ -131,13 +131,9 @@ for r in rows:
              f"{q('mns_per_round_trip')} | {q('mns_per_query')} | {q('blocks_per_query')} | "
              f"{q('round_trips_per_query')} |")
 block = "\n".join(L)
-text = open(doc).read()
-if "<!-- BEGIN keyorder -->" in text:
-    new = re.sub(r"<!-- BEGIN keyorder -->.*?<!-- END keyorder -->",
-                 lambda m: "<!-- BEGIN keyorder -->\n## Key-order placement against insertion order (issue 15)\n\n" + block + "\n<!-- END keyorder -->",
-                 text, flags=re.S)
-else:
-    new = text.rstrip() + "\n\n<!-- BEGIN keyorder -->\n## Key-order placement against insertion order (issue 15)\n\n" + block + "\n<!-- END keyorder -->\n"
-open(doc, "w").write(new)
+sys.path.insert(0, os.path.join(os.path.dirname(doc), "..", "bench"))
+from mdblock import put_block
+# this section's heading is inside its markers
+put_block(doc, "keyorder", "## Key-order placement against insertion order (issue 15)\n\n" + block)
 print(block)
 PY

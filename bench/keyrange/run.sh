@@ -99,7 +99,7 @@ done
 ELAPSED=$(( $(date +%s) - START ))
 
 /usr/bin/python3 - "$OUT" "$ROOT/docs/benchmarks.md" "$NQ" "$EF" "$NETNS" "$RATE" "$SPACEV_N" "$BATCH" "$ELAPSED" <<'PY'
-import datetime, json, re, subprocess, sys
+import datetime, json, os, re, subprocess, sys
 out, doc, nq, ef, netns, rate, spacev_n, batch, elapsed = sys.argv[1:10]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 cpu = open("/proc/cpuinfo").read()
@@ -156,14 +156,9 @@ for ds, ratio, dist, variant in keys:
         verdict.append(b["csp"] <= a["csp"])
 lines += ["", f"CSP with key ranges at most that of k-means in {sum(verdict)} of {len(verdict)} rows."]
 block = "\n".join(lines)
-text = open(doc).read()
-if "<!-- BEGIN keyrange -->" in text:
-    text = re.sub(r"<!-- BEGIN keyrange -->.*?<!-- END keyrange -->",
-                  lambda m: "<!-- BEGIN keyrange -->\n" + block + "\n<!-- END keyrange -->", text,
-                  flags=re.S)
-else:
-    text = (text.rstrip() + "\n\n## Partitions as key ranges vs k-means partitions (issue 15, point 2)\n\n"
-            "<!-- BEGIN keyrange -->\n" + block + "\n<!-- END keyrange -->\n")
-open(doc, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(doc), "..", "bench"))
+from mdblock import put_block
+put_block(doc, "keyrange", block,
+          heading="## Partitions as key ranges vs k-means partitions (issue 15, point 2)")
 print(block)
 PY

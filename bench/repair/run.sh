@@ -148,7 +148,7 @@ ELAPSED=$(( $(date +%s) - START ))
 $PY - "$WORK" "$ROOT/docs/benchmarks.md" "$ELAPSED" "$N" "$STREAM" "$IDX_BYTES" "$T_KILL" \
 	"$T_DOWN" "$T_REPAIRED" "$T_END" "$STILL" "$T_BUCKETS" "$BUCKETS" "$S3_ROWS" "$S3_BYTES" \
 	"$STALE_MAX" "$S3_GOT" "$S3_FOUND" "$S3_ASKED" "$PUT_S" <<'EOF'
-import json, re, subprocess, sys
+import json, os, re, subprocess, sys
 w, md, elapsed, n, stream, idx_bytes = sys.argv[1:7]
 t_kill, t_down, t_rep, t_end = (float(x) for x in sys.argv[7:11])
 still = sys.argv[11]
@@ -198,12 +198,8 @@ out = ["## Re-replication of a lost memory node (issue 14)", "",
        "| then: S3 rows read back exactly, found first by their own vector | %d and %d of %d |" %
        (s3_got, s3_found, s3_asked), ""]
 block = "\n".join(out)
-text = open(md).read()
-b, e = "<!-- BEGIN repair -->", "<!-- END repair -->"
-if b in text:
-    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
-open(md, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(md), "..", "bench"))
+from mdblock import put_block
+put_block(md, "repair", block)
 print(block)
 EOF

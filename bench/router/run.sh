@@ -108,7 +108,7 @@ for ds in $DATASETS; do
 done
 
 /usr/bin/python3 - "$OUT" "$FWD_OUT" "$ROOT/docs" "$NQ" "$EF" "$NETNS" "$RATE" "$SPACEV_N" "$BATCH" <<'PY'
-import json, sys, re, datetime
+import json, os, sys, re, datetime
 out, fwd_out, docs, nq, ef, netns, rate, spacev_n, batch = sys.argv[1:10]
 rows = [json.loads(l) for l in open(out) if l.strip()]
 import subprocess
@@ -239,13 +239,9 @@ try:
 except Exception as e:
     print("plot skipped:", e, file=sys.stderr)
 doc = f"{docs}/benchmarks.md"
-text = open(doc).read()
-if "<!-- BEGIN router -->" in text:
-    new = re.sub(r"<!-- BEGIN router -->.*?<!-- END router -->",
-                 lambda m: "<!-- BEGIN router -->\n" + block + "\n<!-- END router -->", text, flags=re.S)
-else:
-    new = (text.rstrip() + "\n\n## Router: logical partitioning, forwarding and the cache split penalty\n\n"
-           "<!-- BEGIN router -->\n" + block + "\n<!-- END router -->\n")
-open(doc, "w").write(new)
+sys.path.insert(0, os.path.join(os.path.dirname(doc), "..", "bench"))
+from mdblock import put_block
+put_block(doc, "router", block,
+          heading="## Router: logical partitioning, forwarding and the cache split penalty")
 print(block)
 PY

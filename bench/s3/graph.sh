@@ -110,7 +110,7 @@ ELAPSED=$(( $(date +%s) - START ))
 
 $PY - "$WORK" "$ROOT/docs/benchmarks.md" "$N" "$TAIL" "$WARM" "$MEAS" "$EF" "$BUILD_S" \
 	"$IMPORT_S" "$ELAPSED" "$CACHE" "$INDEX_S" "$IXBATCH" "$IXTHREADS" <<'EOF'
-import json, re, subprocess, sys
+import json, os, re, subprocess, sys
 w, md = sys.argv[1], sys.argv[2]
 n, tail, warm, meas, ef = map(int, sys.argv[3:8])
 build_s, import_s, elapsed = float(sys.argv[8]), float(sys.argv[9]), sys.argv[10]
@@ -157,12 +157,8 @@ out = ["## The graph path against the exact path (issue 13)", "",
        "Graph path / exact path: **%.2fx** queries per second (target of issue 13: >= 5x at "
        "recall@10 >= 0.95, with the tail indexed online)." % (g["qps"] / x["qps"])]
 block = "\n".join(out)
-text = open(md).read()
-b, e = "<!-- BEGIN graph -->", "<!-- END graph -->"
-if b in text:
-    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
-open(md, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(md), "..", "bench"))
+from mdblock import put_block
+put_block(md, "graph", block)
 print(block)
 EOF

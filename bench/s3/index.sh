@@ -97,7 +97,7 @@ ELAPSED=$(( $(date +%s) - START ))
 
 $PY - "$WORK" "$ROOT/docs/benchmarks.md" "$N" "$TAIL" "$MEAS" "$B1_S" "$B2_S" "$INDEX_S" \
 	"$IXBATCH" "$IXTHREADS" "$((q1 - q0))" "$ELAPSED" <<'EOF'
-import json, re, subprocess, sys
+import json, os, re, subprocess, sys
 w, md = sys.argv[1], sys.argv[2]
 n, tail, meas = map(int, sys.argv[3:6])
 b1, b2, index_s = map(float, sys.argv[6:9])
@@ -145,12 +145,8 @@ out += ["| local build of all %d rows (`dmann build`), 1 thread | %d | %.1f | %.
         "Online rate / 2-thread local build rate: %.3f (target of issue 13: >= 300 rows/s "
         "online with 2 CNs)." % (online / (tot / b2))]
 block = "\n".join(out)
-text = open(md).read()
-b, e = "<!-- BEGIN index -->", "<!-- END index -->"
-if b in text:
-    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
-open(md, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(md), "..", "bench"))
+from mdblock import put_block
+put_block(md, "index", block)
 print(block)
 EOF

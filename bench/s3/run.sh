@@ -124,13 +124,5 @@ out=$work/table.md
 cat "$out"
 
 doc=$root/docs/benchmarks.md
-if ! grep -q '<!-- BEGIN s3 -->' "$doc"; then
-	printf '\n<!-- BEGIN s3 -->\n<!-- END s3 -->\n' >> "$doc"
-fi
-awk -v f="$out" '
-	/<!-- BEGIN s3 -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
-	/<!-- END s3 -->/ { skip = 0 }
-	!skip { print }
-' "$doc" > "$out.doc"
-cp "$out.doc" "$doc"
+python3 "$root/bench/mdblock.py" "$doc" s3 < "$out"
 echo "s3/run.sh: updated $doc" >&2

@@ -37,7 +37,7 @@ fi
 ELAPSED=$(( $(date +%s) - START ))
 
 /usr/bin/python3 - "$LOG" "$ROOT/docs/benchmarks.md" "$ROWS" "$ELAPSED" "${GRAPH_S3_SET:-}" "$GRAPH_M" <<'EOF'
-import re, subprocess, sys
+import os, re, subprocess, sys
 log, md, rows, elapsed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 extra = sys.argv[5]
 gm = int(sys.argv[6])
@@ -63,13 +63,8 @@ for f in figs:
     step, _, rest = f.partition(": ")
     out.append("| %s | %s |" % (step.replace("|", "/"), rest.replace("|", "/")))
 block = "\n".join(out)
-text = open(md).read()
-b, e = "<!-- BEGIN sdk -->", "<!-- END sdk -->"
-if b in text:
-    text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e,
-                  text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
-open(md, "w").write(text)
+sys.path.insert(0, os.path.join(os.path.dirname(md), "..", "bench"))
+from mdblock import put_block
+put_block(md, "sdk", block)
 print(block)
 EOF

@@ -88,7 +88,7 @@ log "reference: offline build of all $((N0 + NT)) rows, local self-find"
 	--k 1 --ef 128,256 --beam 4 --json >"$WORK/ref.json"
 $PY - "$WORK" "$N0" "$NT" "$S" "$IX_S" "$SET" "$M" "$EFC" "${TABLE:-0}" "$ROOT/docs/benchmarks.md" \
 	"$(( $(date +%s) - START ))" <<'EOF'
-import json, re, subprocess, sys
+import json, os, re, subprocess, sys
 w, n0, nt, s, ix, st = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 m, efc, table, md, elapsed = int(sys.argv[7]), int(sys.argv[8]), sys.argv[9] == "1", sys.argv[10], int(sys.argv[11])
 q = json.load(open(w + "/self.json"))
@@ -131,10 +131,8 @@ if table:
     key = row.split("|")[1:4]
     rows = [r for r in rows if r.split("|")[1:4] != key] + [row]
     block = "\n".join([head, ""] + hdr + rows)
-    if b in text:
-        text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: b + "\n" + block + "\n" + e, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + b + "\n" + block + "\n" + e + "\n"
-    open(md, "w").write(text)
+    sys.path.insert(0, os.path.join(os.path.dirname(md), "..", "bench"))
+    from mdblock import put_block
+    put_block(md, "selffind", block)
     print(block)
 EOF
