@@ -331,6 +331,10 @@ static const struct s3_key {
 	{ "write_min_replicas", 1, DM_MAX_NODES, 0, offsetof(struct dm_s3_cfg, write_min_replicas),
 	  false, "" },
 	{ "bucket_shards", 1, 256, 0, offsetof(struct dm_s3_cfg, bucket_shards), false, "" },
+	{ "scan_budget", 0, 4096, 0, offsetof(struct dm_s3_cfg, scan_budget), false, "" },
+	{ "scan_regions", 8, 4096, 0, offsetof(struct dm_s3_cfg, scan_regions), false, "" },
+	{ "scan_min_rows", 0, 1ull << 40, 0, offsetof(struct dm_s3_cfg, scan_min_rows), true, "" },
+	{ "scan_widen", 0, 1, 0, offsetof(struct dm_s3_cfg, scan_widen), false, "" },
 };
 
 void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
@@ -340,7 +344,8 @@ void dm_s3_cfg_defaults(struct dm_s3_cfg *s3)
 		.http_threads = 8, .graph_min_rows = 20000, .graph_ef = 128,
 		.graph_beam = 4, .graph_filter_widen = 10, .index_interval_ms = 1000,
 		.index_batch = 2000, .index_threads = 4, .index_ef = 100, .member_conns = 8,
-		.graph_auto = 1, .graph_room = 20000, .write_min_replicas = 1, .bucket_shards = 1 };
+		.graph_auto = 1, .graph_room = 20000, .write_min_replicas = 1, .bucket_shards = 1,
+		.scan_regions = 64, .scan_min_rows = 100000, .scan_widen = 1 };
 }
 
 int dm_s3_cfg_key(struct dm_s3_cfg *s3, const char *key, const char *v, char *msg,

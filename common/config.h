@@ -116,6 +116,13 @@
  *                               ; (fixed at its creation; each shard on its own R memory
  *                               ; nodes, so an index can outgrow one; S > 1: exact scan
  *                               ; only, no graph path yet)
+ *   ; partitioned exact scans (docs/api.md "Partitioned exact scans"):
+ *   scan_budget = 0             ; 0: the exact path scans every row; B (1..4096): an
+ *                               ; unfiltered query of a large index scans the rows of B
+ *                               ; of its VHash regions (the bounded-fanout frontier)
+ *   scan_regions = 64           ; VHash regions per index, 8..4096
+ *   scan_min_rows = 100000      ; only indexes of at least this many rows, 0..2^40
+ *   scan_widen = 1              ; 1: one region more for ambiguous queries (Semord eq. 12)
  *
  *   [s3.identity.NAME]          ; one more S3 identity (NAME: 1..63 of A-Za-z0-9+=,.@_-;
  *                               ; at most 32 identities in all)
@@ -274,6 +281,10 @@ struct dm_cluster_cfg {
 		uint32_t graph_room;     /* rows of spare room in such a graph */
 		uint32_t write_min_replicas;   /* a write is acknowledged with this many */
 		uint32_t bucket_shards;  /* shards of a new bucket (1: the whole bucket on R MNs) */
+		uint32_t scan_budget;    /* partitioned exact scans: regions scanned (0: all) */
+		uint32_t scan_regions;   /* their VHash regions per index */
+		uint64_t scan_min_rows;  /* from this many index rows */
+		uint32_t scan_widen;     /* 1: widen ambiguous queries (eq. 12) */
 	} s3;
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */

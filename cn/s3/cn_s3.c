@@ -23,7 +23,8 @@ static struct dm_s3_cfg settings(const struct dm_cluster_cfg *cfg)
 		"cache_mb", "frag_fetch_kb", "queue_depth", "search_threads", "http_threads",
 		"graph_min_rows", "graph_ef", "graph_beam", "graph_filter_widen", "index_interval_ms",
 		"index_batch", "index_threads", "index_ef", "member_conns", "graph_auto",
-		"graph_room", "write_min_replicas", "bucket_shards" };
+		"graph_room", "write_min_replicas", "bucket_shards", "scan_budget", "scan_regions",
+		"scan_min_rows", "scan_widen" };
 	struct dm_s3_cfg out = cfg->s3;
 
 	for (size_t i = 0; i < DM_ARRAY_SIZE(keys); i++) {
@@ -122,6 +123,10 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	s->member_conns = DM_MIN(set.member_conns, (uint32_t)HPOOL_MAX);
 	s->repl.write_min = DM_MAX(1u, set.write_min_replicas);
 	s->shards = DM_MAX(1u, DM_MIN(set.bucket_shards, (uint32_t)DM_S3_SHARDS_MAX));
+	s->scan_budget = set.scan_budget;
+	s->scan_regions = set.scan_regions;
+	s->scan_min_rows = set.scan_min_rows;
+	s->scan_widen = set.scan_widen;
 	/* Test hook only (not a setting): DMANN_S3_TEST_DELAY_MS on the CN that
 	 * DMANN_S3_TEST_DELAY_CN names delays the scans it serves for other CNs. */
 	const char *dcn = getenv("DMANN_S3_TEST_DELAY_CN");
@@ -141,6 +146,11 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 	if (!s->cache) {
 		err = errno;
 		goto err_destroy_locks;
+	}
+	s->parts = parts_new();
+	if (!s->parts) {
+		err = errno;
+		goto err_free_cache;
 	}
 	for (uint32_t i = 0; i < cfg->n_s3_ids; i++)
 		s->creds[i] = (struct s3_cred){ .access_key = (char *)cfg->s3_ids[i].access_key,
@@ -206,6 +216,7 @@ err_free_pool:
 err_close_x:
 	dm_xport_close(s->x);
 err_free_cache:
+	parts_free(s->parts);
 	s3_fcache_free(s->cache);
 err_destroy_locks:
 	for (uint32_t i = 0; i < cfg->n_mn; i++)
@@ -229,6 +240,7 @@ void cn_s3_stop(struct cn_s3 *s)
 	s3_http_stop(s->https);
 	s3_http_stop(s->http);
 	repl_stop(s);
+	parts_drain(s->parts);
 	for (uint32_t i = 0; i < s->cfg->n_mn; i++) {
 		while (s->mn[i].idle) {
 			struct mnconn *mc = s->mn[i].idle;
@@ -241,6 +253,7 @@ void cn_s3_stop(struct cn_s3 *s)
 	graph_pool_fini(s);
 	gk_fini(s);
 	hpool_fini(s);
+	parts_free(s->parts);
 	s3_fcache_free(s->cache);
 	dm_info("cn%u: s3: %llu graph queries (%llu sent to the exact path after the graph, %llu "
 		"by the filter estimate, %llu graph errors)", s->node->id,
@@ -292,6 +305,24 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("plan_fallbacks_total", "Queries scanned by this compute node alone because no "
 	    "replica group could be formed (W x R past the plan table, or no member up).",
 	    __atomic_load_n(&s->plan_fallbacks, __ATOMIC_RELAXED));
+	CTR("partitioned_queries_total", "QueryVectors whose exact scan read only the rows of "
+	    "the regions the bounded-fanout frontier chose ([s3] scan_budget).",
+	    __atomic_load_n(&s->part_queries, __ATOMIC_RELAXED));
+	CTR("partition_regions_total", "Regions those queries scanned, added up (over "
+	    "partitioned_queries_total: the mean fan-out).",
+	    __atomic_load_n(&s->part_regions_sel, __ATOMIC_RELAXED));
+	CTR("partition_fits_total", "Partition models (VHash of an index) fitted here.",
+	    __atomic_load_n(&s->part_fits, __ATOMIC_RELAXED));
+	CTR("partition_fit_milliseconds_total", "Time spent fitting them.",
+	    __atomic_load_n(&s->part_fit_ns, __ATOMIC_RELAXED) / 1000000ull);
+	CTR("partition_mismatches_total", "Partitioned shares scanned whole because this "
+	    "compute node's model differed from the ingress's or was not ready.",
+	    __atomic_load_n(&s->part_mismatch, __ATOMIC_RELAXED));
+	CTR("scan_rows_total", "Rows the exact-scan shares served here compared with their "
+	    "query.", __atomic_load_n(&s->scan_rows, __ATOMIC_RELAXED));
+	CTR("scan_rows_skipped_total", "Rows of those shares skipped because their region was "
+	    "not chosen (partitioned scans).",
+	    __atomic_load_n(&s->scan_skipped, __ATOMIC_RELAXED));
 	CTR("graph_queries_total", "QueryVectors served by the graph path (HNSW candidates of a "
 	    "bulk-imported index plus an exact scan of its tail).",
 	    __atomic_load_n(&s->graph_queries, __ATOMIC_RELAXED));

@@ -127,6 +127,13 @@ struct cn_s3 {
 		double qps;
 	} rate[64];
 	double scan_ns;                  /* EWMA of a member scan (this CN) */
+	/* Partitioned exact scans (cn_s3_part.c; [s3] scan_*): B regions of K, from this many
+	 * rows; the models of the indexes; counters (atomics). */
+	uint32_t scan_budget, scan_regions, scan_widen;
+	uint64_t scan_min_rows;
+	struct s3_parts *parts;
+	uint64_t part_queries, part_regions_sel, part_fits, part_fit_ns, part_mismatch;
+	uint64_t scan_rows, scan_skipped;
 	/* The graph path (cn_s3_graph.c): the compute node's view, a pool of libdmann handles
 	 * (as the gateways' identity), settings and counters. */
 	const struct cn_s3_graph_ops *gops;
@@ -223,6 +230,40 @@ void unavailable(struct s3_resp *r, const char *what, uint32_t mn);
 int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 		  struct ixstate *st);
 void ixstate_fini(struct ixstate *st);
+
+/* Fragment frag of an index state from the fragment cache, brought up to the state's
+ * version: 0 with *out held (s3_fcache_put it), or -errno with nothing held
+ * (cn_s3_member.c). */
+int frag_get(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
+	     uint64_t frag, struct s3_frag **out);
+
+/* ---- cn_s3_part.c: partitioned exact scans ---- */
+
+#define S3_PART_SAMPLE_ROWS 16384u  /* a model is fitted on the index's first rows */
+struct s3_parts;
+struct s3_part;
+/* The table of models (NULL + errno); waiting for the fits under way (call it before the
+ * memory-node connections go); its end (drains too). */
+struct s3_parts *parts_new(void);
+void parts_drain(struct s3_parts *t);
+void parts_free(struct s3_parts *t);
+/* The model of index b/x as memory node st->mn holds it, referenced (part_put it): 0;
+ * -EAGAIN while it is being fitted (a fit from the first rows starts in a thread of its
+ * own when this compute node has none), -ENODATA (too few rows), -EBUSY (the table is full
+ * of models in use), -errno (a failed fit: tried again after 30 s). */
+int part_get(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
+	     struct s3_part **out);
+void part_put(struct cn_s3 *s, struct s3_part *p);
+/* The model's identity (a hash of its bytes) and its region count K. */
+uint64_t part_id(const struct s3_part *p);
+uint32_t part_regions(const struct s3_part *p);
+/* The regions (ring positions 0..K-1) query q scans, best first, at most [s3] scan_budget
+ * (one more when widened): the count, or -errno. room >= K. *widened (may be NULL). */
+int part_select(struct cn_s3 *s, const struct s3_part *p, const float *q, uint32_t *pos,
+		uint32_t room, bool *widened);
+/* Label rows [.., upto) of f with their ring positions under p (f->rw held for writing):
+ * 0 or -ENOMEM. */
+int part_label(const struct s3_part *p, struct s3_frag *f, uint32_t upto);
 
 /* ---- cn_s3_repl.c ---- */
 

@@ -147,10 +147,8 @@ static int cfrag_refresh(struct cn_s3 *s, struct s3_frag *f, const struct fstat 
 	return rc;
 }
 
-/* Fragment frag of an index state from the fragment cache, brought up to the state's
- * version: 0 with *out held (s3_fcache_put it), or -errno with nothing held. */
-static int frag_get(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
-		    uint64_t frag, struct s3_frag **out)
+int frag_get(struct cn_s3 *s, const struct ixstate *st, const char *b, const char *x,
+	     uint64_t frag, struct s3_frag **out)
 {
 	struct s3_fkey key = { .mn = st->mn, .frag = frag, .bucket = b, .index = x,
 			       .epoch = st->epoch, .created = st->created };
@@ -219,11 +217,24 @@ int filter_sample(struct cn_s3 *s, const struct ixstate *st, const char *b, cons
 	return rc;
 }
 
-/* Scan the fragments frags[0..nf) of an index state for q: partial top-k into *out. */
+/* A partitioned share's selection (cn_s3_part.c): the ingress's model and the regions
+ * (ring positions) to scan. */
+struct psel {
+	uint64_t id;
+	uint32_t k;
+	uint8_t *sel;                    /* k flags */
+};
+
+/* Scan the fragments frags[0..nf) of an index state for q: partial top-k into *out; with
+ * ps, only the rows of the chosen regions when this CN's model is the ingress's (else
+ * every row, counted as a mismatch). */
 static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 		       const char *x, const uint64_t *frags, size_t nf,
-		       const struct s3_qspec *q, struct mhit **out, size_t *nout)
+		       const struct s3_qspec *q, const struct psel *ps, struct mhit **out,
+		       size_t *nout)
 {
+	struct s3_part *pm = NULL;
+	uint64_t scanned = 0, skipped = 0;
 	struct dm_topk *tk = dm_topk_new(q->k);
 	struct s3_frag **held = calloc(nf ? nf : 1, sizeof(*held));
 	float qn = sqrtf(dm_dot(q->vec, q->vec, st->dim));
@@ -238,8 +249,16 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 		rc = -ENOMEM;
 		goto out;
 	}
+	if (ps && (part_get(s, st, b, x, &pm) || part_id(pm) != ps->id ||
+		   part_regions(pm) != ps->k)) {
+		__atomic_add_fetch(&s->part_mismatch, 1, __ATOMIC_RELAXED);
+		part_put(s, pm);
+		pm = NULL;
+	}
 	for (size_t i = 0; i < nf && !rc; i++) {
 		struct s3_frag *f;
+		const uint8_t *sel = NULL;
+		uint32_t labelled = 0;
 
 		if (frags[i] >= st->nfrag) {
 			rc = -EINVAL;
@@ -250,12 +269,30 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 			break;
 		f = held[i];
 		pthread_rwlock_rdlock(&f->rw);
+		if (pm && (f->part_id != part_id(pm) || f->part_rows < f->rows)) {
+			pthread_rwlock_unlock(&f->rw);
+			pthread_rwlock_wrlock(&f->rw);
+			rc = part_label(pm, f, f->rows);
+			pthread_rwlock_unlock(&f->rw);
+			if (rc)
+				break;
+			pthread_rwlock_rdlock(&f->rw);
+		}
+		if (pm && f->part_id == part_id(pm)) {
+			sel = ps->sel;
+			labelled = f->part_rows;
+		}
 		for (uint32_t r = st->fr[frags[i]].from; r < f->rows; r++) {
 			const float *v = f->vec + (size_t)r * st->dim;
 			float d;
 
 			if (f->deadf[r])
 				continue;
+			if (sel && r < labelled && !sel[f->part[r]]) {
+				skipped++;
+				continue;
+			}
+			scanned++;
 			if (st->metric == DM_METRIC_COS) {
 				float den = qn * sqrtf(f->norm2[r]);
 
@@ -312,6 +349,9 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 	*nout = nh;
 	res = NULL;
 out:
+	__atomic_add_fetch(&s->scan_rows, scanned, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&s->scan_skipped, skipped, __ATOMIC_RELAXED);
+	part_put(s, pm);
 	for (size_t i = 0; held && i < nf; i++)
 		if (held[i])
 			s3_fcache_put(s->cache, held[i]);
@@ -345,6 +385,7 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 	const char *b, *x, *ep, *cr, *qs, *conf;
 	uint64_t *frags = NULL;
 	struct mhit *hits = NULL;
+	struct psel ps = { 0 };
 	size_t nf, nh = 0, i, qlen, clen;
 	int mn, dim, metric, fr, rc;
 
@@ -405,6 +446,34 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 
 		st.fr[frags[i]].from = from > 0 && from <= fr ? (uint32_t)from : 0;
 	}
+	/* optional: a partitioned share ("vh": the model's id, "rk": its regions, "rg": the
+	 * ring positions to scan) */
+	json_t *vh = json_object_get(o, "vh"), *rg = json_object_get(o, "rg");
+	json_int_t rk = json_integer_value(json_object_get(o, "rk"));
+
+	if (vh || rg) {
+		if (!json_is_string(vh) || !json_is_array(rg) || rk < 8 || rk > 4096 ||
+		    json_array_size(rg) > (size_t)rk) {
+			s3_resp_error(r, 400, "ValidationException", "malformed partition selection");
+			goto out;
+		}
+		ps.id = strtoull(json_string_value(vh), NULL, 16);
+		ps.k = (uint32_t)rk;
+		ps.sel = calloc(ps.k, 1);
+		if (!ps.sel) {
+			s3_resp_error(r, 500, "InternalServerException", "out of memory");
+			goto out;
+		}
+		json_array_foreach(rg, i, e) {
+			json_int_t pos = json_integer_value(e);
+
+			if (!json_is_integer(e) || pos < 0 || pos >= rk) {
+				s3_resp_error(r, 400, "ValidationException", "bad region");
+				goto out;
+			}
+			ps.sel[pos] = 1;
+		}
+	}
 	struct s3_qindex qi = { .dim = st.dim, .metric = (enum dm_metric)st.metric,
 				.conf = conf, .conf_len = (uint32_t)clen };
 
@@ -413,7 +482,7 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 		goto out;
 	uint64_t t0 = dm_now_ns();
 
-	rc = member_scan(s, &st, b, x, frags, nf, &q, &hits, &nh);
+	rc = member_scan(s, &st, b, x, frags, nf, &q, ps.sel ? &ps : NULL, &hits, &nh);
 	s3_qspec_fini(&q);
 	if (!rc)
 		scan_time_note(s, dm_now_ns() - t0);
@@ -438,6 +507,7 @@ void be_internal(void *ctx, const char *op, const char *body, size_t len,
 	json_resp(r, json_pack("{s:o}", "h", ha));
 out:
 	mhits_free(hits, nh);
+	free(ps.sel);
 	free(frags);
 	free(st.fr);
 	json_decref(o);

@@ -47,9 +47,10 @@ void scan_time_note(struct cn_s3 *s, uint64_t ns)
 }
 
 /* Sub-request body (JSON): the index state the ingress read, the share and the original
- * request. */
+ * request; extra (may be NULL): more fields (a partitioned scan's selection). */
 static char *subreq_json(const struct ixstate *st, const char *b, const char *x,
-			 const uint64_t *frags, size_t nf, const char *body, size_t len)
+			 const uint64_t *frags, size_t nf, const char *body, size_t len,
+			 json_t *extra)
 {
 	json_t *fa = json_array(), *o;
 	char *out;
@@ -73,6 +74,10 @@ static char *subreq_json(const struct ixstate *st, const char *b, const char *x,
 	json_object_set_new(o, "epoch", json_string(num));
 	snprintf(num, sizeof(num), "%lld", (long long)st->created);
 	json_object_set_new(o, "created", json_string(num));
+	if (extra && json_object_update(o, extra)) {
+		json_decref(o);
+		return NULL;
+	}
 	out = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return out;
@@ -244,11 +249,54 @@ struct qplan {
 	struct share sh[DM_MAX_NODES];   /* one per member of group g */
 };
 
-/* W from the index size, the groups over the up CNs, the shares in the group, and the
- * sub-request of each share. 0 or -errno with the error in r. */
-static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body, size_t len,
-		      struct qplan *p, struct s3_resp *r)
+/* A partitioned scan of the whole index for q ([s3] scan_budget; cn_s3_part.c): the
+ * selection fields of its sub-requests ({"vh", "rk", "rg"}), or NULL for a scan of every
+ * row (the mode is off, the query has a filter, the graph path took part of the index, the
+ * index is too small, or no model is ready on this compute node). */
+static json_t *part_plan(struct cn_s3 *s, const struct qtarget *t, const struct s3_qspec *q)
 {
+	const struct ixstate *st = &t->st;
+	uint64_t rows = 0;
+	struct s3_part *pm;
+	uint32_t *pos;
+	json_t *o = NULL, *rg;
+	char id[24];
+	int n;
+
+	if (!s->scan_budget || !q || q->filter)
+		return NULL;
+	for (uint32_t i = 0; i < st->nfrag; i++) {
+		if (st->fr[i].from)
+			return NULL;
+		rows += st->fr[i].rows;
+	}
+	if (rows < DM_MAX(s->scan_min_rows, (uint64_t)S3_PART_SAMPLE_ROWS) ||
+	    part_get(s, st, t->b, t->x, &pm))
+		return NULL;
+	pos = calloc(part_regions(pm), sizeof(*pos));
+	n = pos ? part_select(s, pm, q->vec, pos, part_regions(pm), NULL) : -ENOMEM;
+	rg = n > 0 ? json_array() : NULL;
+	for (int i = 0; rg && i < n; i++)
+		json_array_append_new(rg, json_integer(pos[i]));
+	snprintf(id, sizeof(id), "%016llx", (unsigned long long)part_id(pm));
+	if (rg)
+		o = json_pack("{s:s, s:i, s:o}", "vh", id, "rk", (int)part_regions(pm), "rg", rg);
+	if (o) {
+		__atomic_add_fetch(&s->part_queries, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->part_regions_sel, (uint64_t)n, __ATOMIC_RELAXED);
+	}
+	free(pos);
+	part_put(s, pm);
+	return o;
+}
+
+/* W from the index size, the groups over the up CNs, the shares in the group, and the
+ * sub-request of each share (q: for a partitioned scan, may be NULL). 0 or -errno with the
+ * error in r. */
+static int plan_query(struct cn_s3 *s, const struct qtarget *t, const struct s3_qspec *q,
+		      const char *body, size_t len, struct qplan *p, struct s3_resp *r)
+{
+	json_t *psel = NULL;
 	const struct ixstate *st = &t->st;
 	struct dm_place_node cns[DM_MAX_NODES], gm[DM_MAX_NODES];
 	uint64_t *fids, *fbytes, total = 0;
@@ -319,8 +367,10 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 	}
 	for (uint32_t i = 0; i < nf; i++)
 		p->sh[owner[i]].frags[p->sh[owner[i]].nf++] = fids[i];
+	psel = part_plan(s, t, q);
 	for (uint32_t j = 0; j < w; j++) {
-		p->sh[j].req = subreq_json(st, t->b, t->x, p->sh[j].frags, p->sh[j].nf, body, len);
+		p->sh[j].req = subreq_json(st, t->b, t->x, p->sh[j].frags, p->sh[j].nf, body, len,
+					   psel);
 		if (!p->sh[j].req)
 			goto oom;
 	}
@@ -329,6 +379,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const char *body
 oom:
 	s3_resp_error(r, 500, "InternalServerException", "out of memory");
 free_arrays:
+	json_decref(psel);
 	free(owner);
 	free(fids);
 	free(fbytes);
@@ -626,7 +677,7 @@ static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qs
 		}
 		memset(p, 0, sizeof(*p));
 		if (ok && tail)
-			ok = !plan_query(s, t, body, len, p, r) && !fan_out(s, p, r);
+			ok = !plan_query(s, t, NULL, body, len, p, r) && !fan_out(s, p, r);
 		grow = ok ? realloc(all, (nall + p->w + 1) * sizeof(*all)) : NULL;
 		if (ok && !grow)
 			s3_resp_error(r, 500, "InternalServerException", "out of memory");
@@ -696,7 +747,7 @@ static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_
 		merge_answer(&t.st, &q, p->sh, 0, gh, ngh, r);   /* no tail */
 		goto free_query;
 	}
-	if (plan_query(s, &t, body, len, p, r) || fan_out(s, p, r))
+	if (plan_query(s, &t, &q, body, len, p, r) || fan_out(s, p, r))
 		goto free_query;
 	for (uint32_t j = 0; j < p->w; j++)
 		if (p->sh[j].resp.status != 200) {

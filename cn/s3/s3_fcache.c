@@ -67,6 +67,7 @@ static void frag_destroy(struct s3_frag *f)
 	free(f->mlen);
 	free(f->flen);
 	free(f->deadf);
+	free(f->part);
 	pthread_rwlock_destroy(&f->rw);
 	pthread_mutex_destroy(&f->fetch);
 	free(f);

@@ -50,6 +50,11 @@ struct s3_frag {
 	char **meta;                     /* meta JSON bytes, then fmeta bytes */
 	uint32_t *mlen, *flen;
 	uint8_t *deadf;
+	/* partitioned scans (cn_s3_part.c): rows [0, part_rows) labelled with their region's
+	 * ring position under model part_id (under rw, written with it held for writing) */
+	uint16_t *part;
+	uint32_t part_rows, part_cap;
+	uint64_t part_id;
 	/* cache bookkeeping (under the cache mutex) */
 	size_t bytes;
 	int refs;
