@@ -6,7 +6,8 @@
  * fitted (in the background), then one round measured. Asserts that every query of it was
  * partitioned, that the members' models matched the ingress's (no share scanned whole for
  * a mismatch), that most rows were skipped, and that recall@10 against the exact top-10 of
- * `dmann gen` stays >= 0.90. */
+ * `dmann gen` stays >= 0.90; and that 200 rows queried by their own vector find themselves
+ * first (a query's own region is always scanned). */
 #include <string.h>
 
 #include "cluster_util.h"
@@ -140,5 +141,32 @@ Test(s3_part, partitioned_scan_reads_few_regions_and_keeps_recall)
 	cr_assert_geq(both("dmann_cn_s3_partition_fits_total"), 2, "each CN fits its own model");
 	cr_assert_lt(rows * 2, skipped, "at most a third of the rows should be compared");
 	cr_assert_geq(rec, 0.90, "recall@10 %.4f", rec);
+
+	/* A row queried by its own vector is always compared: the frontier's first region is
+	 * the query's own (its nearest centroid), the row's label too. */
+	struct dm_vecs base;
+	unsigned first = 0;
+
+	snprintf(p, sizeof(p), "%s/d/base.fbin", dir);
+	cr_assert_eq(dm_vecs_read(p, DM_VF_AUTO, &base, err, sizeof(err)), 0, "%s", err);
+	snprintf(p, sizeof(p), "%s/self.fbin", dir);
+	cr_assert_eq(dm_vecs_write(p, DM_VF_FBIN, base.data, DM_VT_F32, NQ, base.dim), 0);
+	dm_vecs_free(&base);
+	pq0 = both("dmann_cn_s3_partitioned_queries_total");
+	cr_assert_eq(sh("%s query --config %s/cluster.ini --bucket pbkt --name pidx --vectors "
+			"%s --k 1 >%s/self.txt", dmann, lc, p, dir), 0);
+	cr_assert_eq(both("dmann_cn_s3_partitioned_queries_total") - pq0, NQ);
+	snprintf(p, sizeof(p), "%s/self.txt", dir);
+	FILE *f = fopen(p, "r");
+	char line[256], want[32];
+
+	cr_assert_not_null(f);
+	for (unsigned q = 0; fgets(line, sizeof(line), f); q++) {
+		snprintf(want, sizeof(want), "%u: v%u ", q, q);
+		first += strncmp(line, want, strlen(want)) == 0;
+	}
+	fclose(f);
+	cr_log_info("self-find through partitioned scans: %u of %d first", first, NQ);
+	cr_assert_eq(first, NQ, "%u of %d rows found themselves first", first, NQ);
 	dm_vecs_free(&gt);
 }
