@@ -24,10 +24,10 @@
  */
 #include "cn_s3_int.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "distance.h"
 #include "util/dm_hash.h"
 #include "vhash.h"
 #include "vhash_frontier.h"
@@ -111,19 +111,13 @@ void parts_free(struct s3_parts *t)
 	free(t);
 }
 
-/* x (dim floats) into out, scaled to unit length for a cosine index. */
+/* x (dim floats) into out, scaled to unit length for a cosine index (a zero vector stays
+ * zero). */
 static void part_vec(const struct s3_part *p, const float *x, uint32_t dim, float *out)
 {
-	float n = 0;
-
 	memcpy(out, x, dim * sizeof(float));
-	if (!p->cos)
-		return;
-	for (uint32_t d = 0; d < dim; d++)
-		n += x[d] * x[d];
-	n = n > 0 ? 1.0f / sqrtf(n) : 0.0f;
-	for (uint32_t d = 0; d < dim; d++)
-		out[d] *= n;
+	if (p->cos)
+		(void)dm_normalize(out, dim);
 }
 
 /* Fit p's model from the first rows of the index state st (the fitting thread, outside
