@@ -61,6 +61,9 @@ struct router {
 	atomic_uint moved;           /* partitions served by another CN than their own */
 	atomic_ulong owner_changes;  /* times the owner table changed */
 	atomic_ulong csp_t_ns;
+	/* Oracle epochs: the highest one asked for here (dmann route refresh, re-clustering)
+	 * and the highest one the memory nodes reported. */
+	atomic_uint want_epoch, seen_epoch;
 
 	/* Router thread's connections (ORIGIN role, state reports) and SERVE workers. */
 	struct dm_conn *oc[DM_MAX_NODES];
@@ -552,6 +555,28 @@ int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
 {
 	uint32_t csp;
 
+	if (c->refresh) {
+		/* dmann route refresh: move to oracle epoch c->refresh, at most one past the
+		 * highest epoch known here (an operator asks for the next one, not any one). */
+		uint32_t known = DM_MAX(DM_MAX(atomic_load(&r->epoch), atomic_load(&r->want_epoch)),
+					atomic_load(&r->seen_epoch));
+
+		if (c->refresh > known + 1 || known == UINT32_MAX)
+			return -ERANGE;
+		if (c->refresh > atomic_load(&r->epoch)) {
+			uint32_t w = atomic_load(&r->want_epoch);
+
+			while (w < c->refresh &&
+			       !atomic_compare_exchange_weak(&r->want_epoch, &w, c->refresh))
+				;
+			dm_info("cn%u: oracle epoch %u asked for (now %u)", r->self, c->refresh,
+				atomic_load(&r->epoch));
+			pthread_mutex_lock(&r->mu);
+			r->batch_done = true;   /* tell the others now, not at the next period */
+			pthread_cond_signal(&r->wake);
+			pthread_mutex_unlock(&r->mu);
+		}
+	}
 	if (c->set) {
 		pthread_mutex_lock(&r->mu);
 		atomic_store(&r->strategy, c->strategy);
@@ -593,6 +618,8 @@ int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
 	st->epoch = atomic_load(&r->epoch);
 	st->route_epoch = atomic_load(&r->repoch);
 	st->reclusters = atomic_load(&r->reclusters);
+	st->next_epoch = DM_MAX(st->epoch, atomic_load(&r->want_epoch));
+	st->rollout = DM_FWD_ROLLOUT_IDLE;
 	st->qlen = atomic_load(&r->cn->qlen);
 	st->paused = atomic_load(&r->pauses);
 	st->spill_cache = atomic_load(&r->spill_cache);
@@ -723,6 +750,8 @@ static void exchange(struct router *r, bool with_sample)
 		s.entries = cs.entries;
 	}
 	s.qlen = atomic_load(&cn->qlen);
+	s.next = DM_MAX(s.epoch, atomic_load(&r->want_epoch));   /* asked for here */
+	s.flags = atomic_load(&r->ready) ? DM_FWD_S_READY : 0;
 	s.nsample = sc.n;
 	s.seq = ++r->seq;
 	dm_wire_fwd_state_encode(msg, &s);
@@ -749,6 +778,8 @@ static void exchange(struct router *r, bool with_sample)
 			continue;
 		}
 		max_epoch = DM_MAX(max_epoch, t.epoch);
+		if (t.epoch > atomic_load(&r->seen_epoch))
+			atomic_store(&r->seen_epoch, t.epoch);
 		pthread_mutex_lock(&r->mu);
 		for (uint32_t i = 0; i < t.n; i++) {
 			struct dm_wire_fwd_entry e;
@@ -787,6 +818,7 @@ static void exchange(struct router *r, bool with_sample)
 			r->csp_high_since = 0;
 		}
 	}
+	max_epoch = DM_MAX(max_epoch, atomic_load(&r->want_epoch));   /* asked for here */
 	if (max_epoch > atomic_load(&r->epoch)) {
 		dm_info("cn%u: re-clustering (epoch %u -> %u)", r->self, atomic_load(&r->epoch),
 			max_epoch);
