@@ -35,6 +35,12 @@ struct dmann_conn {
 struct dmann_route {
 	bool ok;                     /* routes: an oracle of `epoch`, a strategy other than none */
 	bool stale;                  /* an answer showed another epoch or strategy: refresh */
+	/* The last refresh found the compute nodes disagreeing (an oracle epoch or owner
+	 * change in progress) or one without an oracle yet: routing goes on with this state,
+	 * which the CNs still admit (a CN runs a query of its previous routing epoch where it
+	 * arrived), and it is fetched again every 100 ms in a call, answers of the other epoch
+	 * notwithstanding. */
+	bool kept;
 	uint32_t epoch, strategy, batch, metric, k;
 	uint64_t hash;
 	struct dm_oracle *o;

@@ -71,6 +71,7 @@ int dmann_route_refresh(dmann_t *d)
 	uint8_t *buf = malloc(DM_C_MAX_RESP);
 	int rc = -EAGAIN;
 	bool have0 = false;   /* h0 / n.o: the first live compute node's answer */
+	bool disagree = false, partial = false;
 
 	if (!buf)
 		return -ENOMEM;
@@ -82,8 +83,15 @@ int dmann_route_refresh(dmann_t *d)
 		if (d->cn[c].dead)
 			continue;   /* its node gets no query until it is reachable again */
 		e = fetch(d, c, buf, have0 ? &h : &h0, have0 ? own : own0, have0 ? NULL : &n.o);
-		if (e == -EAGAIN || e == -ENOSYS || e == -E2BIG || e == -EBADMSG || e == -EPROTO) {
-			rc = -EAGAIN;   /* no oracle (yet), or none a client can use */
+		if (e == -EAGAIN) {
+			/* No oracle yet (a compute node that has just started): routed to once it
+			 * has one, by a later refresh; the others' owners send its partition to the
+			 * next candidate meanwhile. */
+			partial = true;
+			continue;
+		}
+		if (e == -ENOSYS || e == -E2BIG || e == -EBADMSG || e == -EPROTO) {
+			rc = -EAGAIN;   /* no oracle a client can use */
 			goto out;
 		}
 		if (e) {
@@ -92,8 +100,10 @@ int dmann_route_refresh(dmann_t *d)
 		}
 		if (have0 && (h.epoch != h0.epoch || h.centroid_hash != h0.centroid_hash ||
 			  h.strategy != h0.strategy || h.ncn != h0.ncn ||
-			  memcmp(own, own0, h0.ncn * sizeof(*own))))
-			goto out;   /* the CNs disagree (an epoch change in progress) */
+			  memcmp(own, own0, h0.ncn * sizeof(*own)))) {
+			disagree = true;   /* the CNs disagree (an epoch change in progress) */
+			goto out;
+		}
 		if (!have0)
 			h = h0;
 		have0 = true;
@@ -135,9 +145,18 @@ int dmann_route_refresh(dmann_t *d)
 	route_limits_owned(n.k, n.batch, n.strategy != DM_ROUTE_BALANCED, n.demand, n.qlen,
 			   n.owner, n.limit);
 	n.ok = true;
+	n.kept = partial;   /* fetched again soon: the node without an oracle will have one */
 	rc = 0;
 out:
 	free(buf);
+	if (rc && disagree && rt->ok) {
+		/* Keep routing with the state we have: every CN admits its epoch or the one
+		 * after it, and the switch ends within a report period or two. */
+		dmann_route_free(&n);
+		rt->stale = false;
+		rt->kept = true;
+		return 0;
+	}
 	dmann_route_free(rt);
 	if (rc == 0) {
 		*rt = n;

@@ -249,7 +249,8 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	d->next_id += nq;
 	/* the oracle partitions graph 0: other graphs' queries are not routed */
 	want = client = p->routing == DMANN_ROUTE_CLIENT && p->graph == 0;
-	if (client && (d->rt.stale || (!d->rt.ok && last - d->rt_checked_ns > REFRESH_NS))) {
+	if (client && (d->rt.stale || (d->rt.kept && last - d->rt_checked_ns > REROUTE_NS) ||
+		       (!d->rt.ok && last - d->rt_checked_ns > REFRESH_NS))) {
 		d->rt_checked_ns = last;
 		rc = dmann_route_refresh(d);
 		if (rc && rc != -EAGAIN) {
@@ -270,10 +271,13 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 		 * died or came back): send nothing new until the queries in flight are back, then
 		 * fetch it again (Q_ROUTER shares the connections with the searches). A fetch
 		 * that finds the CNs still disagreeing is tried again every REROUTE_NS; the
-		 * queries meanwhile go round robin and the CNs route them. */
-		if (want && (d->rt.stale || reroute) && (next < nq || s.nretry) && !err && !qerr) {
+		 * queries meanwhile go on with the state we had (kept: the CNs admit the
+		 * previous routing epoch), or, with none, round robin and the CNs route them. */
+		if (want && (d->rt.stale || reroute || (d->rt.kept && reroutes < REROUTE_TRIES)) &&
+		    (next < nq || s.nretry) && !err && !qerr) {
 			uint64_t now = dm_now_ns();
-			bool due = d->rt.stale || now - d->rt_checked_ns > REROUTE_NS;
+			bool due = (d->rt.stale && !d->rt.kept) ||
+				   now - d->rt_checked_ns > REROUTE_NS;
 
 			if (due && total > 0) {
 				hold = true;
@@ -289,6 +293,8 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 				client = d->rt.ok;
 				/* Not for ever: routing may have been switched off (strategy none). */
 				reroute = !d->rt.ok && ++reroutes < REROUTE_TRIES;
+				if (d->rt.kept)
+					reroutes++;
 			}
 		}
 		/* Fill the windows: the queries of a compute node that died first (round robin
@@ -299,7 +305,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 			uint32_t flags = 0;
 			int c = -1;
 
-			if (!again && client && !d->rt.stale)
+			if (!again && client && (!d->rt.stale || d->rt.kept))
 				c = dmann_route_pick(d, vectors + i * dim, window, &flags);
 			else
 				c = dmann_live_pick(d, &rr, window, 0);
