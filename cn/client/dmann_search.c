@@ -57,6 +57,7 @@ static int send_query(struct search *s, uint32_t c, size_t i, uint32_t flags)
 	if (s->info)
 		s->info[i] = (struct dmann_search_info){
 			.status = -ECANCELED, .sent_to = d->rt.ok ? d->rt.node_of[c] : c,
+			.sent_ns = s->t0[i], .epoch = q.epoch,
 			.flags = (flags & DM_Q_F_ROUTED ? DMANN_SI_ROUTED : 0) |
 				 (flags & DM_Q_F_SPILLED ? DMANN_SI_SPILLED : 0) |
 				 (s->tries[i] > 1 ? DMANN_SI_RETRIED : 0) };
@@ -136,6 +137,7 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 		in->cache_hits = r.cache_hits;
 		in->rereads = r.rereads;
 		in->ran_on = r.cn;
+		in->ran_epoch = r.rflags & DM_Q_R_ORACLE ? r.epoch : 0;
 		in->status = h.status;
 		in->flags |= r.rflags & DM_Q_R_RELAYED ? DMANN_SI_RELAYED : 0;
 	}
