@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,13 +412,19 @@ static void *prepare_main(void *arg)
 	struct router *r = arg;
 	pid_t tid = (pid_t)syscall(SYS_gettid);
 
-	/* The fit competes with the queries for the CPU: it yields to them. Best effort (a
-	 * process already at nice 19 stays there). */
+	/* The fit competes with the queries for the CPU: it yields to them (nice +10; in a
+	 * process already niced past 9, SCHED_IDLE). Best effort: it runs as it is if neither
+	 * is allowed. */
 	errno = 0;
 	int cur = getpriority(PRIO_PROCESS, (id_t)tid);
 
-	if (errno == 0)
-		(void)setpriority(PRIO_PROCESS, (id_t)tid, DM_MIN(cur + ROLLOUT_NICE, 19));
+	if (errno == 0 && cur + ROLLOUT_NICE <= 19) {
+		(void)setpriority(PRIO_PROCESS, (id_t)tid, cur + ROLLOUT_NICE);
+	} else {
+		struct sched_param sp = { 0 };
+
+		(void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	}
 	fit_oracle(r->prep);
 	atomic_store(&r->prep_done, true);
 	pthread_mutex_lock(&r->mu);
