@@ -638,11 +638,13 @@ void dm_wire_get_f32s(const uint8_t *buf, float *v, uint32_t n);
  *               named by token (the origin's), which answers its client with the inner message
  *   FWD_BOUNCE  fwd{same} + the Q_SEARCH message         MN -> origin when the target has no
  *               SERVE connection (not up yet): the origin runs the query itself
- *   FWD_STATE   state{cn, epoch, qlen, nsample, entries, seq} + nsample u32 cached ids (the
- *               1/64 hash slice of the CN's cache) -> table{...} + n entries{cn, qlen, age, epoch}:
+ *   FWD_STATE   state{cn, epoch, qlen, nsample, entries, seq, next, flags} + nsample u32
+ *               cached ids (the 1/64 hash slice of the CN's cache) -> table{...} + n
+ *               entries{cn, qlen, age, epoch, next, flags}:
  *               every CN reports to every MN; each MN keeps the last report of each CN and
  *               answers with all it knows and the cache split penalty of the stored samples.
- *   FWD_ROUTER  (client -> CN on its native port) rcfg{set, strategy, batch, pause, spill_cache}
+ *   FWD_ROUTER  (client -> CN on its native port) rcfg{set, strategy, batch, pause, spill_cache,
+ *               refresh}
  *               -> rstats{...}: select the routing strategy (set = 1) and read the counters.
  * Error responses have no body. Forwarded messages are carried whole so that a relay never
  * re-encodes a query or an answer.
@@ -697,8 +699,14 @@ struct dm_wire_fwd_state {     /* FWD_STATE request, followed by nsample u32 */
 				    * DM_FWD_NO_SAMPLE: a queue-length-only report (nsample 0);
 				    * the memory node keeps the CN's last sample */
 	uint64_t seq;              /* report number (diagnostics) */
+	uint32_t next;             /* the epoch it rolls out (>= epoch; = epoch when none) */
+	uint32_t flags;            /* DM_FWD_S_* */
 };
-_Static_assert(sizeof(struct dm_wire_fwd_state) == 32, "fwd_state layout");
+_Static_assert(sizeof(struct dm_wire_fwd_state) == 40, "fwd_state layout");
+/* fwd_state / fwd_entry flags (the two-phase epoch rollout, oracle/rollout.h) */
+#define DM_FWD_S_READY    1u       /* the CN has an oracle: it routes with `epoch` */
+#define DM_FWD_S_PREPARED 2u       /* it holds the oracle of `next`, built */
+#define DM_FWD_S_MASK     3u
 
 struct dm_wire_fwd_table {     /* FWD_STATE response, followed by n entries */
 	uint32_t n;                /* <= DM_MAX_NODES */
@@ -713,8 +721,10 @@ struct dm_wire_fwd_entry {
 	uint32_t qlen;
 	uint32_t age_ms;           /* since the MN got this CN's report */
 	uint32_t epoch;
+	uint32_t next;             /* as the CN's last fwd_state */
+	uint32_t flags;
 };
-_Static_assert(sizeof(struct dm_wire_fwd_entry) == 16, "fwd_entry layout");
+_Static_assert(sizeof(struct dm_wire_fwd_entry) == 24, "fwd_entry layout");
 
 struct dm_wire_fwd_rcfg {      /* FWD_ROUTER request */
 	uint32_t set;              /* 1: apply strategy/batch/pause and reset counters */
@@ -722,7 +732,8 @@ struct dm_wire_fwd_rcfg {      /* FWD_ROUTER request */
 	uint32_t batch;            /* queries per routing batch (0: keep) */
 	uint32_t pause;            /* local queue length that pauses routing (0: keep) */
 	uint32_t spill_cache;      /* DM_FWD_SPILL_*: spilled queries fill the cache (0: keep) */
-	uint32_t reserved;         /* 0 */
+	uint32_t refresh;          /* 0, or the oracle epoch to move to (dmann route refresh):
+				    * at most one past the highest epoch the CN knows of */
 };
 _Static_assert(sizeof(struct dm_wire_fwd_rcfg) == 24, "fwd_rcfg layout");
 enum { DM_FWD_SPILL_KEEP = 0, DM_FWD_SPILL_NO = 1, DM_FWD_SPILL_YES = 2 };
@@ -743,8 +754,13 @@ struct dm_wire_fwd_rstats {    /* FWD_ROUTER response */
 	uint32_t route_epoch;      /* routing epoch: the oracle epoch and the partition owners
 				      (dm_oracle_route_epoch), what Q_ROUTER and answers carry */
 	uint64_t admitted;         /* client-routed queries run where the client sent them */
+	uint32_t next_epoch;       /* the oracle epoch being rolled out (= epoch when none) */
+	uint32_t rollout;          /* DM_FWD_ROLLOUT_* */
 };
-_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 112, "fwd_rstats layout");
+_Static_assert(sizeof(struct dm_wire_fwd_rstats) == 120, "fwd_rstats layout");
+/* rstats.rollout: where the CN is in the rollout of next_epoch */
+enum { DM_FWD_ROLLOUT_IDLE = 0, DM_FWD_ROLLOUT_PREPARING = 1, DM_FWD_ROLLOUT_PREPARED = 2,
+       DM_FWD_ROLLOUT_COUNT };
 
 /* Check a forwarding message (header decoded from a buffer of buflen bytes): known op,
  * length consistent with the body, and for QUERY/RESULT/BOUNCE a valid inner query

@@ -148,6 +148,8 @@ void dm_wire_fwd_state_encode(uint8_t *b, const struct dm_wire_fwd_state *m)
 	dm_put_le32(b + 12, m->nsample);
 	dm_put_le64(b + 16, m->entries);
 	dm_put_le64(b + 24, m->seq);
+	dm_put_le32(b + 32, m->next);
+	dm_put_le32(b + 36, m->flags);
 }
 
 int dm_wire_fwd_state_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_state *m)
@@ -160,8 +162,11 @@ int dm_wire_fwd_state_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_st
 	m->nsample = dm_get_le32(b + 12);
 	m->entries = dm_get_le64(b + 16);
 	m->seq = dm_get_le64(b + 24);
+	m->next = dm_get_le32(b + 32);
+	m->flags = dm_get_le32(b + 36);
 	if (m->cn >= DM_MAX_NODES_WIRE || m->nsample > DM_FWD_MAX_SAMPLE ||
-	    (m->entries == DM_FWD_NO_SAMPLE && m->nsample))
+	    (m->entries == DM_FWD_NO_SAMPLE && m->nsample) || m->next < m->epoch ||
+	    (m->flags & ~DM_FWD_S_MASK))
 		return -EBADMSG;
 	return 0;
 }
@@ -194,6 +199,8 @@ void dm_wire_fwd_entry_encode(uint8_t *b, const struct dm_wire_fwd_entry *m)
 	dm_put_le32(b + 4, m->qlen);
 	dm_put_le32(b + 8, m->age_ms);
 	dm_put_le32(b + 12, m->epoch);
+	dm_put_le32(b + 16, m->next);
+	dm_put_le32(b + 20, m->flags);
 }
 
 int dm_wire_fwd_entry_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_entry *m)
@@ -204,7 +211,10 @@ int dm_wire_fwd_entry_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_en
 	m->qlen = dm_get_le32(b + 4);
 	m->age_ms = dm_get_le32(b + 8);
 	m->epoch = dm_get_le32(b + 12);
-	return m->cn >= DM_MAX_NODES_WIRE ? -EBADMSG : 0;
+	m->next = dm_get_le32(b + 16);
+	m->flags = dm_get_le32(b + 20);
+	return m->cn >= DM_MAX_NODES_WIRE || m->next < m->epoch || (m->flags & ~DM_FWD_S_MASK) ?
+		       -EBADMSG : 0;
 }
 
 void dm_wire_fwd_rcfg_encode(uint8_t *b, const struct dm_wire_fwd_rcfg *m)
@@ -214,7 +224,7 @@ void dm_wire_fwd_rcfg_encode(uint8_t *b, const struct dm_wire_fwd_rcfg *m)
 	dm_put_le32(b + 8, m->batch);
 	dm_put_le32(b + 12, m->pause);
 	dm_put_le32(b + 16, m->spill_cache);
-	dm_put_le32(b + 20, 0);
+	dm_put_le32(b + 20, m->refresh);
 }
 
 int dm_wire_fwd_rcfg_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_rcfg *m)
@@ -226,9 +236,9 @@ int dm_wire_fwd_rcfg_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_rcf
 	m->batch = dm_get_le32(b + 8);
 	m->pause = dm_get_le32(b + 12);
 	m->spill_cache = dm_get_le32(b + 16);
-	m->reserved = dm_get_le32(b + 20);
+	m->refresh = dm_get_le32(b + 20);
 	if (m->set > 1 || m->strategy >= DM_ROUTE_COUNT || m->batch > DM_FWD_MAX_BATCH ||
-	    m->pause > DM_FWD_MAX_BATCH || m->spill_cache > DM_FWD_SPILL_YES || m->reserved)
+	    m->pause > DM_FWD_MAX_BATCH || m->spill_cache > DM_FWD_SPILL_YES)
 		return -EBADMSG;
 	return 0;
 }
@@ -255,6 +265,8 @@ void dm_wire_fwd_rstats_encode(uint8_t *b, const struct dm_wire_fwd_rstats *m)
 	dm_put_le32(b + 96, m->spill_cache);
 	dm_put_le32(b + 100, m->route_epoch);
 	dm_put_le64(b + 104, m->admitted);
+	dm_put_le32(b + 112, m->next_epoch);
+	dm_put_le32(b + 116, m->rollout);
 }
 
 int dm_wire_fwd_rstats_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_rstats *m)
@@ -281,7 +293,10 @@ int dm_wire_fwd_rstats_decode(const uint8_t *b, size_t len, struct dm_wire_fwd_r
 	m->spill_cache = dm_get_le32(b + 96);
 	m->route_epoch = dm_get_le32(b + 100);
 	m->admitted = dm_get_le64(b + 104);
+	m->next_epoch = dm_get_le32(b + 112);
+	m->rollout = dm_get_le32(b + 116);
 	if (m->strategy >= DM_ROUTE_COUNT || m->spill_cache > 1 ||
+	    m->rollout >= DM_FWD_ROLLOUT_COUNT || m->next_epoch < m->epoch ||
 	    (m->csp_ppm > 1000000 && m->csp_ppm != DM_FWD_CSP_NONE))
 		return -EBADMSG;
 	return 0;

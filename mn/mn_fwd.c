@@ -30,6 +30,7 @@ struct cn_report {
 	bool valid;
 	uint64_t t_ns, sample_ns;   /* last report, last report with a cache sample */
 	uint32_t qlen, epoch, n;
+	uint32_t next, flags;       /* the epoch rollout (oracle/rollout.h) */
 	uint32_t *ids;
 };
 
@@ -135,6 +136,8 @@ static void on_state(struct mn_fwd *f, uint32_t ci, const uint8_t *buf, uint32_t
 	}
 	r->qlen = s.qlen;
 	r->epoch = s.epoch;
+	r->next = s.next;
+	r->flags = s.flags;
 	r->t_ns = now;
 	r->valid = true;
 	atomic_fetch_add(&f->reports, 1);
@@ -151,6 +154,7 @@ static void on_state(struct mn_fwd *f, uint32_t ci, const uint8_t *buf, uint32_t
 		if (!e->valid)
 			continue;
 		en = (struct dm_wire_fwd_entry){ .cn = c, .qlen = e->qlen, .epoch = e->epoch,
+			.next = e->next, .flags = e->flags,
 			.age_ms = (uint32_t)DM_MIN((now - e->t_ns) / 1000000, UINT32_MAX) };
 		dm_wire_fwd_entry_encode(out + DM_WIRE_HDR_LEN + sizeof(t) +
 					 sizeof(en) * (size_t)t.n, &en);

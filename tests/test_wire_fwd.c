@@ -95,8 +95,11 @@ Test(wire_fwd, result)
 Test(wire_fwd, state_table_router)
 {
 	uint8_t b[1024];
-	struct dm_wire_fwd_state s = { .cn = 2, .epoch = 1, .qlen = 40, .nsample = 3, .entries = 200 },
+	struct dm_wire_fwd_state s = { .cn = 2, .epoch = 1, .qlen = 40, .nsample = 3, .entries = 200,
+				       .next = 2, .flags = DM_FWD_S_READY | DM_FWD_S_PREPARED },
 				 s2;
+	struct dm_wire_fwd_entry e = { .cn = 1, .qlen = 3, .age_ms = 20, .epoch = 4, .next = 5,
+				       .flags = DM_FWD_S_READY }, e2;
 	struct dm_wire_fwd_table t = { .n = 2, .epoch = 1, .csp_ppm = 250000, .csp_cns = 2 }, t2;
 	struct dm_wire_fwd_rcfg c = { .set = 1, .strategy = DM_ROUTE_ADAPTIVE_RING, .batch = 100,
 				      .spill_cache = DM_FWD_SPILL_YES }, c2;
@@ -113,6 +116,14 @@ Test(wire_fwd, state_table_router)
 	cr_assert_eq(check(b, len - 4), -EBADMSG, "nsample disagrees with the length");
 	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), 0);
 	cr_assert_eq(memcmp(&s, &s2, sizeof(s)), 0);
+	s.next = 0;                     /* rolling out an epoch before the one it runs */
+	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
+	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);
+	s.next = 1;
+	s.flags = 4;                    /* unknown flag */
+	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
+	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);
+	s.flags = DM_FWD_S_READY;
 	s.entries = DM_FWD_NO_SAMPLE;   /* a queue-length-only report carries no ids */
 	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
 	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);
@@ -130,6 +141,19 @@ Test(wire_fwd, state_table_router)
 	cr_assert_eq(check(b, len), 0);
 	cr_assert_eq(dm_wire_fwd_table_decode(b + DM_WIRE_HDR_LEN, sizeof(t), &t2), 0);
 	cr_assert_eq(memcmp(&t, &t2, sizeof(t)), 0);
+	dm_wire_fwd_entry_encode(b, &e);
+	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e), &e2), 0);
+	cr_assert_eq(memcmp(&e, &e2, sizeof(e)), 0);
+	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e) - 1, &e2), -EBADMSG);
+	e.next = 3;
+	dm_wire_fwd_entry_encode(b, &e);
+	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e), &e2), -EBADMSG, "next below epoch");
+	e.next = 4;
+	e.flags = 8;
+	dm_wire_fwd_entry_encode(b, &e);
+	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e), &e2), -EBADMSG, "unknown flag");
+	dm_wire_hdr_encode(b, DM_OP_FWD_STATE + 1, len, 0, 1);
+	dm_wire_fwd_table_encode(b + DM_WIRE_HDR_LEN, &t);
 	t.csp_ppm = 1000001;
 	dm_wire_fwd_table_encode(b + DM_WIRE_HDR_LEN, &t);
 	cr_assert_eq(check(b, len), -EBADMSG);
@@ -149,16 +173,31 @@ Test(wire_fwd, state_table_router)
 	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c), &c2), -EBADMSG,
 		     "unknown spill_cache value");
 	c.spill_cache = DM_FWD_SPILL_NO;
+	c.refresh = 7;   /* dmann route refresh: the epoch to move to */
 	dm_wire_fwd_rcfg_encode(b + DM_WIRE_HDR_LEN, &c);
-	dm_put_le32(b + DM_WIRE_HDR_LEN + 20, 1);
-	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c), &c2), -EBADMSG,
-		     "reserved must be 0");
+	cr_assert_eq(dm_get_le32(b + DM_WIRE_HDR_LEN + 20), 7);
+	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c), &c2), 0);
+	cr_assert_eq(c2.refresh, 7);
 	cr_assert_eq(dm_wire_fwd_rcfg_decode(b + DM_WIRE_HDR_LEN, sizeof(c) - 1, &c2), -EBADMSG,
 		     "short message");
 
 	dm_wire_fwd_rstats_encode(b, &st);
 	cr_assert_eq(dm_wire_fwd_rstats_decode(b, sizeof(st), &st2), 0);
 	cr_assert_eq(memcmp(&st, &st2, sizeof(st)), 0);
+	st.epoch = 3;
+	st.next_epoch = 4;
+	st.rollout = DM_FWD_ROLLOUT_PREPARED;
+	dm_wire_fwd_rstats_encode(b, &st);
+	cr_assert_eq(dm_wire_fwd_rstats_decode(b, sizeof(st), &st2), 0);
+	cr_assert_eq(memcmp(&st, &st2, sizeof(st)), 0);
+	st.rollout = DM_FWD_ROLLOUT_COUNT;
+	dm_wire_fwd_rstats_encode(b, &st);
+	cr_assert_eq(dm_wire_fwd_rstats_decode(b, sizeof(st), &st2), -EBADMSG, "unknown rollout");
+	st.rollout = DM_FWD_ROLLOUT_IDLE;
+	st.next_epoch = 2;
+	dm_wire_fwd_rstats_encode(b, &st);
+	cr_assert_eq(dm_wire_fwd_rstats_decode(b, sizeof(st), &st2), -EBADMSG,
+		     "next epoch below the epoch");
 
 	dm_wire_hdr_encode(b, 0x2ffe, DM_WIRE_HDR_LEN, 0, 1);
 	cr_assert_eq(check(b, DM_WIRE_HDR_LEN), -EPROTO, "unknown op");

@@ -54,6 +54,8 @@ int dm_demo_live(const char *cfg, const char *base, const char *query, const cha
 int dm_cmd_insert(int argc, char **argv);
 /* cli_graph.c: dmann graph list / drop / check (the HNSW graphs on the memory nodes). */
 int dm_cmd_graph(int argc, char **argv);
+/* cli_route.c: dmann route refresh (a new oracle epoch on every compute node). */
+int dm_cmd_route(int argc, char **argv);
 /* cli_client.c: put, get, delete, query (argv[0] names which) over libdmann. */
 int dm_cmd_vectors(int argc, char **argv);
 

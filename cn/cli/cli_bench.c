@@ -5,6 +5,7 @@
  * READs, bytes and round trips per query. Cache sizes, routing strategy and counters are
  * set and read over an admin connection per compute node (cluster secret); the queries
  * go as the client identity --client (a [client.NAME] of the cluster file). */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@ static void bench_usage(FILE *f)
 		   "                   [--admit P] [--warmup N] [--batch N] [--pause N]\n"
 		   "                   [--spill-cache yes|no] [--only-cn I] [--beam B] [--cache-mib M]\n"
 		   "                   [--client NAME] [--client-routing yes|no] [--graph G]\n"
-		   "                   [--out F] [--json]\n\n"
+		   "                   [--out F] [--trace F] [--json]\n\n"
 		   "Send a query stream to the compute nodes of cluster C through libdmann and\n"
 		   "report recall@k against the ground truth, throughput, client-side latency, the\n"
 		   "cache hit rate, the relayed share and the remote READs, bytes and round trips\n"
@@ -77,6 +78,11 @@ static void bench_usage(FILE *f)
 		   "  --only-cn I      send every query to compute node I (e.g. the single-node\n"
 		   "                   reference of the offline cache split penalty)\n"
 		   "  --out F          write the result ids (ibin, nq x k) in stream order\n"
+		   "  --trace F        write one line per measured query: stream position, when\n"
+		   "                   it was (last) sent (CLOCK_MONOTONIC ns), latency (us),\n"
+		   "                   status, the node it was sent to and the one that ran it,\n"
+		   "                   the routing epoch it was routed with (0: not client-routed)\n"
+		   "                   and that of the node that ran it (hex), DMANN_SI_* flags\n"
 		   "  --json           print one JSON object\n", DM_MAX_GRAPHS - 1, DM_Q_MAX_BEAM);
 }
 
@@ -103,6 +109,7 @@ struct bench {
 	double *recall;
 	uint64_t reads, bytes, rtrips, hops, hits_q, errors, rereads, relayed, routed, spilled;
 	uint64_t retried;            /* sent again after their compute node died */
+	FILE *trace;                 /* --trace: one line per measured query */
 	char first_err[512];
 	/* scratch of one dmann_search call */
 	float *vec;
@@ -217,6 +224,11 @@ static double run_stream(struct bench *b, uint64_t first, uint64_t nstream)
 			uint64_t pos = c0 + i;
 			uint32_t q = b->stream[first + pos], hit = 0;
 
+			if (b->trace)
+				fprintf(b->trace, "%llu %llu %.1f %d %u %u %08x %08x %u\n",
+					(unsigned long long)pos, (unsigned long long)in->sent_ns,
+					in->status ? -1.0 : in->latency_ns / 1e3, in->status,
+					in->sent_to, in->ran_on, in->epoch, in->ran_epoch, in->flags);
 			if (in->status) {
 				b->errors++;
 				b->recall[pos] = NAN;
@@ -278,10 +290,11 @@ int dm_cmd_bench(int argc, char **argv)
 		{ "spill-cache", required_argument, 0, 'S' }, { "only-cn", required_argument, 0, 'O' },
 		{ "beam", required_argument, 0, 'b' },   { "cache-mib", required_argument, 0, 'M' },
 		{ "client", required_argument, 0, 'i' }, { "client-routing", required_argument, 0, 'x' },
-		{ "graph", required_argument, 0, 'G' },
+		{ "graph", required_argument, 0, 'G' },  { "trace", required_argument, 0, 'T' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *qpath = NULL, *gtpath = NULL, *outpath = NULL, *cname = NULL;
+	const char *tracepath = NULL;
 	bool client_routing = true;
 	unsigned long long k = 10, ef = 64, nq = 0, conns = 2, depth = 8, warmup = 0;
 	uint64_t warmed = 0;   /* measured stream positions whose query the warm-up sent */
@@ -310,6 +323,7 @@ int dm_cmd_bench(int argc, char **argv)
 		case 'q': qpath = optarg; break;
 		case 'g': gtpath = optarg; break;
 		case 'o': outpath = optarg; break;
+		case 'T': tracepath = optarg; break;
 		case 'i': cname = optarg; break;
 		case 'x':
 			if (strcmp(optarg, "yes") && strcmp(optarg, "no")) {
@@ -459,6 +473,15 @@ int dm_cmd_bench(int argc, char **argv)
 		b.counts = malloc(chunk * sizeof(uint32_t));
 		b.info = malloc(chunk * sizeof(*b.info));
 	}
+	if (tracepath) {
+		b.trace = fopen(tracepath, "w");
+		if (!b.trace) {
+			fprintf(stderr, "dmann bench: --trace %s: %s\n", tracepath, strerror(errno));
+			goto out;
+		}
+		fprintf(b.trace, "# pos sent_ns latency_us status sent_to ran_on epoch ran_epoch "
+			"flags\n");
+	}
 	b.x = dm_cluster_xport(cfg, NULL);
 	if (!stream || !b.lat_us || !b.recall || (outpath && !b.out_ids) || !b.x || !b.vec ||
 	    !b.ids || !b.counts || !b.info)
@@ -590,9 +613,13 @@ int dm_cmd_bench(int argc, char **argv)
 	if (warmup) {
 		int32_t *out_ids = b.out_ids;   /* sized for the measured run only */
 
+		FILE *trace = b.trace;          /* the measured run only */
+
 		b.out_ids = NULL;
+		b.trace = NULL;
 		run_stream(&b, 0, warmup);
 		b.out_ids = out_ids;
+		b.trace = trace;
 		if (b.errors) {
 			fprintf(stderr, "dmann bench: warm-up failed: %s\n", b.first_err);
 			goto out;
@@ -715,6 +742,10 @@ int dm_cmd_bench(int argc, char **argv)
 		status = errs ? 1 : 0;
 	}
 out:
+	if (b.trace && (ferror(b.trace) | fclose(b.trace))) {
+		fprintf(stderr, "dmann bench: writing %s failed\n", tracepath);
+		status = 1;
+	}
 	dmann_close(b.client);
 	free(b.vec);
 	free(b.ids);

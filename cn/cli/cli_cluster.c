@@ -484,6 +484,13 @@ static int etcd_members(const struct dm_cluster_cfg *cfg, bool json)
 #endif
 }
 
+/* dm_wire_fwd_rstats.rollout as dmann status shows it */
+static const char *rollout_name(uint32_t r)
+{
+	return r == DM_FWD_ROLLOUT_PREPARING ? "preparing" :
+	       r == DM_FWD_ROLLOUT_PREPARED ? "prepared" : "idle";
+}
+
 int dm_cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -614,13 +621,16 @@ int dm_cmd_status(int argc, char **argv)
 					       gst.flags & DM_GEN_F_RETIRED ? " still held)" : "");
 			} else {
 				struct dm_wire_q_stats s;
-				char csp[32] = "null";
+				char csp[32] = "null", roll[48] = "";
 				double hr;
 
 				dm_wire_q_stats_decode(body, blen, &s);
 				hr = s.hits + s.misses ? (double)s.hits / (double)(s.hits + s.misses) : 0;
 				if (rst.csp_ppm != DM_FWD_CSP_NONE)
 					snprintf(csp, sizeof(csp), "%.4f", rst.csp_ppm / 1e6);
+				if (rst.next_epoch > rst.epoch)
+					snprintf(roll, sizeof(roll), ", %s epoch %u",
+						 rollout_name(rst.rollout), rst.next_epoch);
 				if (json)
 					printf(", \"index_bytes\": %llu, \"cache_bytes\": %llu, "
 					       "\"cache_capacity\": %llu, \"hit_rate\": %.4f, "
@@ -628,6 +638,7 @@ int dm_cmd_status(int argc, char **argv)
 					       "\"csp_age_ms\": %llu, \"routing\": \"%s\", "
 					       "\"forwarded\": %llu, \"received\": %llu, "
 					       "\"centroid_hash\": \"%016llx\", \"oracle_epoch\": %u, "
+					       "\"oracle_next_epoch\": %u, \"rollout\": \"%s\", "
 					       "\"route_epoch\": \"%08x\", "
 					       "\"read_failovers\": %llu, \"mn_marked_down\": %llu, "
 					       "\"mn_marked_up\": %llu, \"mn_down\": %u}",
@@ -640,20 +651,23 @@ int dm_cmd_status(int argc, char **argv)
 					       (unsigned long long)rst.forwarded,
 					       (unsigned long long)rst.received,
 					       (unsigned long long)rst.centroid_hash, rst.epoch,
+					       rst.next_epoch, rollout_name(rst.rollout),
 					       rst.route_epoch, (unsigned long long)s.failovers,
 					       (unsigned long long)s.mn_downs,
 					       (unsigned long long)s.mn_ups, s.mn_down);
 				else
 					printf("  cn%u %-21s up  index %.1f MiB, cache %.1f/%.1f MiB, hit "
 					       "rate %.3f, %llu queries, %llu errors, csp %s, routing %s, "
-					       "oracle %016llx, routing epoch %08x, READs failed over %llu, "
+					       "oracle %016llx (epoch %u%s), routing epoch %08x, READs "
+					       "failed over %llu, "
 					       "memory nodes marked "
 					       "down %llu / up %llu, %u down now\n", i, n->address,
 					       s.index_bytes / 1048576.0, s.cache_bytes / 1048576.0,
 					       s.capacity_bytes / 1048576.0, hr,
 					       (unsigned long long)s.queries, (unsigned long long)s.errors,
 					       csp, dm_route_name(rst.strategy),
-					       (unsigned long long)rst.centroid_hash, rst.route_epoch,
+					       (unsigned long long)rst.centroid_hash, rst.epoch, roll,
+					       rst.route_epoch,
 					       (unsigned long long)s.failovers,
 					       (unsigned long long)s.mn_downs,
 					       (unsigned long long)s.mn_ups, s.mn_down);

@@ -16,6 +16,7 @@ static const struct dm_cli_cmd cmds[] = {
 	{ "insert", "insert vectors online into the loaded index", dm_cmd_insert },
 	{ "status", "show every node of a cluster", dm_cmd_status },
 	{ "graph", "HNSW graphs on the memory nodes: list, drop, check (health)", dm_cmd_graph },
+	{ "route", "the compute nodes' router: refresh (roll out a new oracle epoch)", dm_cmd_route },
 	{ "demo", "local cluster + index + queries + summary, then stop everything", dm_cmd_demo },
 #if DM_HAVE_CLIENT
 	{ "bench", "run a query stream on the cluster: recall, QPS, cache, READs", dm_cmd_bench },

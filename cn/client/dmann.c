@@ -173,6 +173,7 @@ void dmann_close(dmann_t *d)
 	}
 	dm_msgpool_free(d->pool);
 	dm_xport_close(d->x);
+	dmann_route_fetch_cancel(d);
 	dmann_route_free(&d->rt);
 	pthread_mutex_destroy(&d->mu);
 	free(d);

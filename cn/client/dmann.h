@@ -169,6 +169,11 @@ struct dmann_search_info {           /* per query (optional) */
 	uint32_t flags;              /* DMANN_SI_* */
 	int32_t status;              /* 0 answered, -errno its failure, -ECANCELED not run
 				      * (or lost with its connection) after a failure */
+	uint32_t epoch;              /* the routing epoch it was routed with client-side (0:
+				      * not routed here) */
+	uint32_t ran_epoch;          /* the routing epoch of the CN that ran it (0: it routes
+				      * with no oracle) */
+	uint64_t sent_ns;            /* when it was (last) sent: CLOCK_MONOTONIC, ns */
 };
 
 /* Search nq query vectors (row-major nq x dim float32, dim the index's) with up to

@@ -35,6 +35,12 @@ struct dmann_conn {
 struct dmann_route {
 	bool ok;                     /* routes: an oracle of `epoch`, a strategy other than none */
 	bool stale;                  /* an answer showed another epoch or strategy: refresh */
+	/* The last refresh found the compute nodes disagreeing (an oracle epoch or owner
+	 * change in progress) or one without an oracle yet: routing goes on with this state,
+	 * which the CNs still admit (a CN runs a query of its previous routing epoch where it
+	 * arrived), and it is fetched again every 100 ms in a call, answers of the other epoch
+	 * notwithstanding. */
+	bool kept;
 	uint32_t epoch, strategy, batch, metric, k;
 	uint64_t hash;
 	struct dm_oracle *o;
@@ -58,6 +64,8 @@ struct dmann {
 	uint32_t rr;                 /* first compute node of the next call */
 	struct dmann_route rt;
 	uint64_t rt_checked_ns;      /* when the oracle was last fetched (or tried) */
+	struct dmann_fetch *fetch;   /* an asynchronous refresh in progress (dmann_route.c) */
+	uint64_t next_fetch;
 };
 
 /* One C_CALL: body is call{op, json_len} + JSON; done() parses the answer (status, JSON)
@@ -93,6 +101,23 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n);
  * -EAGAIN when not (no oracle yet, strategy none, CNs that disagree: the CNs route), other
  * -errno on a transport failure. */
 int dmann_route_refresh(dmann_t *d);
+/* The same without waiting for the queries in flight (dmann_search, which has a state to
+ * route with meanwhile): Q_ROUTER is sent on every live connection (counted in its
+ * inflight; *sent of them) with request id DMANN_FETCH_ID | n, and the answers are taken
+ * with the queries' (dmann_route_fetch_answer; dmann_route_fetch_lost when a connection
+ * with one pending fails). The last one settles it as dmann_route_refresh does. start: 0,
+ * -ENOMEM, -EHOSTDOWN (nothing could be sent); 0 and nothing sent while one is in
+ * progress. answer: 0 (more pending), 1 (settled), -EBADMSG (no such request pending on c).
+ * lost: 1 when that settled it. */
+#define DMANN_FETCH_ID (1ull << 63)
+struct dm_wire_hdr;
+bool dmann_route_fetching(const dmann_t *d);
+int dmann_route_fetch_start(dmann_t *d, uint32_t *sent);
+int dmann_route_fetch_answer(dmann_t *d, uint32_t c, const struct dm_wire_hdr *h,
+			     const uint8_t *body, uint32_t len);
+int dmann_route_fetch_lost(dmann_t *d, uint32_t c);
+/* Forget a refresh in progress (dmann_close). */
+void dmann_route_fetch_cancel(dmann_t *d);
 /* The connection for query vector v: the router's pick (strategy, batch limits) among
  * connections with fewer than window[c] in flight, else the next in rank order with
  * room (*flags DM_Q_F_ROUTED [| DM_Q_F_SPILLED]). -1 when every candidate is full. */

@@ -42,111 +42,256 @@ void dmann_route_free(struct dmann_route *rt)
 	memset(rt, 0, sizeof(*rt));
 }
 
-/* Q_ROUTER on connection c: the fixed part, the owners (h->ncn entries, DM_MAX_NODES_WIRE
- * room) and, with o, the decoded oracle. */
-static int fetch(dmann_t *d, uint32_t c, uint8_t *buf, struct dm_wire_q_router *h,
-		 uint32_t *owner, struct dm_oracle **o)
-{
-	uint32_t len;
-	size_t off;
-	int rc = dm_rpc_call(&d->cn[c].ch, DM_OP_Q_ROUTER, NULL, 0, buf, DM_C_MAX_RESP, &len);
+/* A refresh in progress: the Q_ROUTER answers taken so far, whether synchronously (one
+ * connection after the other, nothing else in flight) or asynchronously (dmann_search: the
+ * answers come in with the queries'). */
+struct dmann_fetch {
+	struct dmann_route n;        /* the new state, from the first usable answer */
+	struct dm_wire_q_router h0;
+	uint32_t own0[DM_MAX_NODES_WIRE];
+	bool have0;                  /* h0 / n.o: the first usable answer */
+	bool disagree;               /* an answer differs from h0 (a switch in progress) */
+	bool partial;                /* a node has no oracle yet: left out */
+	bool unusable;               /* an answer no client can route with */
+	uint64_t id;                 /* asynchronous: the Q_ROUTER request id */
+	uint32_t npending;
+	bool pending[DMANN_MAX_CN];
+};
 
-	if (rc)
-		return rc;
-	rc = dm_wire_q_router_decode(buf, len, h);
-	if (!rc)
-		rc = dm_wire_q_router_owners(buf, len, h, owner);
-	if (rc || !o)
-		return rc;
-	off = sizeof(*h) + 4 * (size_t)h->ncn;
-	*o = dm_oracle_decode(buf + off, len - off);
-	return *o ? 0 : -errno;
+static struct dmann_fetch *fetch_new(void)
+{
+	struct dmann_fetch *f = calloc(1, sizeof(*f));
+
+	if (f)
+		for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
+			f->n.conn_of[i] = -1;
+	return f;
+}
+
+static void fetch_free(struct dmann_fetch *f)
+{
+	if (!f)
+		return;
+	dmann_route_free(&f->n);
+	free(f);
+}
+
+/* One node's Q_ROUTER answer (body of len bytes, or its status) from connection c. */
+static void fetch_add(dmann_t *d, struct dmann_fetch *f, uint32_t c, const uint8_t *body,
+		      uint32_t len, int status)
+{
+	struct dm_wire_q_router h;
+	uint32_t own[DM_MAX_NODES_WIRE];
+	int e = status;
+
+	(void)d;
+	if (e == -EAGAIN) {
+		/* No oracle yet (a compute node that has just started): routed to once it
+		 * has one, by a later refresh; the others' owners send its partition to the
+		 * next candidate meanwhile. */
+		f->partial = true;
+		return;
+	}
+	if (!e)
+		e = dm_wire_q_router_decode(body, len, &h);
+	if (!e)
+		e = dm_wire_q_router_owners(body, len, &h, own);
+	if (e) {
+		f->unusable = true;   /* no oracle a client can use */
+		return;
+	}
+	if (f->have0 && (h.epoch != f->h0.epoch || h.centroid_hash != f->h0.centroid_hash ||
+			 h.strategy != f->h0.strategy || h.ncn != f->h0.ncn ||
+			 memcmp(own, f->own0, f->h0.ncn * sizeof(*own)))) {
+		f->disagree = true;   /* the CNs disagree (an epoch change in progress) */
+		return;
+	}
+	if (!f->have0) {
+		size_t off = sizeof(h) + 4 * (size_t)h.ncn;
+
+		f->n.o = dm_oracle_decode(body + off, len - off);
+		if (!f->n.o) {
+			f->unusable = true;
+			return;
+		}
+		f->h0 = h;
+		memcpy(f->own0, own, h.ncn * sizeof(*own));
+		f->have0 = true;
+	}
+	if (f->n.conn_of[h.self] >= 0 || h.self >= f->h0.ncn) {
+		f->unusable = true;   /* two connections to one node, or a node out of range */
+		return;
+	}
+	f->n.conn_of[h.self] = (int32_t)c;
+	f->n.node_of[c] = h.self;
+}
+
+/* All answers are in: route with the new state, keep the current one (the CNs disagree and
+ * we have one), or stop routing client-side. Frees f. 0 when routing client-side now,
+ * -EAGAIN when not, -ENOMEM. */
+static int fetch_finish(dmann_t *d, struct dmann_fetch *f)
+{
+	struct dmann_route *rt = &d->rt, *n = &f->n;
+	int rc = -EAGAIN;
+
+	if (f->unusable || f->disagree || !f->have0)
+		goto out;
+	if (f->h0.strategy == DM_ROUTE_NONE || f->h0.ncn != n->o->k || f->h0.ncn < 2)
+		goto out;
+	n->k = f->h0.ncn;
+	n->epoch = f->h0.epoch;
+	n->strategy = f->h0.strategy;
+	n->batch = f->h0.batch;
+	n->metric = f->h0.metric;
+	n->hash = f->h0.centroid_hash;
+	n->spill = calloc((size_t)n->k * (n->k - 1), sizeof(uint32_t));
+	n->owner = malloc(n->k * sizeof(uint32_t));
+	n->cand = calloc(2 * (size_t)n->k, sizeof(uint32_t));
+	n->hist = calloc(n->k, sizeof(uint32_t));
+	n->limit = calloc(n->k, sizeof(uint32_t));
+	n->want = calloc(n->k, sizeof(uint32_t));
+	n->qlen = calloc(n->k, sizeof(uint32_t));
+	n->cns = calloc(n->k, sizeof(uint32_t));
+	n->demand = calloc(n->k, sizeof(double));
+	n->qv = malloc(n->o->dim * sizeof(float));
+	if (!n->spill || !n->owner || !n->cand || !n->hist || !n->limit || !n->want ||
+	    !n->qlen || !n->cns || !n->demand || !n->qv) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	memcpy(n->owner, f->own0, n->k * sizeof(uint32_t));
+	for (uint32_t c = 0; c < n->k; c++) {
+		dm_oracle_spill_order(n->o, c, n->spill + (size_t)c * (n->k - 1));
+		n->demand[c] = 1.0 / n->k;
+	}
+	route_limits_owned(n->k, n->batch, n->strategy != DM_ROUTE_BALANCED, n->demand, n->qlen,
+			   n->owner, n->limit);
+	n->ok = true;
+	n->kept = f->partial;   /* fetched again soon: the node without an oracle will have one */
+	rc = 0;
+out:
+	if (rc && f->disagree && !f->unusable && rt->ok) {
+		/* Keep routing with the state we have: every CN admits its epoch or the one
+		 * after it, and the switch ends within a report period or two. */
+		fetch_free(f);
+		rt->stale = false;
+		rt->kept = true;
+		return 0;
+	}
+	dmann_route_free(rt);
+	if (rc == 0) {
+		*rt = *n;
+		memset(n, 0, sizeof(*n));
+	} else {
+		for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
+			rt->conn_of[i] = -1;
+	}
+	fetch_free(f);
+	return rc;
 }
 
 int dmann_route_refresh(dmann_t *d)
 {
-	struct dmann_route *rt = &d->rt, n = { 0 };
-	struct dm_wire_q_router h0, h;
-	uint32_t own0[DM_MAX_NODES_WIRE], own[DM_MAX_NODES_WIRE];
+	struct dmann_fetch *f = fetch_new();
 	uint8_t *buf = malloc(DM_C_MAX_RESP);
-	int rc = -EAGAIN;
-	bool have0 = false;   /* h0 / n.o: the first live compute node's answer */
 
-	if (!buf)
+	if (!f || !buf) {
+		fetch_free(f);
+		free(buf);
 		return -ENOMEM;
-	for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
-		n.conn_of[i] = -1;
-	for (uint32_t c = 0; c < d->ncn; c++) {
+	}
+	for (uint32_t c = 0; c < d->ncn && !f->disagree && !f->unusable; c++) {
+		uint32_t len = 0;
 		int e;
 
 		if (d->cn[c].dead)
 			continue;   /* its node gets no query until it is reachable again */
-		e = fetch(d, c, buf, have0 ? &h : &h0, have0 ? own : own0, have0 ? NULL : &n.o);
-		if (e == -EAGAIN || e == -ENOSYS || e == -E2BIG || e == -EBADMSG || e == -EPROTO) {
-			rc = -EAGAIN;   /* no oracle (yet), or none a client can use */
-			goto out;
-		}
-		if (e) {
+		e = dm_rpc_call(&d->cn[c].ch, DM_OP_Q_ROUTER, NULL, 0, buf, DM_C_MAX_RESP, &len);
+		if (e && e != -EAGAIN && e != -ENOSYS && e != -E2BIG && e != -EBADMSG &&
+		    e != -EPROTO) {
 			dmann_conn_lost(d, c);   /* a transport failure: route over the others */
 			continue;
 		}
-		if (have0 && (h.epoch != h0.epoch || h.centroid_hash != h0.centroid_hash ||
-			  h.strategy != h0.strategy || h.ncn != h0.ncn ||
-			  memcmp(own, own0, h0.ncn * sizeof(*own))))
-			goto out;   /* the CNs disagree (an epoch change in progress) */
-		if (!have0)
-			h = h0;
-		have0 = true;
-		if (n.conn_of[h.self] >= 0 || h.self >= h0.ncn)
-			goto out;
-		n.conn_of[h.self] = (int32_t)c;
-		n.node_of[c] = h.self;
+		fetch_add(d, f, c, buf, len, e);
 	}
-	if (!have0)
-		goto out;   /* no compute node answered */
-	if (h0.strategy == DM_ROUTE_NONE || h0.ncn != n.o->k || h0.ncn < 2)
-		goto out;
-	n.k = h0.ncn;
-	n.epoch = h0.epoch;
-	n.strategy = h0.strategy;
-	n.batch = h0.batch;
-	n.metric = h0.metric;
-	n.hash = h0.centroid_hash;
-	n.spill = calloc((size_t)n.k * (n.k - 1), sizeof(uint32_t));
-	n.owner = malloc(n.k * sizeof(uint32_t));
-	n.cand = calloc(2 * (size_t)n.k, sizeof(uint32_t));
-	n.hist = calloc(n.k, sizeof(uint32_t));
-	n.limit = calloc(n.k, sizeof(uint32_t));
-	n.want = calloc(n.k, sizeof(uint32_t));
-	n.qlen = calloc(n.k, sizeof(uint32_t));
-	n.cns = calloc(n.k, sizeof(uint32_t));
-	n.demand = calloc(n.k, sizeof(double));
-	n.qv = malloc(n.o->dim * sizeof(float));
-	if (!n.spill || !n.owner || !n.cand || !n.hist || !n.limit || !n.want || !n.qlen ||
-	    !n.cns || !n.demand || !n.qv) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	memcpy(n.owner, own0, n.k * sizeof(uint32_t));
-	for (uint32_t c = 0; c < n.k; c++) {
-		dm_oracle_spill_order(n.o, c, n.spill + (size_t)c * (n.k - 1));
-		n.demand[c] = 1.0 / n.k;
-	}
-	route_limits_owned(n.k, n.batch, n.strategy != DM_ROUTE_BALANCED, n.demand, n.qlen,
-			   n.owner, n.limit);
-	n.ok = true;
-	rc = 0;
-out:
 	free(buf);
-	dmann_route_free(rt);
-	if (rc == 0) {
-		*rt = n;
-	} else {
-		dmann_route_free(&n);
-		for (uint32_t i = 0; i < DM_MAX_NODES_WIRE; i++)
-			rt->conn_of[i] = -1;
+	return fetch_finish(d, f);
+}
+
+bool dmann_route_fetching(const dmann_t *d)
+{
+	return d->fetch != NULL;
+}
+
+int dmann_route_fetch_start(dmann_t *d, uint32_t *sent)
+{
+	struct dmann_fetch *f;
+	int rc = 0;
+
+	*sent = 0;
+	if (d->fetch)
+		return 0;
+	f = fetch_new();
+	if (!f)
+		return -ENOMEM;
+	f->id = DMANN_FETCH_ID | d->next_fetch++;
+	for (uint32_t c = 0; c < d->ncn; c++) {
+		if (d->cn[c].dead)
+			continue;
+		rc = dm_rpc_send(&d->cn[c].ch, DM_OP_Q_ROUTER, f->id, 0, NULL, 0);
+		if (rc) {
+			/* the caller's loop finds the connection broken with its next receive */
+			rc = 0;
+			continue;
+		}
+		d->cn[c].inflight++;
+		f->pending[c] = true;
+		f->npending++;
+		(*sent)++;
 	}
+	if (!f->npending) {
+		fetch_free(f);
+		return -EHOSTDOWN;
+	}
+	d->fetch = f;
 	return rc;
+}
+
+int dmann_route_fetch_answer(dmann_t *d, uint32_t c, const struct dm_wire_hdr *h,
+			     const uint8_t *body, uint32_t len)
+{
+	struct dmann_fetch *f = d->fetch;
+
+	if (!f || c >= d->ncn || !f->pending[c] || h->req_id != f->id)
+		return -EBADMSG;
+	f->pending[c] = false;
+	f->npending--;
+	fetch_add(d, f, c, body, len, h->status);
+	if (f->npending)
+		return 0;
+	d->fetch = NULL;
+	fetch_finish(d, f);
+	return 1;
+}
+
+void dmann_route_fetch_cancel(dmann_t *d)
+{
+	fetch_free(d->fetch);
+	d->fetch = NULL;
+}
+
+int dmann_route_fetch_lost(dmann_t *d, uint32_t c)
+{
+	struct dmann_fetch *f = d->fetch;
+
+	if (!f || c >= d->ncn || !f->pending[c])
+		return 0;
+	f->pending[c] = false;
+	if (--f->npending)
+		return 0;
+	d->fetch = NULL;
+	fetch_finish(d, f);
+	return 1;
 }
 
 /* End of a batch: new limits from the demand and the queues (as the CNs' set_limits). */

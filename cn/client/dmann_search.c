@@ -33,6 +33,7 @@ struct search {
 	size_t *retry, nretry;       /* queries whose compute node died, to send again */
 	uint8_t *msg;                /* one Q_SEARCH body */
 	size_t done;
+	bool fetched;                /* an asynchronous refresh settled */
 };
 
 static int send_query(struct search *s, uint32_t c, size_t i, uint32_t flags)
@@ -57,14 +58,16 @@ static int send_query(struct search *s, uint32_t c, size_t i, uint32_t flags)
 	if (s->info)
 		s->info[i] = (struct dmann_search_info){
 			.status = -ECANCELED, .sent_to = d->rt.ok ? d->rt.node_of[c] : c,
+			.sent_ns = s->t0[i], .epoch = q.epoch,
 			.flags = (flags & DM_Q_F_ROUTED ? DMANN_SI_ROUTED : 0) |
 				 (flags & DM_Q_F_SPILLED ? DMANN_SI_SPILLED : 0) |
 				 (s->tries[i] > 1 ? DMANN_SI_RETRIED : 0) };
 	return 0;
 }
 
-/* One answer from connection c if there is one within ms. 1: took one, 0: none, -errno
- * (a transport failure, a malformed answer, or the query's own error, set in *qerr). */
+/* One answer from connection c if there is one within ms. 1: took one, 2: took the answer
+ * to an asynchronous Q_ROUTER (dmann_route_fetch_answer), 0: none, -errno (a transport
+ * failure, a malformed answer, or the query's own error, set in *qerr). */
 static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 {
 	dmann_t *d = s->d;
@@ -79,6 +82,19 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 		if (rc < 0)
 			dmann_fail(rc, "compute node %s: %s", d->cn[c].ep, strerror(-rc));
 		return rc;
+	}
+	if (dm_wire_hdr_decode(buf, len, &h) == 0 && h.op == DM_OP_Q_ROUTER + 1) {
+		if (dm_wire_q_check(&h, buf, len) == 0 && d->cn[c].inflight &&
+		    (rc = dmann_route_fetch_answer(d, c, &h, buf + DM_WIRE_HDR_LEN,
+						   len - DM_WIRE_HDR_LEN)) >= 0) {
+			d->cn[c].inflight--;
+			s->fetched = s->fetched || rc == 1;
+			dm_msgpool_repost(d->pool, wr_id);
+			return 2;
+		}
+		dm_msgpool_repost(d->pool, wr_id);
+		return dmann_fail(-EBADMSG, "compute node %s: unexpected router answer",
+				  d->cn[c].ep);
 	}
 	if (dm_wire_hdr_decode(buf, len, &h) || h.op != DM_OP_Q_SEARCH + 1 ||
 	    dm_wire_q_check(&h, buf, len) ||
@@ -136,6 +152,7 @@ static int take_answer(struct search *s, uint32_t c, int ms, int *qerr)
 		in->cache_hits = r.cache_hits;
 		in->rereads = r.rereads;
 		in->ran_on = r.cn;
+		in->ran_epoch = r.rflags & DM_Q_R_ORACLE ? r.epoch : 0;
 		in->status = h.status;
 		in->flags |= r.rflags & DM_Q_R_RELAYED ? DMANN_SI_RELAYED : 0;
 	}
@@ -153,6 +170,8 @@ static int lost(struct search *s, uint32_t c, uint32_t *total, int err)
 	snprintf(ep, sizeof(ep), "%s", s->d->cn[c].ep);
 	*total -= s->d->cn[c].inflight;
 	dmann_conn_lost(s->d, c);
+	if (dmann_route_fetch_lost(s->d, c) == 1)
+		s->fetched = true;
 	for (size_t i = 0; i < s->nq; i++) {
 		if (s->on[i] != c + 1)
 			continue;
@@ -249,7 +268,8 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 	d->next_id += nq;
 	/* the oracle partitions graph 0: other graphs' queries are not routed */
 	want = client = p->routing == DMANN_ROUTE_CLIENT && p->graph == 0;
-	if (client && (d->rt.stale || (!d->rt.ok && last - d->rt_checked_ns > REFRESH_NS))) {
+	if (client && (d->rt.stale || (d->rt.kept && last - d->rt_checked_ns > REROUTE_NS) ||
+		       (!d->rt.ok && last - d->rt_checked_ns > REFRESH_NS))) {
 		d->rt_checked_ns = last;
 		rc = dmann_route_refresh(d);
 		if (rc && rc != -EAGAIN) {
@@ -257,25 +277,50 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 			goto out;
 		}
 	}
-	client = client && d->rt.ok;
 	cap = p->inflight ? p->inflight : 16 * d->ncn;
 	for (uint32_t c = 0; c < d->ncn; c++)
 		window[c] = DM_MIN(DMANN_WINDOW, cap);
 	rr = d->rr++;
-	while (s.done < next || ((next < nq || s.nretry) && !err && !qerr)) {
+	/* A refresh sent with queries in flight is settled before the call returns. */
+	while (s.done < next || ((next < nq || s.nretry) && !err && !qerr) ||
+	       dmann_route_fetching(d)) {
 		bool progress = false, hold = false;
 
+		if (s.fetched) {
+			/* Not for ever: routing may have been switched off (strategy none). */
+			reroute = !d->rt.ok && ++reroutes < REROUTE_TRIES;
+			if (d->rt.kept)
+				reroutes++;
+			s.fetched = false;
+		}
 		/* The routing state went stale during the call (an answer showed a new routing
 		 * epoch: a compute node joined or left, or the CNs re-clustered; or a connection
-		 * died or came back): send nothing new until the queries in flight are back, then
-		 * fetch it again (Q_ROUTER shares the connections with the searches). A fetch
-		 * that finds the CNs still disagreeing is tried again every REROUTE_NS; the
-		 * queries meanwhile go round robin and the CNs route them. */
-		if (want && (d->rt.stale || reroute) && (next < nq || s.nretry) && !err && !qerr) {
+		 * died or came back): fetch it again. With a state to route with meanwhile, the
+		 * Q_ROUTERs go out beside the queries and their answers come in with theirs
+		 * (dmann_route_fetch_*); with none, nothing new is sent until the queries in
+		 * flight are back, then the fetch waits for its answers. A fetch that finds the
+		 * CNs still disagreeing is tried again every REROUTE_NS; the queries meanwhile go
+		 * on with the state we had (kept: the CNs admit the previous routing epoch), or,
+		 * with none, round robin and the CNs route them. */
+		if (want && (d->rt.stale || reroute || (d->rt.kept && reroutes < REROUTE_TRIES)) &&
+		    !dmann_route_fetching(d) && (next < nq || s.nretry) && !err && !qerr) {
 			uint64_t now = dm_now_ns();
-			bool due = d->rt.stale || now - d->rt_checked_ns > REROUTE_NS;
+			bool due = (d->rt.stale && !d->rt.kept) ||
+				   now - d->rt_checked_ns > REROUTE_NS;
 
-			if (due && total > 0) {
+			if (due && total > 0 && d->rt.ok) {
+				uint32_t sent = 0;
+
+				d->rt_checked_ns = now;
+				dmann_revive(d);   /* a node that joined is routed to at once */
+				rc = dmann_route_fetch_start(d, &sent);
+				if (rc == -ENOMEM) {
+					err = dmann_fail(rc, "search: fetching the router's oracle: %s",
+							 strerror(-rc));
+					continue;
+				}
+				total += sent;
+			} else if (due && total > 0) {
 				hold = true;
 			} else if (due) {
 				d->rt_checked_ns = now;
@@ -286,9 +331,10 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 							 strerror(-rc));
 					continue;
 				}
-				client = d->rt.ok;
 				/* Not for ever: routing may have been switched off (strategy none). */
 				reroute = !d->rt.ok && ++reroutes < REROUTE_TRIES;
+				if (d->rt.kept)
+					reroutes++;
 			}
 		}
 		/* Fill the windows: the queries of a compute node that died first (round robin
@@ -299,7 +345,8 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 			uint32_t flags = 0;
 			int c = -1;
 
-			if (!again && client && !d->rt.stale)
+			if (!again && want && d->rt.ok &&
+			    (!d->rt.stale || d->rt.kept || dmann_route_fetching(d)))
 				c = dmann_route_pick(d, vectors + i * dim, window, &flags);
 			else
 				c = dmann_live_pick(d, &rr, window, 0);
@@ -360,7 +407,7 @@ int dmann_search(dmann_t *d, const float *vectors, size_t nq, uint32_t dim,
 				continue;
 			wait_c = c + 1;
 			rc = take_answer(&s, c, 1, &qerr);
-			if (rc == 1) {
+			if (rc >= 1) {
 				total--;
 				last = dm_now_ns();
 			} else if (rc < 0) {

@@ -3,14 +3,19 @@
 #include "router.h"
 #include "util/dm_hash.h"
 
+#include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cn.h"
 #include "oracle.h"
+#include "rollout.h"
 #include "route_limits.h"
 #include "vhash.h"
 
@@ -61,6 +66,24 @@ struct router {
 	atomic_uint moved;           /* partitions served by another CN than their own */
 	atomic_ulong owner_changes;  /* times the owner table changed */
 	atomic_ulong csp_t_ns;
+	/* Oracle epochs: the highest one asked for here (dmann route refresh, re-clustering)
+	 * and the highest one the memory nodes reported. */
+	atomic_uint want_epoch, seen_epoch;
+	/* The two-phase rollout (oracle/rollout.h; router thread, except the atomics): the
+	 * oracle of a later epoch being fitted by the prepare thread or fitted (prep_done),
+	 * installed once every live CN has it. */
+	struct oracle_build *prep;
+	pthread_t prep_thread;
+	bool prep_running;            /* prep_thread to join */
+	atomic_bool prep_done;
+	uint64_t prep_retry_ns;       /* a failed prepare: not again before */
+	atomic_uint next_epoch;       /* the epoch rolled out (= epoch when none) */
+	atomic_uint rollout;          /* DM_FWD_ROLLOUT_* */
+	uint32_t cluster_epoch;       /* the epoch the others route with (the first oracle's) */
+	/* The routing epoch before the current one: client-routed queries of it are admitted
+	 * too (the clients that have not seen the switch yet). */
+	atomic_uint prev_repoch;
+	atomic_bool prev_ok;
 
 	/* Router thread's connections (ORIGIN role, state reports) and SERVE workers. */
 	struct dm_conn *oc[DM_MAX_NODES];
@@ -169,116 +192,357 @@ out_free:
 static void reset_demand(struct router *r);
 static void set_limits(struct router *r);
 static void set_owners(struct router *r, bool force);
+static bool cn_ok(const struct router *r, uint32_t c);
 
-/* Build the oracle of the current index for epoch (same result on every CN). */
-static int build_oracle(struct router *r, uint32_t epoch)
+/* One oracle being built: the sample (read by the router thread), then the fit (on the
+ * router thread, or on the prepare thread of a rollout), then installed. */
+struct oracle_build {
+	uint32_t epoch, crc, ncn, regions, dim, metric, n;
+	int lv;
+	bool keyrange;
+	float *sample;               /* n x dim, normalised for cosine */
+	/* the fit */
+	int rc;
+	struct dm_oracle *o;
+	uint32_t *spill;             /* ncn x (ncn-1) */
+	uint8_t *owire;              /* NULL: no client-side routing with it */
+	size_t owire_len;
+	float *qv;                   /* the router's scratch for a normalised query */
+	uint64_t hash;
+	uint64_t t0_ns, built_ns;    /* sampling started, fit done */
+};
+
+static void build_free(struct oracle_build *b)
+{
+	if (!b)
+		return;
+	free(b->sample);
+	dm_oracle_free(b->o);
+	free(b->spill);
+	free(b->owire);
+	free(b->qv);
+	free(b);
+}
+
+/* The sample of the current index for an oracle of epoch: the vectors of the first HNSW
+ * level from the top holding at least sample_min_nodes nodes, READ from the memory nodes
+ * over the router's connections (router thread only). 0 or -errno (-ENOENT: no index). */
+static int gather_sample(struct router *r, uint32_t epoch, struct oracle_build **out)
 {
 	struct cn *cn = r->cn;
-	struct dm_oracle_params op;
-	struct dm_oracle *o;
+	struct oracle_build *b = calloc(1, sizeof(*b));
 	uint64_t counts[HNSW_MAX_LEVEL + 1] = { 0 };
-	uint32_t *ids = NULL, *spill = NULL, n = 0;
-	float *sample = NULL;
-	uint8_t *owire;
-	size_t owire_len;
-	int lv, rc;
+	uint32_t *ids = NULL;
+	int rc;
 
+	if (!b)
+		return -ENOMEM;
+	b->t0_ns = dm_now_ns();
+	b->epoch = epoch;
+	b->ncn = r->ncn;
+	b->keyrange = r->p.keyrange;
+	b->regions = r->p.regions;
 	pthread_rwlock_rdlock(&cn->lock);
 	const struct dindex *d = cn->views[0].cur;
 
 	if (!d || d->n < r->ncn) {
-		pthread_rwlock_unlock(&cn->lock);
-		return -ENOENT;
+		rc = -ENOENT;
+		goto out_unlock;
 	}
+	b->crc = d->meta_crc;
+	b->dim = d->p.dim;
+	b->metric = d->p.metric;
 	counts[0] = d->n;
 	pthread_rwlock_rdlock((pthread_rwlock_t *)&d->up_lock);   /* online upper levels */
 	for (int l = 1; l <= d->max_level; l++)
 		counts[l] = d->at_level[l];
 	pthread_rwlock_unlock((pthread_rwlock_t *)&d->up_lock);
-	lv = dm_oracle_pick_level(counts, (uint32_t)d->max_level + 1, r->p.sample_min_nodes);
-	ids = malloc(counts[lv] * sizeof(*ids));
-	sample = malloc(counts[lv] * d->p.dim * sizeof(float));
-	if (!ids || !sample) {
+	b->lv = dm_oracle_pick_level(counts, (uint32_t)d->max_level + 1, r->p.sample_min_nodes);
+	ids = malloc(counts[b->lv] * sizeof(*ids));
+	b->sample = malloc(counts[b->lv] * d->p.dim * sizeof(float));
+	if (!ids || !b->sample) {
 		rc = -ENOMEM;
 		goto out_unlock;
 	}
-	for (uint32_t id = 0; id < d->n; id++)
-		if (node_level(d, id) >= (uint32_t)lv)
-			ids[n++] = id;
-	rc = read_vectors(r, d, ids, n, sample);
+	for (uint32_t id = 0; id < d->n && b->n < counts[b->lv]; id++)
+		if (node_level(d, id) >= (uint32_t)b->lv)
+			ids[b->n++] = id;
+	rc = read_vectors(r, d, ids, b->n, b->sample);
 	if (rc)
 		goto out_unlock;
-	if (d->p.metric == DM_METRIC_COS)
-		for (uint32_t i = 0; i < n; i++)
-			dm_normalize(sample + (size_t)i * d->p.dim, d->p.dim);
-	dm_oracle_params_default(&op, r->ncn);
-	op.seed += epoch;
-	if (r->p.keyrange) {
+	if (b->metric == DM_METRIC_COS)
+		for (uint32_t i = 0; i < b->n; i++)
+			dm_normalize(b->sample + (size_t)i * b->dim, b->dim);
+out_unlock:
+	pthread_rwlock_unlock(&cn->lock);
+	free(ids);
+	if (rc) {
+		build_free(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+/* Fit the oracle of b's epoch on its sample (the same result on every CN): balanced
+ * k-means of ncn groups, or the key ranges of a VHash. Touches nothing but b. 0 or -errno
+ * (also in b->rc). */
+static int fit_oracle(struct oracle_build *b)
+{
+	struct dm_oracle_params op;
+	int rc = 0;
+
+	dm_oracle_params_default(&op, b->ncn);
+	op.seed += b->epoch;
+	if (b->keyrange) {
 		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
-		uint32_t K = r->p.regions ? r->p.regions : DM_MIN(DM_VHASH_K_DEFAULT, n / 64);
+		uint32_t K = b->regions ? b->regions : DM_MIN(DM_VHASH_K_DEFAULT, b->n / 64);
 		struct dm_vhash *vh;
 
-		K = DM_MIN(DM_MAX(K, r->ncn), DM_MIN(n, 256u * r->ncn));
-		vh = dm_vhash_fit(sample, n, d->p.dim, K, op.seed, NULL);
-		o = vh ? dm_oracle_from_vhash(vh, r->ncn) : NULL;
-		if (!o)
+		K = DM_MIN(DM_MAX(K, b->ncn), DM_MIN(b->n, 256u * b->ncn));
+		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, NULL);
+		b->o = vh ? dm_oracle_from_vhash(vh, b->ncn) : NULL;
+		if (!b->o)
 			rc = -errno;
 		dm_vhash_free(vh);
-		if (!o)
-			goto out_unlock;
 	} else {
-		o = dm_oracle_build(sample, n, d->p.dim, &op);
-		if (!o) {
+		b->o = dm_oracle_build(b->sample, b->n, b->dim, &op);
+		if (!b->o)
 			rc = -errno;
-			goto out_unlock;
-		}
 	}
-	spill = calloc((size_t)r->ncn * (r->ncn ? r->ncn - 1 : 0) + 1, sizeof(*spill));
-	if (!spill) {
-		dm_oracle_free(o);
+	if (rc)
+		goto out;
+	b->spill = calloc((size_t)b->ncn * (b->ncn ? b->ncn - 1 : 0) + 1, sizeof(*b->spill));
+	b->qv = malloc(b->dim * sizeof(float));
+	if (!b->spill || !b->qv) {
 		rc = -ENOMEM;
-		goto out_unlock;
+		goto out;
 	}
-	for (uint32_t c = 0; c < r->ncn; c++)
-		dm_oracle_spill_order(o, c, spill + (size_t)c * (r->ncn - 1));
-	owire_len = dm_oracle_wire_size(o);
-	owire = malloc(owire_len);
-	if (!owire || dm_oracle_encode(o, owire, owire_len) != (long)owire_len) {
-		free(owire);   /* no client-side routing; the CNs still route */
-		owire = NULL;
-		owire_len = 0;
+	for (uint32_t c = 0; c < b->ncn; c++)
+		dm_oracle_spill_order(b->o, c, b->spill + (size_t)c * (b->ncn - 1));
+	b->owire_len = dm_oracle_wire_size(b->o);
+	b->owire = malloc(b->owire_len);
+	if (!b->owire || dm_oracle_encode(b->o, b->owire, b->owire_len) != (long)b->owire_len) {
+		free(b->owire);   /* no client-side routing; the CNs still route */
+		b->owire = NULL;
+		b->owire_len = 0;
 	}
+	b->hash = oracle_hash(b->o);
+out:
+	free(b->sample);   /* not needed any more */
+	b->sample = NULL;
+	b->rc = rc ? (rc < 0 ? rc : -EINVAL) : 0;
+	b->built_ns = dm_now_ns();
+	return b->rc;
+}
+
+/* Route with b's oracle from now on (takes b's contents; b is freed). The routing epoch
+ * it replaces stays admitted (router_admit) for the clients that still route with it. */
+static void install_oracle(struct router *r, struct oracle_build *b)
+{
 	pthread_mutex_lock(&r->mu);
+	if (atomic_load(&r->ready)) {
+		atomic_store(&r->prev_repoch, atomic_load(&r->repoch));
+		atomic_store(&r->prev_ok, true);
+	}
 	dm_oracle_free(r->o);
 	free(r->spill);
 	free(r->qv);
 	free(r->owire);
-	r->owire = owire;
-	r->owire_len = owire_len;
-	r->qv = malloc(d->p.dim * sizeof(float));
-	r->o = o;
-	r->spill = spill;
+	r->o = b->o;
+	r->spill = b->spill;
+	r->qv = b->qv;
+	r->owire = b->owire;
+	r->owire_len = b->owire_len;
+	b->o = NULL;
+	b->spill = NULL;
+	b->qv = NULL;
+	b->owire = NULL;
 	reset_demand(r);   /* group g is another region of the data in the new epoch */
 	set_limits(r);
-	r->hash = oracle_hash(o);
-	r->metric = d->p.metric;
-	r->sample_level = (uint32_t)lv;
-	atomic_store(&r->epoch, epoch);
+	r->hash = b->hash;
+	r->metric = b->metric;
+	r->sample_level = (uint32_t)b->lv;
+	atomic_store(&r->epoch, b->epoch);
+	if (atomic_load(&r->next_epoch) < b->epoch)
+		atomic_store(&r->next_epoch, b->epoch);
 	set_owners(r, true);
 	atomic_store(&r->ready, true);
 	pthread_mutex_unlock(&r->mu);
+	build_free(b);
+}
+
+static void log_built(const struct router *r, const struct oracle_build *b, const char *how)
+{
 	dm_info("cn%u: oracle epoch %u: k=%u %s from %u nodes of level %d (dim %u): centroid "
-		"hash %016llx", cn->node->id, epoch, r->ncn,
-		o->algo == DM_ORACLE_KEYRANGE ? "key ranges" : "k-means partitions", n, lv,
-		d->p.dim, (unsigned long long)r->hash);
-	rc = 0;
-out_unlock:
-	pthread_rwlock_unlock(&cn->lock);
-	free(ids);
-	free(sample);
-	if (rc)
-		dm_warn("cn%u: cannot build the oracle: %s", cn->node->id, strerror(-rc));
-	return rc;
+		"hash %016llx (%s in %.2f s)", r->self, b->epoch, r->ncn,
+		b->o->algo == DM_ORACLE_KEYRANGE ? "key ranges" : "k-means partitions", b->n, b->lv,
+		b->dim, (unsigned long long)b->hash, how, (b->built_ns - b->t0_ns) / 1e9);
+}
+
+/* Build the oracle of the current index for epoch (same result on every CN) and route with
+ * it at once: at start and after a new index (router thread). */
+static int build_oracle(struct router *r, uint32_t epoch)
+{
+	struct oracle_build *b = NULL;
+	int rc = gather_sample(r, epoch, &b);
+
+	if (!rc)
+		rc = fit_oracle(b);
+	if (rc) {
+		build_free(b);
+		dm_warn("cn%u: cannot build the oracle: %s", r->self, strerror(-rc));
+		return rc;
+	}
+	log_built(r, b, "built");
+	install_oracle(r, b);
+	return 0;
+}
+
+/* ---- the two-phase rollout of a new oracle epoch (oracle/rollout.h) ---------------------- */
+
+#define ROLLOUT_FRESH_MS 2000u          /* reports older than this: a silent CN, not waited for */
+#define ROLLOUT_WAIT_NS (30ull * 1000000000ull) /* prepared: switch anyway after this long */
+#define ROLLOUT_RETRY_NS 1000000000ull  /* a failed prepare is tried again after this */
+#define ROLLOUT_POLL_MS 20u             /* report period while prepared and waiting */
+#define ROLLOUT_NICE 10                 /* the prepare thread's nice increment */
+
+static void *prepare_main(void *arg)
+{
+	struct router *r = arg;
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	/* The fit competes with the queries for the CPU: it yields to them (nice +10; in a
+	 * process already niced past 9, SCHED_IDLE). Best effort: it runs as it is if neither
+	 * is allowed. */
+	errno = 0;
+	int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+
+	if (errno == 0 && cur + ROLLOUT_NICE <= 19) {
+		(void)setpriority(PRIO_PROCESS, (id_t)tid, cur + ROLLOUT_NICE);
+	} else {
+		struct sched_param sp = { 0 };
+
+		(void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	}
+	fit_oracle(r->prep);
+	atomic_store(&r->prep_done, true);
+	pthread_mutex_lock(&r->mu);
+	r->batch_done = true;   /* report "prepared" now */
+	pthread_cond_signal(&r->wake);
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+/* Drop the prepared oracle (or wait for its thread first). */
+static void prepare_drop(struct router *r)
+{
+	if (!r->prep)
+		return;
+	if (r->prep_running) {
+		pthread_join(r->prep_thread, NULL);
+		r->prep_running = false;
+	}
+	build_free(r->prep);
+	r->prep = NULL;
+	atomic_store(&r->prep_done, false);
+}
+
+/* Phase 1: sample here, fit on the prepare thread (or here if it cannot start). */
+static void prepare_start(struct router *r, uint32_t target)
+{
+	int rc = gather_sample(r, target, &r->prep);
+
+	if (rc) {
+		if (rc != -ENOENT)
+			dm_warn("cn%u: cannot prepare oracle epoch %u: %s", r->self, target,
+				strerror(-rc));
+		r->prep_retry_ns = dm_now_ns() + ROLLOUT_RETRY_NS;
+		return;
+	}
+	atomic_store(&r->prep_done, false);
+	dm_info("cn%u: preparing oracle epoch %u (routing with epoch %u meanwhile)", r->self,
+		target, atomic_load(&r->epoch));
+	if (pthread_create(&r->prep_thread, NULL, prepare_main, r) == 0) {
+		r->prep_running = true;
+		return;
+	}
+	fit_oracle(r->prep);
+	atomic_store(&r->prep_done, true);
+}
+
+/* One step of the rollout after a report (router thread): rep = every CN's freshest report.
+ * Returns whether to report again soon (prepared, waiting for the others). */
+static bool rollout_step(struct router *r, const struct dm_rollout_cn *rep)
+{
+	uint32_t cur = atomic_load(&r->epoch), target, crc;
+	bool up[DM_MAX_NODES];
+	uint64_t now = dm_now_ns();
+	struct oracle_build *b;
+
+	if (!atomic_load(&r->ready)) {
+		/* No oracle yet: the first one is of the epoch the others run. */
+		r->cluster_epoch = dm_rollout_current(rep, r->ncn);
+		return false;
+	}
+	target = dm_rollout_target(rep, r->ncn, DM_MAX(cur, atomic_load(&r->want_epoch)));
+	atomic_store(&r->next_epoch, target);
+	if (target <= cur) {
+		if (r->prep && atomic_load(&r->prep_done))
+			prepare_drop(r);
+		atomic_store(&r->rollout, DM_FWD_ROLLOUT_IDLE);
+		return false;
+	}
+	if (!r->prep) {
+		if (now >= r->prep_retry_ns)
+			prepare_start(r, target);
+		atomic_store(&r->rollout, DM_FWD_ROLLOUT_PREPARING);
+		return false;
+	}
+	if (!atomic_load(&r->prep_done))
+		return false;   /* still fitting */
+	if (r->prep_running) {
+		pthread_join(r->prep_thread, NULL);
+		r->prep_running = false;
+	}
+	b = r->prep;
+	pthread_rwlock_rdlock(&r->cn->lock);
+	crc = r->cn->views[0].cur ? r->cn->views[0].cur->meta_crc : 0;
+	pthread_rwlock_unlock(&r->cn->lock);
+	if (b->rc || b->epoch != target || b->crc != crc) {
+		/* failed, overtaken by a later epoch, or of an index replaced meanwhile */
+		if (b->rc)
+			dm_warn("cn%u: cannot prepare oracle epoch %u: %s", r->self, b->epoch,
+				strerror(-b->rc));
+		r->prep_retry_ns = b->rc ? now + ROLLOUT_RETRY_NS : 0;
+		prepare_drop(r);
+		atomic_store(&r->rollout, DM_FWD_ROLLOUT_PREPARING);
+		return false;
+	}
+	if (atomic_load(&r->rollout) != DM_FWD_ROLLOUT_PREPARED) {
+		atomic_store(&r->rollout, DM_FWD_ROLLOUT_PREPARED);
+		log_built(r, b, "prepared");
+		return true;    /* report it before looking at the others */
+	}
+	/* Phase 2: switch once every live CN has it (or after ROLLOUT_WAIT_NS anyway). */
+	for (uint32_t c = 0; c < r->ncn; c++)
+		up[c] = cn_ok(r, c);
+	bool all = dm_rollout_may_activate(rep, up, r->ncn, r->self, target,
+					   DM_MAX(ROLLOUT_FRESH_MS, 10 * r->p.exchange_ms));
+
+	if (!all && now - b->built_ns < ROLLOUT_WAIT_NS)
+		return true;
+	r->prep = NULL;
+	atomic_store(&r->prep_done, false);
+	dm_info("cn%u: oracle epoch %u active (was %u): sampled and fitted in %.2f s, waited "
+		"%.2f s for the other compute nodes%s; at %.6f s monotonic", r->self, b->epoch, cur,
+		(b->built_ns - b->t0_ns) / 1e9, (now - b->built_ns) / 1e9,
+		all ? "" : " (not all of them had it: switched after the wait)", now / 1e9);
+	install_oracle(r, b);
+	atomic_fetch_add(&r->reclusters, 1);
+	atomic_store(&r->rollout, DM_FWD_ROLLOUT_IDLE);
+	r->csp_high_since = 0;
+	return false;
 }
 
 /* ---- routing decisions ------------------------------------------------------------------- */
@@ -353,6 +617,10 @@ static void set_owners(struct router *r, bool force)
 	if (!force && !memcmp(own, r->owner, r->ncn * sizeof(*own)))
 		return;
 	memcpy(r->owner, own, r->ncn * sizeof(*own));
+	if (!force) {
+		atomic_store(&r->prev_repoch, atomic_load(&r->repoch));
+		atomic_store(&r->prev_ok, true);
+	}
 	atomic_store(&r->moved, (unsigned)moved);
 	atomic_store(&r->repoch, dm_oracle_route_epoch(atomic_load(&r->epoch), own, r->ncn));
 	if (!force) {
@@ -440,7 +708,12 @@ uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t
 	uint32_t s = atomic_load(&r->strategy), target;
 
 	pthread_mutex_lock(&r->mu);
-	if (r->o && dim == r->o->dim && s != DM_ROUTE_NONE && epoch == atomic_load(&r->repoch)) {
+	/* The current routing epoch, or the one before it: a client that has not seen the
+	 * switch yet (an oracle epoch rollout, a CN joining or leaving) routed it as this CN
+	 * did a moment ago, and running it here beats relaying it. */
+	if (r->o && dim == r->o->dim && s != DM_ROUTE_NONE &&
+	    (epoch == atomic_load(&r->repoch) ||
+	     (atomic_load(&r->prev_ok) && epoch == atomic_load(&r->prev_repoch)))) {
 		double band = admit_band(r);
 
 		/* Bestfit follows the oracle alone. */
@@ -552,6 +825,28 @@ int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
 {
 	uint32_t csp;
 
+	if (c->refresh) {
+		/* dmann route refresh: move to oracle epoch c->refresh, at most one past the
+		 * highest epoch known here (an operator asks for the next one, not any one). */
+		uint32_t known = DM_MAX(DM_MAX(atomic_load(&r->epoch), atomic_load(&r->want_epoch)),
+					atomic_load(&r->seen_epoch));
+
+		if (c->refresh > known + 1 || known == UINT32_MAX)
+			return -ERANGE;
+		if (c->refresh > atomic_load(&r->epoch)) {
+			uint32_t w = atomic_load(&r->want_epoch);
+
+			while (w < c->refresh &&
+			       !atomic_compare_exchange_weak(&r->want_epoch, &w, c->refresh))
+				;
+			dm_info("cn%u: oracle epoch %u asked for (now %u)", r->self, c->refresh,
+				atomic_load(&r->epoch));
+			pthread_mutex_lock(&r->mu);
+			r->batch_done = true;   /* tell the others now, not at the next period */
+			pthread_cond_signal(&r->wake);
+			pthread_mutex_unlock(&r->mu);
+		}
+	}
 	if (c->set) {
 		pthread_mutex_lock(&r->mu);
 		atomic_store(&r->strategy, c->strategy);
@@ -593,6 +888,10 @@ int router_config(struct router *r, const struct dm_wire_fwd_rcfg *c,
 	st->epoch = atomic_load(&r->epoch);
 	st->route_epoch = atomic_load(&r->repoch);
 	st->reclusters = atomic_load(&r->reclusters);
+	st->next_epoch = DM_MAX(st->epoch, atomic_load(&r->next_epoch));
+	st->rollout = atomic_load(&r->rollout);
+	if (st->next_epoch == st->epoch)
+		st->rollout = DM_FWD_ROLLOUT_IDLE;
 	st->qlen = atomic_load(&r->cn->qlen);
 	st->paused = atomic_load(&r->pauses);
 	st->spill_cache = atomic_load(&r->spill_cache);
@@ -694,10 +993,11 @@ static void sample_id(void *arg, uint32_t id)
 		s->ids[s->n++] = id;
 }
 
-/* Report our queue length (and, with_sample, our cache sample) to every memory node and
- * take in what they know of the other CNs. Never waits for another CN: a memory node
- * answers at once from its table. */
-static void exchange(struct router *r, bool with_sample)
+/* Report our queue length, epochs (and, with_sample, our cache sample) to every memory node
+ * and take in what they know of the other CNs, then take the next step of an epoch rollout.
+ * Never waits for another CN: a memory node answers at once from its table. Returns
+ * whether to report again soon (a rollout waits for the others). */
+static bool exchange(struct router *r, bool with_sample)
 {
 	struct cn *cn = r->cn;
 	struct dm_wire_fwd_state s = { .cn = r->self, .epoch = atomic_load(&r->epoch),
@@ -706,11 +1006,13 @@ static void exchange(struct router *r, bool with_sample)
 	uint8_t *msg = malloc(sizeof(s) + sizeof(ids));
 	uint8_t resp[sizeof(struct dm_wire_fwd_table) + DM_MAX_NODES * sizeof(struct dm_wire_fwd_entry)];
 	struct sample_ctx sc = { .ids = ids, .cap = DM_FWD_MAX_SAMPLE };
-	uint32_t max_epoch = 0, best_age[DM_MAX_NODES];
+	uint32_t best_age[DM_MAX_NODES];
+	struct dm_rollout_cn rep[DM_MAX_NODES];
 	bool csp_set = false;
 
 	if (!msg)
-		return;
+		return false;
+	memset(rep, 0, sizeof(rep));
 	if (with_sample) {
 		struct dm_cache_stats cs = { 0 };
 
@@ -723,6 +1025,10 @@ static void exchange(struct router *r, bool with_sample)
 		s.entries = cs.entries;
 	}
 	s.qlen = atomic_load(&cn->qlen);
+	s.next = DM_MAX(s.epoch, atomic_load(&r->next_epoch));
+	s.flags = (atomic_load(&r->ready) ? DM_FWD_S_READY : 0) |
+		  (s.next > s.epoch && atomic_load(&r->rollout) == DM_FWD_ROLLOUT_PREPARED ?
+			   DM_FWD_S_PREPARED : 0);
 	s.nsample = sc.n;
 	s.seq = ++r->seq;
 	dm_wire_fwd_state_encode(msg, &s);
@@ -748,17 +1054,24 @@ static void exchange(struct router *r, bool with_sample)
 				close_oc(r, m);
 			continue;
 		}
-		max_epoch = DM_MAX(max_epoch, t.epoch);
+		if (t.epoch > atomic_load(&r->seen_epoch))
+			atomic_store(&r->seen_epoch, t.epoch);
 		pthread_mutex_lock(&r->mu);
 		for (uint32_t i = 0; i < t.n; i++) {
 			struct dm_wire_fwd_entry e;
 
-			dm_wire_fwd_entry_decode(resp + sizeof(t) + sizeof(e) * (size_t)i,
-						 sizeof(e), &e);
+			if (dm_wire_fwd_entry_decode(resp + sizeof(t) + sizeof(e) * (size_t)i,
+						     sizeof(e), &e))
+				continue;
 			/* Several memory nodes: keep the freshest report of each CN. */
-			if (e.cn < r->ncn && e.cn != r->self && e.age_ms < best_age[e.cn]) {
+			if (e.cn < r->ncn && e.age_ms < best_age[e.cn]) {
 				best_age[e.cn] = e.age_ms;
-				r->qlen[e.cn] = e.qlen;
+				rep[e.cn] = (struct dm_rollout_cn){
+					.valid = true, .ready = e.flags & DM_FWD_S_READY,
+					.prepared = e.flags & DM_FWD_S_PREPARED, .epoch = e.epoch,
+					.next = e.next, .age_ms = e.age_ms };
+				if (e.cn != r->self)
+					r->qlen[e.cn] = e.qlen;
 			}
 		}
 		pthread_mutex_unlock(&r->mu);
@@ -772,8 +1085,8 @@ static void exchange(struct router *r, bool with_sample)
 		}
 	}
 	free(msg);
-	/* Re-clustering: a CN that saw the CSP high for long enough moves to the next epoch;
-	 * the others follow the highest epoch reported. */
+	/* Re-clustering: a CN that saw the CSP high for long enough asks for the next epoch;
+	 * the others follow the highest epoch reported (rollout_step). */
 	if (csp_set && r->p.recluster_secs && r->ncn > 1 &&
 	    atomic_load(&r->strategy) != DM_ROUTE_NONE) {
 		uint64_t now = dm_now_ns();
@@ -781,20 +1094,18 @@ static void exchange(struct router *r, bool with_sample)
 		if (atomic_load(&r->csp_ppm) > r->p.recluster_csp * 1e6) {
 			if (!r->csp_high_since)
 				r->csp_high_since = now;
-			else if (now - r->csp_high_since >= r->p.recluster_secs * 1000000000ull)
-				max_epoch = DM_MAX(max_epoch, atomic_load(&r->epoch) + 1);
+			else if (now - r->csp_high_since >= r->p.recluster_secs * 1000000000ull &&
+				 atomic_load(&r->want_epoch) <= atomic_load(&r->epoch)) {
+				dm_info("cn%u: re-clustering: CSP above %.2f for %u s (epoch %u -> %u)",
+					r->self, r->p.recluster_csp, r->p.recluster_secs,
+					atomic_load(&r->epoch), atomic_load(&r->epoch) + 1);
+				atomic_store(&r->want_epoch, atomic_load(&r->epoch) + 1);
+			}
 		} else {
 			r->csp_high_since = 0;
 		}
 	}
-	if (max_epoch > atomic_load(&r->epoch)) {
-		dm_info("cn%u: re-clustering (epoch %u -> %u)", r->self, atomic_load(&r->epoch),
-			max_epoch);
-		if (build_oracle(r, max_epoch) == 0) {
-			atomic_fetch_add(&r->reclusters, 1);
-			r->csp_high_since = 0;
-		}
-	}
+	return rollout_step(r, rep);
 }
 
 static void *router_thread(void *arg)
@@ -805,6 +1116,7 @@ static void *router_thread(void *arg)
 	bool built = false;
 	uint64_t last_csp = 0, last_look = 0;
 	unsigned long seen_state = 0;
+	bool asked = false, soon = false;
 
 	while (!atomic_load(&r->stop) && !atomic_load(&cn->stopping)) {
 		struct timespec ts;
@@ -825,8 +1137,15 @@ static void *router_thread(void *arg)
 				pthread_rwlock_unlock(&cn->lock);
 			}
 		}
+		/* The first oracle is of the epoch the others run: ask the memory nodes first. */
+		if (crc && !built && !asked) {
+			exchange(r, false);
+			asked = true;
+		}
 		if (crc && (!built || crc != built_crc)) {
-			built = build_oracle(r, atomic_load(&r->epoch)) == 0;
+			uint32_t e = DM_MAX(atomic_load(&r->epoch), built ? 0 : r->cluster_epoch);
+
+			built = build_oracle(r, e) == 0;
 			built_crc = crc;
 		}
 		/* CNs the cluster state declares down or up again: new owners, new epoch (only
@@ -841,15 +1160,18 @@ static void *router_thread(void *arg)
 			seen_state = sc;
 		}
 		if (dm_now_ns() - last_csp >= CSP_PERIOD_NS) {
-			exchange(r, true);
+			soon = exchange(r, true);
 			last_csp = dm_now_ns();
 		} else {
-			exchange(r, false);
+			soon = exchange(r, false);
 		}
-		/* Sleep until a batch ends or the exchange period passes. */
+		/* Sleep until a batch ends or the exchange period passes (a short one while a
+		 * rollout waits for the others: they switch within one of each other's). */
+		uint32_t period = soon ? DM_MIN(ROLLOUT_POLL_MS, r->p.exchange_ms) : r->p.exchange_ms;
+
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)(r->p.exchange_ms % 1000) * 1000000;
-		ts.tv_sec += r->p.exchange_ms / 1000 + ts.tv_nsec / 1000000000;
+		ts.tv_nsec += (long)(period % 1000) * 1000000;
+		ts.tv_sec += period / 1000 + ts.tv_nsec / 1000000000;
 		ts.tv_nsec %= 1000000000;
 		pthread_mutex_lock(&r->mu);
 		if (!r->batch_done)
@@ -859,6 +1181,7 @@ static void *router_thread(void *arg)
 		pthread_mutex_unlock(&r->mu);
 		(void)batch;
 	}
+	prepare_drop(r);   /* waits for a fit in progress */
 	for (uint32_t m = 0; m < cn->cfg->n_mn; m++)
 		close_oc(r, m);
 	return NULL;

@@ -18,7 +18,10 @@
  * builds the oracle, keeps one SERVE connection per memory node (served by a worker thread
  * in forwarding mode), exchanges queue lengths and cache samples with the other CNs through
  * the memory nodes after every batch and periodically, tracks the cache split penalty, and
- * re-clusters (next epoch, next seed) when the CSP stays above a threshold. */
+ * rolls out the next oracle epoch (next seed) when the CSP stays above a threshold or
+ * `dmann route refresh` asks for it: every CN prepares the new oracle in the background and
+ * all switch once all have it (oracle/rollout.h); a CN admits client-routed queries of its
+ * previous routing epoch too. */
 #ifndef DM_CN_ROUTER_H
 #define DM_CN_ROUTER_H
 
@@ -65,9 +68,11 @@ bool router_paused(struct router *r);
 
 /* A query a client routed here with the oracle of `epoch` (client-side routing, DM_Q_F_ROUTED;
  * client_spilled: the client sent it off its top-ranked CN). The CN stays authoritative:
- * with the same epoch it runs the query here (*spilled = client_spilled) unless its queue is
- * over the admission band of the known queues (route_limits.h; never with bestfit), then it
- * sends it to the first CN in rank order that is not; with another epoch it routes it as router_route does. Returns the target. */
+ * with its routing epoch or the previous one (a client that has not seen a switch yet) it
+ * runs the query here (*spilled = client_spilled) unless its queue is over the admission
+ * band of the known queues (route_limits.h; never with bestfit), then it sends it to the
+ * first CN in rank order that is not; with another epoch it routes it as router_route
+ * does. Returns the target. */
 uint32_t router_admit(struct router *r, const float *vec, uint32_t dim, uint32_t epoch,
 		      bool client_spilled, uint32_t *top, bool *spilled);
 /* The strategy, and the routing epoch when routing is active (what answers piggyback for
