@@ -540,6 +540,7 @@ int main(int argc, char **argv)
 		struct router_params rp = {
 			.strategy = rc->strategy, .batch = rc->batch, .pause = rc->pause_queue,
 			.exchange_ms = rc->exchange_ms, .sample_min_nodes = rc->sample_min_nodes,
+			.fit_duty = rc->fit_duty,
 			.recluster_csp = rc->recluster_csp, .recluster_secs = rc->recluster_secs,
 			.spill_cache = rc->spill_cache, .keyrange = rc->keyrange,
 			.regions = rc->regions,

@@ -516,6 +516,10 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!parse_u64(v, 100000000, &u) || u == 0)
 				return fail(pc, "sample_min_nodes '%s' must be 1..100000000%s", v, "");
 			r->sample_min_nodes = (uint32_t)u;
+		} else if (!strcmp(key, "fit_duty")) {
+			if (!parse_u64(v, 100, &u) || u < 5)
+				return fail(pc, "fit_duty '%s' must be 5..100 (percent)%s", v, "");
+			r->fit_duty = (uint32_t)u;
 		} else if (!strcmp(key, "recluster_secs")) {
 			if (!parse_u64(v, 86400, &u))
 				return fail(pc, "recluster_secs '%s' must be 0..86400%s", v, "");
@@ -764,7 +768,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	cfg->repair_mb_s = 100;
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
-		.recluster_secs = 60, .recluster_csp = 0.5 };
+		.fit_duty = 25, .recluster_secs = 60, .recluster_csp = 0.5 };
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);
 	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,

@@ -139,6 +139,9 @@
  *   exchange_ms = 200           ; queue-length report period between batches, 10..60000
  *   sample_min_nodes = 1000     ; oracle sample: first HNSW level from the top holding
  *                               ; at least this many nodes, 1..100000000
+ *   fit_duty = 25               ; share of a CPU (percent, 5..100) the fit of a new
+ *                               ; oracle epoch may take while the CN routes with the
+ *                               ; current one: it sleeps between blocks of work (100: never)
  *   recluster_csp = 0.5         ; re-cluster (next oracle epoch) when the cache split
  *                               ; penalty stays above this, 0..1 ...
  *   recluster_secs = 60         ; ... for this many seconds, 0..86400 (0: never)
@@ -289,6 +292,7 @@ struct dm_cluster_cfg {
 	struct dm_router_cfg {
 		uint32_t strategy;       /* enum dm_route_strategy of wire.h */
 		uint32_t batch, pause_queue, exchange_ms, sample_min_nodes, recluster_secs;
+		uint32_t fit_duty;       /* percent of a CPU an oracle fit may take (5..100) */
 		double recluster_csp;
 		bool spill_cache;
 		bool keyrange;           /* partitions = keyrange (else kmeans, the default) */

@@ -116,7 +116,16 @@ struct km {
 	float *dbuf;        /* ASSIGN_BLOCK x kmax BLAS distances */
 	size_t dbuf_k;
 	uint64_t rechecks;
+	void (*pace)(void *arg);   /* dm_oracle_params.pace */
+	void *pace_arg;
 };
+
+/* Between blocks of work: the caller's pace (it may sleep). */
+static void km_pace(const struct km *m)
+{
+	if (m->pace)
+		m->pace(m->pace_arg);
+}
 
 static int km_init(struct km *m, const float *x, size_t n, size_t dim)
 {
@@ -173,6 +182,8 @@ static long km_assign(struct km *m, const float *cent, size_t k, uint32_t *assig
 		cmax = fmax(cmax, sqrt(norm2_exact(cent + j * dim, dim)));
 	for (size_t i0 = 0; i0 < m->n; i0 += ASSIGN_BLOCK) {
 		size_t nb = DM_MIN((size_t)ASSIGN_BLOCK, m->n - i0);
+
+		km_pace(m);
 		dm_distance_batch(DM_METRIC_L2, m->x + i0 * dim, nb, cent, k, dim, NULL, m->dbuf);
 		for (size_t r = 0; r < nb; r++) {
 			size_t i = i0 + r;
@@ -232,6 +243,8 @@ static int km_plusplus(struct km *m, struct dm_rng *rng, size_t k, float *cent)
 	for (size_t j = 1; j < k; j++) {
 		double total = 0, acc = 0;
 		size_t pick = n;
+
+		km_pace(m);
 
 		for (size_t i = 0; i < n; i++)
 			total += mind[i];
@@ -403,6 +416,8 @@ static int km_constrained(struct km *m, float *cent, size_t k, uint32_t *assign,
 	for (it = 0; it < max_iter; it++) {
 		/* all (point, centroid) pairs by increasing exact distance, ties in (i, j) order */
 		for (size_t t = 0; t < np; t++) {
+			if (t % 4096 == 0)
+				km_pace(m);
 			double d = dm_oracle_l2_exact(m->x + (t / k) * dim, cent + (t % k) * dim, dim);
 			memcpy(&key[t], &d, sizeof(d));
 			idx[t] = (uint32_t)t;
@@ -483,6 +498,7 @@ static int km_bias(struct km *m, const float *cent, size_t k, uint64_t cap, floa
 	if (scale == 0)
 		max_rounds = 0;
 	for (round = 0; round < max_rounds; round++) {
+		km_pace(m);
 		memset(sz, 0, k * sizeof(uint64_t));
 		for (size_t i = 0; i < n; i++) {
 			size_t bj = 0;
@@ -897,6 +913,8 @@ struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 	ret = km_init(&m, sample, n, dim);
 	if (ret)
 		goto err_fini;
+	m.pace = p->pace;
+	m.pace_arg = p->pace_arg;
 	assign = malloc(n * sizeof(uint32_t));
 	o->centroids = malloc((size_t)p->k * dim * sizeof(float));
 	o->sizes = calloc(p->k, sizeof(uint64_t));

@@ -39,10 +39,16 @@ struct dm_oracle_params {
 	uint32_t max_iter;        /* Lloyd iterations per k-means run */
 	uint32_t max_doublings;   /* DOUBLING: at most k * 2^max_doublings fine clusters */
 	uint32_t ring_knn;        /* neighbours per centroid in the ring's kNN graph */
+	/* Called between blocks of the fit's work (NULL: never), from the fitting thread: a
+	 * caller that fits in the background may sleep there to leave the CPU to others
+	 * (cn/router/router.c). It must not touch the fit's data; the model does not depend
+	 * on it. */
+	void (*pace)(void *arg);
+	void *pace_arg;
 };
 
 /* Defaults: k as given, CONSTRAINED, seed 0x5348494e45 ("SHINE"), eps 0.10, 50 iterations,
- * 4 doublings, ring kNN 8. */
+ * 4 doublings, ring kNN 8, no pace. */
 void dm_oracle_params_default(struct dm_oracle_params *p, uint32_t k);
 
 /* The built oracle: immutable once built, safe to share between threads. */

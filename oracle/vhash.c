@@ -256,6 +256,8 @@ struct dm_vhash *dm_vhash_fit(const float *sample, size_t n, size_t dim, uint32_
 	p.balance_eps = opts->balance_eps;
 	p.max_iter = opts->max_iter;
 	p.ring_knn = opts->ring_knn;
+	p.pace = opts->pace;
+	p.pace_arg = opts->pace_arg;
 	o = dm_oracle_build(sample, n, dim, &p);
 	if (!o)
 		return NULL; /* errno set */

@@ -66,6 +66,8 @@ struct dm_vhash_opts {
 			      * a guard against giant regions, not a balance target; load
 			      * balance is the intervals' job, see DM_VHASH_BALANCE_EPS) */
 	uint32_t max_iter;   /* Lloyd iterations of the k-means (default 50) */
+	void (*pace)(void *arg);   /* dm_oracle_params.pace (default NULL) */
+	void *pace_arg;
 };
 
 /* The model. Region ids are 0..k-1 (k-means order); positions are 0..k-1 in ring order. */

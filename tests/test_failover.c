@@ -551,11 +551,13 @@ Test(repartition, a_compute_node_leaving_and_joining_changes_the_routing_epoch)
 /* 2 memory nodes, 3 compute nodes whose partitions are key ranges (range g is cn g's, the
  * key ring runs 0-1-2), routing adaptively. The oracle's sample is HNSW level 1 (about 670
  * nodes; the default 1000 would take all 8,000 of level 0): its fit takes 12-15 s under
- * ASan with the 125 regions of 8,000 points, longer than the sanitizer build's stream. */
+ * ASan with the 125 regions of 8,000 points, longer than the sanitizer build's stream.
+ * fit_duty 100: the fit runs unpaced (paced to 25% it would take 4x as long under ASan;
+ * the pace is bench/epoch/run.sh's subject and test_oracle's pace_called_and_model_unchanged's). */
 static void setup_keyrange(void)
 {
 	setup_cluster(2, 3, 2, "--router strategy=adaptive --router partitions=keyrange "
-		      "--router sample_min_nodes=500");
+		      "--router sample_min_nodes=500 --router fit_duty=100");
 }
 
 /* What a `dmann bench --trace` file shows: queries, failed ones, those not routed by the

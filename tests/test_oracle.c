@@ -196,6 +196,42 @@ Test(oracle, deterministic_in_process)
 	same_twice(DM_ORACLE_DOUBLING);
 }
 
+/* A pace callback (a background fit sleeping between blocks of work) is called, and the
+ * model does not depend on it. */
+static void count_pace(void *arg)
+{
+	(*(unsigned *)arg)++;
+}
+
+Test(oracle, pace_called_and_model_unchanged)
+{
+	for (int algo = 0; algo < 2; algo++) {
+		struct dm_oracle_params p;
+		float *x = rng_mixture(42, DN, DDIM, 20, 6.0, NULL, NULL);
+		unsigned calls = 0;
+		unsigned char *ba, *bb;
+
+		dm_oracle_params_default(&p, DK);
+		p.algo = (enum dm_oracle_algo)algo;
+		p.seed = 7;
+		p.max_doublings = 3;
+		struct dm_oracle *a = dm_oracle_build(x, DN, DDIM, &p);
+		p.pace = count_pace;
+		p.pace_arg = &calls;
+		struct dm_oracle *b = dm_oracle_build(x, DN, DDIM, &p);
+		cr_assert(a && b);
+		cr_assert_gt(calls, 10, "pace called %u times (algo %d)", calls, algo);
+		size_t la = model_bytes(a, &ba), lb = model_bytes(b, &bb);
+		cr_assert(la == lb && memcmp(ba, bb, la) == 0, "the pace changed the model (algo %d)",
+			  algo);
+		free(ba);
+		free(bb);
+		dm_oracle_free(a);
+		dm_oracle_free(b);
+		free(x);
+	}
+}
+
 Test(oracle, deterministic_forked_children)
 {
 	for (int algo = 0; algo < 2; algo++) {

@@ -391,6 +391,35 @@ Test(vhash, degenerate_fits)
 
 /* ---- determinism -------------------------------------------------------------------------- */
 
+/* The fit's pace callback (dm_vhash_opts.pace) is called and changes nothing. */
+static void count_pace(void *arg)
+{
+	(*(unsigned *)arg)++;
+}
+
+Test(vhash, pace_called_and_fit_unchanged)
+{
+	float *x;
+	struct dm_vhash *a = fit_std(true, &x), *b;
+	struct dm_vhash_opts o;
+	unsigned calls = 0;
+	size_t la, lb;
+
+	dm_vhash_opts_default(&o);
+	o.pace = count_pace;
+	o.pace_arg = &calls;
+	b = dm_vhash_fit(x, N, DIM, K, SEED, &o);
+	cr_assert(b, "fit failed: errno %d", errno);
+	cr_assert_gt(calls, 10, "pace called %u times", calls);
+	unsigned char *ba = save_blob(a, &la), *bb = save_blob(b, &lb);
+	cr_assert(la == lb && memcmp(ba, bb, la) == 0, "the pace changed the fit");
+	free(ba);
+	free(bb);
+	free(x);
+	dm_vhash_free(a);
+	dm_vhash_free(b);
+}
+
 Test(vhash, deterministic_fit_and_roundtrip)
 {
 	float *x;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cn.h"
@@ -198,6 +199,8 @@ static bool cn_ok(const struct router *r, uint32_t c);
  * router thread, or on the prepare thread of a rollout), then installed. */
 struct oracle_build {
 	uint32_t epoch, crc, ncn, regions, dim, metric, n;
+	uint32_t duty;               /* percent of a CPU the fit may take (fit_pace) */
+	uint64_t cpu_mark_ns;        /* the fitting thread's CPU time at its last pause */
 	int lv;
 	bool keyrange;
 	float *sample;               /* n x dim, normalised for cosine */
@@ -209,7 +212,7 @@ struct oracle_build {
 	size_t owire_len;
 	float *qv;                   /* the router's scratch for a normalised query */
 	uint64_t hash;
-	uint64_t t0_ns, built_ns;    /* sampling started, fit done */
+	uint64_t t0_ns, sampled_ns, built_ns;   /* sampling started, sample read, fit done */
 };
 
 static void build_free(struct oracle_build *b)
@@ -222,6 +225,20 @@ static void build_free(struct oracle_build *b)
 	free(b->owire);
 	free(b->qv);
 	free(b);
+}
+
+/* Node vector v as stored in d's upper levels (vdim floats, rotated with codes) into out
+ * (dim floats), as dindex_rec_vector gives it from the record. */
+static void upper_vector(const struct dindex *d, const float *v, float *out)
+{
+	if (!d->quant) {
+		memcpy(out, v, d->p.dim * sizeof(float));
+		return;
+	}
+	float tmp[d->vdim];
+
+	hnsw_quant_unrotate(d->quant, v, tmp);
+	memcpy(out, tmp, d->p.dim * sizeof(float));
 }
 
 /* The sample of the current index for an oracle of epoch: the vectors of the first HNSW
@@ -242,6 +259,7 @@ static int gather_sample(struct router *r, uint32_t epoch, struct oracle_build *
 	b->ncn = r->ncn;
 	b->keyrange = r->p.keyrange;
 	b->regions = r->p.regions;
+	b->duty = r->p.fit_duty;
 	pthread_rwlock_rdlock(&cn->lock);
 	const struct dindex *d = cn->views[0].cur;
 
@@ -264,12 +282,36 @@ static int gather_sample(struct router *r, uint32_t epoch, struct oracle_build *
 		rc = -ENOMEM;
 		goto out_unlock;
 	}
-	for (uint32_t id = 0; id < d->n && b->n < counts[b->lv]; id++)
-		if (node_level(d, id) >= (uint32_t)b->lv)
-			ids[b->n++] = id;
-	rc = read_vectors(r, d, ids, b->n, b->sample);
-	if (rc)
-		goto out_unlock;
+	/* A level >= 1 sample is in this CN's own upper levels (their stored vectors, as the
+	 * records hold them): no READ. Reading thousands of records from the memory nodes
+	 * queued the queries' READs behind them (a rollout's prepare phase slowed the
+	 * queries of each CN in turn by up to 250 ms). Level 0: READ from the memory nodes. */
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&d->up_lock);
+	for (uint32_t id = 0; id < d->n && b->n < counts[b->lv]; id++) {
+		if (node_level(d, id) < (uint32_t)b->lv)
+			continue;
+		if (b->lv >= 1) {
+			if (!d->uvec[id])
+				continue;
+			upper_vector(d, d->uvec[id], b->sample + (size_t)b->n * b->dim);
+		}
+		ids[b->n++] = id;
+	}
+	pthread_rwlock_unlock((pthread_rwlock_t *)&d->up_lock);
+	if (b->lv == 0 || getenv("DMANN_ROUTER_SAMPLE_CHECK")) {
+		float *chk = b->lv ? malloc((size_t)b->n * b->dim * sizeof(float)) : b->sample;
+
+		rc = chk ? read_vectors(r, d, ids, b->n, chk) : -ENOMEM;
+		if (!rc && chk != b->sample) {
+			dm_info("cn%u: sample check: %u vectors, upper levels %s the records", r->self,
+				b->n, memcmp(chk, b->sample, (size_t)b->n * b->dim * sizeof(float)) ?
+				"DIFFER FROM" : "equal to");
+			free(chk);
+		}
+		if (rc)
+			goto out_unlock;
+	}
+	b->sampled_ns = dm_now_ns();
 	if (b->metric == DM_METRIC_COS)
 		for (uint32_t i = 0; i < b->n; i++)
 			dm_normalize(b->sample + (size_t)i * b->dim, b->dim);
@@ -284,6 +326,40 @@ out_unlock:
 	return 0;
 }
 
+/* The calling thread's CPU time. */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define FIT_PACE_RUN_NS 2000000ull   /* CPU time a fit runs between two pauses */
+
+/* The fit's pace (dm_oracle_params.pace): after each FIT_PACE_RUN_NS of CPU time, sleep so
+ * that it takes at most b->duty percent of a CPU. Nice and SCHED_IDLE order threads within
+ * one process only: with every node in its own session (autogroup) on a shared machine,
+ * three compute nodes fitting at once took both cores of a 2-core machine for 0.4 s and
+ * every query in flight waited that long (bench/epoch/run.sh, 2 queries in flight per
+ * CN); sleeping bounds the fit's share wherever it runs. */
+static void fit_pace(void *arg)
+{
+	struct oracle_build *b = arg;
+	uint64_t now = thread_cpu_ns(), ran = now - b->cpu_mark_ns;
+
+	if (now < b->cpu_mark_ns || ran < FIT_PACE_RUN_NS)
+		return;
+	uint64_t ns = ran * (100 - b->duty) / b->duty;
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+			       .tv_nsec = (long)(ns % 1000000000ull) };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	b->cpu_mark_ns = thread_cpu_ns();
+}
+
 /* Fit the oracle of b's epoch on its sample (the same result on every CN): balanced
  * k-means of ncn groups, or the key ranges of a VHash. Touches nothing but b. 0 or -errno
  * (also in b->rc). */
@@ -294,13 +370,23 @@ static int fit_oracle(struct oracle_build *b)
 
 	dm_oracle_params_default(&op, b->ncn);
 	op.seed += b->epoch;
+	if (b->duty && b->duty < 100) {
+		b->cpu_mark_ns = thread_cpu_ns();
+		op.pace = fit_pace;
+		op.pace_arg = b;
+	}
 	if (b->keyrange) {
 		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
 		uint32_t K = b->regions ? b->regions : DM_MIN(DM_VHASH_K_DEFAULT, b->n / 64);
 		struct dm_vhash *vh;
 
 		K = DM_MIN(DM_MAX(K, b->ncn), DM_MIN(b->n, 256u * b->ncn));
-		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, NULL);
+		struct dm_vhash_opts vo;
+
+		dm_vhash_opts_default(&vo);
+		vo.pace = op.pace;
+		vo.pace_arg = op.pace_arg;
+		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, &vo);
 		b->o = vh ? dm_oracle_from_vhash(vh, b->ncn) : NULL;
 		if (!b->o)
 			rc = -errno;
@@ -375,9 +461,10 @@ static void install_oracle(struct router *r, struct oracle_build *b)
 static void log_built(const struct router *r, const struct oracle_build *b, const char *how)
 {
 	dm_info("cn%u: oracle epoch %u: k=%u %s from %u nodes of level %d (dim %u): centroid "
-		"hash %016llx (%s in %.2f s)", r->self, b->epoch, r->ncn,
+		"hash %016llx (%s in %.2f s: sample %.2f s, fit %.2f s)", r->self, b->epoch, r->ncn,
 		b->o->algo == DM_ORACLE_KEYRANGE ? "key ranges" : "k-means partitions", b->n, b->lv,
-		b->dim, (unsigned long long)b->hash, how, (b->built_ns - b->t0_ns) / 1e9);
+		b->dim, (unsigned long long)b->hash, how, (b->built_ns - b->t0_ns) / 1e9,
+		(b->sampled_ns - b->t0_ns) / 1e9, (b->built_ns - b->sampled_ns) / 1e9);
 }
 
 /* Build the oracle of the current index for epoch (same result on every CN) and route with
@@ -387,8 +474,10 @@ static int build_oracle(struct router *r, uint32_t epoch)
 	struct oracle_build *b = NULL;
 	int rc = gather_sample(r, epoch, &b);
 
-	if (!rc)
+	if (!rc) {
+		b->duty = 100;   /* not routing yet: as fast as it can (fit_duty paces rollouts) */
 		rc = fit_oracle(b);
+	}
 	if (rc) {
 		build_free(b);
 		dm_warn("cn%u: cannot build the oracle: %s", r->self, strerror(-rc));

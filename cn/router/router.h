@@ -36,6 +36,7 @@ struct router_params {
 	uint32_t pause;             /* local queue length that pauses routing */
 	uint32_t exchange_ms;       /* state report period when no batch ends */
 	uint32_t sample_min_nodes;  /* oracle sample: first level with >= this many nodes */
+	uint32_t fit_duty;          /* percent of a CPU an oracle fit may take (0 or 100: all) */
 	double recluster_csp;       /* re-cluster when CSP stays above this ... */
 	uint32_t recluster_secs;    /* ... for this long (0: never) */
 	bool spill_cache;           /* spilled queries (run off their top-ranked CN) fill the cache */
