@@ -634,8 +634,11 @@ void dindex_src(const struct dindex *d, struct hnsw_src *src)
 
 void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out)
 {
-	const float *v = hnsw_rec_vec(r, d->vec_off);
+	dindex_stored_vector(d, hnsw_rec_vec(r, d->vec_off), out);
+}
 
+void dindex_stored_vector(const struct dindex *d, const float *v, float *out)
+{
 	if (!d->quant) {
 		memcpy(out, v, d->p.dim * sizeof(float));
 		return;

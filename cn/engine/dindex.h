@@ -307,6 +307,8 @@ void dindex_src(const struct dindex *d, struct hnsw_src *src);
 
 /* The original vector (dim floats) of a record's stored one (rotated with codes). */
 void dindex_rec_vector(const struct dindex *d, const struct hnsw_rec_hdr *r, float *out);
+/* The same from a stored vector v (vdim floats: a record's, or uvec's of a level >= 1 node). */
+void dindex_stored_vector(const struct dindex *d, const float *v, float *out);
 
 /* What tells this load of the index from another of the same graph and generation number
  * (a graph dropped and loaded again): its metadata's CRC, rows and capacity (the key of its

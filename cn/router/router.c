@@ -227,20 +227,6 @@ static void build_free(struct oracle_build *b)
 	free(b);
 }
 
-/* Node vector v as stored in d's upper levels (vdim floats, rotated with codes) into out
- * (dim floats), as dindex_rec_vector gives it from the record. */
-static void upper_vector(const struct dindex *d, const float *v, float *out)
-{
-	if (!d->quant) {
-		memcpy(out, v, d->p.dim * sizeof(float));
-		return;
-	}
-	float tmp[d->vdim];
-
-	hnsw_quant_unrotate(d->quant, v, tmp);
-	memcpy(out, tmp, d->p.dim * sizeof(float));
-}
-
 /* The sample of the current index for an oracle of epoch: the vectors of the first HNSW
  * level from the top holding at least sample_min_nodes nodes, READ from the memory nodes
  * over the router's connections (router thread only). 0 or -errno (-ENOENT: no index). */
@@ -293,7 +279,7 @@ static int gather_sample(struct router *r, uint32_t epoch, struct oracle_build *
 		if (b->lv >= 1) {
 			if (!d->uvec[id])
 				continue;
-			upper_vector(d, d->uvec[id], b->sample + (size_t)b->n * b->dim);
+			dindex_stored_vector(d, d->uvec[id], b->sample + (size_t)b->n * b->dim);
 		}
 		ids[b->n++] = id;
 	}
