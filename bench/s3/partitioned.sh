@@ -77,11 +77,11 @@ for ds in $DATASETS; do
 			[ "$try" = 30 ] && { echo "partitioned.sh: models not ready after 30 warm-up rounds" >&2; exit 1; }
 			sleep 1
 		done
-		c0="$(msum dmann_cn_s3_partitioned_queries_total) $(msum dmann_cn_s3_partition_regions_total) $(msum dmann_cn_s3_scan_rows_total) $(msum dmann_cn_s3_scan_rows_skipped_total) $(msum dmann_cn_s3_partition_mismatches_total)"
+		c0="$(msum dmann_cn_s3_partitioned_queries_total) $(msum dmann_cn_s3_partition_regions_total) $(msum dmann_cn_s3_scan_rows_total) $(msum dmann_cn_s3_scan_rows_skipped_total) $(msum dmann_cn_s3_partition_mismatches_total) $(msum dmann_cn_s3_subrequests_total)"
 		log "$ds: scan_budget $B: $MEAS measured queries"
 		"$GB" query --config "$INI" --bucket pbkt --name pidx --query "$WORK/meas.fbin" \
 			--gt "$WORK/meas_gt.ibin" --nq "$MEAS" --label "$ds-$B" >"$WORK/q.json"
-		c1="$(msum dmann_cn_s3_partitioned_queries_total) $(msum dmann_cn_s3_partition_regions_total) $(msum dmann_cn_s3_scan_rows_total) $(msum dmann_cn_s3_scan_rows_skipped_total) $(msum dmann_cn_s3_partition_mismatches_total)"
+		c1="$(msum dmann_cn_s3_partitioned_queries_total) $(msum dmann_cn_s3_partition_regions_total) $(msum dmann_cn_s3_scan_rows_total) $(msum dmann_cn_s3_scan_rows_skipped_total) $(msum dmann_cn_s3_partition_mismatches_total) $(msum dmann_cn_s3_subrequests_total)"
 		$PY - "$ds" "$B" "$REGIONS" "$PUT_S" "$c0" "$c1" "$WORK/q.json" >>"$OUT" <<'EOF'
 import json, sys
 ds, b, k, put_s, c0, c1 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
@@ -89,7 +89,8 @@ q = json.loads(open(sys.argv[7]).readline())
 d = [int(y) - int(x) for x, y in zip(c0.split(), c1.split())]
 print(json.dumps({"ds": ds, "budget": b, "regions": k, "put_s": put_s, "queries": q["queries"],
                   "qps": q["qps"], "recall": q["recall"], "partitioned": d[0],
-                  "regions_chosen": d[1], "rows": d[2], "skipped": d[3], "mismatches": d[4]}))
+                  "regions_chosen": d[1], "rows": d[2], "skipped": d[3], "mismatches": d[4],
+                  "subrequests": d[5]}))
 EOF
 		tail -1 "$OUT" >&2
 	done
@@ -117,7 +118,9 @@ out = ["## Partitioned exact scans (issue 15, point 3)", "",
        "exact path serves every query); for each budget B the compute nodes restarted with `[s3] "
        "scan_budget` B (0: every row, the reference), %s warm-up queries (repeated until the "
        "compute nodes' models are fitted and every one is partitioned), then %s other queries "
-       "measured through libdmann's `dmann_batch_query`; recall@10 against the exact top-10. "
+       "measured through libdmann's `dmann_batch_query`; recall@10 against the exact top-10; "
+       "sub-requests / query: scan shares the ingress sent to the other compute node (the "
+       "planner's W and R groups; 0: each ingress scanned alone). "
        "Partitioned: each query scans the rows of the regions the bounded-fanout frontier "
        "chooses (oracle/vhash_frontier.c: its own region, one key-ring neighbour each side, the "
        "nearest regions' hints, one more when ambiguous; `scan_widen = 1`) of the index's VHash "
@@ -131,8 +134,8 @@ for ds in meta:
     ref = next((r for r in rs if r["budget"] == 0), None)
     out += ["**%s** (%d x %d, %d regions; put in %.0f s):" % (names.get(ds, ds), m["rows"], m["dim"],
             rs[0]["regions"], rs[0]["put_s"]), "",
-            "| scan_budget B | regions scanned (mean, share) | rows compared | recall@10 | queries/s | / exact |",
-            "|---:|---:|---:|---:|---:|---:|"]
+            "| scan_budget B | regions scanned (mean, share) | rows compared | sub-requests / query | recall@10 | queries/s | / exact |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rs:
         tot = r["rows"] + r["skipped"]
         share = r["rows"] / tot if tot else 0
@@ -144,8 +147,9 @@ for ds in meta:
         note = "" if r["budget"] == 0 or r["partitioned"] == r["queries"] else \
             " (%d of %d partitioned)" % (r["partitioned"], r["queries"])
         note += "" if not r["mismatches"] else " (%d shares whole: model mismatch)" % r["mismatches"]
-        out.append("| %s | %s | %.1f%% | %.4f | %.1f | %s |" % (
+        out.append("| %s | %s | %.1f%% | %.2f | %.4f | %.1f | %s |" % (
             "0 (exact)" if r["budget"] == 0 else r["budget"], reg + note, 100 * share,
+            r.get("subrequests", 0) / max(r["queries"], 1),
             r["recall"], r["qps"], "%.2fx" % (r["qps"] / ref["qps"]) if ref else "n/a"))
     ok = [r for r in rs if r["budget"] and r["recall"] >= 0.95]
     if ok:

@@ -225,6 +225,28 @@ struct psel {
 	uint8_t *sel;                    /* k flags */
 };
 
+/* Row r of fragment f against q: into tk when it is among the best so far and passes the
+ * filter (id: its row id in the index state). */
+static inline void scan_row(const struct ixstate *st, const struct s3_qspec *q, float qn,
+			    const struct s3_frag *f, uint32_t r, uint64_t id, struct dm_topk *tk)
+{
+	const float *v = f->vec + (size_t)r * st->dim;
+	float d;
+
+	if (st->metric == DM_METRIC_COS) {
+		float den = qn * sqrtf(f->norm2[r]);
+
+		d = den > 0 ? 1.0f - dm_dot(q->vec, v, st->dim) / den : 1.0f;
+	} else {
+		d = dm_l2sq(q->vec, v, st->dim);
+	}
+	if (tk->n == tk->k && !(d < dm_topk_bound(tk)))
+		return;
+	if (q->filter && !s3_filter_match(q->filter, f->meta[r] + f->mlen[r], f->flen[r]))
+		return;
+	dm_topk_push(tk, d, id);
+}
+
 /* Scan the fragments frags[0..nf) of an index state for q: partial top-k into *out; with
  * ps, only the rows of the chosen regions when this CN's model is the ingress's (else
  * every row, counted as a mismatch). */
@@ -278,34 +300,34 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 				break;
 			pthread_rwlock_rdlock(&f->rw);
 		}
-		if (pm && f->part_id == part_id(pm)) {
+		if (pm && f->part_id == part_id(pm) && f->pk == ps->k) {
 			sel = ps->sel;
 			labelled = f->part_rows;
 		}
-		for (uint32_t r = st->fr[frags[i]].from; r < f->rows; r++) {
-			const float *v = f->vec + (size_t)r * st->dim;
-			float d;
+		uint32_t from = st->fr[frags[i]].from;
 
+		/* Partitioned: the labelled rows of the chosen regions only, region by region
+		 * (the rows of the others are counted, their vectors not read), then the rows
+		 * labelled since (a growing tail) one by one. */
+		for (uint32_t g = 0; sel && g < f->pk; g++) {
+			for (uint32_t j = f->pstart[g]; j < f->pstart[g + 1]; j++) {
+				uint32_t r = f->porder[j];
+
+				if (r < from || f->deadf[r])
+					continue;
+				if (!sel[g]) {
+					skipped++;
+					continue;
+				}
+				scanned++;
+				scan_row(st, q, qn, f, r, frags[i] * st->frag_rows + r, tk);
+			}
+		}
+		for (uint32_t r = DM_MAX(from, labelled); r < f->rows; r++) {
 			if (f->deadf[r])
 				continue;
-			if (sel && r < labelled && !sel[f->part[r]]) {
-				skipped++;
-				continue;
-			}
 			scanned++;
-			if (st->metric == DM_METRIC_COS) {
-				float den = qn * sqrtf(f->norm2[r]);
-
-				d = den > 0 ? 1.0f - dm_dot(q->vec, v, st->dim) / den : 1.0f;
-			} else {
-				d = dm_l2sq(q->vec, v, st->dim);
-			}
-			if (tk->n == tk->k && !(d < dm_topk_bound(tk)))
-				continue;
-			if (q->filter && !s3_filter_match(q->filter, f->meta[r] + f->mlen[r],
-							  f->flen[r]))
-				continue;
-			dm_topk_push(tk, d, frags[i] * st->frag_rows + r);
+			scan_row(st, q, qn, f, r, frags[i] * st->frag_rows + r, tk);
 		}
 		pthread_rwlock_unlock(&f->rw);
 	}

@@ -388,6 +388,39 @@ int part_select(struct cn_s3 *s, const struct s3_part *p, const float *q, uint32
 	return n;
 }
 
+/* f's labelled rows grouped by label (s3_frag.porder, pstart): a counting sort over k
+ * labels. 0 or -ENOMEM (the labels then stand, without an order: part_id reset so that
+ * the next scan labels again). */
+static int part_order(struct s3_frag *f, uint32_t k)
+{
+	uint32_t *po = realloc(f->porder, (size_t)(f->part_rows ? f->part_rows : 1) * sizeof(*po));
+	uint32_t *ps;
+
+	if (!po)
+		goto nomem;
+	f->porder = po;
+	ps = realloc(f->pstart, ((size_t)k + 1) * sizeof(*ps));
+	if (!ps)
+		goto nomem;
+	f->pstart = ps;
+	f->pk = k;
+	memset(ps, 0, ((size_t)k + 1) * sizeof(*ps));
+	for (uint32_t r = 0; r < f->part_rows; r++)
+		ps[f->part[r] + 1]++;
+	for (uint32_t g = 0; g < k; g++)
+		ps[g + 1] += ps[g];
+	for (uint32_t r = 0; r < f->part_rows; r++)
+		po[ps[f->part[r]]++] = r;
+	for (uint32_t g = k; g > 0; g--)   /* ps[g] held the end of g: shift back to starts */
+		ps[g] = ps[g - 1];
+	ps[0] = 0;
+	return 0;
+nomem:
+	f->part_id = 0;
+	f->part_rows = 0;
+	return -ENOMEM;
+}
+
 int part_label(const struct s3_part *p, struct s3_frag *f, uint32_t upto)
 {
 	uint32_t dim = p->vh->dim, from = f->part_id == p->id ? f->part_rows : 0;
@@ -415,5 +448,5 @@ int part_label(const struct s3_part *p, struct s3_frag *f, uint32_t upto)
 	free(v);
 	f->part_id = p->id;
 	f->part_rows = upto;
-	return 0;
+	return part_order(f, p->vh->k);
 }

@@ -68,6 +68,8 @@ static void frag_destroy(struct s3_frag *f)
 	free(f->flen);
 	free(f->deadf);
 	free(f->part);
+	free(f->porder);
+	free(f->pstart);
 	pthread_rwlock_destroy(&f->rw);
 	pthread_mutex_destroy(&f->fetch);
 	free(f);

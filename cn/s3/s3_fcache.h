@@ -55,6 +55,11 @@ struct s3_frag {
 	uint16_t *part;
 	uint32_t part_rows, part_cap;
 	uint64_t part_id;
+	/* the same rows grouped by label (a counting sort): rows of label g are
+	 * porder[pstart[g] .. pstart[g + 1]), in row order; pk labels. A scan reads only the
+	 * chosen labels' rows: skipping rows in place still streamed every vector through
+	 * the memory bus (rows of all regions are interleaved in arrival order). */
+	uint32_t *porder, *pstart, pk;
 	/* cache bookkeeping (under the cache mutex) */
 	size_t bytes;
 	int refs;
