@@ -45,6 +45,22 @@
 struct flat_store;
 struct flat_index;
 
+/* Scoped indexes (issue 15; the S3 layer's s3_scope.h gives these hooks): an index whose
+ * configuration declares a scope keeps the rows of each scope label in fragments of their
+ * own: one open tail per label, every fragment labelled (flat_frag_stat.scope), so a reader
+ * can scan one label's fragments only. Row ids stay frag * frag_rows + row, so they have
+ * holes (the unfilled rows of other labels' tails): every reader skips them as it skips
+ * tombstones. The layout is derived from the rows (their label is recomputed when WAL or
+ * snapshot records are replayed), so nothing of it is on disk. A scoped index's fragments
+ * start with room for 16 rows and grow with them. Scoped indexes take no graph mark
+ * (flat_mark_set: -EOPNOTSUPP). Without hooks every index is unscoped. */
+struct flat_scope_ops {
+	/* The scope key an index's configuration declares (malloc'd), or NULL: unscoped. */
+	char *(*conf_key)(const void *conf, uint32_t conf_len);
+	/* The label of a row of a scoped index from its filterable metadata (0: none). */
+	uint64_t (*label)(const char *key, const void *fmeta, uint32_t fmeta_len);
+};
+
 struct flat_opts {
 	uint32_t frag_rows;             /* rows per fragment (default 4096) */
 	uint64_t checkpoint_bytes;      /* snapshot when the WAL grows past this (default 256 MiB;
@@ -58,6 +74,7 @@ struct flat_opts {
 	uint64_t max_bytes;             /* most bytes of rows the store holds (flat_row_bytes
 					   summed over every index; 0 = no limit): a put past it
 					   fails with -ENOSPC. Replay at open is never refused. */
+	const struct flat_scope_ops *scope; /* NULL: every index unscoped */
 };
 
 /* WAL counters since open. */
@@ -188,6 +205,8 @@ struct flat_index *flat_index_get(struct flat_store *s, const char *bucket, cons
 void flat_index_put(struct flat_index *ix);
 /* The index's description (owned by the handle). */
 const struct flat_index_info *flat_index_info(const struct flat_index *ix);
+/* Whether the index is scoped (flat_scope_ops; its fragments carry scope labels). */
+bool flat_index_scoped(const struct flat_index *ix);
 /* Live rows, all rows (incl. tombstoned), fragments. */
 void flat_index_stats(struct flat_index *ix, uint64_t *live, uint64_t *rows, uint64_t *frags);
 
@@ -244,6 +263,9 @@ struct flat_scan {
 	 * computed by s3_plan_shares); overrides share_count. */
 	bool (*frag_sel)(void *ctx, uint64_t frag);
 	void *frag_ctx;
+	/* Scoped: only the fragments labelled `scope` (flat_scope_ops), on top of the above. */
+	bool scoped;
+	uint64_t scope;
 };
 
 /* Fragment sizes for share planning: bytes[f] = vector bytes of fragment f (its id), for up
@@ -262,8 +284,8 @@ int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit
  * across restarts (a snapshot counts the live rows below it), 0 for a new index, and
  * dropped with the index. flat_mark_set sets it to `rows`, which must be every row the
  * index has had written (ids [0, rows), dead or alive) when it applies: -EBUSY when the
- * index has another count (a write came in between), -ENOENT (index deleted), or the WAL's
- * error. */
+ * index has another count (a write came in between), -ENOENT (index deleted),
+ * -EOPNOTSUPP (a scoped index: no graph), or the WAL's error. */
 int flat_mark_set(struct flat_index *ix, uint64_t rows, uint64_t tag);
 void flat_mark_get(struct flat_index *ix, uint64_t *mark, uint64_t *tag);
 
@@ -301,6 +323,7 @@ uint64_t flat_gindex_count(struct flat_index *ix);
 struct flat_frag_stat {
 	uint32_t rows;                  /* rows written */
 	uint32_t dead;                  /* of those, tombstoned */
+	uint64_t scope;                 /* its scope label (0 in an unscoped index) */
 };
 
 /* Rows per fragment of the index. */

@@ -35,7 +35,7 @@ static void prows_free(struct flat_prow *p, size_t n)
 /* Reserve room and place n prepared rows (recovery: single-threaded, no waiting). */
 static int place_all(struct flat_index *ix, struct flat_prow *p, size_t n)
 {
-	int rc = flat_reserve(ix, n);
+	int rc = flat_reserve(ix, p, n);
 
 	if (rc)
 		return rc;
@@ -69,6 +69,8 @@ static int dec_put(struct flat_index *ix, struct dm_rbuf *rd)
 		meta = dm_rbuf_bytes(rd, &mlen, UINT32_MAX);
 		fmeta = dm_rbuf_bytes(rd, &flen, UINT32_MAX);
 		rc = rd->bad ? -EBADMSG : flat_prow_init(&p[i], key, vec, meta, mlen, fmeta, flen);
+		if (!rc)
+			p[i].scope = flat_scope_row(ix, fmeta, flen);
 	}
 	if (!rc)
 		rc = place_all(ix, p, n);
@@ -195,7 +197,7 @@ static int log_locked(struct flat_index *ix, struct dm_buf *b, uint32_t type,
 
 	if (ix->deleted)
 		return -ENOENT;
-	rc = flat_reserve(ix, pw->nrows);
+	rc = flat_reserve(ix, pw->rows, pw->nrows);
 	if (rc)
 		return rc;
 	rc = flat_wal_write(ix->s, b, type, &pw->lsn);
@@ -311,6 +313,7 @@ int flat_put(struct flat_index *ix, const struct flat_row_in *rows, size_t n)
 				    rows[np].meta_len, rows[np].fmeta, rows[np].fmeta_len);
 		if (rc)
 			goto out_free;
+		p[np].scope = flat_scope_row(ix, rows[np].fmeta, rows[np].fmeta_len);
 		if (max)
 			need += flat_row_bytes(ix->info.dim, p[np].key_len, p[np].meta_len,
 					       p[np].fmeta_len);

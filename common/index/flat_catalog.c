@@ -34,6 +34,13 @@ struct flat_index *flat_index_new(struct flat_store *s, const char *bucket, cons
 	ix->info.conf_len = conf_len;
 	ix->refs = 1;
 	ix->frag_rows = s->o.frag_rows;
+	/* A scoped index (flat.h): its key from the configuration, through the hooks. */
+	ix->sops = s->o.scope;
+	if (ix->sops && conf_len) {
+		ix->scope_key = ix->sops->conf_key(conf, conf_len);
+		if (!ix->scope_key)
+			ix->sops = NULL;
+	}
 	pthread_mutex_init(&ix->wmu, NULL);
 	pthread_cond_init(&ix->apply_cv, NULL);
 	pthread_rwlock_init(&ix->rw, NULL);
@@ -61,6 +68,8 @@ void flat_index_free(struct flat_index *ix)
 	free(ix->frags);
 	free(ix->map.slot);
 	flat_gix_clear(&ix->gix);
+	flat_scope_free(&ix->st);
+	free(ix->scope_key);
 	free(ix->conf);
 	pthread_mutex_destroy(&ix->wmu);
 	pthread_cond_destroy(&ix->apply_cv);
@@ -381,6 +390,11 @@ struct flat_index *flat_index_get(struct flat_store *s, const char *bucket, cons
 const struct flat_index_info *flat_index_info(const struct flat_index *ix)
 {
 	return &ix->info;
+}
+
+bool flat_index_scoped(const struct flat_index *ix)
+{
+	return ix->scope_key != NULL;
 }
 
 int flat_bucket_mns_placed(const struct dm_cluster_cfg *cfg, const uint64_t *retired,

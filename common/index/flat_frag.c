@@ -125,27 +125,101 @@ void flat_frag_free(struct flat_frag *f)
 	free(f);
 }
 
-struct flat_frag *flat_frag_new(uint32_t cap, uint32_t dim)
+static bool fault(void);
+
+/* The columns of f for alloc rows (alloc <= f->cap), with its first f->n rows copied from
+ * the old columns into the new ones (the old ones are left as they are). -ENOMEM. */
+static int frag_columns(struct flat_frag *f, uint32_t alloc, uint32_t dim, struct flat_frag *nw)
+{
+	nw->vec = aligned_alloc(64, DM_ALIGN_UP((size_t)alloc * dim * sizeof(float), 64));
+	nw->norm2 = malloc(alloc * sizeof(float));
+	nw->khash = malloc(alloc * sizeof(uint64_t));
+	nw->key = calloc(alloc, sizeof(char *));
+	nw->meta = calloc(alloc, sizeof(uint8_t *));
+	nw->meta_len = calloc(alloc, sizeof(uint32_t));
+	nw->fmeta_len = calloc(alloc, sizeof(uint32_t));
+	nw->dead = calloc(alloc, 1);
+	if (!nw->vec || !nw->norm2 || !nw->khash || !nw->key || !nw->meta || !nw->meta_len ||
+	    !nw->fmeta_len || !nw->dead) {
+		free(nw->vec);
+		free(nw->norm2);
+		free(nw->khash);
+		free(nw->key);
+		free(nw->meta);
+		free(nw->meta_len);
+		free(nw->fmeta_len);
+		free(nw->dead);
+		return -ENOMEM;
+	}
+	if (f && f->n) {
+		memcpy(nw->vec, f->vec, (size_t)f->n * dim * sizeof(float));
+		memcpy(nw->norm2, f->norm2, f->n * sizeof(float));
+		memcpy(nw->khash, f->khash, f->n * sizeof(uint64_t));
+		memcpy(nw->key, f->key, f->n * sizeof(char *));
+		memcpy(nw->meta, f->meta, f->n * sizeof(uint8_t *));
+		memcpy(nw->meta_len, f->meta_len, f->n * sizeof(uint32_t));
+		memcpy(nw->fmeta_len, f->fmeta_len, f->n * sizeof(uint32_t));
+		memcpy(nw->dead, f->dead, f->n);
+	}
+	nw->alloc = alloc;
+	return 0;
+}
+
+struct flat_frag *flat_frag_new_n(uint32_t cap, uint32_t alloc, uint32_t dim)
 {
 	struct flat_frag *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return NULL;
 	f->cap = cap;
-	f->vec = aligned_alloc(64, DM_ALIGN_UP((size_t)cap * dim * sizeof(float), 64));
-	f->norm2 = malloc(cap * sizeof(float));
-	f->khash = malloc(cap * sizeof(uint64_t));
-	f->key = calloc(cap, sizeof(char *));
-	f->meta = calloc(cap, sizeof(uint8_t *));
-	f->meta_len = calloc(cap, sizeof(uint32_t));
-	f->fmeta_len = calloc(cap, sizeof(uint32_t));
-	f->dead = calloc(cap, 1);
-	if (!f->vec || !f->norm2 || !f->khash || !f->key || !f->meta || !f->meta_len ||
-	    !f->fmeta_len || !f->dead) {
-		flat_frag_free(f);
+	if (frag_columns(NULL, DM_MIN(alloc, cap), dim, f)) {
+		free(f);
 		return NULL;
 	}
 	return f;
+}
+
+struct flat_frag *flat_frag_new(uint32_t cap, uint32_t dim)
+{
+	return flat_frag_new_n(cap, cap, dim);
+}
+
+int flat_frag_grow(struct flat_index *ix, struct flat_frag *f, uint32_t rows, bool shared)
+{
+	struct flat_frag nw = { 0 }, old;
+	uint32_t alloc = 16;
+
+	if (rows <= f->alloc)
+		return 0;
+	while (alloc < rows && alloc < f->cap)
+		alloc *= 2;
+	alloc = DM_MIN(alloc, f->cap);
+	if (fault() || frag_columns(f, alloc, ix->info.dim, &nw))
+		return -ENOMEM;
+	/* Readers use f's columns under rw: the copies are swapped in under its write lock. */
+	if (shared)
+		pthread_rwlock_wrlock(&ix->rw);
+	old = *f;
+	f->vec = nw.vec;
+	f->norm2 = nw.norm2;
+	f->khash = nw.khash;
+	f->key = nw.key;
+	f->meta = nw.meta;
+	f->meta_len = nw.meta_len;
+	f->fmeta_len = nw.fmeta_len;
+	f->dead = nw.dead;
+	f->alloc = nw.alloc;
+	if (shared)
+		pthread_rwlock_unlock(&ix->rw);
+	free(old.vec);
+	free(old.norm2);
+	free(old.khash);
+	free(old.key);
+	free(old.meta);
+	free(old.meta_len);
+	free(old.fmeta_len);
+	free(old.dead);
+	return 0;
 }
 
 /* ---------------------------------------------------------------- rows ------------- */
@@ -197,26 +271,41 @@ void flat_prow_free(struct flat_prow *p)
 	p->meta = NULL;
 }
 
-int flat_reserve(struct flat_index *ix, uint64_t n)
+int flat_reserve(struct flat_index *ix, const struct flat_prow *p, uint64_t n)
 {
 	uint64_t rows = ix->pending_rows + n;
 	uint64_t frags = (ix->next_id + rows + ix->frag_rows - 1) / ix->frag_rows;
 	size_t mcap = ix->map.cap ? ix->map.cap : 1024;
 	struct km_slot *ns = NULL;
 	struct flat_frag **nf = NULL;
+	int rc;
 
 	if (!n)
 		return 0;
+	/* A scoped index: one open tail per scope label, so the plan of where the rows go
+	 * tells the fragments needed. */
+	if (ix->scope_key) {
+		rc = flat_scope_plan(ix, p, n, &frags);
+		if (rc)
+			return rc;
+	}
+	rc = -ENOMEM;
 	/* Fragments: spares wait in a list private to the writers (wmu held). */
 	while (ix->nfrags + ix->nspare < frags) {
-		struct flat_frag *f = fault() ? NULL : flat_frag_new(ix->frag_rows, ix->info.dim);
+		/* a scoped index's fragments start small and grow with their rows (room for
+		 * them planned below): a scope value with few rows holds little memory */
+		struct flat_frag *f = fault() ? NULL : ix->scope_key ?
+			flat_frag_new_n(ix->frag_rows, 16, ix->info.dim) :
+			flat_frag_new(ix->frag_rows, ix->info.dim);
 
 		if (!f)
-			return -ENOMEM;
+			goto err_unplan;
 		f->next_spare = ix->spare;
 		ix->spare = f;
 		ix->nspare++;
 	}
+	if (ix->scope_key && flat_scope_room(ix, p, n))
+		goto err_unplan;
 	/* The map and the fragment table change only under wmu (held), so they can be copied
 	 * while readers use them; the new ones are swapped in under rw. */
 	while ((ix->map.n + rows) * 4 > mcap * 3)
@@ -224,7 +313,7 @@ int flat_reserve(struct flat_index *ix, uint64_t n)
 	if (mcap != ix->map.cap) {
 		ns = fault() ? NULL : km_rehash(&ix->map, mcap);
 		if (!ns)
-			return -ENOMEM;
+			goto err_unplan;
 	}
 	if (frags > ix->capfrags) {
 		size_t nc = DM_MAX(ix->capfrags ? ix->capfrags * 2 : 16, frags);
@@ -232,7 +321,7 @@ int flat_reserve(struct flat_index *ix, uint64_t n)
 		nf = fault() ? NULL : malloc(nc * sizeof(*nf));
 		if (!nf) {
 			free(ns);
-			return -ENOMEM;
+			goto err_unplan;
 		}
 		if (ix->nfrags)
 			memcpy(nf, ix->frags, ix->nfrags * sizeof(*nf));
@@ -251,11 +340,18 @@ int flat_reserve(struct flat_index *ix, uint64_t n)
 	}
 	ix->pending_rows = rows;
 	return 0;
+
+err_unplan:
+	if (ix->scope_key)
+		flat_scope_unplan(ix);
+	return rc;
 }
 
 void flat_unreserve(struct flat_index *ix, uint64_t n)
 {
 	ix->pending_rows -= n;        /* spare fragments stay for later writes */
+	if (ix->scope_key && n)
+		flat_scope_unplan(ix);
 }
 
 uint64_t flat_row_bytes(uint32_t dim, size_t key_len, uint32_t meta_len, uint32_t fmeta_len)
@@ -267,6 +363,18 @@ uint64_t flat_row_bytes(uint32_t dim, size_t key_len, uint32_t meta_len, uint32_
 	       fmeta_len + 1;
 }
 
+/* The reserved spare fragment appended to the table as fragment ix->nfrags, labelled. */
+static void take_spare(struct flat_index *ix, uint64_t scope)
+{
+	struct flat_frag *f = ix->spare;       /* reserved: never NULL here */
+
+	ix->spare = f->next_spare;
+	ix->nspare--;
+	f->next_spare = NULL;
+	f->scope = scope;
+	ix->frags[ix->nfrags++] = f;
+}
+
 void flat_place(struct flat_index *ix, struct flat_prow *p)
 {
 	uint64_t nb = flat_row_bytes(ix->info.dim, p->key_len, p->meta_len, p->fmeta_len);
@@ -275,12 +383,16 @@ void flat_place(struct flat_index *ix, struct flat_prow *p)
 	struct flat_frag *f;
 	size_t j;
 
-	if (id / ix->frag_rows == ix->nfrags) {
-		f = ix->spare;                 /* reserved: never NULL here */
-		ix->spare = f->next_spare;
-		ix->nspare--;
-		f->next_spare = NULL;
-		ix->frags[ix->nfrags++] = f;
+	if (ix->scope_key) {
+		/* The open tail of the row's scope label, or a new fragment for it. */
+		bool fresh;
+		uint64_t fr = flat_scope_take(ix, p->scope, &fresh);
+
+		if (fresh)
+			take_spare(ix, p->scope);
+		id = fr * ix->frag_rows + ix->frags[fr]->n;
+	} else if (id / ix->frag_rows == ix->nfrags) {
+		take_spare(ix, 0);
 	}
 	j = km_find(ix, p->khash, p->key);
 	if (ix->map.slot[j].id != UINT64_MAX) {
@@ -300,7 +412,8 @@ void flat_place(struct flat_index *ix, struct flat_prow *p)
 	ix->map.slot[j].hash = p->khash;
 	ix->map.slot[j].id = id;
 	ix->map.n++;
-	ix->next_id++;
+	ix->next_id = DM_MAX(ix->next_id, id + 1);
+	ix->placed++;
 	ix->live++;
 	ix->pending_rows--;
 	ix->bytes += nb;
@@ -328,7 +441,8 @@ bool flat_row_dead(const struct flat_index *ix, uint64_t id)
 	uint32_t r;
 	struct flat_frag *f = frag_of(ix, id, &r);
 
-	return f->dead[r];
+	/* r >= f->n: a hole of a scoped index (a row another label's tail has not filled) */
+	return r >= f->n || f->dead[r];
 }
 
 /* ---------------------------------------------------------------- read API --------- */
@@ -346,7 +460,7 @@ void flat_index_stats(struct flat_index *ix, uint64_t *live, uint64_t *rows, uin
 	if (live)
 		*live = ix->live;
 	if (rows)
-		*rows = ix->next_id;
+		*rows = ix->placed;
 	if (frags)
 		*frags = ix->nfrags;
 	pthread_rwlock_unlock(&ix->rw);
@@ -421,8 +535,14 @@ int flat_list(struct flat_index *ix, uint64_t start, uint32_t seg_count, uint32_
 	pthread_rwlock_rdlock(&ix->rw);
 	for (id = start; id < ix->next_id; id++) {
 		struct flat_row r;
+		uint32_t ri;
 		int c;
 
+		if (frag_of(ix, id, &ri)->n <= ri) {
+			/* the unfilled rest of a scoped index's fragment (flat.h): on to the next */
+			id = (id / ix->frag_rows + 1) * ix->frag_rows - 1;
+			continue;
+		}
 		if (flat_row_dead(ix, id) || !in_segment(ix, id, seg_count, seg_index))
 			continue;
 		if ((size_t)n == max) {
@@ -474,7 +594,7 @@ size_t flat_frag_stats(struct flat_index *ix, struct flat_frag_stat *out, size_t
 
 		for (uint32_t r = 0; r < f->n; r++)
 			d += f->dead[r];
-		out[i] = (struct flat_frag_stat){ .rows = f->n, .dead = d };
+		out[i] = (struct flat_frag_stat){ .rows = f->n, .dead = d, .scope = f->scope };
 	}
 	pthread_rwlock_unlock(&ix->rw);
 	return n;

@@ -13,6 +13,7 @@
  *   flat_attr.c     catalog attributes (tags, bucket policies)
  *   flat_mark.c     the graph mark (rows an HNSW graph holds)
  *   flat_gindex.c   its online part: the key log of nodes an indexer added, the advance
+ *   flat_scope.c    the tails of scoped indexes (one open fragment per scope label)
  *
  * Lock order: ckmu -> cat -> index wmu -> index rw -> walmu.
  *
@@ -39,6 +40,8 @@
  * tombstone flags (dead) are the index's tombstone table, kept beside the columns. */
 struct flat_frag {
 	uint32_t n, cap;
+	uint32_t alloc;        /* rows the columns have room for (cap, or fewer in a scoped
+				  index: its fragments grow with their rows, flat_frag_grow) */
 	float *vec;            /* cap x dim, 64-byte aligned */
 	float *norm2;          /* squared norms (sgemm, cosine) */
 	uint64_t *khash;       /* flat_key_hash of each key */
@@ -46,6 +49,7 @@ struct flat_frag {
 	uint8_t **meta;        /* meta bytes then fmeta bytes, one allocation per row */
 	uint32_t *meta_len, *fmeta_len;
 	uint8_t *dead;
+	uint64_t scope;        /* scope label of its rows (scoped indexes; else 0) */
 	struct flat_frag *next_spare;   /* in flat_index.spare until it is used */
 };
 
@@ -69,6 +73,25 @@ struct flat_gix {
 	struct dm_u64set set;          /* indexed row versions (under wmu) */
 };
 
+/* The tails of a scoped index (flat_scope.c; under wmu): per scope label its open fragment
+ * as applied (tail) and as planned once every pending write is applied (rtail, rfill). */
+struct flat_stail {
+	uint64_t label;
+	uint64_t tail, rtail;          /* fragment ids, UINT64_MAX: none */
+	uint32_t rfill;                /* rows rtail holds in the plan */
+	uint64_t full;                 /* a fragment in the table the plan fills up (its
+					  columns must grow to frag_rows), UINT64_MAX: none */
+	bool used;
+};
+struct flat_stails {
+	struct flat_stail *slot;       /* open addressing by label */
+	size_t cap, n;
+	uint64_t rfrags;               /* fragments in the plan */
+	uint32_t fut_need;             /* most rows a planned fragment not yet in the table
+					  will hold: every spare gets room for as many */
+	bool replan;                   /* a reservation was given back: recompute the plan */
+};
+
 struct flat_index {
 	struct flat_store *s;
 	struct flat_index_info info;
@@ -81,7 +104,11 @@ struct flat_index {
 	uint32_t frag_rows;
 	struct flat_frag **frags;
 	size_t nfrags, capfrags;
-	uint64_t next_id, live;
+	uint64_t next_id, live;        /* next_id: past the highest row id placed */
+	uint64_t placed;               /* rows placed (next_id in an unscoped index) */
+	char *scope_key;               /* a scoped index's key (flat_scope_ops), else NULL */
+	const struct flat_scope_ops *sops;
+	struct flat_stails st;         /* its tails (scoped only) */
 	uint64_t mark, mark_tag;       /* the graph mark (flat_mark.c; under rw) */
 	struct flat_gix gix;           /* its online part (flat_gindex.c) */
 	struct keymap map;
@@ -136,6 +163,11 @@ struct flat_pending {
 
 /* ---- flat_frag.c ---- */
 struct flat_frag *flat_frag_new(uint32_t cap, uint32_t dim);
+/* A fragment of cap rows whose columns have room for alloc of them (NULL). */
+struct flat_frag *flat_frag_new_n(uint32_t cap, uint32_t alloc, uint32_t dim);
+/* Room for rows rows in f's columns (wmu held; shared: f is in ix's table, its new columns
+ * are swapped in under rw). 0 or -ENOMEM (f unchanged). */
+int flat_frag_grow(struct flat_index *ix, struct flat_frag *f, uint32_t rows, bool shared);
 void flat_frag_free(struct flat_frag *f);
 void flat_fill_row(const struct flat_index *ix, uint64_t id, struct flat_row *row);
 bool flat_row_dead(const struct flat_index *ix, uint64_t id);
@@ -149,19 +181,41 @@ struct flat_prow {
 	uint32_t meta_len, fmeta_len;
 	uint32_t key_len;              /* strlen(key) */
 	uint64_t khash;
+	uint64_t scope;                /* its scope label (flat_scope_row; 0 unscoped) */
 	const void *vec;               /* dim floats, any alignment (copied when placed) */
 };
 /* Allocate the copies of one row (-ENOMEM); flat_prow_free releases an unplaced one. */
 int flat_prow_init(struct flat_prow *p, const char *key, const void *vec, const void *meta,
 		   uint32_t mlen, const void *fmeta, uint32_t flen);
 void flat_prow_free(struct flat_prow *p);
-/* Reserve room for n more rows beyond those already pending (wmu held; takes rw for the
- * moment it grows the key map or the fragment table): -ENOMEM, nothing reserved then. */
-int flat_reserve(struct flat_index *ix, uint64_t n);
+/* Reserve room for the n rows p (their scope labels set) beyond those already pending
+ * (wmu held; takes rw for the moment it grows the key map or the fragment table): -ENOMEM,
+ * nothing reserved then. */
+int flat_reserve(struct flat_index *ix, const struct flat_prow *p, uint64_t n);
 /* Give back a reservation of n rows that will not be applied (wmu held). */
 void flat_unreserve(struct flat_index *ix, uint64_t n);
 /* Place a prepared row (wmu and rw held, room reserved): tombstones the key's old row. */
 void flat_place(struct flat_index *ix, struct flat_prow *p);
+
+/* ---- flat_scope.c ---- */
+/* The scope label of a row of ix with filterable metadata fmeta (0 when ix is unscoped or
+ * the row has no scope value). */
+uint64_t flat_scope_row(const struct flat_index *ix, const void *fmeta, uint32_t flen);
+/* Plan the n rows p after the pending ones (wmu held): *frags = the fragments the index
+ * will have once they are applied. -ENOMEM, nothing planned then. */
+int flat_scope_plan(struct flat_index *ix, const struct flat_prow *p, uint64_t n,
+		    uint64_t *frags);
+/* Room in the columns of every fragment the plan of rows p puts rows in: the table's
+ * (grown under rw) and the spares (wmu held). 0 or -ENOMEM (the plan must then be
+ * recomputed). */
+int flat_scope_room(struct flat_index *ix, const struct flat_prow *p, uint64_t n);
+/* A planned reservation given back (or one that failed halfway): the plan is recomputed
+ * at the next flat_scope_plan. */
+void flat_scope_unplan(struct flat_index *ix);
+/* Where the next row of label goes (wmu and rw held, planned): its fragment; *fresh when
+ * that is a new fragment (id ix->nfrags) the caller appends. */
+uint64_t flat_scope_take(struct flat_index *ix, uint64_t label, bool *fresh);
+void flat_scope_free(struct flat_stails *t);
 
 /* ---- flat_catalog.c ---- */
 struct flat_index *flat_index_new(struct flat_store *s, const char *bucket, const char *name,

@@ -26,6 +26,10 @@ int flat_mark_set(struct flat_index *ix, uint64_t rows, uint64_t tag)
 		rc = -ENOENT;
 		goto out_unlock;
 	}
+	if (ix->scope_key) {
+		rc = -EOPNOTSUPP;       /* scoped indexes have no graph (flat.h) */
+		goto out_unlock;
+	}
 	/* rows 0: a graph bound with nothing below its mark yet (a graph seeded from an
 	 * index's rows: the online indexer's hand-over moves the mark over them, row by row,
 	 * by key and vector, on each replica) */

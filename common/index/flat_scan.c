@@ -61,6 +61,8 @@ int flat_search(struct flat_index *ix, const struct flat_scan *sc, struct dm_hit
 		if (sc->frag_sel ? !sc->frag_sel(sc->frag_ctx, fi) :
 		    (sc->share_count && fi % sc->share_count != sc->share_index))
 			continue;
+		if (sc->scoped && f->scope != sc->scope)
+			continue;       /* another scope's fragment (flat.h "Scoped indexes") */
 		if (sc->nq == 1) {
 			const float *q = sc->q;
 			void *mctx = sc->match && sc->match_ctx ? sc->match_ctx[0] : NULL;

@@ -137,19 +137,28 @@ void flat_snap_index(struct flat_snapw *w, struct flat_index *ix)
 	dm_buf_u64(&w->rec, (uint64_t)ix->info.created_ms);
 	dm_buf_bytes(&w->rec, ix->conf, ix->info.conf_len);
 	flat_snap_emit(w, FLAT_REC_INDEX_CREATE);
-	for (uint64_t id = 0; id <= ix->next_id && !w->rc; id++) {
-		if (id < ix->next_id && !flat_row_dead(ix, id)) {
-			struct flat_row r;
+	/* the live rows in id order, fragment by fragment (a scoped index's fragments have
+	 * unfilled rows: flat.h) */
+	for (size_t fi = 0; fi <= ix->nfrags && !w->rc; fi++) {
+		uint32_t n = fi < ix->nfrags ? ix->frags[fi]->n : 0;
 
-			flat_fill_row(ix, id, &r);
-			rows[nr++] = (struct flat_row_in){ r.key, r.vec, r.meta, r.meta_len,
-							   r.fmeta, r.fmeta_len };
-		}
-		if (nr == SNAP_BATCH || (id == ix->next_id && nr)) {
-			flat_rec_begin(&w->rec);
-			flat_enc_put(&w->rec, ix, rows, nr);
-			flat_snap_emit(w, FLAT_REC_PUT);
-			nr = 0;
+		for (uint32_t ri = 0; ri <= n && !w->rc; ri++) {
+			uint64_t id = (uint64_t)fi * ix->frag_rows + ri;
+			bool last = fi == ix->nfrags;
+
+			if (ri < n && !flat_row_dead(ix, id)) {
+				struct flat_row r;
+
+				flat_fill_row(ix, id, &r);
+				rows[nr++] = (struct flat_row_in){ r.key, r.vec, r.meta, r.meta_len,
+								   r.fmeta, r.fmeta_len };
+			}
+			if (nr == SNAP_BATCH || (last && nr)) {
+				flat_rec_begin(&w->rec);
+				flat_enc_put(&w->rec, ix, rows, nr);
+				flat_snap_emit(w, FLAT_REC_PUT);
+				nr = 0;
+			}
 		}
 	}
 	flat_rec_begin(&w->rec);

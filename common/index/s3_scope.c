@@ -1,0 +1,222 @@
+/* s3_scope.c: scoped retrieval's pieces over S3 data (s3_scope.h): the declaration kept in
+ * an index's configuration, a row's scope value in the encoded filterable metadata (the
+ * encoding of s3_filter.c: entries u16 key_len | key | u8 type | payload, a string being
+ * type 1 with u32 len + bytes), its label, the pin of a filter, and the flat store's hooks
+ * (flat_scope_ops) built on them. */
+#include "s3_scope.h"
+#include "s3_filter.h"
+#include "util/dm_hash.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_STR = 1, T_NUM = 2, T_BOOL = 3, T_LIST = 4 };   /* s3_filter.c's types */
+
+static bool key_name_ok(const char *k, size_t len)
+{
+	return len >= 1 && len <= S3_SCOPE_KEY_MAX && strlen(k) == len;
+}
+
+int s3_scope_conf_key(const void *conf, uint32_t conf_len, char *key)
+{
+	json_t *o, *v;
+	int rc = 0;
+
+	key[0] = 0;
+	if (!conf || !conf_len)
+		return 0;
+	o = json_loadb(conf, conf_len, 0, NULL);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return -EINVAL;
+	}
+	v = json_object_get(o, S3_SCOPE_CONF);
+	if (v) {
+		if (json_is_string(v) && key_name_ok(json_string_value(v), json_string_length(v))) {
+			snprintf(key, S3_SCOPE_KEY_MAX + 1, "%s", json_string_value(v));
+			rc = 1;
+		} else {
+			rc = -EINVAL;
+		}
+	}
+	json_decref(o);
+	return rc;
+}
+
+int s3_scope_check_decl(const json_t *v, const char *const *nonfilter, size_t nnf, char *err,
+			size_t errlen)
+{
+	const char *k;
+
+	if (!json_is_string(v) || !key_name_ok(json_string_value(v), json_string_length(v))) {
+		snprintf(err, errlen, "tag '%s' names the index's scope: a metadata key of 1 to "
+			 "%d characters", S3_SCOPE_TAG, S3_SCOPE_KEY_MAX);
+		return -EINVAL;
+	}
+	k = json_string_value(v);
+	if (k[0] == '$') {
+		snprintf(err, errlen, "tag '%s': '%s' cannot be a metadata key (filter operators "
+			 "start with '$')", S3_SCOPE_TAG, k);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < nnf; i++)
+		if (!strcmp(nonfilter[i], k)) {
+			snprintf(err, errlen, "tag '%s': the scope key '%s' must be filterable, but "
+				 "it is listed in nonFilterableMetadataKeys", S3_SCOPE_TAG, k);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+/* The size of the value at p (type byte included), 0 when malformed (lists at top level
+ * only), as s3_filter.c reads it. */
+static size_t val_size(const uint8_t *p, size_t n, bool allow_list)
+{
+	uint32_t l;
+	size_t off = 5;
+
+	if (n < 1)
+		return 0;
+	switch (p[0]) {
+	case T_STR:
+		if (n < 5)
+			return 0;
+		memcpy(&l, p + 1, 4);
+		return (size_t)l <= n - 5 ? 5 + (size_t)l : 0;
+	case T_NUM:
+		return n >= 9 ? 9 : 0;
+	case T_BOOL:
+		return n >= 2 ? 2 : 0;
+	case T_LIST:
+		if (!allow_list || n < 5)
+			return 0;
+		memcpy(&l, p + 1, 4);
+		for (uint32_t i = 0; i < l; i++) {
+			size_t s = val_size(p + off, n - off, false);
+
+			if (!s)
+				return 0;
+			off += s;
+		}
+		return off;
+	default:
+		return 0;
+	}
+}
+
+int s3_scope_value(const void *fmeta, size_t len, const char *key, const char **val,
+		   uint32_t *vlen)
+{
+	const uint8_t *p = fmeta;
+	size_t off = 0, kl = strlen(key);
+
+	*val = NULL;
+	*vlen = 0;
+	while (off < len) {
+		uint16_t l;
+		size_t s;
+		const uint8_t *k;
+
+		if (len - off < 2)
+			return -EINVAL;
+		memcpy(&l, p + off, 2);
+		off += 2;
+		if (len - off < l)
+			return -EINVAL;
+		k = p + off;
+		off += l;
+		s = val_size(p + off, len - off, true);
+		if (!s)
+			return -EINVAL;
+		if (l == kl && !memcmp(k, key, kl)) {
+			if (p[off] != T_STR)
+				return -EINVAL;
+			memcpy(vlen, p + off + 1, 4);
+			*val = (const char *)p + off + 5;
+			return 1;
+		}
+		off += s;
+	}
+	return 0;
+}
+
+uint64_t s3_scope_label(const char *val, size_t len)
+{
+	uint64_t h = dm_fnv1a64(DM_FNV64_INIT, val, len);
+
+	h ^= h >> 31;
+	h *= 0x7fb5d329728ea185ull;
+	h ^= h >> 27;
+	return h ? h : 1;
+}
+
+/* A pin in one filter object (an implicit AND of its entries) or below its "$and"s. */
+static int pin_obj(const json_t *f, const char *key, int depth, char **val, size_t *vlen)
+{
+	const char *k;
+	json_t *v;
+
+	if (depth > S3_FILTER_MAX_DEPTH || !json_is_object(f))
+		return 0;
+	json_object_foreach((json_t *)f, k, v) {
+		const json_t *s = NULL;
+
+		if (!strcmp(k, "$and") && json_is_array(v)) {
+			size_t i;
+			json_t *e;
+
+			json_array_foreach(v, i, e) {
+				int rc = pin_obj(e, key, depth + 1, val, vlen);
+
+				if (rc)
+					return rc;
+			}
+			continue;
+		}
+		if (strcmp(k, key))
+			continue;
+		if (json_is_string(v))
+			s = v;
+		else if (json_is_object(v) && json_is_string(json_object_get(v, "$eq")))
+			s = json_object_get(v, "$eq");
+		if (!s)
+			continue;
+		*vlen = json_string_length(s);
+		*val = malloc(*vlen + 1);
+		if (!*val)
+			return -ENOMEM;
+		memcpy(*val, json_string_value(s), *vlen);
+		(*val)[*vlen] = 0;
+		return 1;
+	}
+	return 0;
+}
+
+int s3_scope_pin(const json_t *filter, const char *key, char **val, size_t *vlen)
+{
+	*val = NULL;
+	*vlen = 0;
+	if (!filter || !key || !key[0])
+		return 0;
+	return pin_obj(filter, key, 0, val, vlen);
+}
+
+/* ---- the flat store's hooks ---- */
+
+static char *ops_conf_key(const void *conf, uint32_t conf_len)
+{
+	char key[S3_SCOPE_KEY_MAX + 1];
+
+	return s3_scope_conf_key(conf, conf_len, key) == 1 ? strdup(key) : NULL;
+}
+
+static uint64_t ops_label(const char *key, const void *fmeta, uint32_t fmeta_len)
+{
+	const char *v;
+	uint32_t vl;
+
+	return s3_scope_value(fmeta, fmeta_len, key, &v, &vl) == 1 ? s3_scope_label(v, vl) : 0;
+}
+
+const struct flat_scope_ops s3_scope_ops = { .conf_key = ops_conf_key, .label = ops_label };
