@@ -91,6 +91,13 @@ struct s3_qspec {
 	float *vec;                     /* dim floats */
 	struct s3_filter *filter;       /* NULL: no filter */
 	bool ret_meta, ret_dist;
+	/* A scoped index (s3_scope.h) whose filter pins its scope key to one value: that
+	 * value's fragments alone can hold the answer. */
+	bool scoped;
+	char scope_key[64];             /* S3_SCOPE_KEY_MAX + 1 */
+	char *scope_val;                /* malloc'd, scope_vlen bytes + NUL */
+	size_t scope_vlen;
+	uint64_t scope_label;           /* s3_scope_label of the value */
 };
 /* What the QueryVectors parser needs to know of the index a request names. */
 struct s3_qindex {
@@ -107,8 +114,8 @@ typedef int (*s3_qresolve_fn)(void *ctx, const char *bucket, const char *index,
  * JSON body, topK, returnMetadata/returnDistance, queryVector present, the index named
  * (vectorBucketName + indexName or indexArn), then resolve, then the vector against the
  * index's dimension and metric and the filter against its non-filterable keys, in this
- * order (the first problem is the one reported). 0, or -errno with the error in r (q is
- * then empty). */
+ * order (the first problem is the one reported); for a scoped index, the value the filter
+ * pins its scope key to (q->scoped). 0, or -errno with the error in r (q is then empty). */
 int s3_api_qspec_parse(const char *body, size_t len, s3_qresolve_fn resolve, void *ctx,
 		       struct s3_qspec *q, struct s3_resp *r);
 /* A resolver for a known index: ctx is a const struct s3_qindex * (any names). */

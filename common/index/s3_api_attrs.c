@@ -6,6 +6,7 @@
  * ARN (and UntagResource's tagKeys) moved into the JSON body by the HTTP front end. */
 #include "s3_api_int.h"
 #include "s3_policy.h"
+#include "s3_scope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,11 @@ void s3a_op_tag_resource(struct s3_api *a, json_t *o, struct s3_resp *r)
 	}
 	if (s3a_tags_check(r, tags, "/tags"))
 		return;
+	if (json_object_get(tags, S3_SCOPE_TAG)) {
+		s3a_verr(r, "/tags", "tag '%s' declares an index's scope: it is given once, to "
+			 "CreateIndex, and cannot be set or changed afterwards", S3_SCOPE_TAG);
+		return;
+	}
 	cur = tags_load(a, r, b, x[0] ? x : NULL);
 	if (!cur)
 		return;
@@ -146,6 +152,10 @@ void s3a_op_untag_resource(struct s3_api *a, json_t *o, struct s3_resp *r)
 		if (!json_is_string(e) || !json_string_length(e) ||
 		    json_string_length(e) > TAG_KEY_MAX) {
 			s3a_verr(r, "/tagKeys", "tag keys are 1 to %d characters", TAG_KEY_MAX);
+			return;
+		} else if (!strcmp(json_string_value(e), S3_SCOPE_TAG)) {
+			s3a_verr(r, "/tagKeys", "tag '%s' declares the index's scope for its whole "
+				 "life: it cannot be removed", S3_SCOPE_TAG);
 			return;
 		}
 	cur = tags_load(a, r, b, x[0] ? x : NULL);

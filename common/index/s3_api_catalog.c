@@ -2,6 +2,7 @@
  * GetVectorBucket, DeleteVectorBucket, ListVectorBuckets, CreateIndex, GetIndex, DeleteIndex,
  * ListIndexes) over a flat store, with the AWS validation rules. */
 #include "s3_api_int.h"
+#include "s3_scope.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -66,6 +67,11 @@ void s3a_op_create_bucket(struct s3_api *a, json_t *o, struct s3_resp *r)
 	}
 	if (check_encryption(r, enc) || s3a_tags_check(r, json_object_get(o, "tags"), "/tags"))
 		return;
+	if (json_object_get(json_object_get(o, "tags"), S3_SCOPE_TAG)) {
+		s3a_verr(r, "/tags", "tag '%s' declares an index's scope: it is given to "
+			 "CreateIndex, not to a vector bucket", S3_SCOPE_TAG);
+		return;
+	}
 	/* The gateways' shard count (memory nodes only; s3_api_user_bucket keeps users from
 	 * sending it). */
 	long long shards = 1;
@@ -227,6 +233,7 @@ void s3a_op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 		s3a_verr(r, "/distanceMetric", "distanceMetric is required: euclidean or cosine");
 		return;
 	}
+	keys = NULL;
 	if (mc && !json_is_null(mc)) {
 		keys = json_object_get(mc, "nonFilterableMetadataKeys");
 		if (!json_is_object(mc) || !json_is_array(keys)) {
@@ -255,7 +262,29 @@ void s3a_op_create_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 					return;
 				}
 		}
-		conf = json_pack("{s:O}", "nonFilterableMetadataKeys", keys);
+	}
+	/* A scope (s3_scope.h): the reserved tag names a filterable key, kept in the
+	 * configuration beside the non-filterable keys (immutable from now on). */
+	json_t *scope = json_object_get(json_object_get(o, "tags"), S3_SCOPE_TAG);
+
+	if (scope) {
+		const char *nfk[S3_NONFILTER_MAX_KEYS];
+		size_t nnf = 0;
+		char err[256];
+
+		json_array_foreach(keys, i, e)
+			nfk[nnf++] = json_string_value(e);
+		if (s3_scope_check_decl(scope, nfk, nnf, err, sizeof(err))) {
+			s3a_verr(r, "/tags", "%s", err);
+			return;
+		}
+	}
+	if (keys || scope) {
+		conf = json_object();
+		if (conf && keys)
+			json_object_set(conf, "nonFilterableMetadataKeys", keys);
+		if (conf && scope)
+			json_object_set(conf, S3_SCOPE_CONF, scope);
 		ctext = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
 		json_decref(conf);
 		if (!ctext) {
@@ -290,9 +319,14 @@ void s3a_op_get_index(struct s3_api *a, json_t *o, struct s3_resp *r)
 			"creationTime", ms_to_s(in->created_ms), "dataType", "float32",
 			"dimension", (json_int_t)in->dim, "distanceMetric",
 			in->metric == DM_METRIC_COS ? "cosine" : "euclidean");
+	/* metadataConfiguration as the SDK models it: the non-filterable keys only (a scope
+	 * is shown by its tag, s3_scope.h) */
 	s3a_nf_load(ix, &nf);
-	if (nf.conf)
-		json_object_set(idx, "metadataConfiguration", nf.conf);
+	json_t *nfa = json_object_get(nf.conf, "nonFilterableMetadataKeys");
+
+	if (nfa)
+		json_object_set_new(idx, "metadataConfiguration",
+				    json_pack("{s:O}", "nonFilterableMetadataKeys", nfa));
 	json_decref(nf.conf);
 	flat_index_put(ix);
 	s3a_ok(r, json_pack("{s:o}", "index", idx));

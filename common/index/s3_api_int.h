@@ -32,6 +32,8 @@ struct s3_query {
 	size_t k;
 	struct s3_filter *filter;
 	bool ret_meta, ret_dist;
+	bool scoped;                     /* scan only the fragments of scope label `scope` */
+	uint64_t scope;
 };
 
 /* The non-filterable keys from an index's stored configuration. */

@@ -2,6 +2,7 @@
  * local path and by the distributed path of cn/s3), preparation and batched execution over
  * a local flat store (one sgemm pass per index). */
 #include "s3_api_int.h"
+#include "s3_scope.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -47,6 +48,7 @@ json_t *s3a_parse_body(const char *body, size_t len, struct s3_resp *r)
 void s3_qspec_fini(struct s3_qspec *q)
 {
 	free(q->vec);
+	free(q->scope_val);
 	s3_filter_free(q->filter);
 	memset(q, 0, sizeof(*q));
 }
@@ -125,6 +127,17 @@ static int qv_parse(json_t *o, s3_qresolve_fn resolve, void *ctx, struct s3_qspe
 			if (rc == -ENOMEM)
 				s3a_engine_err(r, rc, "");
 			goto err;
+		}
+		/* A scoped index: the value the filter pins its scope key to, if any. */
+		if (s3_scope_conf_key(in.conf, in.conf_len, q->scope_key) == 1) {
+			rc = s3_scope_pin(f, q->scope_key, &q->scope_val, &q->scope_vlen);
+			if (rc < 0) {
+				s3a_engine_err(r, rc, "");
+				goto err;
+			}
+			q->scoped = rc == 1;
+			if (q->scoped)
+				q->scope_label = s3_scope_label(q->scope_val, q->scope_vlen);
 		}
 	}
 	return 0;
@@ -207,7 +220,10 @@ static int prepare(struct s3_api *a, json_t *o, struct s3_query **q, struct s3_r
 	}
 	**q = (struct s3_query){ .ix = lq.ix, .vec = spec.vec, .k = spec.k,
 				 .filter = spec.filter, .ret_meta = spec.ret_meta,
-				 .ret_dist = spec.ret_dist };
+				 .ret_dist = spec.ret_dist,
+				 .scoped = spec.scoped && flat_index_scoped(lq.ix),
+				 .scope = spec.scope_label };
+	free(spec.scope_val);
 	return 0;
 }
 
@@ -271,7 +287,7 @@ void s3_api_query_run(struct s3_api *a, struct s3_query **qs, size_t n, struct s
 		}
 		return;
 	}
-	/* Group queries by index: one scan (one sgemm per fragment) per group. */
+	/* Group queries by index (and scope): one scan (one sgemm per fragment) per group. */
 	for (size_t i = 0; i < n; i++) {
 		struct flat_index *ix = qs[i]->ix;
 		const struct flat_index_info *in = flat_index_info(ix);
@@ -285,7 +301,8 @@ void s3_api_query_run(struct s3_api *a, struct s3_query **qs, size_t n, struct s
 			continue;
 		gi = malloc(n * sizeof(size_t));
 		for (size_t j = i; gi && j < n; j++)
-			if (!done[j] && qs[j]->ix == ix) {
+			if (!done[j] && qs[j]->ix == ix && qs[j]->scoped == qs[i]->scoped &&
+			    qs[j]->scope == qs[i]->scope) {
 				gi[g++] = j;
 				kmax = DM_MAX(kmax, qs[j]->k);
 			}
@@ -301,7 +318,8 @@ void s3_api_query_run(struct s3_api *a, struct s3_query **qs, size_t n, struct s
 				mctx[t] = qs[gi[t]]->filter;
 			}
 			struct flat_scan sc = { .q = qv, .nq = g, .k = kmax, .match = match_cb,
-						.match_ctx = mctx };
+						.match_ctx = mctx, .scoped = qs[i]->scoped,
+						.scope = qs[i]->scope };
 
 			rc = flat_search(ix, &sc, hits, nout);
 		}

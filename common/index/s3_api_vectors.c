@@ -1,6 +1,7 @@
 /* s3_api_vectors.c: the vector operations (PutVectors, GetVectors, ListVectors,
  * DeleteVectors) over a flat store, with the AWS limits. */
 #include "s3_api_int.h"
+#include "s3_scope.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -23,6 +24,7 @@ void s3a_op_put_vectors(struct s3_api *a, json_t *o, struct s3_resp *r)
 	char **mj = NULL;
 	uint8_t **fm = NULL;
 	struct nfkeys nf = { 0 };
+	char scope[S3_SCOPE_KEY_MAX + 1] = "";
 	size_t n, i;
 	int rc;
 
@@ -44,6 +46,8 @@ void s3a_op_put_vectors(struct s3_api *a, json_t *o, struct s3_resp *r)
 		goto out;
 	}
 	s3a_nf_load(ix, &nf);
+	if (s3_scope_conf_key(in->conf, in->conf_len, scope) < 0)
+		scope[0] = 0;
 	json_array_foreach(vs, i, v) {
 		char path[64], err[256];
 		json_t *key = json_object_get(v, "key");
@@ -76,6 +80,16 @@ void s3a_op_put_vectors(struct s3_api *a, json_t *o, struct s3_resp *r)
 				s3a_verr(r, path, "%s", err);
 			else
 				s3a_engine_err(r, rc, "");
+			goto out;
+		}
+		/* A scoped index (s3_scope.h): its scope key holds a string, or is absent. */
+		const char *sv;
+		uint32_t svl;
+
+		snprintf(path, sizeof(path), "/vectors/%zu/metadata", i);
+		if (scope[0] && s3_scope_value(fm[i], fl, scope, &sv, &svl) < 0) {
+			s3a_verr(r, path, "metadata key '%s' is this index's scope: its value must "
+				 "be a string", scope);
 			goto out;
 		}
 		rows[i] = (struct flat_row_in){ json_string_value(key), data + i * in->dim, mj[i],
