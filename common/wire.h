@@ -801,7 +801,10 @@ int dm_route_parse(const char *name);   /* strategy or -EINVAL */
  *               bytes conf, u32 frag_rows, u32 nfrag, nfrag x {u32 rows, u32 dead},
  *               u64 mark, u64 mark_tag (the graph mark, flat.h: rows [0, mark) are in
  *               the HNSW graph of generation mark_tag), u64 gkeys (the length of its key
- *               log: nodes the online indexer added)
+ *               log: nodes the online indexer added), then for a scoped index only
+ *               (s3_scope.h; absent otherwise, so the answer about an unscoped index is
+ *               as before) nfrag x u64 scope label (the scope value's label of the
+ *               fragment's rows, 0: rows without one)
  *               (-ENOENT: no such index)
  *   FL_FRAG     str bucket, str index, u64 epoch, i64 created_ms, u64 frag, u32 from,
  *               u32 resp_msg (the requester's receive buffer: the answer's messages may

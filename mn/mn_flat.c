@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fl_rpc.h"
+#include "s3_scope.h"
 
 #define FL_TIMEOUT_MS 10000
 
@@ -75,6 +76,7 @@ struct mn_flat *mn_flat_open(const char *dir, uint32_t node_id,
 	}
 	o.max_bytes = flat_max_bytes(set ? set->flat_max_mb : DM_FLAT_MAX_AUTO);
 	o.frag_rows = frag_rows_override(node_id, o.frag_rows);
+	o.scope = &s3_scope_ops;        /* scoped indexes (s3_scope.h) */
 	f->st = flat_open(dir, &o);
 	if (!f->st) {
 		int e = errno;
@@ -233,6 +235,10 @@ static int do_state(struct mn_flat *f, struct dm_rbuf *in, struct dm_buf *out)
 	dm_buf_u64(out, mark);
 	dm_buf_u64(out, tag);
 	dm_buf_u64(out, flat_gindex_count(ix));
+	/* A scoped index: its fragments' scope labels (an optional trailer, wire.h). */
+	if (flat_index_scoped(ix))
+		for (size_t i = 0; i < n; i++)
+			dm_buf_u64(out, fs[i].scope);
 	free(fs);
 	flat_index_put(ix);
 	return 0;

@@ -323,6 +323,18 @@ void cn_s3_metrics(struct cn_s3 *s, FILE *out)
 	CTR("scan_rows_skipped_total", "Rows of those shares skipped because their region was "
 	    "not chosen (partitioned scans).",
 	    __atomic_load_n(&s->scan_skipped, __ATOMIC_RELAXED));
+	CTR("scope_queries_total", "QueryVectors of a scoped index whose filter pins the scope "
+	    "key: planned on that scope value's fragments only (ingress).",
+	    __atomic_load_n(&s->scope_queries, __ATOMIC_RELAXED));
+	CTR("scope_fragments_total", "Fragments those queries kept (their scope value's).",
+	    __atomic_load_n(&s->scope_frags, __ATOMIC_RELAXED));
+	CTR("scope_fragments_skipped_total", "Fragments of other scope values those queries "
+	    "left out.", __atomic_load_n(&s->scope_frags_skipped, __ATOMIC_RELAXED));
+	CTR("scope_rows_total", "Live rows scoped queries read (compared) in the shares "
+	    "served here.", __atomic_load_n(&s->scope_rows, __ATOMIC_RELAXED));
+	CTR("scope_other_rows_total", "Of those, rows whose scope value is not the query's "
+	    "(0 unless two values share a label).",
+	    __atomic_load_n(&s->scope_other_rows, __ATOMIC_RELAXED));
 	CTR("graph_queries_total", "QueryVectors served by the graph path (HNSW candidates of a "
 	    "bulk-imported index plus an exact scan of its tail).",
 	    __atomic_load_n(&s->graph_queries, __ATOMIC_RELAXED));

@@ -27,6 +27,7 @@
  * which index them again (and, past the mark, also rows it had handed over: two nodes of
  * one key, merged at query time). */
 #include "cn_s3_int.h"
+#include "s3_scope.h"
 #include "util/dm_hash.h"
 #include "util/dm_u64set.h"
 
@@ -718,7 +719,11 @@ static bool seed_look(struct cn_s3 *s, const char *b, json_t *jx, struct ipend *
 		if (got)
 			continue;
 		total = state_rows(&st);
-		if (st.mark_tag) {
+		char sk[S3_SCOPE_KEY_MAX + 1];
+
+		if (s3_scope_conf_key(st.conf, st.conf_len, sk) == 1) {
+			/* a scoped index: no graph (docs/status.md), its queries stay exact */
+		} else if (st.mark_tag) {
 			/* imported or seeded: a graph serves it */
 		} else if (!s->gops->info(s->gctx, b, x, 0, &gi)) {
 			/* A graph placed for it but never bound (a seed or an import whose mark

@@ -12,6 +12,7 @@
  *   cn_s3_graph.c    the graph path of a bulk-imported index (HNSW candidates by key)
  *   cn_s3_gkeys.c    the copy of its key log (node ids the online indexer added -> keys)
  *   cn_s3_index.c    the online indexer (tail rows into the graph, the mark moved on)
+ *   cn_s3_scope.c    scoped queries: a scope value's fragments only, rows counted
  *   s3_fcache.c      the fragment cache (hash map + LRU)
  */
 #ifndef DM_CN_S3_INT_H
@@ -134,6 +135,10 @@ struct cn_s3 {
 	struct s3_parts *parts;
 	uint64_t part_queries, part_regions_sel, part_fits, part_fit_ns, part_mismatch;
 	uint64_t scan_rows, scan_skipped;
+	/* Scoped queries (cn_s3_scope.c; atomics): queries planned on a scope's fragments,
+	 * fragments kept and skipped for them; rows their members read, and of those rows of
+	 * another scope value. */
+	uint64_t scope_queries, scope_frags, scope_frags_skipped, scope_rows, scope_other_rows;
 	/* The graph path (cn_s3_graph.c): the compute node's view, a pool of libdmann handles
 	 * (as the gateways' identity), settings and counters. */
 	const struct cn_s3_graph_ops *gops;
@@ -202,6 +207,7 @@ struct ixstate {
 	uint64_t mark, mark_tag;         /* the graph mark (flat.h): rows [0, mark) in graph
 					  * generation mark_tag */
 	uint64_t gkeys;                  /* length of its key log (online indexer) */
+	uint64_t *scope;                 /* a scoped index's labels per fragment, else NULL */
 };
 
 void mnconn_free(struct mnconn *mc);
@@ -264,6 +270,16 @@ int part_select(struct cn_s3 *s, const struct s3_part *p, const float *q, uint32
 /* Label rows [.., upto) of f with their ring positions under p (f->rw held for writing):
  * 0 or -ENOMEM. */
 int part_label(const struct s3_part *p, struct s3_frag *f, uint32_t upto);
+
+/* ---- cn_s3_scope.c ---- */
+
+/* The fragments of state st a query q leaves out: NULL in *other when q is not scoped (or
+ * st has no labels), else *other (malloc'd, nfrag flags) marks the fragments of other scope
+ * values (counted). 0 or -ENOMEM. */
+int scope_select(struct cn_s3 *s, const struct ixstate *st, const struct s3_qspec *q,
+		 uint8_t **other);
+/* Whether a row (its encoded filterable metadata) lies outside scoped query q's value. */
+bool scope_row_other(const struct s3_qspec *q, const void *fmeta, uint32_t flen);
 
 /* ---- cn_s3_repl.c ---- */
 

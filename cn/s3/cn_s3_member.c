@@ -256,7 +256,7 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 		       size_t *nout)
 {
 	struct s3_part *pm = NULL;
-	uint64_t scanned = 0, skipped = 0;
+	uint64_t scanned = 0, skipped = 0, srows = 0, sother = 0;
 	struct dm_topk *tk = dm_topk_new(q->k);
 	struct s3_frag **held = calloc(nf ? nf : 1, sizeof(*held));
 	float qn = sqrtf(dm_dot(q->vec, q->vec, st->dim));
@@ -327,6 +327,12 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 			if (f->deadf[r])
 				continue;
 			scanned++;
+			if (q->scoped) {
+				/* a scoped query reads its scope value's rows only: checked
+				 * (a filtered query is never partitioned, so only here) */
+				srows++;
+				sother += scope_row_other(q, f->meta[r] + f->mlen[r], f->flen[r]);
+			}
 			scan_row(st, q, qn, f, r, frags[i] * st->frag_rows + r, tk);
 		}
 		pthread_rwlock_unlock(&f->rw);
@@ -373,6 +379,8 @@ static int member_scan(struct cn_s3 *s, const struct ixstate *st, const char *b,
 out:
 	__atomic_add_fetch(&s->scan_rows, scanned, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&s->scan_skipped, skipped, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&s->scope_rows, srows, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&s->scope_other_rows, sother, __ATOMIC_RELAXED);
 	part_put(s, pm);
 	for (size_t i = 0; held && i < nf; i++)
 		if (held[i])

@@ -197,6 +197,7 @@ void ixstate_fini(struct ixstate *st)
 {
 	free(st->conf);
 	free(st->fr);
+	free(st->scope);
 	memset(st, 0, sizeof(*st));
 }
 
@@ -249,6 +250,17 @@ int ixstate_fetch(struct cn_s3 *s, uint32_t mn, const char *b, const char *x,
 	st->mark = dm_rbuf_u64(&rb);
 	st->mark_tag = dm_rbuf_u64(&rb);
 	st->gkeys = dm_rbuf_u64(&rb);
+	/* A scoped index's fragment labels (wire.h: the optional trailer). */
+	if (!rb.bad && rb.at < rb.n && rb.n - rb.at == (size_t)st->nfrag * 8) {
+		st->scope = calloc(st->nfrag + 1, sizeof(*st->scope));
+		for (uint32_t i = 0; st->scope && i < st->nfrag; i++)
+			st->scope[i] = dm_rbuf_u64(&rb);
+		if (!st->scope) {
+			free(resp);
+			ixstate_fini(st);
+			return -ENOMEM;
+		}
+	}
 	if (rb.at != rb.n || st->mark > (uint64_t)st->nfrag * st->frag_rows)
 		rb.bad = true;
 	free(resp);

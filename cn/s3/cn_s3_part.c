@@ -236,6 +236,7 @@ static int fit_start(struct cn_s3 *s, struct s3_part *p, const struct ixstate *s
 	*j = (struct fitjob){ .s = s, .p = p, .st = *st };
 	j->st.fr = NULL;
 	j->st.conf = NULL;
+	j->st.scope = NULL;
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	rc = -pthread_create(&th, &a, fit_main, j);

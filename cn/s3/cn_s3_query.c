@@ -263,7 +263,7 @@ static json_t *part_plan(struct cn_s3 *s, const struct qtarget *t, const struct 
 	char id[24];
 	int n;
 
-	if (!s->scan_budget || !q || q->filter)
+	if (!s->scan_budget || !q || q->filter || st->scope)
 		return NULL;
 	for (uint32_t i = 0; i < st->nfrag; i++) {
 		if (st->fr[i].from)
@@ -291,11 +291,13 @@ static json_t *part_plan(struct cn_s3 *s, const struct qtarget *t, const struct 
 }
 
 /* W from the index size, the groups over the up CNs, the shares in the group, and the
- * sub-request of each share (q: for a partitioned scan, may be NULL). 0 or -errno with the
- * error in r. */
+ * sub-request of each share (q: for a scoped query, and for a partitioned scan when part;
+ * may be NULL). 0 or -errno with the error in r. */
 static int plan_query(struct cn_s3 *s, const struct qtarget *t, const struct s3_qspec *q,
-		      const char *body, size_t len, struct qplan *p, struct s3_resp *r)
+		      bool part, const char *body, size_t len, struct qplan *p,
+		      struct s3_resp *r)
 {
+	uint8_t *other = NULL;
 	json_t *psel = NULL;
 	const struct ixstate *st = &t->st;
 	struct dm_place_node cns[DM_MAX_NODES], gm[DM_MAX_NODES];
@@ -306,11 +308,12 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const struct s3_
 	fids = calloc(st->nfrag + 1, sizeof(*fids));
 	fbytes = calloc(st->nfrag + 1, sizeof(*fbytes));
 	owner = calloc(st->nfrag + 1, sizeof(*owner));
-	if (!fids || !fbytes || !owner)
+	if (!fids || !fbytes || !owner || scope_select(s, st, q, &other))
 		goto oom;
-	/* The fragments with rows to scan (the graph path scans those from the mark on). */
+	/* The fragments with rows to scan (the graph path scans those from the mark on; a
+	 * scoped query, its scope value's only). */
 	for (uint32_t i = 0; i < st->nfrag; i++) {
-		if (st->fr[i].from >= st->fr[i].rows && st->fr[i].rows)
+		if ((st->fr[i].from >= st->fr[i].rows && st->fr[i].rows) || (other && other[i]))
 			continue;
 		fids[nf] = i;
 		fbytes[nf] = (uint64_t)(st->fr[i].rows - st->fr[i].from) * st->dim * sizeof(float);
@@ -367,7 +370,7 @@ static int plan_query(struct cn_s3 *s, const struct qtarget *t, const struct s3_
 	}
 	for (uint32_t i = 0; i < nf; i++)
 		p->sh[owner[i]].frags[p->sh[owner[i]].nf++] = fids[i];
-	psel = part_plan(s, t, q);
+	psel = part ? part_plan(s, t, q) : NULL;
 	for (uint32_t j = 0; j < w; j++) {
 		p->sh[j].req = subreq_json(st, t->b, t->x, p->sh[j].frags, p->sh[j].nf, body, len,
 					   psel);
@@ -380,6 +383,7 @@ oom:
 	s3_resp_error(r, 500, "InternalServerException", "out of memory");
 free_arrays:
 	json_decref(psel);
+	free(other);
 	free(owner);
 	free(fids);
 	free(fbytes);
@@ -677,7 +681,7 @@ static void query_shards(struct cn_s3 *s, struct qtarget *t0, const struct s3_qs
 		}
 		memset(p, 0, sizeof(*p));
 		if (ok && tail)
-			ok = !plan_query(s, t, NULL, body, len, p, r) && !fan_out(s, p, r);
+			ok = !plan_query(s, t, q, false, body, len, p, r) && !fan_out(s, p, r);
 		grow = ok ? realloc(all, (nall + p->w + 1) * sizeof(*all)) : NULL;
 		if (ok && !grow)
 			s3_resp_error(r, 500, "InternalServerException", "out of memory");
@@ -747,7 +751,7 @@ static void query_once(struct cn_s3 *s, const char *body, size_t len, struct s3_
 		merge_answer(&t.st, &q, p->sh, 0, gh, ngh, r);   /* no tail */
 		goto free_query;
 	}
-	if (plan_query(s, &t, &q, body, len, p, r) || fan_out(s, p, r))
+	if (plan_query(s, &t, &q, true, body, len, p, r) || fan_out(s, p, r))
 		goto free_query;
 	for (uint32_t j = 0; j < p->w; j++)
 		if (p->sh[j].resp.status != 200) {

@@ -8,6 +8,7 @@
  * shard and ListVectors walking the shards. QueryVectors scans every shard
  * (cn_s3_query.c). A bucket of one shard never comes here: today's path, unchanged. */
 #include "cn_s3_int.h"
+#include "s3_scope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +144,11 @@ static int create_shards(struct cn_s3 *s, const char *op, json_t *o, const char 
 	for (uint32_t i = 1; i < n; i++) {
 		json_t *p = part_of(o, b, x, i, n);
 
+		json_t *sc = json_object_get(json_object_get(o, "tags"), S3_SCOPE_TAG);
+
 		json_object_del(p, "tags");     /* the user's tags stay with shard 0 */
+		if (x && sc)                    /* but every shard's index has its scope */
+			json_object_set_new(p, "tags", json_pack("{s:O}", S3_SCOPE_TAG, sc));
 		part_run(s, op, json_incref(p), b, i, false, r);
 		if (r->status == 409) {
 			json_t *d = part_of(o, b, x, i, n);

@@ -6,6 +6,7 @@
 #include "flat.h"
 #include "s3_api.h"
 #include "s3_http.h"
+#include "s3_scope.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -225,7 +226,7 @@ int main(int argc, char **argv)
 	char addr[64];
 	uint16_t port;
 	char *sk_owned = NULL;
-	struct flat_opts fo = { .checkpoint_bytes = 256ull << 20 };
+	struct flat_opts fo = { .checkpoint_bytes = 256ull << 20, .scope = &s3_scope_ops };
 	struct flat_store *store;
 	struct s3_api *api;
 	struct s3_http *h;
