@@ -5,7 +5,8 @@
  * the logged writes again; then X answers GetIndex/GetVectors/ListVectors exactly as S,
  * its epoch changed, also after a restart. Ids unknown, replaced or expired give -ESTALE,
  * pieces out of order -EINVAL, images past the bound -EBUSY; an END with no bucket at the
- * source drops it; the counters count. */
+ * source drops it; the counters count. A scoped index's FL_STATE carries its fragments'
+ * scope labels, also on a replica caught up from an image. */
 #include <criterion/criterion.h>
 
 #include <ftw.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "mn_flat_int.h"    /* the idle time's test hook */
+#include "s3_scope.h"
 
 static char tdir[64];
 
@@ -393,5 +395,86 @@ Test(mn_flat, image_bound_and_idle_expiry)
 	id = u64_at(&out, 0);
 	cr_assert_neq(id, 0);
 	dm_buf_free(&out);
+	mn_flat_close(s);
+}
+
+/* FL_STATE of a scoped index (s3_scope.h): its fragments' labels in the trailer, each
+ * fragment of one scope value; a replica caught up from an image groups its rows the same
+ * way (the labels are recomputed from the rows). Rows k0..k39 have tag t0..t2. */
+static void scoped_state(struct mn_flat *f, uint64_t *per_label_rows)
+{
+	struct dm_buf req = { 0 }, out = { 0 };
+	struct dm_rbuf rd;
+	uint32_t nfrag, clen, rows[64];
+
+	dm_buf_str(&req, "bkt");
+	dm_buf_str(&req, "idx");
+	cr_assert_eq(handle(f, DM_OP_FL_STATE, &req, &out), 0);
+	rd = (struct dm_rbuf){ .p = out.p, .n = out.n };
+	dm_rbuf_u64(&rd);
+	dm_rbuf_u64(&rd);
+	cr_assert_eq(dm_rbuf_u32(&rd), 4);
+	dm_rbuf_u32(&rd);
+	dm_rbuf_bytes(&rd, &clen, UINT32_MAX);
+	cr_assert_eq(dm_rbuf_u32(&rd), 16);
+	nfrag = dm_rbuf_u32(&rd);
+	cr_assert(nfrag >= 3 && nfrag <= 64, "%u fragments", nfrag);
+	for (uint32_t i = 0; i < nfrag; i++) {
+		rows[i] = dm_rbuf_u32(&rd);
+		dm_rbuf_u32(&rd);
+	}
+	dm_rbuf_u64(&rd);
+	dm_rbuf_u64(&rd);
+	dm_rbuf_u64(&rd);
+	cr_assert_eq(rd.n - rd.at, (size_t)nfrag * 8, "the labels' trailer");
+	memset(per_label_rows, 0, 3 * sizeof(uint64_t));
+	for (uint32_t i = 0; i < nfrag; i++) {
+		uint64_t l = dm_rbuf_u64(&rd);
+		int t = -1;
+
+		for (int k = 0; k < 3; k++) {
+			char v[4];
+
+			snprintf(v, sizeof(v), "t%d", k);
+			if (l == s3_scope_label(v, 2))
+				t = k;
+		}
+		cr_assert_geq(t, 0, "fragment %u: a label of no tag", i);
+		per_label_rows[t] += rows[i];
+	}
+	cr_assert(!rd.bad && rd.at == rd.n);
+	dm_buf_free(&req);
+	dm_buf_free(&out);
+}
+
+Test(mn_flat, scoped_index_state_and_catch_up)
+{
+	struct mn_flat *s = open_mn("S", 0), *x = open_mn("X", 1);
+	struct dm_buf out = { 0 };
+	uint64_t cid, id, len, on_s[3], on_x[3];
+
+	for (int i = 0; i < 2; i++) {
+		struct mn_flat *f = i ? x : s;
+
+		cr_assert_eq(s3(f, NULL, "CreateVectorBucket", "{\"vectorBucketName\":\"bkt\"}"),
+			     200);
+		cr_assert_eq(s3(f, NULL, "CreateIndex", "{" IX ",\"dataType\":\"float32\","
+				"\"dimension\":4,\"distanceMetric\":\"euclidean\",\"tags\":{"
+				"\"dmann:scope\":\"tag\"}}"), 200);
+	}
+	put(s, 0, 40, 1);           /* 40 rows over t0..t2: 14, 13, 13 */
+	scoped_state(s, on_s);
+	cr_assert(on_s[0] == 14 && on_s[1] == 13 && on_s[2] == 13);
+	cr_assert_eq(fl(x, DM_OP_FL_CATCHUP, &out, DM_FL_CATCHUP_BEGIN, "s", "bkt"), 0);
+	cid = u64_at(&out, 0);
+	cr_assert_eq(fl(s, DM_OP_FL_IMAGE, &out, DM_FL_IMAGE_TAKE, "s", "bkt"), 0);
+	id = u64_at(&out, 0);
+	len = u64_at(&out, 8);
+	copy_image(s, id, len, x, cid, 4096);
+	cr_assert_eq(fl(x, DM_OP_FL_CATCHUP, NULL, DM_FL_CATCHUP_END, "Uc", cid, 1), 0);
+	scoped_state(x, on_x);
+	cr_assert(on_x[0] == 14 && on_x[1] == 13 && on_x[2] == 13);
+	dm_buf_free(&out);
+	mn_flat_close(x);
 	mn_flat_close(s);
 }

@@ -15,6 +15,7 @@
 
 #include "flat.h"
 #include "flat_wal.h"
+#include "s3_scope.h"
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
@@ -26,7 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char dir[64], wal[96];
 	struct dm_buf b = { 0 };
-	struct flat_opts o = { .frag_rows = 2, .no_sync = true };
+	/* with the scope hooks: a replayed index that declares a scope (s3_scope.h) places
+	 * its rows in per-scope fragments */
+	struct flat_opts o = { .frag_rows = 2, .no_sync = true, .scope = &s3_scope_ops };
 	struct flat_store *s;
 	size_t off = 0;
 	uint64_t lsn = 0;
