@@ -23,7 +23,7 @@
 #include "dmann.h"
 
 #define DIM 16
-#define NT 100
+#define NT 100                       /* tenants (the sharded case: 20) */
 #define NX 200                       /* rows without a tenant */
 #define K 10
 
@@ -37,6 +37,8 @@ static struct row {
 	float v[DIM];
 } *rows;
 static uint32_t nrows;
+static int nt = NT;                  /* tenants of this case */
+static long long nshard = 1;         /* the bucket's shards: scoped plans per query */
 
 static void setup(void)
 {
@@ -246,7 +248,7 @@ static void query_tenant(int t, int round, struct totals *tot)
 	long long dr = both("dmann_cn_s3_scope_rows_total") - r0;
 	long long dother = both("dmann_cn_s3_scope_other_rows_total") - o0;
 
-	cr_assert_eq(dq, 1, "tenant t%d: not planned as a scoped query", t);
+	cr_assert_eq(dq, nshard, "tenant t%d: not planned as a scoped query (once per shard)", t);
 	cr_assert_eq(dr, (long long)live, "tenant t%d: %lld rows read, it has %u live rows", t, dr,
 		     live);
 	cr_assert_eq(dother, 0, "tenant t%d: %lld rows of other scopes read", t, dother);
@@ -263,7 +265,7 @@ static void all_tenants(int round, const char *what)
 	long long fk = both("dmann_cn_s3_scope_fragments_total");
 	long long fs = both("dmann_cn_s3_scope_fragments_skipped_total");
 
-	for (int t = 0; t < NT; t++)
+	for (int t = 0; t < nt; t++)
 		query_tenant(t, round, &tot);
 	fk = both("dmann_cn_s3_scope_fragments_total") - fk;
 	fs = both("dmann_cn_s3_scope_fragments_skipped_total") - fs;
@@ -306,28 +308,23 @@ static void restart_mns(void)
 	}
 }
 
-Test(scope, scoped_queries_read_only_their_scope)
+/* The rows: tenant t (of nt) has 40 + (53 t mod 160) rows, interleaved; then NX without
+ * one. */
+static void make_rows(void)
 {
-	uint64_t t0 = dm_now_ns();
-
-	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --redundancy 1 --dir %s --region-mb 32 "
-			"--transport tcp --mn-set flat_frag_rows=64 --s3-set width=2 --s3-set "
-			"graph_min_rows=2000 --s3-set hedge_ms=20000", dmann, lc), 0);
-	cluster_http(cfgpath, http);
-	/* the rows: tenant t has 40 + (53 t mod 160) rows, interleaved; then NX without one */
 	uint32_t per[NT], left = 0;
 
-	for (int t = 0; t < NT; t++)
+	for (int t = 0; t < nt; t++)
 		left += per[t] = 40 + (uint32_t)(53 * t) % 160;
 	nrows = left + NX;
 	rows = calloc(nrows, sizeof(*rows));
 	cr_assert_not_null(rows);
 	for (uint32_t r = 0, t = 0; r < nrows; r++) {
 		if (r < left) {
-			while (!per[t % NT])
+			while (!per[t % nt])
 				t++;
-			rows[r].tenant = (int)(t % NT);
-			per[t % NT]--;
+			rows[r].tenant = (int)(t % nt);
+			per[t % nt]--;
 			t++;
 		} else {
 			rows[r].tenant = -1;
@@ -337,7 +334,17 @@ Test(scope, scoped_queries_read_only_their_scope)
 		for (int j = 0; j < DIM; j++)
 			rows[r].v[j] = val(r, (uint32_t)j);
 	}
+}
 
+Test(scope, scoped_queries_read_only_their_scope)
+{
+	uint64_t t0 = dm_now_ns();
+
+	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --redundancy 1 --dir %s --region-mb 32 "
+			"--transport tcp --mn-set flat_frag_rows=64 --s3-set width=2 --s3-set "
+			"graph_min_rows=2000 --s3-set hedge_ms=20000", dmann, lc), 0);
+	cluster_http(cfgpath, http);
+	make_rows();
 	/* declarations: refused, then the scoped index */
 	expect("CreateVectorBucket", 200, "{\"vectorBucketName\":\"sbkt\"}");
 	expect("CreateIndex", 400, "{\"vectorBucketName\":\"sbkt\",\"indexName\":\"bad\","
@@ -360,7 +367,7 @@ Test(scope, scoped_queries_read_only_their_scope)
 	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
 	put_rows(d, 0, nrows);
 	fprintf(stderr, "put %u rows of %d tenants (+%d without one) in %.1f s since start\n",
-		nrows, NT, NX, (double)(dm_now_ns() - t0) / 1e9);
+		nrows, nt, NX, (double)(dm_now_ns() - t0) / 1e9);
 	all_tenants(0, "as written");
 
 	/* an unscoped query still works, and a filter that does not pin the tenant is not
@@ -406,4 +413,27 @@ Test(scope, scoped_queries_read_only_their_scope)
 	cr_assert_eq(both("dmann_cn_s3_index_graphs_seeded_total"), 0,
 		     "a scoped index got a graph");
 	fprintf(stderr, "FIGURES test_scope: %.1f s in all\n", (double)(dm_now_ns() - t0) / 1e9);
+}
+
+/* A bucket of 3 shards ([s3] bucket_shards): every shard's index is scoped, each shard is
+ * scanned on its scope value's fragments. 20 tenants. */
+Test(scope, scoped_queries_on_a_bucket_of_shards)
+{
+	nt = 20;
+	nshard = 3;
+	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --redundancy 1 --dir %s --region-mb 32 "
+			"--transport tcp --mn-set flat_frag_rows=64 --s3-set width=2 --s3-set "
+			"hedge_ms=20000 --s3-set bucket_shards=3", dmann, lc), 0);
+	cluster_http(cfgpath, http);
+	make_rows();
+	expect("CreateVectorBucket", 200, "{\"vectorBucketName\":\"sbkt\"}");
+	expect("CreateIndex", 200, "{\"vectorBucketName\":\"sbkt\",\"indexName\":\"sidx\","
+	       "\"dataType\":\"float32\",\"dimension\":16,\"distanceMetric\":\"euclidean\","
+	       "\"tags\":{\"dmann:scope\":\"tenant\"}}");
+	dmann_t *d = dmann_connect(cfgpath, "local");
+
+	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
+	put_rows(d, 0, nrows);
+	dmann_close(d);
+	all_tenants(0, "a bucket of 3 shards");
 }
