@@ -2,7 +2,8 @@
  *
  * A store is a directory: a catalog of buckets and indexes, and per index the rows
  * (key, float32 vector, metadata) in fragments of a fixed number of rows. The last fragment
- * is the mutable tail; a full one is sealed and its columns never change again. Deletes are
+ * is the mutable tail (a scoped index has one per scope value: "Scoped indexes" below); a
+ * full one is sealed and its columns never change again. Deletes are
  * tombstones (a per-index table beside the fragments); an overwrite by key is a tombstone +
  * an append. Every change is appended to a write-ahead log and fdatasync'ed before the call
  * returns, so a returned write survives a crash; writers that arrive together share one
@@ -13,8 +14,9 @@
  * and the log truncated there, while a damaged record that later records show had been
  * durable makes the open fail (EBADMSG) rather than lose acknowledged writes.
  *
- * Row ids: u64, dense, in append order within one open of the store (they are compacted by
- * a snapshot, so they are not stable across restarts). A scan returns (distance, row id)
+ * Row ids: u64, frag * frag_rows + row, in append order within one open of the store
+ * (dense, except in a scoped index; they are compacted by a snapshot, so they are not
+ * stable across restarts). A scan returns (distance, row id)
  * partial top-k lists; flat_get_ids resolves ids to rows.
  *
  * Metadata is opaque to the engine: `meta` (what GetVectors returns, JSON text for the S3

@@ -1,5 +1,6 @@
 /* flat_frag.c: the rows of a flat index: fragments (column arrays of a fixed number of
- * rows; the last one is the mutable tail), tombstones, the key -> row id map, the
+ * rows; the last one is the mutable tail, or in a scoped index each scope value's last
+ * one, whose columns grow with its rows), tombstones, the key -> row id map, the
  * reservation that lets a logged write be applied without failing, and the read API on
  * rows and fragments (get by key or id, list, fragment stats and reads). */
 #include "flat_int.h"
