@@ -28,7 +28,7 @@
 //     compute nodes: one SDK request per row would take most of the test's time).
 // Both compute nodes run the online indexer, each on the rows whose key it wins.
 // Environment: DMANN_BIN_DIR (dmann, dmann-mn, dmann-cn), S3SDK_NODE_MODULES, GRAPH_ROWS
-// (default 50000; the ASan build uses 10000), GRAPH_M (the seed image's M, default 16: the
+// (default 50000; meson sets 30000, the ASan build 10000), GRAPH_M (the seed image's M, default 16: the
 // online indexer keeps the image's M; bench/s3/sdk.sh sets 32 at 200,000 rows, see its
 // header). Run by tests/s3sdk/run.sh graph.
 'use strict';
