@@ -114,7 +114,7 @@ lines = ["## Scoped queries on %d tenants (issue 15, point 4)" % t, "",
          "500 rows) into two indexes of one local cluster of 2 memory + 2 compute nodes (R=1, tcp, "
          "loopback, one 2-core machine for every process; `[s3] graph_auto = 0`: the exact path "
          "serves every query; `hedge_ms = 20000`: no hedged share scanned twice) with the same rows "
-         "and metadata `{\"tenant\": \"t<j>\"}`, tenant j of each row drawn by a hash of (seed %s, "
+         "and metadata `{\"tenant\": \"t<j>\", \"i\": <row>}`, tenant j of each row drawn by a hash of (seed %s, "
          "row) from %d tenants of skewed sizes (%d to %d rows, mean %.0f); **scoped**: created with "
          "the tag `dmann:scope = tenant`, **unscoped**: without (the same filter applied to a scan "
          "of every row). Per index %s warm-up queries, then %s other queries sent one at a time "
@@ -133,7 +133,7 @@ for x in (p, s):
     qn = max(x["queries"], 1)
     sc = x["index"] == "scoped"
     frag = "%.1f / %.1f" % (x["scope_frags"] / qn, x["scope_frags_skipped"] / qn) if sc else \
-        "all (not scoped: %d planned scoped)" % x["scope_queries"]
+        "all (%d of %d planned scoped)" % (x["scope_queries"], x["queries"])
     other = "%d (%d rows checked)" % (x["scope_other_rows"], x["scope_rows"]) if sc else "n/a"
     lines.append("| %s | %.0f | %.4f | %.0f (%.2f%%) | %s | %s | %.2f%% | %.1f | %.2f ms | "
                  "%.2f ms | %s |" % (
