@@ -33,6 +33,7 @@ SEED=${SEED:-7}
 K=10
 . "$ROOT/bench/s3/lib.sh"
 bench_init scope
+LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 S3B=$ROOT/$BUILD/bench/s3_bench
 [ -x "$S3B" ] || { echo "scope.sh: build first: meson setup $BUILD && ninja -C $BUILD ($S3B)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "scope.sh: FAILED: curl is needed (the counters)" >&2; exit 1; }
@@ -97,10 +98,11 @@ EOF
 	tail -1 "$OUT" >&2
 done
 ELAPSED=$(( $(date +%s) - START ))
+LOAD1=$(cut -d' ' -f1 /proc/loadavg)
 
-$PY - "$OUT" "$ROOT/docs/benchmarks.md" "$ELAPSED" "$WARM" "$MEAS" "$SEED" <<'EOF'
+$PY - "$OUT" "$ROOT/docs/benchmarks.md" "$ELAPSED" "$WARM" "$MEAS" "$SEED" "$LOAD0" "$LOAD1" <<'EOF'
 import json, os, re, subprocess, sys
-out, md, elapsed, warm, meas, seed = sys.argv[1:7]
+out, md, elapsed, warm, meas, seed, load0, load1 = sys.argv[1:9]
 r = {x["index"]: x for x in (json.loads(l) for l in open(out) if l.strip())}
 p, s = r["plain"], r["scoped"]
 cpu = open("/proc/cpuinfo").read()
@@ -122,9 +124,12 @@ lines = ["## Scoped queries on %d tenants (issue 15, point 4)" % t, "",
          "queried, each alike); recall@10 against the exact filtered top-10 that the driver "
          "computes over the tenant's rows (`bench/s3/s3_bench.c query --tenants`); rows read: "
          "the compute nodes' `scan_rows_total` over the queries; fragments: `scope_fragments"
-         "_total` / `scope_fragments_skipped_total` over the queries. Machine: %s; commit %s; "
-         "%s s." % (n, seed, t, s["tenant_rows_min"], s["tenant_rows_max"], n / t, warm, meas, t,
-                    s["tenants_queried"], isa, commit, elapsed), "",
+         "_total` / `scope_fragments_skipped_total` over the queries. Queries/s and latencies "
+         "depend on what else runs on the machine (the load averages); recall and the counters "
+         "do not. Machine: %s, %d cores, load average %s at the start and %s at the end; commit "
+         "%s; %s s." % (n, seed, t, s["tenant_rows_min"], s["tenant_rows_max"], n / t, warm,
+                        meas, t, s["tenants_queried"], isa, os.cpu_count(), load0, load1, commit,
+                        elapsed), "",
          "| index | put (rows/s) | recall@10 | rows read / query | rows of other scopes | "
          "fragments read / skipped per query | queried tenant's share of the rows (mean) | "
          "queries/s | p50 | p99 | / unscoped |",
