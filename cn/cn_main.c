@@ -434,7 +434,18 @@ static void cn_metrics(void *arg, FILE *out)
 			(unsigned long long)st.received, id, (unsigned long long)st.bounced, id,
 			(unsigned long long)st.paused, id, st.qlen, id, st.epoch);
 		uint32_t repoch, moved, owner[DM_MAX_NODES];
-		uint64_t changes;
+		uint64_t changes, fitted, taken;
+
+		router_oracle_sources(cn->rt, &fitted, &taken);
+		fprintf(out, "# HELP dmann_cn_oracle_fits_total Rollout oracles (new epochs) this "
+			     "compute node fitted.\n"
+			     "# TYPE dmann_cn_oracle_fits_total counter\n"
+			     "dmann_cn_oracle_fits_total{node=\"%u\"} %llu\n"
+			     "# HELP dmann_cn_oracle_taken_total Rollout oracles taken from etcd, "
+			     "fitted by another compute node.\n"
+			     "# TYPE dmann_cn_oracle_taken_total counter\n"
+			     "dmann_cn_oracle_taken_total{node=\"%u\"} %llu\n",
+			id, (unsigned long long)fitted, id, (unsigned long long)taken);
 
 		router_partitions(cn->rt, &repoch, &moved, &changes, owner);
 		fprintf(out, "# HELP dmann_cn_route_epoch Routing epoch (the oracle epoch and the "

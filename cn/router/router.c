@@ -19,6 +19,9 @@
 #include "rollout.h"
 #include "route_limits.h"
 #include "vhash.h"
+#if DM_HAVE_ETCD
+#include "router_etcd.h"
+#endif
 
 #define READ_CHUNK 128          /* records per READ batch while sampling */
 #define CSP_PERIOD_NS 500000000ull
@@ -79,6 +82,11 @@ struct router {
 	atomic_bool prep_done;
 	uint64_t prep_retry_ns;       /* a failed prepare: not again before */
 	atomic_uint next_epoch;       /* the epoch rolled out (= epoch when none) */
+	/* With [cluster] etcd, one CN fits a rollout's oracle and the others take it from
+	 * etcd (router_etcd.h; the prepare thread's handle, opened on first use). */
+	struct router_etcd *etcd;
+	atomic_ulong fits_here;       /* rollout oracles fitted here */
+	atomic_ulong fits_taken;      /* rollout oracles taken from etcd */
 	atomic_uint rollout;          /* DM_FWD_ROLLOUT_* */
 	uint32_t cluster_epoch;       /* the epoch the others route with (the first oracle's) */
 	/* The routing epoch before the current one: client-routed queries of it are admitted
@@ -482,6 +490,146 @@ static int build_oracle(struct router *r, uint32_t epoch)
 #define ROLLOUT_POLL_MS 20u             /* report period while prepared and waiting */
 #define ROLLOUT_NICE 10                 /* the prepare thread's nice increment */
 
+#define ROLLOUT_ETCD_WAIT_MS 60000u  /* at most this long for another CN's fit in etcd */
+
+#if DM_HAVE_ETCD
+/* Whether the prepare thread stops waiting for etcd: the router stops, or a later epoch
+ * is rolled out. */
+static bool prep_cancel(void *arg)
+{
+	struct router *r = arg;
+
+	return atomic_load(&r->stop) || atomic_load(&r->cn->stopping) ||
+	       atomic_load(&r->next_epoch) > r->prep->epoch;
+}
+
+/* Install the oracle another CN fitted (wire, len bytes; taken) into b as fit_oracle would
+ * have: decoded with the validated decoder, checked against b (k, dim, algo) and against
+ * the fitter's hash. 0 (b's sample freed) or -errno (b as it was, to fit here). */
+static int take_oracle(struct oracle_build *b, uint8_t *wire, size_t len,
+		       const struct router_etcd_meta *m)
+{
+	int rc = -EBADMSG;
+
+	b->o = dm_oracle_decode(wire, len);
+	if (!b->o) {
+		rc = -errno;
+		goto out;
+	}
+	if (b->o->k != b->ncn || b->o->dim != b->dim ||
+	    (b->o->algo == DM_ORACLE_KEYRANGE) != b->keyrange || oracle_hash(b->o) != m->hash)
+		goto out;
+	b->spill = calloc((size_t)b->ncn * (b->ncn - 1) + 1, sizeof(*b->spill));
+	b->qv = malloc(b->dim * sizeof(float));
+	if (!b->spill || !b->qv) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t c = 0; c < b->ncn; c++)
+		dm_oracle_spill_order(b->o, c, b->spill + (size_t)c * (b->ncn - 1));
+	b->owire = wire;   /* re-encoding the decoded oracle gives these bytes back */
+	b->owire_len = len;
+	wire = NULL;
+	b->hash = m->hash;
+	free(b->sample);   /* not needed any more */
+	b->sample = NULL;
+	b->built_ns = dm_now_ns();
+	rc = 0;
+out:
+	if (rc) {
+		dm_oracle_free(b->o);
+		b->o = NULL;
+		free(b->spill);
+		b->spill = NULL;
+		free(b->qv);
+		b->qv = NULL;
+	}
+	free(wire);
+	return rc;
+}
+
+/* The oracle of b's epoch through etcd: claimed here (fit and publish it), or taken from
+ * the CN that claimed it; any failure: fit here (prepare_fit). Returns whether b is done. */
+static bool prepare_etcd(struct router *r, struct oracle_build *b)
+{
+	struct router_etcd_meta want = {
+		.epoch = b->epoch, .crc = b->crc, .ncn = b->ncn, .dim = b->dim,
+		.metric = b->metric, .keyrange = b->keyrange, .lv = (uint32_t)b->lv, .n = b->n,
+		.fitter = r->self }, got;
+	uint64_t t0 = dm_now_ns();
+	uint8_t *wire = NULL;
+	size_t len = 0, bytes = 0;
+	int rc;
+
+	if (!r->etcd) {
+		r->etcd = router_etcd_open(r->cn->cfg->etcd, r->cn->cfg->name, r->self);
+		if (!r->etcd) {
+			dm_warn("cn%u: oracle epoch %u: no etcd handle (%s): fitting here", r->self,
+				b->epoch, strerror(errno));
+			return false;
+		}
+	}
+	rc = router_etcd_obtain(r->etcd, &want, ROLLOUT_ETCD_WAIT_MS, prep_cancel, r, &wire,
+				&len, &got);
+	if (rc == 1) {
+		rc = take_oracle(b, wire, len, &got);
+		if (rc == 0) {
+			atomic_fetch_add(&r->fits_taken, 1);
+			dm_info("cn%u: oracle epoch %u: taken from etcd (fitted by cn%u) in %llu ms",
+				r->self, b->epoch, got.fitter,
+				(unsigned long long)((dm_now_ns() - t0) / 1000000));
+			return true;
+		}
+		dm_warn("cn%u: oracle epoch %u: the one in etcd (fitted by cn%u) is not usable "
+			"(%s): fitting here", r->self, b->epoch, got.fitter, strerror(-rc));
+		return false;
+	}
+	if (rc == -ECANCELED) {
+		b->rc = rc;
+		b->built_ns = dm_now_ns();
+		return true;
+	}
+	if (rc < 0) {
+		bool ours = rc == -ETIME || rc == -ENOTCONN || rc == -E2BIG || rc == -ESTALE;
+
+		dm_warn("cn%u: oracle epoch %u: no hand-over through etcd (%s%s%s): fitting here",
+			r->self, b->epoch, rc == -ETIME ? "waited too long for another compute "
+			"node's fit" : strerror(-rc), ours ? "" : ": ",
+			ours ? "" : router_etcd_errmsg(r->etcd));
+		return false;
+	}
+	/* claimed: fit and publish */
+	fit_oracle(b);
+	atomic_fetch_add(&r->fits_here, 1);
+	if (b->rc) {
+		router_etcd_abandon(r->etcd, b->epoch);
+		return true;
+	}
+	want.hash = b->hash;
+	rc = router_etcd_publish(r->etcd, &want, b->owire, b->owire_len, &bytes);
+	if (rc)
+		dm_warn("cn%u: oracle epoch %u: fitted here, not published in etcd (%s): the "
+			"others fit it after their wait", r->self, b->epoch, strerror(-rc));
+	else
+		dm_info("cn%u: oracle epoch %u: fitted here, published in etcd (%zu bytes%s)",
+			r->self, b->epoch, bytes, bytes > ROE_HDR_LEN ? "" :
+			": too large for one value, the others fit it themselves");
+	return true;
+}
+#endif
+
+/* Phase 1's fit on the prepare thread: through etcd when the cluster has one, else (or
+ * when that fails) here. */
+static void prepare_fit(struct router *r, struct oracle_build *b)
+{
+#if DM_HAVE_ETCD
+	if (r->cn->cfg->etcd[0] && prepare_etcd(r, b))
+		return;
+#endif
+	fit_oracle(b);
+	atomic_fetch_add(&r->fits_here, 1);
+}
+
 static void *prepare_main(void *arg)
 {
 	struct router *r = arg;
@@ -500,7 +648,7 @@ static void *prepare_main(void *arg)
 
 		(void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
 	}
-	fit_oracle(r->prep);
+	prepare_fit(r, r->prep);
 	atomic_store(&r->prep_done, true);
 	pthread_mutex_lock(&r->mu);
 	r->batch_done = true;   /* report "prepared" now */
@@ -542,7 +690,7 @@ static void prepare_start(struct router *r, uint32_t target)
 		r->prep_running = true;
 		return;
 	}
-	fit_oracle(r->prep);
+	prepare_fit(r, r->prep);
 	atomic_store(&r->prep_done, true);
 }
 
@@ -586,10 +734,12 @@ static bool rollout_step(struct router *r, const struct dm_rollout_cn *rep)
 	pthread_rwlock_unlock(&r->cn->lock);
 	if (b->rc || b->epoch != target || b->crc != crc) {
 		/* failed, overtaken by a later epoch, or of an index replaced meanwhile */
-		if (b->rc)
+		bool failed = b->rc && b->rc != -ECANCELED;   /* not a wait given up */
+
+		if (failed)
 			dm_warn("cn%u: cannot prepare oracle epoch %u: %s", r->self, b->epoch,
 				strerror(-b->rc));
-		r->prep_retry_ns = b->rc ? now + ROLLOUT_RETRY_NS : 0;
+		r->prep_retry_ns = failed ? now + ROLLOUT_RETRY_NS : 0;
 		prepare_drop(r);
 		atomic_store(&r->rollout, DM_FWD_ROLLOUT_PREPARING);
 		return false;
@@ -867,6 +1017,12 @@ void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
 		memcpy(owner, r->owner, r->ncn * sizeof(*owner));
 		pthread_mutex_unlock(&r->mu);
 	}
+}
+
+void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken)
+{
+	*fitted = r ? atomic_load(&r->fits_here) : 0;
+	*taken = r ? atomic_load(&r->fits_taken) : 0;
 }
 
 bool router_spill_cache(struct router *r)
@@ -1330,6 +1486,9 @@ void router_free(struct router *r)
 		return;
 	router_stop(r);
 	/* SERVE workers leave on cn->stopping; the caller waited for every worker. */
+#if DM_HAVE_ETCD
+	router_etcd_close(r->etcd);   /* the prepare thread was joined by router_stop */
+#endif
 	dm_oracle_free(r->o);
 	free(r->spill);
 	free(r->qv);
