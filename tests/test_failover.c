@@ -621,7 +621,7 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 	uint32_t nq;
 	int32_t *want = local_ids(&nq);
 	char ids[256], log[256], trace[256], extra[512], buf[8192];
-	long long e0, e1, e2, q0;
+	long long e0, e1, e2, q0, fits0[3], taken0[3];
 	struct trace_sum t;
 	uint64_t t0;
 	pid_t b;
@@ -651,11 +651,31 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 		cr_assert_eq(waitpid(b, &st, WNOHANG), 0, "bench ended before the refresh");
 		usleep(20000);
 	}
+	for (unsigned c = 0; c < 3; c++) {
+		fits0[c] = metric(c, "dmann_cn_oracle_fits_total");
+		taken0[c] = metric(c, "dmann_cn_oracle_taken_total");
+	}
 	cr_assert_eq(sh("%s route refresh --config %s/lc/cluster.ini --wait 60", dmann, dir), 0);
 	cr_assert_eq(waitpid(b, &st, WNOHANG), 0, "the stream ended before every compute node "
 		     "switched: the test shows nothing (a longer stream is needed here)");
 	e1 = wait_epoch(7, -1, e0, 0);
 	assert_oracle_epoch(7, 1);
+	/* One compute node fitted epoch 1 (it claimed the fit in etcd), the others took its
+	 * oracle from etcd; all route with the same oracle (the routing epochs agree). */
+	unsigned fitters = 0, takers = 0;
+
+	for (unsigned c = 0; c < 3; c++) {
+		long long f = metric(c, "dmann_cn_oracle_fits_total") - fits0[c];
+		long long tk = metric(c, "dmann_cn_oracle_taken_total") - taken0[c];
+
+		cr_assert(f + tk == 1, "cn%u: fitted %lld, taken %lld oracles", c, f, tk);
+		fitters += f == 1;
+		takers += tk == 1;
+	}
+	fprintf(stderr, "FIGURES epoch refresh: oracle epoch 1 fitted by %u compute node(s), "
+		"taken from etcd by %u\n", fitters, takers);
+	cr_assert_eq(fitters, 1, "exactly one compute node fits the new epoch");
+	cr_assert_eq(takers, 2, "the others take it from etcd");
 	cr_assert_eq(bench_wait(b, 300), 0, "a query failed during the refresh");
 	read_log(log, buf, sizeof(buf));
 	cr_assert_eq(compare_ids(ids, want, nq, (uint64_t)n), 0, "answers differ from the local search");
