@@ -441,8 +441,8 @@ static void cn_metrics(void *arg, FILE *out)
 			     "compute node fitted.\n"
 			     "# TYPE dmann_cn_oracle_fits_total counter\n"
 			     "dmann_cn_oracle_fits_total{node=\"%u\"} %llu\n"
-			     "# HELP dmann_cn_oracle_taken_total Rollout oracles taken from etcd, "
-			     "fitted by another compute node.\n"
+			     "# HELP dmann_cn_oracle_taken_total Oracles taken from etcd, fitted "
+			     "by another compute node in a rollout.\n"
 			     "# TYPE dmann_cn_oracle_taken_total counter\n"
 			     "dmann_cn_oracle_taken_total{node=\"%u\"} %llu\n",
 			id, (unsigned long long)fitted, id, (unsigned long long)taken);

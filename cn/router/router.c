@@ -221,6 +221,8 @@ struct oracle_build {
 	float *qv;                   /* the router's scratch for a normalised query */
 	uint64_t hash;
 	uint64_t t0_ns, sampled_ns, built_ns;   /* sampling started, sample read, fit done */
+	bool taken;                  /* taken from etcd (fitted by cn `fitter`), not fitted */
+	uint32_t fitter;
 };
 
 static void build_free(struct oracle_build *b)
@@ -455,20 +457,24 @@ static void install_oracle(struct router *r, struct oracle_build *b)
 static void log_built(const struct router *r, const struct oracle_build *b, const char *how)
 {
 	dm_info("cn%u: oracle epoch %u: k=%u %s from %u nodes of level %d (dim %u): centroid "
-		"hash %016llx (%s in %.2f s: sample %.2f s, fit %.2f s)", r->self, b->epoch, r->ncn,
+		"hash %016llx (%s in %.2f s: sample %.2f s, %s %.2f s)", r->self, b->epoch, r->ncn,
 		b->o->algo == DM_ORACLE_KEYRANGE ? "key ranges" : "k-means partitions", b->n, b->lv,
 		b->dim, (unsigned long long)b->hash, how, (b->built_ns - b->t0_ns) / 1e9,
-		(b->sampled_ns - b->t0_ns) / 1e9, (b->built_ns - b->sampled_ns) / 1e9);
+		(b->sampled_ns - b->t0_ns) / 1e9, b->taken ? "taken from etcd" : "fit",
+		(b->built_ns - b->sampled_ns) / 1e9);
 }
 
+static bool first_from_etcd(struct router *r, struct oracle_build *b);
+
 /* Build the oracle of the current index for epoch (same result on every CN) and route with
- * it at once: at start and after a new index (router thread). */
+ * it at once: at start and after a new index (router thread). An epoch that a rollout
+ * published in etcd (a CN that starts after it) is taken from there. */
 static int build_oracle(struct router *r, uint32_t epoch)
 {
 	struct oracle_build *b = NULL;
 	int rc = gather_sample(r, epoch, &b);
 
-	if (!rc) {
+	if (!rc && !first_from_etcd(r, b)) {
 		b->duty = 100;   /* not routing yet: as fast as it can (fit_duty paces rollouts) */
 		rc = fit_oracle(b);
 	}
@@ -574,6 +580,8 @@ static bool prepare_etcd(struct router *r, struct oracle_build *b)
 	if (rc == 1) {
 		rc = take_oracle(b, wire, len, &got);
 		if (rc == 0) {
+			b->taken = true;
+			b->fitter = got.fitter;
 			atomic_fetch_add(&r->fits_taken, 1);
 			dm_info("cn%u: oracle epoch %u: taken from etcd (fitted by cn%u) in %llu ms",
 				r->self, b->epoch, got.fitter,
@@ -617,6 +625,49 @@ static bool prepare_etcd(struct router *r, struct oracle_build *b)
 	return true;
 }
 #endif
+
+/* The first oracle of a CN (build_oracle), of an epoch > 0: taken from etcd when a
+ * rollout published it for this index (one read, on the router thread, bounded by the
+ * handle's 2 s). Returns whether b is done; otherwise (not published, any error) b is
+ * fitted here as before. */
+static bool first_from_etcd(struct router *r, struct oracle_build *b)
+{
+#if DM_HAVE_ETCD
+	struct router_etcd_meta want = {
+		.epoch = b->epoch, .crc = b->crc, .ncn = b->ncn, .dim = b->dim,
+		.metric = b->metric, .keyrange = b->keyrange }, got;
+	uint8_t *wire = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (!r->cn->cfg->etcd[0] || !b->epoch)
+		return false;
+	if (!r->etcd) {
+		r->etcd = router_etcd_open(r->cn->cfg->etcd, r->cn->cfg->name, r->self);
+		if (!r->etcd)
+			return false;
+	}
+	rc = router_etcd_take(r->etcd, &want, &wire, &len, &got);
+	if (rc == 1)
+		rc = take_oracle(b, wire, len, &got);
+	if (rc) {
+		if (rc != -ENOENT && rc != -ESTALE)
+			dm_info("cn%u: oracle epoch %u not taken from etcd (%s): fitting it here",
+				r->self, b->epoch, strerror(-rc));
+		return false;
+	}
+	b->taken = true;
+	b->fitter = got.fitter;
+	atomic_fetch_add(&r->fits_taken, 1);
+	dm_info("cn%u: oracle epoch %u: taken from etcd (fitted by cn%u) at start", r->self,
+		b->epoch, got.fitter);
+	return true;
+#else
+	(void)r;
+	(void)b;
+	return false;
+#endif
+}
 
 /* Phase 1's fit on the prepare thread: through etcd when the cluster has one, else (or
  * when that fails) here. */
@@ -759,9 +810,9 @@ static bool rollout_step(struct router *r, const struct dm_rollout_cn *rep)
 		return true;
 	r->prep = NULL;
 	atomic_store(&r->prep_done, false);
-	dm_info("cn%u: oracle epoch %u active (was %u): sampled and fitted in %.2f s, waited "
+	dm_info("cn%u: oracle epoch %u active (was %u): sampled and %s in %.2f s, waited "
 		"%.2f s for the other compute nodes%s; at %.6f s monotonic", r->self, b->epoch, cur,
-		(b->built_ns - b->t0_ns) / 1e9, (now - b->built_ns) / 1e9,
+		b->taken ? "taken from etcd" : "fitted", (b->built_ns - b->t0_ns) / 1e9, (now - b->built_ns) / 1e9,
 		all ? "" : " (not all of them had it: switched after the wait)", now / 1e9);
 	install_oracle(r, b);
 	atomic_fetch_add(&r->reclusters, 1);

@@ -84,8 +84,9 @@ bool router_epoch(struct router *r, uint32_t *epoch, uint32_t *strategy);
  * be NULL). r may be NULL (all 0). */
 void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
 		       uint64_t *changes, uint32_t *owner);
-/* Rollout oracles (not the first one a CN builds) fitted here, and taken from etcd (fitted
- * by another CN: router_etcd.h). r may be NULL (0, 0). */
+/* Rollout oracles (not the first one a CN builds) fitted here, and oracles taken from etcd
+ * (fitted by another CN in a rollout: router_etcd.h; a CN that starts after a rollout
+ * takes its epoch's too). r may be NULL (0, 0). */
 void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken);
 /* Q_ROUTER: the fixed part into *h, the owner table (ncn u32) and the oracle's wire form
  * into buf (cap bytes). Bytes written, -EAGAIN (no oracle yet), -E2BIG (cap too small), -ENOMEM. */

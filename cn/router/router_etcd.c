@@ -228,6 +228,19 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 	}
 }
 
+int router_etcd_take(struct router_etcd *h, const struct router_etcd_meta *want,
+		     uint8_t **wire, size_t *len, struct router_etcd_meta *got)
+{
+	char model[256];
+	void *val = NULL;
+	size_t vlen = 0;
+	int rc;
+
+	key_of(h, model, sizeof(model), "model", want->epoch);
+	rc = dm_etcd_get(h->e, model, &val, &vlen, NULL);
+	return rc ? rc : take(want, val, vlen, wire, len, got);
+}
+
 /* Delete the keys of epochs older than keep (best effort): the claims list them. */
 static void prune(struct router_etcd *h, uint32_t keep)
 {

@@ -61,6 +61,12 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 		       uint32_t wait_ms, bool (*cancel)(void *arg), void *arg, uint8_t **wire,
 		       size_t *len, struct router_etcd_meta *got);
 
+/* Take epoch want->epoch's oracle if it is published (one read, no claim, no wait): what a
+ * compute node that starts during or after a rollout builds first. 1 as router_etcd_obtain,
+ * -ENOENT (not published), or its other -errno. */
+int router_etcd_take(struct router_etcd *h, const struct router_etcd_meta *want,
+		     uint8_t **wire, size_t *len, struct router_etcd_meta *got);
+
 /* Publish the oracle fitted under the claim: model/<E> = m + wire (len bytes; a header
  * with ROE_F_LOCAL alone when wire is NULL or too large), fit/<E> without a lease, epoch,
  * and delete epochs m->epoch - 2 and older. *bytes (may be NULL): the value's size. 0 or
