@@ -9,7 +9,9 @@
  *     from_revision, -ESTALE for a compacted start revision;
  *   - endpoints: -ECONNREFUSED quickly, failover to the second endpoint, -ETIMEDOUT (and no
  *     retry elsewhere) once a request was sent to an endpoint that does not answer;
- *   - the answer parsers on malformed input. */
+ *   - the answer parsers on malformed input;
+ *   - a rollout epoch's oracle handed over (cn/router/router_etcd.c): claim, take, the
+ *     checks, a dead claimer, the 1 MiB bound, pruning; its value parser. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -28,7 +30,9 @@
 
 #include "etcd_int.h"
 #include "idrange.h"
+#include "router_etcd.h"
 #include "upper.h"
+#include "util/dm_buf.h"
 
 static char dir[64] = "/dev/shm/dmann-etcd-XXXXXX", url[64];
 static pid_t etcd_pid;
@@ -868,4 +872,164 @@ Test(etcd_parse, upper_level_keys)
 	cr_assert_eq(dm_upper_parse(c[1].key, strlen(c[1].key), pl, "31", 2, &x), 0);
 	cr_assert(x.graph == 15 && x.gen == UINT64_MAX && x.tag == UINT64_MAX &&
 		  x.id == UINT32_MAX && x.level == 31);
+}
+
+/* ---- a rollout epoch's oracle handed over through etcd (cn/router/router_etcd.h) ---- */
+
+/* Register compute node id of cluster "o" as a member under a lease of ttl s: its lease. */
+static int64_t member_of(uint32_t id, int ttl)
+{
+	char key[64];
+	int64_t lease;
+
+	snprintf(key, sizeof(key), "/dmann/o/members/cn/%u", id);
+	cr_assert_eq(dm_etcd_lease_grant(E, ttl, &lease), 0);
+	cr_assert_eq(dm_etcd_put(E, key, "{}", 2, lease, NULL), 0);
+	return lease;
+}
+
+static bool never(void *arg)
+{
+	(void)arg;
+	return false;
+}
+
+static bool always(void *arg)
+{
+	(void)arg;
+	return true;
+}
+
+/* cn1 claims epoch 3, cn2 waits (bound passes), cn1 claims again (its own claim), publishes;
+ * cn2 takes exactly its bytes; another index's crc is refused; a claimer that dies (lease
+ * revoked) leaves the claim to the next; a node not registered does not claim; an oracle
+ * over 1 MiB is published as a header alone (-E2BIG: fit it locally); epochs E-2 and
+ * older are pruned by the fitter of E. */
+Test(etcd, oracle_hand_over)
+{
+	struct router_etcd *h1 = router_etcd_open(url, "o", 1), *h2 = router_etcd_open(url, "o", 2);
+	struct router_etcd *h3 = router_etcd_open(url, "o", 3);
+	struct router_etcd_meta want = { .epoch = 3, .crc = 0xabcd, .ncn = 3, .dim = 8,
+					 .metric = 0, .keyrange = 1, .lv = 1, .n = 600,
+					 .fitter = 1, .hash = 0x1234 }, got, w2;
+	uint8_t wire[1000], *w = NULL;
+	size_t len = 0, bytes = 0;
+	int64_t l1;
+	void *v;
+	size_t n;
+
+	cr_assert(h1 && h2 && h3);
+	for (size_t i = 0; i < sizeof(wire); i++)
+		wire[i] = (uint8_t)(i * 7);
+	l1 = member_of(1, 30);
+	member_of(2, 30);
+	cr_assert_eq(router_etcd_obtain(h1, &want, 1000, never, NULL, &w, &len, &got), 0);
+	cr_assert_eq(router_etcd_obtain(h2, &want, 200, never, NULL, &w, &len, &got), -ETIME);
+	cr_assert_eq(router_etcd_obtain(h2, &want, 5000, always, NULL, &w, &len, &got),
+		     -ECANCELED);
+	cr_assert_eq(router_etcd_obtain(h1, &want, 1000, never, NULL, &w, &len, &got), 0,
+		     "a claim of its own");
+	cr_assert_eq(router_etcd_obtain(h3, &want, 1000, never, NULL, &w, &len, &got),
+		     -ENOTCONN, "not a member: no claim");
+	cr_assert_eq(router_etcd_take(h2, &want, &w, &len, &got), -ENOENT);
+	cr_assert_eq(router_etcd_publish(h1, &want, wire, sizeof(wire), &bytes), 0);
+	cr_assert_eq(bytes, ROE_HDR_LEN + sizeof(wire));
+	cr_assert_eq(router_etcd_obtain(h2, &want, 1000, never, NULL, &w, &len, &got), 1);
+	cr_assert(len == sizeof(wire) && !memcmp(w, wire, len));
+	cr_assert(got.fitter == 1 && got.hash == 0x1234 && got.epoch == 3 && got.n == 600);
+	free(w);
+	cr_assert_eq(router_etcd_take(h2, &want, &w, &len, &got), 1);
+	free(w);
+	assert_get("/dmann/o/oracle/epoch", "3", 1);
+	/* published: the claim stays without a lease (the list the pruning reads) */
+	cr_assert_eq(dm_etcd_lease_revoke(E, l1), 0);
+	assert_get("/dmann/o/oracle/fit/3", "1", 1);
+	w2 = want;
+	w2.crc++;
+	cr_assert_eq(router_etcd_obtain(h2, &w2, 1000, never, NULL, &w, &len, &got), -ESTALE);
+	w2 = want;
+	w2.dim = 16;
+	cr_assert_eq(router_etcd_take(h2, &w2, &w, &len, &got), -ESTALE);
+
+	/* the claimer of epoch 4 dies before publishing: its claim goes with its lease */
+	l1 = member_of(1, 30);
+	want.epoch = 4;
+	cr_assert_eq(router_etcd_obtain(h1, &want, 1000, never, NULL, &w, &len, &got), 0);
+	cr_assert_eq(router_etcd_obtain(h2, &want, 200, never, NULL, &w, &len, &got), -ETIME);
+	cr_assert_eq(dm_etcd_lease_revoke(E, l1), 0);
+	cr_assert_eq(router_etcd_obtain(h2, &want, 1000, never, NULL, &w, &len, &got), 0);
+	/* too large for one value: the header alone, the others fit it themselves */
+	{
+		size_t big = DM_ETCD_VAL_MAX;
+		uint8_t *bw = calloc(1, big);
+
+		cr_assert_not_null(bw);
+		want.fitter = 2;
+		cr_assert_eq(router_etcd_publish(h2, &want, bw, big, &bytes), 0);
+		cr_assert_eq(bytes, ROE_HDR_LEN);
+		free(bw);
+	}
+	cr_assert_eq(router_etcd_obtain(h1, &want, 1000, never, NULL, &w, &len, &got), -E2BIG);
+	assert_get("/dmann/o/oracle/epoch", "4", 1);
+
+	/* epochs 5 and 6: the fitter of 6 deletes 4 and older (3, 4), keeps 5 */
+	for (uint32_t e = 5; e <= 6; e++) {
+		want.epoch = e;
+		cr_assert_eq(router_etcd_obtain(h2, &want, 1000, never, NULL, &w, &len, &got), 0);
+		cr_assert_eq(router_etcd_publish(h2, &want, wire, 10, NULL), 0);
+	}
+	for (uint32_t e = 3; e <= 6; e++) {
+		char k[64];
+		int want_rc = e >= 5 ? 0 : -ENOENT;
+
+		snprintf(k, sizeof(k), "/dmann/o/oracle/model/%u", e);
+		cr_assert_eq(dm_etcd_get(E, k, &v, &n, NULL), want_rc, "%s", k);
+		if (!want_rc)
+			free(v);
+		snprintf(k, sizeof(k), "/dmann/o/oracle/fit/%u", e);
+		cr_assert_eq(dm_etcd_get(E, k, &v, &n, NULL), want_rc, "%s", k);
+		if (!want_rc)
+			free(v);
+	}
+	assert_get("/dmann/o/oracle/epoch", "6", 1);
+	router_etcd_close(h1);
+	router_etcd_close(h2);
+	router_etcd_close(h3);
+}
+
+Test(etcd_parse, oracle_values)
+{
+	struct router_etcd_meta m = { .epoch = 9, .crc = 7, .ncn = 3, .dim = 4, .metric = 1,
+				      .keyrange = 0, .lv = 2, .n = 50, .fitter = 2, .hash = 99 },
+		got;
+	uint8_t buf[ROE_HDR_LEN + 16], bad[sizeof(buf)], wire[16] = { 1, 2, 3 };
+	const uint8_t *w;
+	size_t wl;
+
+	router_etcd_encode(&m, wire, sizeof(wire), buf);
+	cr_assert_eq(router_etcd_parse(buf, sizeof(buf), &got, &w, &wl), 0);
+	cr_assert(!memcmp(&got, &m, sizeof(m)) && w == buf + ROE_HDR_LEN && wl == sizeof(wire));
+	cr_assert_eq(router_etcd_parse(buf, sizeof(buf) - 1, &got, &w, &wl), -EBADMSG);
+	cr_assert_eq(router_etcd_parse(buf, ROE_HDR_LEN - 1, &got, &w, &wl), -EBADMSG);
+	cr_assert_eq(router_etcd_parse(NULL, 0, &got, &w, &wl), -EBADMSG);
+	/* every header word but epoch, crc, metric, lv, n (free values) has values refused */
+	static const struct { size_t off; uint32_t v; } cases[] = {
+		{ 0, 0 }, { 4, 2 }, { 16, 0 }, { 16, DM_MAX_NODES + 1 }, { 20, 0 }, { 28, 2 },
+		{ 40, DM_MAX_NODES }, { 44, 2 }, { 44, ROE_F_LOCAL }, { 56, 15 }, { 60, 1 } };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memcpy(bad, buf, sizeof(buf));
+		dm_put_le32(bad + cases[i].off, cases[i].v);
+		cr_assert_eq(router_etcd_parse(bad, sizeof(bad), &got, &w, &wl), -EBADMSG,
+			     "word at %zu = %u", cases[i].off, cases[i].v);
+	}
+	/* a header alone, flagged: no wire form */
+	m.flags = ROE_F_LOCAL;
+	router_etcd_encode(&m, NULL, 0, buf);
+	cr_assert_eq(router_etcd_parse(buf, ROE_HDR_LEN, &got, &w, &wl), 0);
+	cr_assert(got.flags == ROE_F_LOCAL && !w && !wl);
+	m.flags = 0;
+	router_etcd_encode(&m, NULL, 0, buf);
+	cr_assert_eq(router_etcd_parse(buf, ROE_HDR_LEN, &got, &w, &wl), -EBADMSG,
+		     "no wire form without the flag");
 }
