@@ -615,7 +615,8 @@ TestSuite(epoch, .init = setup_keyrange, .fini = teardown, .timeout = 600);
  * with both epochs in the one stream, every answer is the local search's. Then cn2, the end
  * of the key ring, leaves (SIGTERM) and joins again in one stream: only its range moves, to
  * cn1 (its only key neighbour), and back; the node that joins runs epoch 1 again (the
- * cluster's, not epoch 0); nothing fails. */
+ * cluster's, not epoch 0), taken from etcd; nothing fails. With etcd one compute node fits
+ * epoch 1 and the others take it from there (router_etcd.h). */
 Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 {
 	uint32_t nq;
@@ -709,6 +710,8 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 		     "shows nothing (a longer stream is needed here)");
 	cr_assert_eq(wait_epoch(7, e1, -1, 0), e1, "epoch 1's owners again after the join");
 	assert_oracle_epoch(7, 1);
+	cr_assert_eq(metric(2, "dmann_cn_oracle_taken_total"), 1, "cn2 took epoch 1's oracle "
+		     "from etcd when it started again");
 	for (unsigned p = 0; p < 3; p++)
 		cr_assert_eq(owner_of(2, p), p);
 	cr_assert_eq(bench_wait(b, 300), 0, "a query failed while cn2 left or joined");
