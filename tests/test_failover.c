@@ -723,3 +723,33 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 	bench_extra = "";
 	free(want);
 }
+
+/* ---- an oracle epoch refresh without etcd: every compute node fits it itself ---------- */
+
+static void setup_keyrange_no_etcd(void)
+{
+	setup_cluster(2, 3, 2, "--no-etcd --router strategy=adaptive --router partitions=keyrange "
+		      "--router sample_min_nodes=500 --router fit_duty=100");
+}
+
+TestSuite(epoch_no_etcd, .init = setup_keyrange_no_etcd, .fini = teardown, .timeout = 300);
+
+/* Without [cluster] etcd a refresh is as before the hand-over: each of the 3 compute nodes
+ * fits epoch 1 itself (no etcd handle, no wait), and all end on the same oracle (the same
+ * routing epoch). */
+Test(epoch_no_etcd, every_compute_node_fits_the_new_epoch)
+{
+	long long e0, e1;
+
+	e0 = wait_epoch(7, -1, 0, 0);
+	assert_oracle_epoch(7, 0);
+	cr_assert_eq(sh("%s route refresh --config %s/lc/cluster.ini --wait 60", dmann, dir), 0);
+	e1 = wait_epoch(7, -1, e0, 0);
+	assert_oracle_epoch(7, 1);
+	for (unsigned c = 0; c < 3; c++) {
+		cr_assert_eq(metric(c, "dmann_cn_oracle_fits_total"), 1, "cn%u fitted epoch 1", c);
+		cr_assert_eq(metric(c, "dmann_cn_oracle_taken_total"), 0, "cn%u: nothing taken", c);
+	}
+	fprintf(stderr, "FIGURES epoch refresh without etcd: routing epoch %08llx -> %08llx, "
+		"3 of 3 compute nodes fitted epoch 1\n", e0, e1);
+}
