@@ -888,6 +888,20 @@ static int64_t member_of(uint32_t id, int ttl)
 	return lease;
 }
 
+/* Keys under prefix (all with value val when not NULL). */
+static size_t prefix_count(const char *prefix, const char *val)
+{
+	struct dm_etcd_kv *kvs = NULL;
+	size_t n = 0;
+
+	cr_assert_eq(dm_etcd_range(E, prefix, &kvs, &n, NULL), 0);
+	for (size_t i = 0; val && i < n; i++)
+		cr_assert(kvs[i].len == strlen(val) && !memcmp(kvs[i].val, val, kvs[i].len),
+			  "%s = %s", kvs[i].key, (char *)kvs[i].val);
+	dm_etcd_kvs_free(kvs, n);
+	return n;
+}
+
 static bool never(void *arg)
 {
 	(void)arg;
@@ -901,7 +915,8 @@ static bool always(void *arg)
 }
 
 /* cn1 claims epoch 3, cn2 waits (bound passes), cn1 claims again (its own claim), publishes;
- * cn2 takes exactly its bytes; another index's crc is refused; a claimer that dies (lease
+ * cn2 takes exactly its bytes; another index or regions count has keys of its own; a value
+ * of another index under the key, or junk, is refused; a claimer that dies (lease
  * revoked) leaves the claim to the next; a node not registered does not claim; an oracle
  * over 1 MiB is published as a header alone (-E2BIG: fit it locally); epochs E-2 and
  * older are pruned by the fitter of E. */
@@ -915,8 +930,6 @@ Test(etcd, oracle_hand_over)
 	uint8_t wire[1000], *w = NULL;
 	size_t len = 0, bytes = 0;
 	int64_t l1;
-	void *v;
-	size_t n;
 
 	cr_assert(h1 && h2 && h3);
 	for (size_t i = 0; i < sizeof(wire); i++)
@@ -943,13 +956,31 @@ Test(etcd, oracle_hand_over)
 	assert_get("/dmann/o/oracle/epoch", "3", 1);
 	/* published: the claim stays without a lease (the list the pruning reads) */
 	cr_assert_eq(dm_etcd_lease_revoke(E, l1), 0);
-	assert_get("/dmann/o/oracle/fit/3", "1", 1);
+	cr_assert_eq(prefix_count("/dmann/o/oracle/fit/3/", "1"), 1);
+	/* another index (or shape, partitions, sample level) has keys of its own */
 	w2 = want;
 	w2.crc++;
-	cr_assert_eq(router_etcd_obtain(h2, &w2, 1000, never, NULL, &w, &len, &got), -ESTALE);
+	cr_assert_eq(router_etcd_take(h2, &w2, &w, &len, &got), -ENOENT);
 	w2 = want;
-	w2.dim = 16;
-	cr_assert_eq(router_etcd_take(h2, &w2, &w, &len, &got), -ESTALE);
+	w2.regions = 16;
+	cr_assert_eq(router_etcd_obtain(h2, &w2, 1000, never, NULL, &w, &len, &got), 0);
+	/* a value under the right key that is not of this index: refused */
+	{
+		struct dm_etcd_kv *kvs = NULL;
+		uint8_t other[ROE_HDR_LEN + 4] = { 0 };
+		size_t nk = 0;
+
+		cr_assert_eq(dm_etcd_range(E, "/dmann/o/oracle/model/3/", &kvs, &nk, NULL), 0);
+		cr_assert_eq(nk, 1);
+		w2 = want;
+		w2.crc++;
+		router_etcd_encode(&w2, wire, 4, other);
+		cr_assert_eq(dm_etcd_put(E, kvs[0].key, other, sizeof(other), 0, NULL), 0);
+		cr_assert_eq(router_etcd_take(h2, &want, &w, &len, &got), -ESTALE);
+		cr_assert_eq(dm_etcd_put(E, kvs[0].key, "junk", 4, 0, NULL), 0);
+		cr_assert_eq(router_etcd_take(h2, &want, &w, &len, &got), -EBADMSG);
+		dm_etcd_kvs_free(kvs, nk);
+	}
 
 	/* the claimer of epoch 4 dies before publishing: its claim goes with its lease */
 	l1 = member_of(1, 30);
@@ -980,16 +1011,12 @@ Test(etcd, oracle_hand_over)
 	}
 	for (uint32_t e = 3; e <= 6; e++) {
 		char k[64];
-		int want_rc = e >= 5 ? 0 : -ENOENT;
+		size_t want_n = e >= 5 ? 1 : 0;
 
-		snprintf(k, sizeof(k), "/dmann/o/oracle/model/%u", e);
-		cr_assert_eq(dm_etcd_get(E, k, &v, &n, NULL), want_rc, "%s", k);
-		if (!want_rc)
-			free(v);
-		snprintf(k, sizeof(k), "/dmann/o/oracle/fit/%u", e);
-		cr_assert_eq(dm_etcd_get(E, k, &v, &n, NULL), want_rc, "%s", k);
-		if (!want_rc)
-			free(v);
+		snprintf(k, sizeof(k), "/dmann/o/oracle/model/%u/", e);
+		cr_assert_eq(prefix_count(k, NULL), want_n, "%s", k);
+		snprintf(k, sizeof(k), "/dmann/o/oracle/fit/%u/", e);
+		cr_assert_eq(prefix_count(k, "2"), want_n, "%s", k);
 	}
 	assert_get("/dmann/o/oracle/epoch", "6", 1);
 	router_etcd_close(h1);
@@ -1012,10 +1039,11 @@ Test(etcd_parse, oracle_values)
 	cr_assert_eq(router_etcd_parse(buf, sizeof(buf) - 1, &got, &w, &wl), -EBADMSG);
 	cr_assert_eq(router_etcd_parse(buf, ROE_HDR_LEN - 1, &got, &w, &wl), -EBADMSG);
 	cr_assert_eq(router_etcd_parse(NULL, 0, &got, &w, &wl), -EBADMSG);
-	/* every header word but epoch, crc, metric, lv, n (free values) has values refused */
+	/* every header word but epoch, crc, metric, lv, n, regions (free values) has values
+	 * refused */
 	static const struct { size_t off; uint32_t v; } cases[] = {
 		{ 0, 0 }, { 4, 2 }, { 16, 0 }, { 16, DM_MAX_NODES + 1 }, { 20, 0 }, { 28, 2 },
-		{ 40, DM_MAX_NODES }, { 44, 2 }, { 44, ROE_F_LOCAL }, { 56, 15 }, { 60, 1 } };
+		{ 40, DM_MAX_NODES }, { 44, 2 }, { 44, ROE_F_LOCAL }, { 56, 15 } };
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		memcpy(bad, buf, sizeof(buf));

@@ -560,8 +560,8 @@ static bool prepare_etcd(struct router *r, struct oracle_build *b)
 {
 	struct router_etcd_meta want = {
 		.epoch = b->epoch, .crc = b->crc, .ncn = b->ncn, .dim = b->dim,
-		.metric = b->metric, .keyrange = b->keyrange, .lv = (uint32_t)b->lv, .n = b->n,
-		.fitter = r->self }, got;
+		.metric = b->metric, .keyrange = b->keyrange, .regions = b->regions,
+		.lv = (uint32_t)b->lv, .n = b->n, .fitter = r->self }, got;
 	uint64_t t0 = dm_now_ns();
 	uint8_t *wire = NULL;
 	size_t len = 0, bytes = 0;
@@ -610,14 +610,17 @@ static bool prepare_etcd(struct router *r, struct oracle_build *b)
 	fit_oracle(b);
 	atomic_fetch_add(&r->fits_here, 1);
 	if (b->rc) {
-		router_etcd_abandon(r->etcd, b->epoch);
+		router_etcd_abandon(r->etcd, &want);
 		return true;
 	}
 	want.hash = b->hash;
 	rc = router_etcd_publish(r->etcd, &want, b->owire, b->owire_len, &bytes);
-	if (rc)
-		dm_warn("cn%u: oracle epoch %u: fitted here, not published in etcd (%s): the "
-			"others fit it after their wait", r->self, b->epoch, strerror(-rc));
+	if (rc) {
+		/* let another CN claim it rather than wait for this one until its bound */
+		dm_warn("cn%u: oracle epoch %u: fitted here, not published in etcd (%s: %s)",
+			r->self, b->epoch, strerror(-rc), router_etcd_errmsg(r->etcd));
+		router_etcd_abandon(r->etcd, &want);
+	}
 	else
 		dm_info("cn%u: oracle epoch %u: fitted here, published in etcd (%zu bytes%s)",
 			r->self, b->epoch, bytes, bytes > ROE_HDR_LEN ? "" :
@@ -635,7 +638,8 @@ static bool first_from_etcd(struct router *r, struct oracle_build *b)
 #if DM_HAVE_ETCD
 	struct router_etcd_meta want = {
 		.epoch = b->epoch, .crc = b->crc, .ncn = b->ncn, .dim = b->dim,
-		.metric = b->metric, .keyrange = b->keyrange }, got;
+		.metric = b->metric, .keyrange = b->keyrange, .regions = b->regions,
+		.lv = (uint32_t)b->lv }, got;
 	uint8_t *wire = NULL;
 	size_t len = 0;
 	int rc;

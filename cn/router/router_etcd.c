@@ -11,6 +11,7 @@
 
 #include "etcd.h"
 #include "util/dm_buf.h"
+#include "util/dm_hash.h"
 
 #define ROE_TIMEOUT_MS 2000
 #define ROE_POLL_MS 50
@@ -72,6 +73,7 @@ void router_etcd_encode(const struct router_etcd_meta *m, const uint8_t *wire, s
 		dm_put_le32(out + 4 * i, f[i]);
 	dm_put_le64(out + 48, m->hash);
 	dm_put_le32(out + 56, (uint32_t)len);
+	dm_put_le32(out + 60, m->regions);
 	if (len)
 		memcpy(out + ROE_HDR_LEN, wire, len);
 }
@@ -83,14 +85,14 @@ int router_etcd_parse(const void *val, size_t len, struct router_etcd_meta *m,
 	uint32_t wl;
 
 	if (!p || len < ROE_HDR_LEN || dm_get_le32(p) != ROE_MAGIC ||
-	    dm_get_le32(p + 4) != ROE_VERSION || dm_get_le32(p + 60) != 0)
+	    dm_get_le32(p + 4) != ROE_VERSION)
 		return -EBADMSG;
 	*m = (struct router_etcd_meta){
 		.epoch = dm_get_le32(p + 8), .crc = dm_get_le32(p + 12), .ncn = dm_get_le32(p + 16),
 		.dim = dm_get_le32(p + 20), .metric = dm_get_le32(p + 24),
 		.keyrange = dm_get_le32(p + 28), .lv = dm_get_le32(p + 32), .n = dm_get_le32(p + 36),
 		.fitter = dm_get_le32(p + 40), .flags = dm_get_le32(p + 44),
-		.hash = dm_get_le64(p + 48) };
+		.hash = dm_get_le64(p + 48), .regions = dm_get_le32(p + 60) };
 	wl = dm_get_le32(p + 56);
 	if (m->ncn < 1 || m->ncn > DM_MAX_NODES || m->dim < 1 || m->keyrange > 1 ||
 	    m->fitter >= DM_MAX_NODES || (m->flags & ~ROE_F_LOCAL) ||
@@ -103,10 +105,24 @@ int router_etcd_parse(const void *val, size_t len, struct router_etcd_meta *m,
 
 /* ---- keys ---- */
 
-static void key_of(const struct router_etcd *h, char *out, size_t cap, const char *what,
-		   uint32_t epoch)
+/* What an oracle of an epoch is fitted on and with (index, shape, partitions, sample
+ * level): the last part of its keys, so that the keys a cluster left in etcd before a
+ * restart (epochs start again at 0) or another index never pass for this one's. */
+static uint64_t tag_of(const struct router_etcd_meta *m)
 {
-	snprintf(out, cap, "/dmann/%s/oracle/%s/%u", h->cluster, what, epoch);
+	const uint32_t f[] = { m->crc, m->ncn, m->dim, m->metric, m->keyrange, m->regions, m->lv };
+	uint8_t b[sizeof(f)];
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		dm_put_le32(b + 4 * i, f[i]);
+	return dm_fnv1a64(DM_FNV64_INIT, b, sizeof(b));
+}
+
+static void key_of(const struct router_etcd *h, char *out, size_t cap, const char *what,
+		   const struct router_etcd_meta *m)
+{
+	snprintf(out, cap, "/dmann/%s/oracle/%s/%u/%016" PRIx64, h->cluster, what, m->epoch,
+		 tag_of(m));
 }
 
 /* The lease of this compute node's member key (members/cn/<self>): *lease, or -ENOTCONN
@@ -157,7 +173,8 @@ static int take(const struct router_etcd_meta *want, void *val, size_t len, uint
 	rc = -ESTALE;
 	if (got->epoch != want->epoch || got->crc != want->crc || got->ncn != want->ncn ||
 	    got->dim != want->dim || got->metric != want->metric ||
-	    got->keyrange != want->keyrange)
+	    got->keyrange != want->keyrange || got->regions != want->regions ||
+	    got->lv != want->lv)
 		goto out_free;
 	/* the wire form to the front of the buffer: one allocation handed over */
 	memmove(val, w, wl);
@@ -178,8 +195,8 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 	int64_t lease = 0;
 	bool asked_holder = false;
 
-	key_of(h, model, sizeof(model), "model", want->epoch);
-	key_of(h, fit, sizeof(fit), "fit", want->epoch);
+	key_of(h, model, sizeof(model), "model", want);
+	key_of(h, fit, sizeof(fit), "fit", want);
 	snprintf(me, sizeof(me), "%u", h->self);
 	for (;;) {
 		void *val = NULL;
@@ -236,15 +253,16 @@ int router_etcd_take(struct router_etcd *h, const struct router_etcd_meta *want,
 	size_t vlen = 0;
 	int rc;
 
-	key_of(h, model, sizeof(model), "model", want->epoch);
+	key_of(h, model, sizeof(model), "model", want);
 	rc = dm_etcd_get(h->e, model, &val, &vlen, NULL);
 	return rc ? rc : take(want, val, vlen, wire, len, got);
 }
 
-/* Delete the keys of epochs older than keep (best effort): the claims list them. */
+/* Delete the keys of epochs older than keep (best effort): the claims list them
+ * (fit/<E>/<tag>; its model is model/<E>/<tag>). */
 static void prune(struct router_etcd *h, uint32_t keep)
 {
-	char prefix[256], key[256];
+	char prefix[256], key[256 + DM_ETCD_KEY_MAX];
 	struct dm_etcd_kv *kvs = NULL;
 	size_t n = 0, plen;
 
@@ -256,13 +274,14 @@ static void prune(struct router_etcd *h, uint32_t keep)
 		char *end;
 		unsigned long ep;
 
-		if (kvs[i].key_len <= plen || *s < '0' || *s > '9')
+		if (kvs[i].key_len <= plen || strlen(kvs[i].key) != kvs[i].key_len || *s < '0' ||
+		    *s > '9')
 			continue;
 		errno = 0;
 		ep = strtoul(s, &end, 10);
-		if (errno || *end || ep >= keep)
+		if (errno || *end != '/' || ep >= keep)
 			continue;
-		key_of(h, key, sizeof(key), "model", (uint32_t)ep);
+		snprintf(key, sizeof(key), "/dmann/%s/oracle/model/%s", h->cluster, s);
 		dm_etcd_delete(h->e, key, false, NULL);
 		dm_etcd_delete(h->e, kvs[i].key, false, NULL);
 	}
@@ -288,7 +307,7 @@ int router_etcd_publish(struct router_etcd *h, const struct router_etcd_meta *m,
 	if (!val)
 		return -ENOMEM;
 	router_etcd_encode(&hm, wire, len, val);
-	key_of(h, key, sizeof(key), "model", m->epoch);
+	key_of(h, key, sizeof(key), "model", m);
 	/* create-if-absent: a second fitter (the claim expired) has the same bytes anyway */
 	rc = dm_etcd_put_if(h->e, key, val, ROE_HDR_LEN + len, 0, 0, &ok, NULL);
 	free(val);
@@ -296,7 +315,7 @@ int router_etcd_publish(struct router_etcd *h, const struct router_etcd_meta *m,
 		return rc;
 	if (bytes)
 		*bytes = ROE_HDR_LEN + len;
-	key_of(h, key, sizeof(key), "fit", m->epoch);
+	key_of(h, key, sizeof(key), "fit", m);
 	snprintf(me, sizeof(me), "%u", h->self);
 	rc = dm_etcd_put(h->e, key, me, strlen(me), 0, NULL);
 	if (rc)
@@ -318,10 +337,10 @@ int router_etcd_publish(struct router_etcd *h, const struct router_etcd_meta *m,
 	return 0;
 }
 
-void router_etcd_abandon(struct router_etcd *h, uint32_t epoch)
+void router_etcd_abandon(struct router_etcd *h, const struct router_etcd_meta *m)
 {
 	char key[256];
 
-	key_of(h, key, sizeof(key), "fit", epoch);
+	key_of(h, key, sizeof(key), "fit", m);
 	dm_etcd_delete(h->e, key, false, NULL);
 }

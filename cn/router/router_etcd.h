@@ -2,16 +2,20 @@
  * docs/router.md "Re-clustering and epoch refresh"): one compute node fits it, the others
  * take its result instead of fitting the same model at the same time.
  *
- * Keys (under /dmann/<cluster>/oracle/, docs/operations.md):
- *   fit/<E>    the claim of epoch E's fit: "<cn id>", created if absent and attached to
- *              the claimer's member lease (members/cn/<id>): it goes when the claimer dies;
- *              once the oracle is published it is put again without a lease (the list of
- *              published epochs, pruned from it)
- *   model/<E>  the oracle of epoch E: a header (router_etcd_meta, ROE_HDR_LEN bytes,
- *              little-endian) and the oracle's wire form (oracle_wire.c, what Q_ROUTER
- *              sends); a header alone (flag ROE_F_LOCAL) when the wire form does not fit
- *              in one etcd value (DM_ETCD_VAL_MAX): every compute node fits it then
- *   epoch      the highest epoch published, decimal
+ * Keys (under /dmann/<cluster>/oracle/, docs/operations.md; <tag>: 16 hex digits, a hash
+ * of what the oracle is fitted on and with: the index's meta_crc, k, dim, metric, partition
+ * kind, regions, sample level; keys left by an earlier run of the cluster, whose epochs
+ * started again at 0, or of another index never match):
+ *   fit/<E>/<tag>    the claim of epoch E's fit: "<cn id>", created if absent and attached
+ *                    to the claimer's member lease (members/cn/<id>): it goes when the
+ *                    claimer dies; once the oracle is published it is put again without a
+ *                    lease (the list of published epochs, pruned from it)
+ *   model/<E>/<tag>  the oracle of epoch E: a header (router_etcd_meta, ROE_HDR_LEN bytes,
+ *                    little-endian) and the oracle's wire form (oracle_wire.c, what
+ *                    Q_ROUTER sends); a header alone (flag ROE_F_LOCAL) when the wire form
+ *                    does not fit in one etcd value (DM_ETCD_VAL_MAX): every compute node
+ *                    fits it then
+ *   epoch            the highest epoch published, decimal
  * Epochs E-2 and older are deleted by the fitter of E.
  *
  * Everything read is validated (router_etcd_parse); on any etcd error the caller fits
@@ -32,6 +36,7 @@ struct router_etcd_meta {
 	uint32_t epoch, crc;          /* oracle epoch, the index's meta_crc */
 	uint32_t ncn, dim, metric;
 	uint32_t keyrange;            /* 1: key ranges, 0: k-means */
+	uint32_t regions;             /* [router] regions (0: the default) */
 	uint32_t lv, n;               /* sample level and size (the fitter's) */
 	uint32_t fitter;              /* cn id */
 	uint32_t flags;               /* ROE_F_* */
@@ -50,7 +55,8 @@ const char *router_etcd_errmsg(const struct router_etcd *h);
 /* Take epoch want->epoch's oracle from etcd, or claim its fit: polls model/<E> and tries
  * to create fit/<E> until one succeeds, up to wait_ms, or cancel(arg) says to stop.
  *   1  taken: *wire (malloc'd; free()), *len, *got: a published oracle whose epoch, crc,
- *      ncn, dim, metric and keyrange are want's (its wire form is not decoded here);
+ *      ncn, dim, metric, keyrange, regions and lv are want's (its wire form is not
+ *      decoded);
  *   0  claimed (or claimed by this compute node before): fit it, then router_etcd_publish
  *      (or router_etcd_abandon);
  *   -ECANCELED (cancel), -ETIME (the bound passed), -ENOTCONN (not registered as a
@@ -74,8 +80,9 @@ int router_etcd_take(struct router_etcd *h, const struct router_etcd_meta *want,
 int router_etcd_publish(struct router_etcd *h, const struct router_etcd_meta *m,
 			const uint8_t *wire, size_t len, size_t *bytes);
 
-/* The claimed fit failed: delete the claim (another compute node may take it). */
-void router_etcd_abandon(struct router_etcd *h, uint32_t epoch);
+/* The claimed fit failed, or was not published: delete the claim (another compute node
+ * may take it). */
+void router_etcd_abandon(struct router_etcd *h, const struct router_etcd_meta *m);
 
 /* The value of model/<E>: encode m + wire into out (ROE_HDR_LEN + len bytes). */
 void router_etcd_encode(const struct router_etcd_meta *m, const uint8_t *wire, size_t len,
