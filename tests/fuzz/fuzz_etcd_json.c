@@ -3,7 +3,8 @@
  * mapping), then the range, write, lease and watch-message parsers; what they accept must
  * hold their promises (non-empty NUL-terminated keys, ascending range keys, events in
  * revision order, positive lease ids). The strict base64 decoder and the up-set and
- * placement parsers (cstate.h) run on the raw input. */
+ * placement parsers (cstate.h) and a rollout oracle's value (router_etcd.h) run on the raw
+ * input. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "cstate.h"
 #include "etcd_int.h"
 #include "idrange.h"
+#include "router_etcd.h"
 #include "upper.h"
 #include "stale.h"
 #include "wire.h"
@@ -115,6 +117,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    (size_t)kl != (size_t)(eq - data) - 7 || memcmp(k, data + 7, (size_t)kl) ||
 			    (size_t)vl != size - (size_t)(eq - data) - 1 || memcmp(v, eq + 1, (size_t)vl))
 				abort();
+		}
+	}
+	{
+		/* A rollout oracle's value (cn/router/router_etcd.h): what it accepts encodes
+		 * back to the same bytes, its wire form inside the input. */
+		struct router_etcd_meta om;
+		const uint8_t *ow;
+		size_t owl;
+
+		if (router_etcd_parse(data, size, &om, &ow, &owl) == 0) {
+			uint8_t *back = malloc(size);
+
+			if (!back || size != ROE_HDR_LEN + owl || (owl && ow != data + ROE_HDR_LEN) ||
+			    (!owl && ow) || om.ncn < 1 || om.ncn > DM_MAX_NODES)
+				abort();
+			router_etcd_encode(&om, ow, owl, back);
+			if (memcmp(back, data, size))
+				abort();
+			free(back);
 		}
 	}
 	if (dm_etcd_unb64((const char *)data, size, &b, &bl) == 0) {
