@@ -83,8 +83,9 @@ struct router {
 	uint64_t prep_retry_ns;       /* a failed prepare: not again before */
 	atomic_uint next_epoch;       /* the epoch rolled out (= epoch when none) */
 	/* With [cluster] etcd, one CN fits a rollout's oracle and the others take it from
-	 * etcd (router_etcd.h; the prepare thread's handle, opened on first use). */
-	struct router_etcd *etcd;
+	 * etcd (router_etcd.h): the prepare thread's handle and the router thread's (a first
+	 * oracle), each opened on first use (a handle is one thread's at a time). */
+	struct router_etcd *etcd, *etcd_first;
 	atomic_ulong fits_here;       /* rollout oracles fitted here */
 	atomic_ulong fits_taken;      /* rollout oracles taken from etcd */
 	atomic_uint rollout;          /* DM_FWD_ROLLOUT_* */
@@ -646,12 +647,12 @@ static bool first_from_etcd(struct router *r, struct oracle_build *b)
 
 	if (!r->cn->cfg->etcd[0] || !b->epoch)
 		return false;
-	if (!r->etcd) {
-		r->etcd = router_etcd_open(r->cn->cfg->etcd, r->cn->cfg->name, r->self);
-		if (!r->etcd)
+	if (!r->etcd_first) {
+		r->etcd_first = router_etcd_open(r->cn->cfg->etcd, r->cn->cfg->name, r->self);
+		if (!r->etcd_first)
 			return false;
 	}
-	rc = router_etcd_take(r->etcd, &want, &wire, &len, &got);
+	rc = router_etcd_take(r->etcd_first, &want, &wire, &len, &got);
 	if (rc == 1)
 		rc = take_oracle(b, wire, len, &got);
 	if (rc) {
@@ -663,7 +664,7 @@ static bool first_from_etcd(struct router *r, struct oracle_build *b)
 	b->taken = true;
 	b->fitter = got.fitter;
 	atomic_fetch_add(&r->fits_taken, 1);
-	dm_info("cn%u: oracle epoch %u: taken from etcd (fitted by cn%u) at start", r->self,
+	dm_info("cn%u: oracle epoch %u: taken from etcd (fitted by cn%u), not built here", r->self,
 		b->epoch, got.fitter);
 	return true;
 #else
@@ -1542,7 +1543,8 @@ void router_free(struct router *r)
 	router_stop(r);
 	/* SERVE workers leave on cn->stopping; the caller waited for every worker. */
 #if DM_HAVE_ETCD
-	router_etcd_close(r->etcd);   /* the prepare thread was joined by router_stop */
+	router_etcd_close(r->etcd);   /* both threads were joined by router_stop */
+	router_etcd_close(r->etcd_first);
 #endif
 	dm_oracle_free(r->o);
 	free(r->spill);
