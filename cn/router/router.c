@@ -360,6 +360,19 @@ static void fit_pace(void *arg)
 /* Fit the oracle of b's epoch on its sample (the same result on every CN): balanced
  * k-means of ncn groups, or the key ranges of a VHash. Touches nothing but b. 0 or -errno
  * (also in b->rc). */
+/* What routing with b's oracle needs beside it: every CN's spill order and the scratch
+ * vector. 0 or -ENOMEM. */
+static int build_spill(struct oracle_build *b)
+{
+	b->spill = calloc((size_t)b->ncn * (b->ncn ? b->ncn - 1 : 0) + 1, sizeof(*b->spill));
+	b->qv = malloc(b->dim * sizeof(float));
+	if (!b->spill || !b->qv)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < b->ncn; c++)
+		dm_oracle_spill_order(b->o, c, b->spill + (size_t)c * (b->ncn - 1));
+	return 0;
+}
+
 static int fit_oracle(struct oracle_build *b)
 {
 	struct dm_oracle_params op;
@@ -395,14 +408,9 @@ static int fit_oracle(struct oracle_build *b)
 	}
 	if (rc)
 		goto out;
-	b->spill = calloc((size_t)b->ncn * (b->ncn ? b->ncn - 1 : 0) + 1, sizeof(*b->spill));
-	b->qv = malloc(b->dim * sizeof(float));
-	if (!b->spill || !b->qv) {
-		rc = -ENOMEM;
+	rc = build_spill(b);
+	if (rc)
 		goto out;
-	}
-	for (uint32_t c = 0; c < b->ncn; c++)
-		dm_oracle_spill_order(b->o, c, b->spill + (size_t)c * (b->ncn - 1));
 	b->owire_len = dm_oracle_wire_size(b->o);
 	b->owire = malloc(b->owire_len);
 	if (!b->owire || dm_oracle_encode(b->o, b->owire, b->owire_len) != (long)b->owire_len) {
@@ -526,14 +534,9 @@ static int take_oracle(struct oracle_build *b, uint8_t *wire, size_t len,
 	if (b->o->k != b->ncn || b->o->dim != b->dim ||
 	    (b->o->algo == DM_ORACLE_KEYRANGE) != b->keyrange || oracle_hash(b->o) != m->hash)
 		goto out;
-	b->spill = calloc((size_t)b->ncn * (b->ncn - 1) + 1, sizeof(*b->spill));
-	b->qv = malloc(b->dim * sizeof(float));
-	if (!b->spill || !b->qv) {
-		rc = -ENOMEM;
+	rc = build_spill(b);
+	if (rc)
 		goto out;
-	}
-	for (uint32_t c = 0; c < b->ncn; c++)
-		dm_oracle_spill_order(b->o, c, b->spill + (size_t)c * (b->ncn - 1));
 	b->owire = wire;   /* re-encoding the decoded oracle gives these bytes back */
 	b->owire_len = len;
 	wire = NULL;

@@ -264,6 +264,26 @@ static const uint8_t *fm_find(const uint8_t *p, size_t n, const char *key, size_
 	return NULL;
 }
 
+int s3_fmeta_string(const void *fmeta, size_t len, const char *key, const char **val,
+		    uint32_t *vlen)
+{
+	size_t n = 0;
+	bool bad;
+	const uint8_t *v = fm_find(fmeta, len, key, strlen(key), &n, &bad);
+
+	*val = NULL;
+	*vlen = 0;
+	if (bad)
+		return -EINVAL;
+	if (!v)
+		return 0;
+	if (v[0] != T_STR)
+		return -EINVAL;
+	memcpy(vlen, v + 1, 4);
+	*val = (const char *)v + 5;
+	return 1;
+}
+
 static json_t *prim_to_json(const uint8_t *p)
 {
 	uint32_t l;

@@ -42,6 +42,12 @@ void s3_filter_free(struct s3_filter *f);
 /* Does the encoded filterable metadata match? (Malformed encodings match nothing.) */
 bool s3_filter_match(const struct s3_filter *f, const void *fmeta, size_t len);
 
+/* The string value of key in encoded filterable metadata: 1 with *val / *vlen pointing
+ * into fmeta, 0 when the key is absent, -EINVAL when it holds another type or the encoding
+ * is malformed. */
+int s3_fmeta_string(const void *fmeta, size_t len, const char *key, const char **val,
+		    uint32_t *vlen);
+
 /* Decode an fmeta blob back to a JSON object (tests, debugging); NULL if malformed. */
 json_t *s3_fmeta_to_json(const void *fmeta, size_t len);
 

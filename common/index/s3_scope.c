@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { T_STR = 1, T_NUM = 2, T_BOOL = 3, T_LIST = 4 };   /* s3_filter.c's types */
 
 static bool key_name_ok(const char *k, size_t len)
 {
@@ -69,76 +68,10 @@ int s3_scope_check_decl(const json_t *v, const char *const *nonfilter, size_t nn
 	return 0;
 }
 
-/* The size of the value at p (type byte included), 0 when malformed (lists at top level
- * only), as s3_filter.c reads it. */
-static size_t val_size(const uint8_t *p, size_t n, bool allow_list)
-{
-	uint32_t l;
-	size_t off = 5;
-
-	if (n < 1)
-		return 0;
-	switch (p[0]) {
-	case T_STR:
-		if (n < 5)
-			return 0;
-		memcpy(&l, p + 1, 4);
-		return (size_t)l <= n - 5 ? 5 + (size_t)l : 0;
-	case T_NUM:
-		return n >= 9 ? 9 : 0;
-	case T_BOOL:
-		return n >= 2 ? 2 : 0;
-	case T_LIST:
-		if (!allow_list || n < 5)
-			return 0;
-		memcpy(&l, p + 1, 4);
-		for (uint32_t i = 0; i < l; i++) {
-			size_t s = val_size(p + off, n - off, false);
-
-			if (!s)
-				return 0;
-			off += s;
-		}
-		return off;
-	default:
-		return 0;
-	}
-}
-
 int s3_scope_value(const void *fmeta, size_t len, const char *key, const char **val,
 		   uint32_t *vlen)
 {
-	const uint8_t *p = fmeta;
-	size_t off = 0, kl = strlen(key);
-
-	*val = NULL;
-	*vlen = 0;
-	while (off < len) {
-		uint16_t l;
-		size_t s;
-		const uint8_t *k;
-
-		if (len - off < 2)
-			return -EINVAL;
-		memcpy(&l, p + off, 2);
-		off += 2;
-		if (len - off < l)
-			return -EINVAL;
-		k = p + off;
-		off += l;
-		s = val_size(p + off, len - off, true);
-		if (!s)
-			return -EINVAL;
-		if (l == kl && !memcmp(k, key, kl)) {
-			if (p[off] != T_STR)
-				return -EINVAL;
-			memcpy(vlen, p + off + 1, 4);
-			*val = (const char *)p + off + 5;
-			return 1;
-		}
-		off += s;
-	}
-	return 0;
+	return s3_fmeta_string(fmeta, len, key, val, vlen);
 }
 
 uint64_t s3_scope_label(const char *val, size_t len)
