@@ -1024,6 +1024,15 @@ Test(etcd, oracle_hand_over)
 	router_etcd_close(h3);
 }
 
+/* Field by field: the struct has padding before hash, which a parse does not set. */
+static bool meta_eq(const struct router_etcd_meta *a, const struct router_etcd_meta *b)
+{
+	return a->epoch == b->epoch && a->crc == b->crc && a->ncn == b->ncn &&
+	       a->dim == b->dim && a->metric == b->metric && a->keyrange == b->keyrange &&
+	       a->regions == b->regions && a->lv == b->lv && a->n == b->n &&
+	       a->fitter == b->fitter && a->flags == b->flags && a->hash == b->hash;
+}
+
 Test(etcd_parse, oracle_values)
 {
 	struct router_etcd_meta m = { .epoch = 9, .crc = 7, .ncn = 3, .dim = 4, .metric = 1,
@@ -1035,7 +1044,7 @@ Test(etcd_parse, oracle_values)
 
 	router_etcd_encode(&m, wire, sizeof(wire), buf);
 	cr_assert_eq(router_etcd_parse(buf, sizeof(buf), &got, &w, &wl), 0);
-	cr_assert(!memcmp(&got, &m, sizeof(m)) && w == buf + ROE_HDR_LEN && wl == sizeof(wire));
+	cr_assert(meta_eq(&got, &m) && w == buf + ROE_HDR_LEN && wl == sizeof(wire));
 	cr_assert_eq(router_etcd_parse(buf, sizeof(buf) - 1, &got, &w, &wl), -EBADMSG);
 	cr_assert_eq(router_etcd_parse(buf, ROE_HDR_LEN - 1, &got, &w, &wl), -EBADMSG);
 	cr_assert_eq(router_etcd_parse(NULL, 0, &got, &w, &wl), -EBADMSG);
