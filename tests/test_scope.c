@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "cluster_util.h"
+#include "cluster_s3.h"
 #include "dmann.h"
 
 #define DIM 16
@@ -65,36 +66,8 @@ TestSuite(scope, .init = setup, .fini = teardown, .timeout = 400);
 /* POST op with body to cn0's gateway (SigV4 by curl): the answer's JSON and *status. */
 static json_t *http_call(const char *op, const char *body, int *status)
 {
-	char path[300], out[300], secret[256] = "", cmd[2048];
-	FILE *f;
-	json_t *o;
-	int rc;
+	json_t *o = cluster_s3_call(lc, dir, http, op, body, status);
 
-	snprintf(path, sizeof(path), "%s/s3.secret", lc);
-	f = fopen(path, "r");
-	cr_assert_not_null(f);
-	cr_assert_not_null(fgets(secret, sizeof(secret), f));
-	fclose(f);
-	secret[strcspn(secret, "\r\n")] = 0;
-	snprintf(path, sizeof(path), "%s/body.json", dir);
-	f = fopen(path, "w");
-	cr_assert_not_null(f);
-	fputs(body, f);
-	fclose(f);
-	snprintf(out, sizeof(out), "%s/resp.json", dir);
-	/* not through sh(): the command line holds the secret (and there are many calls) */
-	snprintf(cmd, sizeof(cmd), "curl -s -o %s -w '%%{http_code}' --aws-sigv4 "
-		 "aws:amz:us-east-1:s3vectors --user 'DMANNLOCALTEST:%s' -H 'Content-Type: "
-		 "application/json' --data-binary @%s http://%s/%s > %s/code.txt", out, secret,
-		 path, http, op, dir);
-	rc = system(cmd);
-	cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "curl %s failed (curl is needed)", op);
-	snprintf(path, sizeof(path), "%s/code.txt", dir);
-	f = fopen(path, "r");
-	cr_assert_not_null(f);
-	cr_assert_eq(fscanf(f, "%d", status), 1);
-	fclose(f);
-	o = json_load_file(out, 0, NULL);
 	return o ? o : json_object();
 }
 
