@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "test_rng.h"
 
@@ -395,6 +396,43 @@ Test(oracle, constrained_balance_bound)
 		for (uint32_t g = 0; g < k; g++)
 			cr_assert_leq(cnt[g], cap + n / 100, "predictor: group %u holds %llu", g,
 				      (unsigned long long)cnt[g]);
+		dm_oracle_free(o);
+	}
+	free(x);
+}
+
+/* The wire form's CRC for fixed inputs, constrained k-means with a cap that binds for many
+ * points (k = 4, eps 0.05) and for few (k = 40, eps 3.0, the VHash's setting): changes
+ * whenever the fit's result changes. Recorded with the assignment that sorted all n k
+ * pairs; the per-point merge that replaced it must give the same bits. Update only on
+ * purpose. */
+static uint32_t wire_crc(const struct dm_oracle *o)
+{
+	size_t len = dm_oracle_wire_size(o);
+	uint8_t *b = malloc(len);
+	cr_assert(b);
+	cr_assert_eq(dm_oracle_encode(o, b, len), (long)len);
+	uint32_t crc = (uint32_t)crc32(0, b, (uInt)len);
+	free(b);
+	return crc;
+}
+
+Test(oracle, constrained_golden_crc)
+{
+	const size_t n = 4000, dim = 24;
+	const struct { uint32_t k; double eps; uint32_t crc; } c[] = {
+		{ 4, 0.05, 0x1aae8b86u }, { 40, 3.0, 0xccb1f1a3u },
+	};
+	float *x = skewed(n, dim, 16);
+	for (size_t t = 0; t < sizeof(c) / sizeof(c[0]); t++) {
+		struct dm_oracle_params p;
+		dm_oracle_params_default(&p, c[t].k);
+		p.balance_eps = c[t].eps;
+		struct dm_oracle *o = dm_oracle_build(x, n, dim, &p);
+		cr_assert(o);
+		uint32_t crc = wire_crc(o);
+		fprintf(stderr, "oracle golden k=%u eps %.2f: CRC 0x%08x\n", c[t].k, c[t].eps, crc);
+		cr_expect_eq(crc, c[t].crc, "k=%u: CRC 0x%08x, expected 0x%08x", c[t].k, crc, c[t].crc);
 		dm_oracle_free(o);
 	}
 	free(x);
