@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cn.h"
+#include "distance.h"
 #include "cn_upper.h"
 #include "dm_config.h"
 #include "metrics.h"
@@ -503,6 +504,7 @@ int main(int argc, char **argv)
 	c = dm_node_args(argc, argv, "dmann-cn", usage, &config, &id);
 	if (c >= 0)
 		return c;
+	dm_blas_node_threads();   /* before any thread: no spinning BLAS pool */
 	cn.cfg = calloc(1, sizeof(*cn.cfg));
 	if (!cn.cfg)
 		return 1;

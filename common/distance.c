@@ -430,6 +430,13 @@ static void batch_direct(enum dm_metric m, const float *q, size_t nq, const floa
 			out[i * nb + j] = dm_distance(m, q + i * dim, b + j * dim, dim);
 }
 
+int dm_blas_node_threads(void)
+{
+	if (!getenv("OPENBLAS_NUM_THREADS"))
+		openblas_set_num_threads(1);
+	return openblas_get_num_threads();
+}
+
 void dm_distance_batch(enum dm_metric m, const float *q, size_t nq, const float *b,
 		       size_t nb, size_t dim, const float *bnorm2, float *out)
 {

@@ -43,6 +43,15 @@ int dm_kernel_set_isa(const char *isa);
 void dm_distance_batch(enum dm_metric m, const float *q, size_t nq, const float *b,
 		       size_t nb, size_t dim, const float *bnorm2, float *out);
 
+/* For the node processes (dmann-cn, dmann-mn, dmann-s3): one OpenBLAS thread per sgemm
+ * call unless OPENBLAS_NUM_THREADS is set in the environment. A node runs its own worker
+ * threads, and OpenBLAS's pool, sized to the cores, keeps its workers spinning on
+ * sched_yield for about 0.1 s after each call: an oracle fit paced to 25% of a CPU took
+ * 127% of one that way (0.45 s of process CPU against 0.11 s of the fitting thread, 6161 x
+ * 100, k = 96) and slowed every query of its node. Returns the thread count in effect.
+ * Call once at start, before other threads. */
+int dm_blas_node_threads(void);
+
 enum dm_metric dm_metric_from_name(const char *s, bool *ok);
 const char *dm_metric_name(enum dm_metric m);
 

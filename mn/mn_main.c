@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "distance.h"
 #include "fl_rpc.h"
 #include "dm_config.h"
 #include "mem.h"
@@ -476,6 +477,7 @@ int main(int argc, char **argv)
 	if (c >= 0)
 		return c;
 
+	dm_blas_node_threads();   /* before any thread: no spinning BLAS pool */
 	m.cfg = calloc(1, sizeof(*m.cfg));
 	if (!m.cfg)
 		return 1;

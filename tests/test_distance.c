@@ -328,3 +328,23 @@ Test(distance, env_forces_isa)
 		 "--jobs=1 >/dev/null 2>&1", self);
 	cr_assert_neq(system(cmd), 0, "the probe cannot detect a wrong ISA");
 }
+
+/* The node processes' BLAS setting: one thread per call unless OPENBLAS_NUM_THREADS says
+ * otherwise (then it is left as the environment set it). */
+Test(distance, blas_node_threads)
+{
+	const char *env = getenv("OPENBLAS_NUM_THREADS");
+	int t = dm_blas_node_threads();
+
+	if (!env)
+		cr_assert_eq(t, 1, "%d BLAS threads, expected 1", t);
+	else
+		cr_assert_geq(t, 1);
+	/* batched distances still right with one thread */
+	float q[2 * 3] = { 1, 2, 3, 0, 0, 1 }, b[2 * 3] = { 1, 2, 3, 1, 0, 0 }, out[4];
+	dm_distance_batch(DM_METRIC_L2, q, 2, b, 2, 3, NULL, out);
+	cr_assert_float_eq(out[0], 0.0f, 1e-5);
+	cr_assert_float_eq(out[1], 13.0f, 1e-5);
+	cr_assert_float_eq(out[2], 9.0f, 1e-5);
+	cr_assert_float_eq(out[3], 2.0f, 1e-5);
+}

@@ -3,6 +3,7 @@
  * the official SDKs can be used and tested before the distributed path (CN fan-out, MN
  * fragments) is built. */
 #include "dm.h"
+#include "distance.h"
 #include "flat.h"
 #include "s3_api.h"
 #include "s3_http.h"
@@ -233,6 +234,7 @@ int main(int argc, char **argv)
 	sigset_t set;
 	int opt, sig, rc = 1;
 
+	dm_blas_node_threads();   /* before any thread: no spinning BLAS pool */
 	while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		bool okv = true;
 
