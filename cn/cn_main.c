@@ -448,6 +448,30 @@ static void cn_metrics(void *arg, FILE *out)
 			     "dmann_cn_oracle_taken_total{node=\"%u\"} %llu\n",
 			id, (unsigned long long)fitted, id, (unsigned long long)taken);
 
+		double mass, mass0;
+		uint64_t passes;
+		uint32_t mass_epoch;
+
+		if (router_mass(cn->rt, &mass, &mass0, &mass_epoch, &passes))
+			fprintf(out, "# HELP dmann_cn_route_mass_ratio The largest partition's share of "
+				     "the index's upper-level sample over its fair share (1: balanced; "
+				     "re-clustering when it grows by recluster_mass over its value "
+				     "at the epoch's first pass).\n"
+				     "# TYPE dmann_cn_route_mass_ratio gauge\n"
+				     "dmann_cn_route_mass_ratio{node=\"%u\"} %.6f\n"
+				     "# HELP dmann_cn_route_mass_ratio_at_fit The same at the oracle "
+				     "epoch's first pass.\n"
+				     "# TYPE dmann_cn_route_mass_ratio_at_fit gauge\n"
+				     "dmann_cn_route_mass_ratio_at_fit{node=\"%u\"} %.6f\n"
+				     "# HELP dmann_cn_route_mass_epoch The oracle epoch of the last "
+				     "measure.\n"
+				     "# TYPE dmann_cn_route_mass_epoch gauge\n"
+				     "dmann_cn_route_mass_epoch{node=\"%u\"} %u\n"
+				     "# HELP dmann_cn_route_mass_passes_total Passes over the sample that "
+				     "measured it.\n"
+				     "# TYPE dmann_cn_route_mass_passes_total counter\n"
+				     "dmann_cn_route_mass_passes_total{node=\"%u\"} %llu\n",
+				id, mass, id, mass0, id, mass_epoch, id, (unsigned long long)passes);
 		router_partitions(cn->rt, &repoch, &moved, &changes, owner);
 		fprintf(out, "# HELP dmann_cn_route_epoch Routing epoch (the oracle epoch and the "
 			     "partition owners: it changes when a compute node joins or leaves).\n"
@@ -555,6 +579,7 @@ int main(int argc, char **argv)
 			.exchange_ms = rc->exchange_ms, .sample_min_nodes = rc->sample_min_nodes,
 			.fit_duty = rc->fit_duty,
 			.recluster_csp = rc->recluster_csp, .recluster_secs = rc->recluster_secs,
+			.recluster_mass = rc->recluster_mass,
 			.spill_cache = rc->spill_cache, .keyrange = rc->keyrange,
 			.regions = rc->regions,
 		};

@@ -530,6 +530,12 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (errno || end == v || *end || !(d >= 0 && d <= 1))
 				return fail(pc, "recluster_csp '%s' must be a number in 0..1%s", v, "");
 			r->recluster_csp = d;
+		} else if (!strcmp(key, "recluster_mass")) {
+			errno = 0;
+			d = strtod(v, &end);
+			if (errno || end == v || *end || !(d >= 0 && d <= 100))
+				return fail(pc, "recluster_mass '%s' must be a number in 0..100%s", v, "");
+			r->recluster_mass = d;
 		} else if (!strcmp(key, "partitions")) {
 			if (!strcmp(v, "kmeans"))
 				r->keyrange = false;
@@ -768,7 +774,8 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	cfg->repair_mb_s = 100;
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
-		.fit_duty = 25, .recluster_secs = 60, .recluster_csp = 0.5 };
+		.fit_duty = 25, .recluster_secs = 60, .recluster_csp = 0.5,
+		.recluster_mass = 0.5 };
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);
 	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,

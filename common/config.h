@@ -145,6 +145,11 @@
  *   recluster_csp = 0.5         ; re-cluster (next oracle epoch) when the cache split
  *                               ; penalty stays above this, 0..1 ...
  *   recluster_secs = 60         ; ... for this many seconds, 0..86400 (0: never)
+ *   recluster_mass = 0.5        ; also re-cluster when the largest partition's share of
+ *                               ; the index's upper-level sample, over its fair share, has
+ *                               ; grown by more than this since the epoch's first measure
+ *                               ; (inserts that went to a few partitions) for
+ *                               ; recluster_secs, 0..100 (0: never)
  *   spill_cache = no            ; yes | no: queries spilled off their top-ranked CN fill
  *                               ; the cache of the CN that runs them (bench --spill-cache)
  *
@@ -294,6 +299,7 @@ struct dm_cluster_cfg {
 		uint32_t batch, pause_queue, exchange_ms, sample_min_nodes, recluster_secs;
 		uint32_t fit_duty;       /* percent of a CPU an oracle fit may take (5..100) */
 		double recluster_csp;
+		double recluster_mass;   /* 0: no mass re-clustering */
 		bool spill_cache;
 		bool keyrange;           /* partitions = keyrange (else kmeans, the default) */
 		uint32_t regions;        /* keyrange: VHash regions (0: auto) */

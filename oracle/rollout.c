@@ -44,3 +44,16 @@ bool dm_rollout_may_activate(const struct dm_rollout_cn *cn, const bool *up, uin
 	}
 	return true;
 }
+
+double dm_rollout_mass_ratio(const uint64_t *count, uint32_t k)
+{
+	uint64_t sum = 0, mx = 0;
+
+	if (!count || k == 0)
+		return 0;
+	for (uint32_t p = 0; p < k; p++) {
+		sum += count[p];
+		mx = count[p] > mx ? count[p] : mx;
+	}
+	return sum ? (double)mx * k / (double)sum : 0;
+}

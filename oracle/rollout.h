@@ -44,4 +44,13 @@ uint32_t dm_rollout_current(const struct dm_rollout_cn *cn, uint32_t n);
 bool dm_rollout_may_activate(const struct dm_rollout_cn *cn, const bool *up, uint32_t n,
 			     uint32_t self, uint32_t target, uint32_t fresh_ms);
 
+/* Mass drift (issue 15: "recomputed when drift (mass imbalance, ...) passes a threshold"):
+ * count[p] = how many vectors of the index's upper-level sample the current oracle puts in
+ * partition p < k. Returns the largest partition's count over its fair share, max_p
+ * count[p] * k / sum: 1 is perfect balance, k is everything in one partition; 0 when the
+ * sum is 0 or k is 0. A partitioning fitted on that sample starts near 1 (k-means: at most
+ * 1 + balance_eps; key ranges: the mass-proportional cut); inserts that land in a few
+ * regions raise it. */
+double dm_rollout_mass_ratio(const uint64_t *count, uint32_t k);
+
 #endif

@@ -90,3 +90,17 @@ Test(rollout, down_silent_and_oracle_less_nodes_are_not_waited_for)
 	cn[0] = rolling(1, 2, false);
 	cr_assert(dm_rollout_may_activate(cn, up, 4, 0, 2, 2000));
 }
+
+/* Mass drift: the largest partition over its fair share. */
+Test(rollout, mass_ratio)
+{
+	uint64_t even[4] = { 25, 25, 25, 25 }, skew[4] = { 70, 10, 10, 10 }, one[3] = { 0, 9, 0 };
+	uint64_t none[2] = { 0, 0 };
+
+	cr_assert_float_eq(dm_rollout_mass_ratio(even, 4), 1.0, 1e-12);
+	cr_assert_float_eq(dm_rollout_mass_ratio(skew, 4), 2.8, 1e-12);
+	cr_assert_float_eq(dm_rollout_mass_ratio(one, 3), 3.0, 1e-12, "all in one: k");
+	cr_assert_float_eq(dm_rollout_mass_ratio(none, 2), 0.0, 1e-12, "no sample: 0");
+	cr_assert_float_eq(dm_rollout_mass_ratio(NULL, 2), 0.0, 1e-12);
+	cr_assert_float_eq(dm_rollout_mass_ratio(even, 0), 0.0, 1e-12);
+}

@@ -8,7 +8,9 @@
  *     or a wrong qid), and the answers equal those of the same stream without routing;
  *   - with a pause threshold of 1 routing pauses and every query is still answered;
  *   - with re-clustering at CSP > 0 after 1 s, the compute nodes move to a new oracle epoch
- *     and again agree on the centroids. */
+ *     and again agree on the centroids;
+ *   - mass drift: a static index never re-clusters for mass; online inserts that all land in
+ *     one region do, and the compute nodes agree on the new epoch. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,4 +378,145 @@ Test(router_keyrange, same_key_ranges_everywhere_and_routed_answers, .init = set
 	cr_expect_lt(json_num(out, "relayed"), 0.10, "at most 10%% relayed");
 	free(out);
 	same_as_unrouted("kr.ibin", "adaptive-ring on key ranges");
+}
+
+/* ---- mass drift ([router] recluster_mass) ----------------------------------------------- */
+
+/* A metric of compute node c (its /metrics), -1 when absent. */
+static double cn_metric(int c, const char *name)
+{
+	char cmd[1024], key[128], *out, *p;
+	double v = -1;
+
+	snprintf(cmd, sizeof(cmd), "python3 -c \"import sys, urllib.request; print(urllib.request."
+		 "urlopen('http://' + sys.argv[1] + '/metrics', timeout=10).read().decode())\" "
+		 "$(awk '/^\\[/ { c = ($0 == \"[cn.%d]\") } c && $1 == \"metrics\" { print $3 }' "
+		 "%s/lc/cluster.ini)", c, dir);
+	out = capture(cmd);
+	if (!out)
+		return -1;
+	snprintf(key, sizeof(key), "%s{node=\"%d\"} ", name, c);
+	p = strstr(out, key);
+	if (p)
+		v = strtod(p + strlen(key), NULL);
+	free(out);
+	return v;
+}
+
+/* 4,000 rows with room for 5,000 more; a second set of 4,000 rows drawn from one mixture
+ * component (they all land in one region of the index); routing on (the mass check runs
+ * while it is), the sample at level 1 (about 500 nodes: the level-0 sample would be READ,
+ * and the mass check does not READ), re-clustering after 1 s of drift above 0.2 (the
+ * inserts raise the largest partition from about 1.1 to about 1.5 fair shares), and CSP
+ * re-clustering off (the CSP is never above 1). */
+static void setup_mass(void)
+{
+	const char *root = getenv("DMANN_BUILD_ROOT");
+
+	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
+	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
+	snprintf(dir, sizeof(dir), "/tmp/dmann-router-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(sh("%s gen --kind deep --n 4000 --nq 1000 --seed 5 --out %s/data >/dev/null",
+			dmann, dir), 0);
+	cr_assert_eq(sh("%s gen --kind deep --n 4000 --nq 10 --seed 11 --clusters 1 --out %s/skew "
+			">/dev/null", dmann, dir), 0);
+	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 8 --efc 60 --threads 1 "
+			"--block-shift 9 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s local up --mn 2 --cn 4 --dir %s/lc --region-mb 32 --transport tcp "
+			"--host 127.0.0.1 --router strategy=adaptive --router recluster_secs=1 "
+			"--router recluster_csp=1 --router recluster_mass=0.2 "
+			"--router sample_min_nodes=100", dmann, dir), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw --spare 5000",
+			dmann, dir, dir), 0);
+}
+
+Test(router_mass, inserts_in_one_region_recluster, .init = setup_mass, .fini = teardown,
+     .timeout = 600)
+{
+	unsigned long long h[4] = { 0 };
+	unsigned e[4] = { 0 };
+	double base = -1, before;
+	bool moved = false, agreed = false;
+
+	for (int i = 0; i < 300; i++)
+		if (epochs(h, e) == 4 && h[0] && h[1] && h[2] && h[3])
+			break;
+		else
+			usleep(100000);
+	cr_assert(h[0] && h[0] == h[1] && h[0] == h[2] && h[0] == h[3], "one oracle at start");
+	/* the first pass measures what the fit left */
+	for (int i = 0; i < 300 && base < 0; i++) {
+		base = cn_metric(0, "dmann_cn_route_mass_ratio_at_fit");
+		if (base < 0)
+			usleep(100000);
+	}
+	cr_assert_geq(base, 1.0, "cn0 measured no mass ratio in 30 s");
+	cr_assert_leq(base, 2.0, "a fresh fit leaves the largest partition at %.3f fair shares",
+		      base);
+	/* A static index: passes every 5 s, 12 s of them, no re-clustering */
+	sleep(12);
+	cr_assert_eq(epochs(h, e), 4);
+	for (int c = 0; c < 4; c++)
+		cr_assert_eq(e[c], 0, "cn%d re-clustered (epoch %u) without drift", c, e[c]);
+	cr_assert_gt(cn_metric(0, "dmann_cn_route_mass_passes_total"), 1.0);
+	before = cn_metric(0, "dmann_cn_route_mass_ratio");
+	cr_expect_float_eq(before, base, 1e-6, "the same sample, the same ratio");
+
+	/* 4,000 rows of one component: the level-1 sample grows by about 500 nodes, all of
+	 * them in one partition */
+	cr_assert_eq(sh("%s insert --config %s/lc/cluster.ini --vectors %s/skew/base.fbin "
+			"--no-snapshot --json", dmann, dir, dir), 0);
+	double drifted = 0;
+
+	for (int i = 0; i < 600 && !moved; i++) {
+		if (epochs(h, e) == 4)
+			for (int c = 0; c < 4; c++)
+				moved |= e[c] >= 1 && e[c] != ~0u;
+		if (!moved && i % 20 == 0) {
+			double m = cn_metric(0, "dmann_cn_route_mass_ratio");
+
+			drifted = m > drifted ? m : drifted;
+			fprintf(stderr, "cn0: mass ratio %.3f (%.3f after the fit), %.0f upper-level "
+				"nodes added\n", m, cn_metric(0, "dmann_cn_route_mass_ratio_at_fit"),
+				cn_metric(0, "dmann_cn_upper_added_total"));
+		}
+		if (!moved)
+			usleep(100000);
+	}
+	cr_assert(moved, "no compute node re-clustered within 60 s of the inserts");
+	cr_assert_eq(sh("grep -q 'largest partition holds' %s/lc/cn*.log", dir), 0,
+		     "no mass re-clustering in the compute nodes' logs");
+	sh("grep -h 'largest partition holds\\|oracle epoch .* active' %s/lc/cn*.log >&2", dir);
+	for (int i = 0; i < 300 && !agreed; i++) {
+		agreed = epochs(h, e) == 4 && e[0] >= 1 && e[0] != ~0u;
+		for (int c = 1; agreed && c < 4; c++)
+			agreed = e[c] == e[0] && h[c] == h[0];
+		if (!agreed)
+			usleep(100000);
+	}
+	cr_assert(agreed, "epochs %u %u %u %u, hashes %016llx %016llx %016llx %016llx", e[0], e[1],
+		  e[2], e[3], h[0], h[1], h[2], h[3]);
+	/* The new epoch was fitted on a sample with the inserted nodes: it balances them. */
+	double refit = -1;
+
+	for (int i = 0; i < 300; i++) {
+		unsigned ec = 0;
+
+		epochs(h, e);
+		ec = e[0];
+		/* the epoch of the last measure first: its base is set before it */
+		double me = cn_metric(0, "dmann_cn_route_mass_epoch");
+
+		refit = cn_metric(0, "dmann_cn_route_mass_ratio_at_fit");
+		if (ec >= 1 && ec != ~0u && me == (double)ec && refit > 0)
+			break;
+		refit = -1;
+		usleep(100000);
+	}
+	fprintf(stderr, "cn0: mass ratio %.3f before the re-clustering, %.3f after the new fit\n",
+		drifted, refit);
+	cr_expect_gt(refit, 0.0, "no mass measure of the new epoch");
+	cr_expect_lt(refit, drifted, "the new fit did not rebalance: %.3f after, %.3f before",
+		     refit, drifted);
 }

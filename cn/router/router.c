@@ -101,6 +101,19 @@ struct router {
 	atomic_bool serve_alive[DM_MAX_NODES];
 	uint64_t seq;
 	uint64_t csp_high_since;
+	/* Mass drift (router thread, mass_step; the atomics are read by router_mass): one pass
+	 * over the upper-level sample in chunks, counting the vectors the current oracle puts
+	 * in each partition. */
+	uint64_t *mass_count;        /* per partition, in this pass */
+	float *mass_v;               /* one decoded vector */
+	uint32_t mass_dim;
+	uint32_t mass_next;          /* node id the pass goes on from (0: none in progress) */
+	uint32_t mass_epoch;         /* the oracle epoch the pass counts for ... */
+	uint32_t mass_crc;           /* ... and the index (meta_crc) */
+	uint64_t mass_pass_ns;       /* when the last pass ended */
+	uint64_t mass_high_since;
+	atomic_ulong mass_ppm, mass_base_ppm, mass_passes;   /* base: the epoch's first pass */
+	atomic_uint mass_measured;   /* the oracle epoch of the last pass */
 };
 
 /* ---- oracle ------------------------------------------------------------------------------ */
@@ -239,9 +252,12 @@ static void build_free(struct oracle_build *b)
 }
 
 /* The sample of the current index for an oracle of epoch: the vectors of the first HNSW
- * level from the top holding at least sample_min_nodes nodes, READ from the memory nodes
- * over the router's connections (router thread only). 0 or -errno (-ENOENT: no index). */
-static int gather_sample(struct router *r, uint32_t epoch, struct oracle_build **out)
+ * level from the top holding at least sample_min_nodes nodes (level 0: READ from the memory
+ * nodes over the router's connections); online: with the nodes inserted online (a
+ * rollout's fit through etcd, see below). Router thread only. 0 or -errno (-ENOENT: no
+ * index). */
+static int gather_sample(struct router *r, uint32_t epoch, bool online,
+			 struct oracle_build **out)
 {
 	struct cn *cn = r->cn;
 	struct oracle_build *b = calloc(1, sizeof(*b));
@@ -283,8 +299,15 @@ static int gather_sample(struct router *r, uint32_t epoch, struct oracle_build *
 	 * records hold them): no READ. Reading thousands of records from the memory nodes
 	 * queued the queries' READs behind them (a rollout's prepare phase slowed the
 	 * queries of each CN in turn by up to 250 ms). Level 0: READ from the memory nodes. */
+	/* online (a rollout's fit): ids up to cap, the nodes inserted online (n .. cap-1) too,
+	 * which the replay added to the upper levels (cn_upper.h) and to at_level; one CN fits
+	 * and the others take its model (etcd), so their copies of the upper levels, which
+	 * may differ by the replay's progress, need not agree. Otherwise (the first oracle,
+	 * which every CN builds itself) and at level 0: the loaded rows, alike everywhere. */
+	uint32_t lim = online && b->lv >= 1 ? d->cap : d->n;
+
 	pthread_rwlock_rdlock((pthread_rwlock_t *)&d->up_lock);
-	for (uint32_t id = 0; id < d->n && b->n < counts[b->lv]; id++) {
+	for (uint32_t id = 0; id < lim && b->n < counts[b->lv]; id++) {
 		if (node_level(d, id) < (uint32_t)b->lv)
 			continue;
 		if (b->lv >= 1) {
@@ -481,7 +504,7 @@ static bool first_from_etcd(struct router *r, struct oracle_build *b);
 static int build_oracle(struct router *r, uint32_t epoch)
 {
 	struct oracle_build *b = NULL;
-	int rc = gather_sample(r, epoch, &b);
+	int rc = gather_sample(r, epoch, false, &b);
 
 	if (!rc && !first_from_etcd(r, b)) {
 		b->duty = 100;   /* not routing yet: as fast as it can (fit_duty paces rollouts) */
@@ -733,7 +756,7 @@ static void prepare_drop(struct router *r)
 /* Phase 1: sample here, fit on the prepare thread (or here if it cannot start). */
 static void prepare_start(struct router *r, uint32_t target)
 {
-	int rc = gather_sample(r, target, &r->prep);
+	int rc = gather_sample(r, target, r->cn->cfg->etcd[0] != 0, &r->prep);
 
 	if (rc) {
 		if (rc != -ENOENT)
@@ -1084,6 +1107,16 @@ void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken)
 	*taken = r ? atomic_load(&r->fits_taken) : 0;
 }
 
+bool router_mass(struct router *r, double *ratio, double *base, uint32_t *epoch,
+		 uint64_t *passes)
+{
+	*passes = r ? atomic_load(&r->mass_passes) : 0;
+	*epoch = r ? atomic_load(&r->mass_measured) : 0;
+	*ratio = r ? atomic_load(&r->mass_ppm) / 1e6 : 0;
+	*base = r ? atomic_load(&r->mass_base_ppm) / 1e6 : 0;
+	return *passes > 0;
+}
+
 bool router_spill_cache(struct router *r)
 {
 	return !r || atomic_load(&r->spill_cache);
@@ -1398,6 +1431,106 @@ static bool exchange(struct router *r, bool with_sample)
 	return rollout_step(r, rep);
 }
 
+#define MASS_CHUNK 256                 /* sample vectors per turn of the router loop */
+#define MASS_PERIOD_NS 5000000000ull   /* a pass starts at most every 5 s */
+
+/* One step of the mass-drift pass (router thread; issue 15's "mass imbalance" drift): count
+ * up to MASS_CHUNK vectors of the current index's upper-level sample (the level the oracle
+ * was fitted on, its stored vectors: no READ) by the partition the current oracle puts them
+ * in. At the end of a pass: the ratio (dm_rollout_mass_ratio) as a metric; the epoch's
+ * first pass is its base (what the fit left: a fit cannot always cut the sample evenly,
+ * and fitting again on the same sample would not change that); a re-clustering (the next
+ * epoch) when the ratio has stayed above base + recluster_mass for recluster_secs while
+ * routing is on: inserts that went to a few partitions. Bounded work per turn: the chunk
+ * holds the index's read locks for about a millisecond. */
+static void mass_step(struct router *r)
+{
+	struct cn *cn = r->cn;
+	uint32_t epoch = atomic_load(&r->epoch), lv = r->sample_level, k = r->ncn, id, done = 0;
+	uint64_t now = dm_now_ns();
+
+	if (r->p.recluster_mass <= 0 || !r->p.recluster_secs || k < 2 || !r->mass_count ||
+	    !atomic_load(&r->ready) || !r->o || lv == 0)
+		return;   /* a level-0 sample would have to be READ: no mass pass */
+	if (r->mass_next == 0 && r->mass_pass_ns && now - r->mass_pass_ns < MASS_PERIOD_NS)
+		return;
+	if (epoch != r->mass_epoch) {   /* a new oracle: start over */
+		memset(r->mass_count, 0, k * sizeof(*r->mass_count));
+		r->mass_next = 0;
+		r->mass_epoch = epoch;
+		r->mass_high_since = 0;
+		atomic_store(&r->mass_base_ppm, 0);
+	}
+	pthread_rwlock_rdlock(&cn->lock);
+	const struct dindex *d = cn->views[0].cur;
+
+	if (!d || d->p.dim != r->o->dim) {
+		pthread_rwlock_unlock(&cn->lock);
+		return;
+	}
+	if (d->meta_crc != r->mass_crc) {   /* another index: start over */
+		memset(r->mass_count, 0, k * sizeof(*r->mass_count));
+		r->mass_next = 0;
+		r->mass_crc = d->meta_crc;
+	}
+	if (r->mass_dim != d->p.dim) {
+		float *v = realloc(r->mass_v, d->p.dim * sizeof(float));
+
+		if (!v) {
+			pthread_rwlock_unlock(&cn->lock);
+			return;
+		}
+		r->mass_v = v;
+		r->mass_dim = d->p.dim;
+	}
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&d->up_lock);   /* online upper levels */
+	for (id = r->mass_next; id < d->cap && done < MASS_CHUNK; id++) {   /* online ids too */
+		if (node_level(d, id) < lv || !d->uvec[id])
+			continue;
+		dindex_stored_vector(d, d->uvec[id], r->mass_v);
+		done++;
+		if (r->metric == DM_METRIC_COS && dm_normalize(r->mass_v, r->mass_dim))
+			continue;
+		uint32_t p = dm_oracle_best(r->o, r->mass_v);
+
+		if (p < k)
+			r->mass_count[p]++;
+	}
+	bool end = id >= d->cap;
+
+	pthread_rwlock_unlock((pthread_rwlock_t *)&d->up_lock);
+	pthread_rwlock_unlock(&cn->lock);
+	r->mass_next = end ? 0 : id;
+	if (!end)
+		return;
+	double ratio = dm_rollout_mass_ratio(r->mass_count, k);
+
+	memset(r->mass_count, 0, k * sizeof(*r->mass_count));
+	r->mass_pass_ns = now;
+	atomic_store(&r->mass_ppm, (unsigned long)(ratio * 1e6));
+	if (!atomic_load(&r->mass_base_ppm))
+		atomic_store(&r->mass_base_ppm, (unsigned long)(ratio * 1e6));
+	atomic_fetch_add(&r->mass_passes, 1);
+	atomic_store(&r->mass_measured, epoch);
+	double base = atomic_load(&r->mass_base_ppm) / 1e6;
+
+	if (atomic_load(&r->strategy) == DM_ROUTE_NONE || ratio <= base + r->p.recluster_mass) {
+		r->mass_high_since = 0;
+		return;
+	}
+	if (!r->mass_high_since) {
+		r->mass_high_since = now;
+	} else if (now - r->mass_high_since >= r->p.recluster_secs * 1000000000ull &&
+		   atomic_load(&r->want_epoch) <= epoch) {
+		dm_info("cn%u: re-clustering: the largest partition holds %.3fx its share of the "
+			"sample, %.3fx after the fit (drift above %.3f) for %u s (epoch %u -> %u)",
+			r->self, ratio, base, r->p.recluster_mass, r->p.recluster_secs, epoch,
+			epoch + 1);
+		atomic_store(&r->want_epoch, epoch + 1);
+		r->mass_high_since = 0;
+	}
+}
+
 static void *router_thread(void *arg)
 {
 	struct router *r = arg;
@@ -1449,6 +1582,7 @@ static void *router_thread(void *arg)
 			pthread_mutex_unlock(&r->mu);
 			seen_state = sc;
 		}
+		mass_step(r);
 		if (dm_now_ns() - last_csp >= CSP_PERIOD_NS) {
 			soon = exchange(r, true);
 			last_csp = dm_now_ns();
@@ -1502,8 +1636,9 @@ struct router *router_start(struct cn *cn, const struct router_params *p)
 	r->owner = calloc(k, sizeof(uint32_t));
 	r->cand = calloc(k, sizeof(uint32_t));
 	r->ring_seq = calloc(k, sizeof(uint32_t));
+	r->mass_count = calloc(k, sizeof(uint64_t));
 	if (!r->hist || !r->want || !r->demand || !r->limit || !r->qlen || !r->cns || !r->owner ||
-	    !r->cand || !r->ring_seq)
+	    !r->cand || !r->ring_seq || !r->mass_count)
 		goto err_free;
 	for (uint32_t p = 0; p < k; p++)
 		r->owner[p] = p;
@@ -1522,6 +1657,7 @@ err_free:
 	free(r->owner);
 	free(r->cand);
 	free(r->ring_seq);
+	free(r->mass_count);
 	free(r);
 	errno = ENOMEM;
 	return NULL;
@@ -1562,6 +1698,8 @@ void router_free(struct router *r)
 	free(r->owner);
 	free(r->cand);
 	free(r->ring_seq);
+	free(r->mass_count);
+	free(r->mass_v);
 	pthread_cond_destroy(&r->wake);
 	pthread_mutex_destroy(&r->mu);
 	free(r);

@@ -39,6 +39,9 @@ struct router_params {
 	uint32_t fit_duty;          /* percent of a CPU an oracle fit may take (0 or 100: all) */
 	double recluster_csp;       /* re-cluster when CSP stays above this ... */
 	uint32_t recluster_secs;    /* ... for this long (0: never) */
+	double recluster_mass;      /* or the largest partition's sample share over its fair
+				     * share grown by this since the epoch's first measure, as
+				     * long (0: never) */
 	bool spill_cache;           /* spilled queries (run off their top-ranked CN) fill the cache */
 	/* Partitions: balanced k-means groups (false), or key ranges (true): contiguous runs of
 	 * a VHash ring fitted on the same sample (dm_oracle_from_vhash), with `regions` regions
@@ -88,6 +91,12 @@ void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
  * (fitted by another CN in a rollout: router_etcd.h; a CN that starts after a rollout
  * takes its epoch's too). r may be NULL (0, 0). */
 void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken);
+/* The mass drift: the largest partition's share of the index's upper-level sample over its
+ * fair share (dm_rollout_mass_ratio) at the last full pass, the same at the first pass of
+ * that oracle epoch (base), the epoch, and how many passes were made. false while no pass
+ * has completed (or r is NULL). */
+bool router_mass(struct router *r, double *ratio, double *base, uint32_t *epoch,
+		 uint64_t *passes);
 /* Q_ROUTER: the fixed part into *h, the owner table (ncn u32) and the oracle's wire form
  * into buf (cap bytes). Bytes written, -EAGAIN (no oracle yet), -E2BIG (cap too small), -ENOMEM. */
 int router_export(struct router *r, struct dm_wire_q_router *h, uint8_t *buf, size_t cap);
