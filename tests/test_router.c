@@ -43,7 +43,9 @@ static char *capture(const char *cmd)
 	return out;
 }
 
-static void setup_with(const char *extra)
+/* A cluster of 4 CNs + 2 MNs (`dmann local up` options `extra`) with a 4,000-row index,
+ * loaded with `spare` rows of room for online inserts (0: none). */
+static void setup_cluster(const char *extra, int spare)
 {
 	const char *root = getenv("DMANN_BUILD_ROOT");
 
@@ -55,9 +57,15 @@ static void setup_with(const char *extra)
 			dmann, dir), 0);
 	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 8 --efc 60 --threads 1 "
 			"--block-shift 9 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
-	cr_assert_eq(sh("%s local up --mn 2 --cn 4 --dir %s/lc --region-mb 16 --transport tcp "
-			"--host 127.0.0.1 %s", dmann, dir, extra), 0);
-	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw", dmann, dir, dir), 0);
+	cr_assert_eq(sh("%s local up --mn 2 --cn 4 --dir %s/lc --region-mb %d --transport tcp "
+			"--host 127.0.0.1 %s", dmann, dir, spare ? 32 : 16, extra), 0);
+	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw --spare %d",
+			dmann, dir, dir, spare), 0);
+}
+
+static void setup_with(const char *extra)
+{
+	setup_cluster(extra, 0);
 }
 
 static void setup(void)
@@ -411,24 +419,11 @@ static double cn_metric(int c, const char *name)
  * re-clustering off (the CSP is never above 1). */
 static void setup_mass(void)
 {
-	const char *root = getenv("DMANN_BUILD_ROOT");
-
-	cr_assert_not_null(root, "DMANN_BUILD_ROOT must point at the build directory");
-	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
-	snprintf(dir, sizeof(dir), "/tmp/dmann-router-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	cr_assert_eq(sh("%s gen --kind deep --n 4000 --nq 1000 --seed 5 --out %s/data >/dev/null",
-			dmann, dir), 0);
+	setup_cluster("--router strategy=adaptive --router recluster_secs=1 "
+		      "--router recluster_csp=1 --router recluster_mass=0.2 "
+		      "--router sample_min_nodes=100", 5000);
 	cr_assert_eq(sh("%s gen --kind deep --n 4000 --nq 10 --seed 11 --clusters 1 --out %s/skew "
 			">/dev/null", dmann, dir), 0);
-	cr_assert_eq(sh("%s build --base %s/data/base.fbin --metric l2 --M 8 --efc 60 --threads 1 "
-			"--block-shift 9 --out %s/idx.hnsw >/dev/null", dmann, dir, dir), 0);
-	cr_assert_eq(sh("%s local up --mn 2 --cn 4 --dir %s/lc --region-mb 32 --transport tcp "
-			"--host 127.0.0.1 --router strategy=adaptive --router recluster_secs=1 "
-			"--router recluster_csp=1 --router recluster_mass=0.2 "
-			"--router sample_min_nodes=100", dmann, dir), 0);
-	cr_assert_eq(sh("%s load --config %s/lc/cluster.ini --index %s/idx.hnsw --spare 5000",
-			dmann, dir, dir), 0);
 }
 
 Test(router_mass, inserts_in_one_region_recluster, .init = setup_mass, .fini = teardown,
