@@ -270,6 +270,23 @@ Test(router, client_side_routing_sends_queries_straight, .timeout = 1200)
 	}
 }
 
+/* Wait (at most 30 s) until the 4 compute nodes run one epoch >= 1 with one centroid hash;
+ * h and e receive what they report. */
+static void agree_on_new_epoch(unsigned long long h[4], unsigned e[4])
+{
+	bool agreed = false;
+
+	for (int i = 0; i < 300 && !agreed; i++) {
+		agreed = epochs(h, e) == 4 && e[0] >= 1 && e[0] != ~0u;
+		for (int c = 1; agreed && c < 4; c++)
+			agreed = e[c] == e[0] && h[c] == h[0];
+		if (!agreed)
+			usleep(100000);
+	}
+	cr_assert(agreed, "epochs %u %u %u %u, hashes %016llx %016llx %016llx %016llx", e[0], e[1],
+		  e[2], e[3], h[0], h[1], h[2], h[3]);
+}
+
 /* ---- pause threshold and re-clustering (their own cluster: re-clustering on at CSP > 0
  * after 1 s, so that it happens within the test) -------------------------------------------- */
 
@@ -284,7 +301,7 @@ Test(router_policy, pause_threshold_and_reclustering, .init = setup_policy, .fin
 	char cmd[1024], *out;
 	unsigned long long h[4] = { 0 }, h0;
 	unsigned e[4] = { 0 };
-	bool agreed = false, moved = false;
+	bool moved = false;
 
 	for (int i = 0; i < 300; i++)
 		if (epochs(h, e) == 4 && h[0] && h[1] && h[2] && h[3])
@@ -338,15 +355,7 @@ Test(router_policy, pause_threshold_and_reclustering, .init = setup_policy, .fin
 	cr_assert_eq(sh("%s bench --config %s/lc/cluster.ini --query %s/data/query.fbin --gt "
 			"%s/data/gt.ibin --k 10 --ef 16 --cache-ratio 10%% --nq 10 --routing none "
 			">/dev/null", dmann, dir, dir, dir), 0);
-	for (int i = 0; i < 300 && !agreed; i++) {
-		agreed = epochs(h, e) == 4 && e[0] >= 1 && e[0] != ~0u;
-		for (int c = 1; agreed && c < 4; c++)
-			agreed = e[c] == e[0] && h[c] == h[0];
-		if (!agreed)
-			usleep(100000);
-	}
-	cr_assert(agreed, "epochs %u %u %u %u, hashes %016llx %016llx %016llx %016llx", e[0], e[1],
-		  e[2], e[3], h[0], h[1], h[2], h[3]);
+	agree_on_new_epoch(h, e);
 	cr_expect_neq(h[0], h0, "a new epoch gives new centroids");
 }
 
@@ -432,7 +441,7 @@ Test(router_mass, inserts_in_one_region_recluster, .init = setup_mass, .fini = t
 	unsigned long long h[4] = { 0 };
 	unsigned e[4] = { 0 };
 	double base = -1, before;
-	bool moved = false, agreed = false;
+	bool moved = false;
 
 	for (int i = 0; i < 300; i++)
 		if (epochs(h, e) == 4 && h[0] && h[1] && h[2] && h[3])
@@ -483,15 +492,7 @@ Test(router_mass, inserts_in_one_region_recluster, .init = setup_mass, .fini = t
 	cr_assert_eq(sh("grep -q 'largest partition holds' %s/lc/cn*.log", dir), 0,
 		     "no mass re-clustering in the compute nodes' logs");
 	sh("grep -h 'largest partition holds\\|oracle epoch .* active' %s/lc/cn*.log >&2", dir);
-	for (int i = 0; i < 300 && !agreed; i++) {
-		agreed = epochs(h, e) == 4 && e[0] >= 1 && e[0] != ~0u;
-		for (int c = 1; agreed && c < 4; c++)
-			agreed = e[c] == e[0] && h[c] == h[0];
-		if (!agreed)
-			usleep(100000);
-	}
-	cr_assert(agreed, "epochs %u %u %u %u, hashes %016llx %016llx %016llx %016llx", e[0], e[1],
-		  e[2], e[3], h[0], h[1], h[2], h[3]);
+	agree_on_new_epoch(h, e);
 	/* The new epoch was fitted on a sample with the inserted nodes: it balances them. */
 	double refit = -1;
 
