@@ -491,10 +491,16 @@ static void cn_metrics(void *arg, FILE *out)
 		for (uint32_t p = 0; p < cn->cfg->n_cn; p++)
 			fprintf(out, "dmann_cn_route_owner{node=\"%u\",partition=\"%u\"} %u\n", id, p,
 				owner[p]);
+		fprintf(out, "# HELP dmann_cn_csp_sample_truncated_total Reports whose cache sample "
+			     "was cut at %u ids (the CSP estimate is low: raise [router] csp_slice).\n"
+			     "# TYPE dmann_cn_csp_sample_truncated_total counter\n"
+			     "dmann_cn_csp_sample_truncated_total{node=\"%u\"} %llu\n",
+			DM_FWD_MAX_SAMPLE, id, (unsigned long long)router_csp_truncated(cn->rt));
 		/* No sample exchange yet (or a single CN): no value rather than a made-up 0. */
 		if (st.csp_ppm != DM_FWD_CSP_NONE)
 			fprintf(out, "# HELP dmann_cn_cache_split_penalty Duplicated / all cached entries "
-				     "across the compute nodes (online estimate, 1/64 hash slice).\n"
+				     "across the compute nodes (online estimate, a 1/csp_slice hash "
+				     "slice).\n"
 				     "# TYPE dmann_cn_cache_split_penalty gauge\n"
 				     "dmann_cn_cache_split_penalty{node=\"%u\"} %.6f\n"
 				     "# HELP dmann_cn_cache_split_penalty_age_seconds Age of the estimate.\n"
@@ -581,7 +587,7 @@ int main(int argc, char **argv)
 			.recluster_csp = rc->recluster_csp, .recluster_secs = rc->recluster_secs,
 			.recluster_mass = rc->recluster_mass,
 			.spill_cache = rc->spill_cache, .keyrange = rc->keyrange,
-			.regions = rc->regions,
+			.regions = rc->regions, .csp_slice = rc->csp_slice,
 		};
 
 		cn.rt = router_start(&cn, &rp);

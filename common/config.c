@@ -536,6 +536,10 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (errno || end == v || *end || !(d >= 0 && d <= 100))
 				return fail(pc, "recluster_mass '%s' must be a number in 0..100%s", v, "");
 			r->recluster_mass = d;
+		} else if (!strcmp(key, "csp_slice")) {
+			if (!parse_u64(v, 64, &u) || u < 1 || (u & (u - 1)))
+				return fail(pc, "csp_slice '%s' must be 1, 2, 4, 8, 16, 32 or 64%s", v, "");
+			r->csp_slice = (uint32_t)u;
 		} else if (!strcmp(key, "partitions")) {
 			if (!strcmp(v, "kmeans"))
 				r->keyrange = false;
@@ -775,7 +779,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
 		.fit_duty = 25, .recluster_secs = 60, .recluster_csp = 0.5,
-		.recluster_mass = 0.5 };
+		.recluster_mass = 0.5, .csp_slice = 64 };
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);
 	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,

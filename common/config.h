@@ -150,6 +150,9 @@
  *                               ; grown by more than this since the epoch's first measure
  *                               ; (inserts that went to a few partitions) for
  *                               ; recluster_secs, 0..100 (0: never)
+ *   csp_slice = 64              ; the CSP estimate samples the cached ids of a fixed
+ *                               ; 1/csp_slice of the id hash space (1, 2, 4, ..., 64; 1:
+ *                               ; exact); at most 3072 sampled ids per CN are reported
  *   spill_cache = no            ; yes | no: queries spilled off their top-ranked CN fill
  *                               ; the cache of the CN that runs them (bench --spill-cache)
  *
@@ -300,6 +303,7 @@ struct dm_cluster_cfg {
 		uint32_t fit_duty;       /* percent of a CPU an oracle fit may take (5..100) */
 		double recluster_csp;
 		double recluster_mass;   /* 0: no mass re-clustering */
+		uint32_t csp_slice;      /* CSP sample: ids in 1/csp_slice of the hash space */
 		bool spill_cache;
 		bool keyrange;           /* partitions = keyrange (else kmeans, the default) */
 		uint32_t regions;        /* keyrange: VHash regions (0: auto) */

@@ -23,9 +23,14 @@ static inline uint64_t mix64(uint64_t z)
 	return dm_hash64(z);
 }
 
+bool dm_csp_in_slice(uint32_t id, unsigned shift)
+{
+	return shift == 0 || (shift < 64 && (mix64(id) >> (64 - shift)) == 0);
+}
+
 bool dm_csp_in_sample(uint32_t id)
 {
-	return (mix64(id) >> 58) == 0;
+	return dm_csp_in_slice(id, 6);
 }
 
 size_t dm_csp_sample(const uint32_t *in, size_t n, uint32_t *out)

@@ -85,14 +85,20 @@ void dm_oracle_free(struct dm_oracle *o);
 
 /* Partitions as key ranges (oracle_keyrange.c): an oracle of k groups from VHash vh: fine
  * centroids = its K regions (bias 0: a query goes to its nearest region's group, the range
- * its key falls in), group g = the g-th of k contiguous runs of the VHash ring, cut where
- * the sample mass before a position reaches g n / k (every run non-empty), centroids = the
- * mass-weighted means of the runs' region centroids, sizes = the runs' masses, ring = the
- * identity (the CN ring is the key order). Deterministic given vh. NULL with errno EINVAL
- * (vh NULL, k outside 1..DM_MAX_NODES, k > vh->k, vh->k > 256 k: more regions than the
- * wire form allows) or ENOMEM. */
+ * its key falls in), group g = the g-th of k contiguous non-empty runs of the VHash ring
+ * (position 0 first), cut, among the cuts whose runs all hold at most
+ * floor((1 + balance_eps) n / k) of the sample's mass (the bound of balanced k-means), where
+ * the within-run sum of squared distances of the regions' centroids to their run's
+ * mass-weighted mean (each region weighted by its mass) is least, exactly (dynamic
+ * programming, O(k K L) for runs of at most L regions); when no cut meets the bound (a region
+ * heavier than it) or K > 4096, where the sample mass before a position reaches g n / k.
+ * Centroids = the mass-weighted means of the runs' region centroids, sizes = the runs'
+ * masses, ring = the identity (the CN ring is the key order). Deterministic given vh and
+ * balance_eps. NULL with errno EINVAL (vh NULL, k outside 1..DM_MAX_NODES, k > vh->k,
+ * vh->k > 256 k: more regions than the wire form allows, balance_eps outside 0..100) or
+ * ENOMEM. */
 struct dm_vhash;
-struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k);
+struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k, double balance_eps);
 
 /* Predictor: CN of the fine centroid nearest to q (squared distance + bias). */
 uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q);
@@ -150,6 +156,9 @@ double dm_csp_exact(const uint32_t *const *ids, const size_t *counts, uint32_t n
 
 /* The sampled slice: ids whose 64-bit mixed hash has its top 6 bits zero (1/64 of ids). */
 bool dm_csp_in_sample(uint32_t id);
+/* Whether id is in the 1/2^shift hash slice (shift 0..63; 0: every id). The slices nest:
+ * the 1/64 slice (dm_csp_in_sample) lies inside every coarser one. */
+bool dm_csp_in_slice(uint32_t id, unsigned shift);
 /* Copy the ids of in[] that are in the sample slice to out[] (may alias in); returns the
  * count. */
 size_t dm_csp_sample(const uint32_t *in, size_t n, uint32_t *out);

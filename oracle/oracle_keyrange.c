@@ -1,7 +1,10 @@
 /* oracle_keyrange.c: compute-node partitions as key ranges (issue 15, "partitions as key
  * ranges"): an oracle whose fine centroids are a VHash's K regions and whose k groups (CNs)
- * are contiguous runs of the VHash ring, cut so that each holds about 1/k of the sample's
- * mass. The predictor then sends a query to the CN owning the key range of its nearest
+ * are contiguous runs of the VHash ring, each holding at most (1 + eps) / k of the sample's
+ * mass (the balanced k-means' bound), cut where the k-means objective over the regions is
+ * least (cut_runs_dp: the runs end where neighbouring regions lie far apart, not at an
+ * equal-mass point inside a dense stretch); the equal-mass cut when no cut meets the bound.
+ * The predictor then sends a query to the CN owning the key range of its nearest
  * region (the region its VHash key falls in), and the CN ring is the key order itself
  * (group g is range g), so spilling to ring neighbours spills to the adjacent key ranges
  * and a CN leaving hands its range to a key neighbour (dm_oracle_owners). Everything that
@@ -12,14 +15,15 @@
 #include "config.h"   /* DM_MAX_NODES */
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Cut the K ring positions into k contiguous non-empty runs of about equal mass: start[g]
  * is the first position of run g (start[0] = 0), chosen as the first position at which the
  * mass before it reaches g n / k, kept at least one position after the previous start and
- * at most K - (k - g) (room for the runs after it). */
-static void cut_runs(const struct dm_vhash *vh, uint32_t k, uint32_t *start)
+ * at most K - (k - g) (room for the runs after it). The fallback of cut_runs_sse. */
+static void cut_runs_equal(const struct dm_vhash *vh, uint32_t k, uint32_t *start)
 {
 	uint64_t before = 0;       /* the mass of ring positions [0, p) */
 	uint32_t p = 0;
@@ -41,14 +45,147 @@ static void cut_runs(const struct dm_vhash *vh, uint32_t k, uint32_t *start)
 	}
 }
 
-struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k)
+/* The balanced cut: among all ways to cut the ring (in key order, from position 0: the
+ * VHash ring starts after its longest edge) into k non-empty contiguous runs of mass at most
+ * cap = floor((1 + eps) n / k) each (the bound balanced k-means keeps,
+ * DM_ORACLE_CONSTRAINED), the one with the least total run cost. cost[a L + l - 1] is the
+ * cost of the run of l positions from position a (run_cost_sse), len[a] the longest
+ * run from a under the cap, L the longest of all.
+ *
+ * Exact by dynamic programming over (runs, positions), O(k K L). Ties keep the first found
+ * (the earlier cut): deterministic. Writes start[0..k-1] (start[0] = 0, increasing).
+ * Returns 0, -ERANGE when no cut satisfies the cap, -ENOMEM. */
+static int cut_runs_dp(uint32_t K, uint32_t k, const uint32_t *len, uint32_t L,
+		       const double *cost, uint32_t *start)
+{
+	/* dp[g (K+1) + i]: the least cost of covering positions [0, i) with g runs */
+	double *dp = malloc((size_t)(k + 1) * (K + 1) * sizeof(*dp));
+	uint32_t *from = malloc((size_t)(k + 1) * (K + 1) * sizeof(*from));
+	int rc = -ERANGE;
+
+	if (!dp || !from) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < (size_t)(k + 1) * (K + 1); i++)
+		dp[i] = INFINITY;
+	dp[0] = 0;
+	for (uint32_t g = 1; g <= k; g++)
+		for (uint32_t j = g - 1; j < K; j++) {
+			double base = dp[(size_t)(g - 1) * (K + 1) + j];
+
+			if (base == INFINITY)
+				continue;
+			for (uint32_t l = 1; l <= len[j] && j + l <= K; l++) {
+				double c = base + cost[(size_t)j * L + l - 1];
+				size_t at = (size_t)g * (K + 1) + j + l;
+
+				if (c < dp[at]) {
+					dp[at] = c;
+					from[at] = j;
+				}
+			}
+		}
+	if (dp[(size_t)k * (K + 1) + K] < INFINITY) {
+		uint32_t i = K;
+
+		for (uint32_t g = k; g >= 1; g--) {
+			i = from[(size_t)g * (K + 1) + i];
+			start[g - 1] = i;
+		}
+		rc = 0;
+	}
+out:
+	free(dp);
+	free(from);
+	return rc;
+}
+
+/* Run cost: the k-means objective, the within-run sum of squared distances of the regions'
+ * centroids to their run's mass-weighted mean, each region weighted by its mass (running
+ * sums: sum m|c|^2 - |sum m c|^2 / sum m, doubles in a fixed order). */
+static int run_cost_sse(const struct dm_vhash *vh, const uint32_t *len, uint32_t L, double *cost)
+{
+	uint32_t K = vh->k;
+	size_t dim = vh->dim;
+	double *sum = malloc(dim * sizeof(*sum));
+
+	if (!sum)
+		return -ENOMEM;
+	for (uint32_t a = 0; a < K; a++) {
+		double w = 0, sq = 0;
+
+		memset(sum, 0, dim * sizeof(*sum));
+		for (uint32_t l = 1; l <= len[a]; l++) {
+			uint32_t r = vh->ring[a + l - 1];
+			double m = (double)vh->mass[r], s2 = 0;
+			const float *c = vh->centroids + (size_t)r * dim;
+
+			for (size_t j = 0; j < dim; j++) {
+				sum[j] += m * c[j];
+				sq += m * (double)c[j] * c[j];
+			}
+			w += m;
+			for (size_t j = 0; j < dim; j++)
+				s2 += sum[j] * sum[j];
+			cost[(size_t)a * L + l - 1] = w > 0 ? sq - s2 / w : 0;
+		}
+	}
+	free(sum);
+	return 0;
+}
+
+#define KEYRANGE_DP_MAX_K 4096u    /* above: the equal-mass cut (the DP's tables grow as K^2) */
+
+/* The cut of dm_oracle_from_vhash: the balanced DP cut of the k-means objective, or -ERANGE
+ * (then the caller keeps the equal-mass cut). */
+static int cut_runs(const struct dm_vhash *vh, uint32_t k, double eps, uint32_t *start)
+{
+	uint32_t K = vh->k, L = 0;
+	uint64_t cap = (uint64_t)floor((1.0 + eps) * (double)vh->n / (double)k);
+	uint32_t *len = NULL;
+	double *cost = NULL;
+	int rc;
+
+	if (K > KEYRANGE_DP_MAX_K || k > K)
+		return -ERANGE;
+	len = calloc(K, sizeof(*len));            /* len[a]: the longest run from a under cap */
+	if (!len)
+		return -ENOMEM;
+	for (uint32_t a = 0; a < K; a++) {
+		uint64_t m = 0;
+
+		while (a + len[a] < K && m + vh->mass[vh->ring[a + len[a]]] <= cap)
+			m += vh->mass[vh->ring[a + len[a]++]];
+		if (len[a] > L)
+			L = len[a];
+	}
+	rc = -ERANGE;
+	if (L == 0)
+		goto out;
+	cost = malloc((size_t)K * L * sizeof(*cost));
+	rc = -ENOMEM;
+	if (!cost)
+		goto out;
+	rc = run_cost_sse(vh, len, L, cost);
+	if (rc == 0)
+		rc = cut_runs_dp(K, k, len, L, cost, start);
+out:
+	free(len);
+	free(cost);
+	return rc;
+}
+
+struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k, double balance_eps)
 {
 	struct dm_oracle *o;
 	uint32_t *start = NULL;
+	int rc;
 	double *acc = NULL, *w = NULL;
 	size_t dim;
 
-	if (!vh || k < 1 || k > DM_MAX_NODES || k > vh->k || vh->k > k * 256u) {
+	if (!vh || k < 1 || k > DM_MAX_NODES || k > vh->k || vh->k > k * 256u ||
+	    !(balance_eps >= 0 && balance_eps <= 100)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -75,7 +212,11 @@ struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k)
 	    !o->ring_pos)
 		goto out_nomem;
 	memcpy(o->fine, vh->centroids, (size_t)vh->k * dim * sizeof(*o->fine));
-	cut_runs(vh, k, start);
+	rc = cut_runs(vh, k, balance_eps, start);
+	if (rc == -ENOMEM)
+		goto out_nomem;
+	if (rc < 0)
+		cut_runs_equal(vh, k, start);
 	start[k] = vh->k;
 	for (uint32_t g = 0; g < k; g++)
 		for (uint32_t p = start[g]; p < start[g + 1]; p++) {

@@ -743,6 +743,29 @@ Test(oracle, csp_sample_slice)
 		cr_assert(dm_csp_in_sample(out[i]));
 }
 
+/* [router] csp_slice: the 1/2^s slices hold their share and nest, so the 1/64 slice is the
+ * old sample and every coarser slice contains it. */
+Test(oracle, csp_slices_nest)
+{
+	for (unsigned s = 0; s <= 6; s++) {
+		size_t in = 0;
+
+		for (uint32_t id = 0; id < 640000; id++) {
+			bool a = dm_csp_in_slice(id, s);
+
+			in += a;
+			if (s == 6)
+				cr_assert_eq(a, dm_csp_in_sample(id));
+			if (dm_csp_in_slice(id, s + 1))
+				cr_assert(a, "id %u in the 1/%u slice but not the 1/%u one", id,
+					  1u << (s + 1), 1u << s);
+		}
+		double want = 640000.0 / (double)(1u << s), sd = sqrt(want);
+		cr_assert(fabs((double)in - want) < 6 * sd + 1, "1/%u slice holds %zu", 1u << s, in);
+	}
+	cr_assert(dm_csp_in_slice(12345, 0));
+}
+
 Test(oracle, csp_sampled_close_to_exact)
 {
 	const uint32_t ncn = 4;

@@ -823,8 +823,122 @@ Test(vhash, order_is_sorted_permutation)
 
 /* ---- partitions as key ranges (oracle_keyrange.c) ------------------------------------------ */
 
+/* The k-means objective of one cut, for the brute force below: the within-run sum of
+ * squared distances of the regions' centroids to their run's mass-weighted mean. */
+static double cut_cost(const struct dm_vhash *vh, const uint32_t *grp)
+{
+	double c = 0;
+
+	for (uint32_t g = 0; g < vh->k; g++) {
+		double w = 0, mu[DIM] = { 0 };
+
+		for (uint32_t r = 0; r < vh->k; r++)
+			if (grp[r] == g) {
+				w += (double)vh->mass[r];
+				for (size_t j = 0; j < vh->dim; j++)
+					mu[j] += (double)vh->mass[r] * vh->centroids[r * vh->dim + j];
+			}
+		if (w == 0)
+			continue;
+		for (size_t j = 0; j < vh->dim; j++)
+			mu[j] /= w;
+		for (uint32_t r = 0; r < vh->k; r++)
+			if (grp[r] == g)
+				for (size_t j = 0; j < vh->dim; j++) {
+					double e = vh->centroids[r * vh->dim + j] - mu[j];
+
+					c += (double)vh->mass[r] * e * e;
+				}
+	}
+	return c;
+}
+
+/* Every cut of the ring into k runs (run q from st[q]; st[0] = 0) whose runs all hold at
+ * most cap: the least cost, by enumeration (INFINITY: no such cut). */
+static double best_cut(const struct dm_vhash *vh, uint32_t k, uint64_t cap, uint32_t *st,
+		       uint32_t g, uint32_t *grp)
+{
+	double best = INFINITY;
+
+	if (g == k) {
+		for (uint32_t q = 0; q < k; q++) {
+			uint32_t end = q + 1 < k ? st[q + 1] : vh->k;
+			uint64_t m = 0;
+
+			for (uint32_t p = st[q]; p < end; p++) {
+				grp[vh->ring[p]] = q;
+				m += vh->mass[vh->ring[p]];
+			}
+			if (m > cap)
+				return INFINITY;
+		}
+		return cut_cost(vh, grp);
+	}
+	for (uint32_t p = st[g - 1] + 1; p + (k - g) <= vh->k; p++) {
+		st[g] = p;
+		double c = best_cut(vh, k, cap, st, g + 1, grp);
+
+		if (c < best)
+			best = c;
+	}
+	return best;
+}
+
+/* dm_oracle_from_vhash's cut: every run holds at most floor(1.1 n / k) of the sample (the
+ * balanced k-means' bound), and among all such cuts it has the least k-means objective
+ * over the regions, checked by enumeration; the same cut every time. */
+Test(vhash, keyrange_cut_is_balanced_and_optimal)
+{
+	uint32_t feasible = 0;
+
+	for (int skew = 0; skew < 2; skew++) {
+		struct dm_vhash *vh = fit_std(skew, NULL);
+
+		for (uint32_t k = 2; k <= 5; k++) {
+			struct dm_oracle *o = dm_oracle_from_vhash(vh, k, 0.10);
+			uint64_t cap = (uint64_t)floor(1.10 * N / k);
+			uint32_t st[8] = { 0 }, grp[K];
+
+			cr_assert(o, "k=%u: errno %d", k, errno);
+			double want = best_cut(vh, k, cap, st, 1, grp);
+
+			/* no cut meets the cap (a heavy region): the equal-mass cut stands */
+			if (want < INFINITY) {
+				feasible++;
+				for (uint32_t g = 0; g < k; g++)
+					cr_assert_leq(o->sizes[g], cap, "k=%u: run %u holds %llu > %llu",
+						      k, g, (unsigned long long)o->sizes[g],
+						      (unsigned long long)cap);
+				double got = cut_cost(vh, o->fine_group);
+
+				cr_assert(got <= want * (1 + 1e-9), "skew %d k=%u: cut cost %.9g, the "
+					  "best %.9g", skew, k, got, want);
+			}
+			struct dm_oracle *o2 = dm_oracle_from_vhash(vh, k, 0.10);
+
+			cr_assert(o2);
+			cr_assert_arr_eq(o->fine_group, o2->fine_group, K * sizeof(uint32_t));
+			dm_oracle_free(o2);
+			dm_oracle_free(o);
+		}
+		if (skew) {
+			/* a cap no cut meets (eps 0, regions of unequal mass): the equal-mass cut */
+			struct dm_oracle *o = dm_oracle_from_vhash(vh, 3, 0.0);
+
+			cr_assert(o);
+			dm_oracle_free(o);
+			errno = 0;
+			cr_assert_null(dm_oracle_from_vhash(vh, 3, -0.1));
+			cr_assert_eq(errno, EINVAL);
+			cr_assert_null(dm_oracle_from_vhash(vh, 3, NAN));
+		}
+		dm_vhash_free(vh);
+	}
+	cr_assert_geq(feasible, 5, "only %u of 8 cuts could meet the cap", feasible);
+}
+
 /* dm_oracle_from_vhash: every group a contiguous non-empty run of the ring, in ring order;
- * masses near n / k (a run boundary moves at most one region's mass past its goal); the
+ * masses near n / k (at most 1.1 n / k, or one region's mass past n / k); the
  * predictor sends a point to the group of its nearest region, i.e. to the range its key
  * falls in; the ring of CNs is the identity, so a leaving CN's range goes to a key neighbour
  * and no other range moves; the wire form round-trips; bad arguments. */
@@ -837,7 +951,7 @@ Test(vhash, keyrange_partitions)
 	for (uint32_t r = 0; r < vh->k; r++)
 		maxmass = DM_MAX(maxmass, vh->mass[r]);
 	for (uint32_t k = 1; k <= 5; k++) {
-		struct dm_oracle *o = dm_oracle_from_vhash(vh, k);
+		struct dm_oracle *o = dm_oracle_from_vhash(vh, k, 0.10);
 		uint64_t sum = 0;
 		uint32_t prev = 0;
 
@@ -859,9 +973,8 @@ Test(vhash, keyrange_partitions)
 			sum += o->sizes[g];
 			cr_assert_eq(o->ring[g], g);
 			cr_assert_eq(o->ring_pos[g], g);
-			cr_assert_leq(o->sizes[g], N / k + maxmass, "k=%u: group %u holds %llu", k, g,
-				      (unsigned long long)o->sizes[g]);
-			cr_assert_geq(o->sizes[g] + maxmass, N / k > maxmass ? N / k - maxmass : 0);
+			cr_assert_leq(o->sizes[g], DM_MAX((uint64_t)floor(1.10 * N / k), N / k + maxmass),
+				      "k=%u: group %u holds %llu", k, g, (unsigned long long)o->sizes[g]);
 		}
 		cr_assert_eq(sum, N);
 		/* the predictor: the group owning the point's key */
@@ -891,7 +1004,7 @@ Test(vhash, keyrange_partitions)
 	/* A CN leaving hands its key range to a key neighbour (the identity ring): with 5
 	 * partitions and CN c down, only partition c changes owner, to c - 1 or c + 1. */
 	{
-		struct dm_oracle *o5 = dm_oracle_from_vhash(vh, 5);
+		struct dm_oracle *o5 = dm_oracle_from_vhash(vh, 5, 0.10);
 		bool up[5];
 		uint32_t owner[5];
 
@@ -909,12 +1022,12 @@ Test(vhash, keyrange_partitions)
 		dm_oracle_free(o5);
 	}
 	errno = 0;
-	cr_assert_null(dm_oracle_from_vhash(vh, 0));
+	cr_assert_null(dm_oracle_from_vhash(vh, 0, 0.10));
 	cr_assert_eq(errno, EINVAL);
-	cr_assert_null(dm_oracle_from_vhash(vh, vh->k + 1));
-	cr_assert_null(dm_oracle_from_vhash(NULL, 2));
+	cr_assert_null(dm_oracle_from_vhash(vh, vh->k + 1, 0.10));
+	cr_assert_null(dm_oracle_from_vhash(NULL, 2, 0.10));
 	/* every region its own group: k = K */
-	struct dm_oracle *o = dm_oracle_from_vhash(vh, vh->k);
+	struct dm_oracle *o = dm_oracle_from_vhash(vh, vh->k, 0.10);
 
 	cr_assert(o);
 	for (uint32_t p = 0; p < vh->k; p++)

@@ -223,7 +223,8 @@ Test(wire_fwd, router_config_keys)
 		{ "recluster_secs = -1", "recluster_secs" }, { "sample_min_nodes = 0", "sample_min" },
 		{ "colour = blue", "unknown key 'colour'" }, { "spill_cache = maybe", "spill_cache" },
 		{ "recluster_mass = 101", "recluster_mass" }, { "recluster_mass = -0.1", "recluster_mass" },
-		{ "recluster_mass = x", "recluster_mass" },
+		{ "recluster_mass = x", "recluster_mass" }, { "csp_slice = 0", "csp_slice" },
+		{ "csp_slice = 3", "csp_slice" }, { "csp_slice = 128", "csp_slice" },
 	};
 	FILE *f;
 
@@ -239,10 +240,11 @@ Test(wire_fwd, router_config_keys)
 	cr_assert_eq(c->router.pause_queue, 1000);
 	cr_assert_float_eq(c->router.recluster_csp, 0.5, 1e-12);
 	cr_assert_float_eq(c->router.recluster_mass, 0.5, 1e-12);
+	cr_assert_eq(c->router.csp_slice, 64);
 	cr_assert_not(c->router.spill_cache, "spilled queries do not fill the cache by default");
 	snprintf(text, sizeof(text), "%s[router]\nstrategy = adaptive-ring\nbatch = 500\n"
 		 "recluster_csp = 0.4\nrecluster_secs = 0\nexchange_ms = 50\nspill_cache = yes\n"
-		 "recluster_mass = 0.25\n",
+		 "recluster_mass = 0.25\ncsp_slice = 4\n",
 		 hdr);
 	cr_assert_eq(dm_config_parse(text, "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(c->router.strategy, DM_ROUTE_ADAPTIVE_RING);
@@ -251,6 +253,7 @@ Test(wire_fwd, router_config_keys)
 	cr_assert_eq(c->router.exchange_ms, 50);
 	cr_assert_float_eq(c->router.recluster_csp, 0.4, 1e-12);
 	cr_assert_float_eq(c->router.recluster_mass, 0.25, 1e-12);
+	cr_assert_eq(c->router.csp_slice, 4);
 	cr_assert(c->router.spill_cache);
 	for (size_t i = 0; i < DM_ARRAY_SIZE(bad); i++) {
 		snprintf(text, sizeof(text), "%s[router]\n%s\n", hdr, bad[i][0]);

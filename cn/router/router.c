@@ -113,6 +113,7 @@ struct router {
 	uint64_t mass_pass_ns;       /* when the last pass ended */
 	uint64_t mass_high_since;
 	atomic_ulong mass_ppm, mass_base_ppm, mass_passes;   /* base: the epoch's first pass */
+	atomic_ulong csp_truncated;   /* reports whose cache sample was cut at DM_FWD_MAX_SAMPLE */
 	atomic_uint mass_measured;   /* the oracle epoch of the last pass */
 };
 
@@ -420,7 +421,7 @@ static int fit_oracle(struct oracle_build *b)
 		vo.pace = op.pace;
 		vo.pace_arg = op.pace_arg;
 		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, &vo);
-		b->o = vh ? dm_oracle_from_vhash(vh, b->ncn) : NULL;
+		b->o = vh ? dm_oracle_from_vhash(vh, b->ncn, op.balance_eps) : NULL;
 		if (!b->o)
 			rc = -errno;
 		dm_vhash_free(vh);
@@ -1101,6 +1102,11 @@ void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
 	}
 }
 
+uint64_t router_csp_truncated(struct router *r)
+{
+	return r ? atomic_load(&r->csp_truncated) : 0;
+}
+
 void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken)
 {
 	*fitted = r ? atomic_load(&r->fits_here) : 0;
@@ -1306,14 +1312,20 @@ static void close_oc(struct router *r, uint32_t m)
 struct sample_ctx {
 	uint32_t *ids;
 	uint32_t n, cap;
+	unsigned shift;     /* the 1/2^shift slice ([router] csp_slice) */
+	uint64_t over;      /* ids of the slice left out: more than cap */
 };
 
 static void sample_id(void *arg, uint32_t id)
 {
 	struct sample_ctx *s = arg;
 
-	if (s->n < s->cap && dm_csp_in_sample(id))
+	if (!dm_csp_in_slice(id, s->shift))
+		return;
+	if (s->n < s->cap)
 		s->ids[s->n++] = id;
+	else
+		s->over++;
 }
 
 /* Report our queue length, epochs (and, with_sample, our cache sample) to every memory node
@@ -1328,7 +1340,8 @@ static bool exchange(struct router *r, bool with_sample)
 	uint32_t ids[DM_FWD_MAX_SAMPLE];
 	uint8_t *msg = malloc(sizeof(s) + sizeof(ids));
 	uint8_t resp[sizeof(struct dm_wire_fwd_table) + DM_MAX_NODES * sizeof(struct dm_wire_fwd_entry)];
-	struct sample_ctx sc = { .ids = ids, .cap = DM_FWD_MAX_SAMPLE };
+	struct sample_ctx sc = { .ids = ids, .cap = DM_FWD_MAX_SAMPLE,
+				 .shift = (unsigned)__builtin_ctz(r->p.csp_slice) };
 	uint32_t best_age[DM_MAX_NODES];
 	struct dm_rollout_cn rep[DM_MAX_NODES];
 	bool csp_set = false;
@@ -1346,6 +1359,15 @@ static bool exchange(struct router *r, bool with_sample)
 		}
 		pthread_rwlock_unlock(&cn->lock);
 		s.entries = cs.entries;
+		if (sc.over) {
+			/* The estimate then misses duplicates among the ids left out: say so once */
+			if (atomic_fetch_add(&r->csp_truncated, 1) == 0)
+				dm_warn("cn%u: the CSP sample holds %llu ids of the 1/%u slice, over "
+					"the %u a report carries: the estimate is low (a larger "
+					"[router] csp_slice samples fewer)", r->self,
+					(unsigned long long)(sc.n + sc.over), r->p.csp_slice,
+					DM_FWD_MAX_SAMPLE);
+		}
 	}
 	s.qlen = atomic_load(&cn->qlen);
 	s.next = DM_MAX(s.epoch, atomic_load(&r->next_epoch));
@@ -1620,6 +1642,8 @@ struct router *router_start(struct cn *cn, const struct router_params *p)
 		return NULL;
 	r->cn = cn;
 	r->p = *p;
+	if (!r->p.csp_slice || r->p.csp_slice > 64 || (r->p.csp_slice & (r->p.csp_slice - 1)))
+		r->p.csp_slice = 64;
 	r->self = cn->node->id;
 	r->ncn = k;
 	atomic_store(&r->strategy, p->strategy);

@@ -49,6 +49,8 @@ struct router_params {
 	 * per CN, at most 256 per CN). */
 	bool keyrange;
 	uint32_t regions;
+	uint32_t csp_slice;         /* CSP sample: 1/csp_slice of the id hash space (1..64, a
+				     * power of two; 0: 64) */
 };
 
 struct router *router_start(struct cn *cn, const struct router_params *p);
@@ -91,6 +93,9 @@ void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
  * (fitted by another CN in a rollout: router_etcd.h; a CN that starts after a rollout
  * takes its epoch's too). r may be NULL (0, 0). */
 void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken);
+/* Reports whose cache sample for the CSP estimate was cut at DM_FWD_MAX_SAMPLE ids (the
+ * slice of [router] csp_slice held more): the estimate misses duplicates then. 0 for NULL. */
+uint64_t router_csp_truncated(struct router *r);
 /* The mass drift: the largest partition's share of the index's upper-level sample over its
  * fair share (dm_rollout_mass_ratio) at the last full pass, the same at the first pass of
  * that oracle epoch (base), the epoch, and how many passes were made. false while no pass
