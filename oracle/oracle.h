@@ -91,7 +91,8 @@ void dm_oracle_free(struct dm_oracle *o);
  * the within-run sum of squared distances of the regions' centroids to their run's
  * mass-weighted mean (each region weighted by its mass) is least, exactly (dynamic
  * programming, O(k K L) for runs of at most L regions); when no cut meets the bound (a region
- * heavier than it) or K > 4096, where the sample mass before a position reaches g n / k.
+ * heavier than it), K > 4096 or K L dim > 2^28, where the sample mass before a position
+ * reaches g n / k.
  * Centroids = the mass-weighted means of the runs' region centroids, sizes = the runs'
  * masses, ring = the identity (the CN ring is the key order). Deterministic given vh and
  * balance_eps. NULL with errno EINVAL (vh NULL, k outside 1..DM_MAX_NODES, k > vh->k,

@@ -22,7 +22,7 @@
 /* Cut the K ring positions into k contiguous non-empty runs of about equal mass: start[g]
  * is the first position of run g (start[0] = 0), chosen as the first position at which the
  * mass before it reaches g n / k, kept at least one position after the previous start and
- * at most K - (k - g) (room for the runs after it). The fallback of cut_runs_sse. */
+ * at most K - (k - g) (room for the runs after it). The fallback of cut_runs. */
 static void cut_runs_equal(const struct dm_vhash *vh, uint32_t k, uint32_t *start)
 {
 	uint64_t before = 0;       /* the mass of ring positions [0, p) */
@@ -135,7 +135,10 @@ static int run_cost_sse(const struct dm_vhash *vh, const uint32_t *len, uint32_t
 	return 0;
 }
 
-#define KEYRANGE_DP_MAX_K 4096u    /* above: the equal-mass cut (the DP's tables grow as K^2) */
+/* Above either bound, the equal-mass cut: the cost table holds K L doubles and takes
+ * about 3 K L dim flops (256 regions of 784 dimensions, runs of up to 100: 60 M). */
+#define KEYRANGE_DP_MAX_K    4096u
+#define KEYRANGE_DP_MAX_WORK (1ull << 28)
 
 /* The cut of dm_oracle_from_vhash: the balanced DP cut of the k-means objective, or -ERANGE
  * (then the caller keeps the equal-mass cut). */
@@ -161,7 +164,7 @@ static int cut_runs(const struct dm_vhash *vh, uint32_t k, double eps, uint32_t 
 			L = len[a];
 	}
 	rc = -ERANGE;
-	if (L == 0)
+	if (L == 0 || (uint64_t)K * L * (vh->dim + 1) > KEYRANGE_DP_MAX_WORK)
 		goto out;
 	cost = malloc((size_t)K * L * sizeof(*cost));
 	rc = -ENOMEM;
