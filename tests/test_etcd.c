@@ -877,6 +877,14 @@ Test(etcd_parse, upper_level_keys)
 /* ---- a rollout epoch's oracle handed over through etcd (cn/router/router_etcd.h) ---- */
 
 /* Register compute node id of cluster "o" as a member under a lease of ttl s: its lease. */
+/* Revoke a lease after 300 ms (a claimer that dies while another CN waits). */
+static void *revoke_later(void *arg)
+{
+	usleep(300000);
+	dm_etcd_lease_revoke(E, *(int64_t *)arg);
+	return NULL;
+}
+
 static int64_t member_of(uint32_t id, int ttl)
 {
 	char key[64];
@@ -989,6 +997,24 @@ Test(etcd, oracle_hand_over)
 	cr_assert_eq(router_etcd_obtain(h2, &want, 200, never, NULL, &w, &len, &got), -ETIME);
 	cr_assert_eq(dm_etcd_lease_revoke(E, l1), 0);
 	cr_assert_eq(router_etcd_obtain(h2, &want, 1000, never, NULL, &w, &len, &got), 0);
+	/* ... and while another CN waits for it: the waiter polls the claim with reads and
+	 * claims it once the key is gone */
+	{
+		pthread_t t;
+		struct timespec a, b;
+
+		l1 = member_of(1, 30);
+		want.epoch = 5;
+		cr_assert_eq(router_etcd_obtain(h1, &want, 1000, never, NULL, &w, &len, &got), 0);
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		cr_assert_eq(pthread_create(&t, NULL, revoke_later, &l1), 0);
+		cr_assert_eq(router_etcd_obtain(h2, &want, 5000, never, NULL, &w, &len, &got), 0);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		pthread_join(t, NULL);
+		cr_assert_geq((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000, 250,
+			      "claimed before the holder's lease went");
+		want.epoch = 4;
+	}
 	/* too large for one value: the header alone, the others fit it themselves */
 	{
 		size_t big = DM_ETCD_VAL_MAX;

@@ -194,6 +194,7 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 	uint64_t t0 = dm_now_ns();
 	int64_t lease = 0;
 	bool asked_holder = false;
+	bool held = false;   /* another CN holds the claim: poll with reads only */
 
 	key_of(h, model, sizeof(model), "model", want);
 	key_of(h, fit, sizeof(fit), "fit", want);
@@ -211,6 +212,20 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 			return take(want, val, vlen, wire, len, got);
 		if (rc != -ENOENT)
 			return rc;
+		if (held) {
+			/* The claim is read, not tried again: a transaction goes through Raft
+			 * (a WAL write) even when its comparison fails, and the waiting CNs would
+			 * write every ROE_POLL_MS while the fitter works. Claim again only once
+			 * the holder's key is gone (its member lease expired). */
+			rc = dm_etcd_get(h->e, fit, &val, &vlen, NULL);
+			if (rc == 0) {
+				free(val);
+				goto wait;
+			}
+			if (rc != -ENOENT)
+				return rc;
+			held = false;
+		}
 		if (!lease) {
 			rc = member_lease(h, &lease);
 			if (rc)
@@ -221,6 +236,7 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 			return rc;   /* -ENOENT: the member lease just expired */
 		if (ok)
 			return 0;
+		held = true;
 		if (!asked_holder) {
 			/* a claim of ours from an earlier try (a fit that failed, a sample of
 			 * an index replaced meanwhile) is ours to fit again */
@@ -237,8 +253,11 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 					return 0;
 			} else if (rc != -ENOENT) {
 				return rc;
+			} else {
+				held = false;   /* gone meanwhile: try to claim it again */
 			}
 		}
+wait:
 		if (dm_now_ns() - t0 >= (uint64_t)wait_ms * 1000000ull)
 			return -ETIME;
 		sleep_ms(ROE_POLL_MS);

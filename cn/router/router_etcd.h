@@ -53,7 +53,9 @@ void router_etcd_close(struct router_etcd *h);
 const char *router_etcd_errmsg(const struct router_etcd *h);
 
 /* Take epoch want->epoch's oracle from etcd, or claim its fit: polls model/<E> and tries
- * to create fit/<E> until one succeeds, up to wait_ms, or cancel(arg) says to stop.
+ * to create fit/<E> until one succeeds, up to wait_ms, or cancel(arg) says to stop. While
+ * another CN holds fit/<E> it polls with reads only (a claim is tried again once that key
+ * is gone).
  *   1  taken: *wire (malloc'd; free()), *len, *got: a published oracle whose epoch, crc,
  *      ncn, dim, metric, keyrange, regions and lv are want's (its wire form is not
  *      decoded);
