@@ -639,7 +639,7 @@ void dm_wire_get_f32s(const uint8_t *buf, float *v, uint32_t n);
  *   FWD_BOUNCE  fwd{same} + the Q_SEARCH message         MN -> origin when the target has no
  *               SERVE connection (not up yet): the origin runs the query itself
  *   FWD_STATE   state{cn, epoch, qlen, nsample, entries, seq, next, flags} + nsample u32
- *               cached ids (the 1/64 hash slice of the CN's cache) -> table{...} + n
+ *               cached ids (the 1/csp_slice hash slice of the CN's cache, default 1/64) -> table{...} + n
  *               entries{cn, qlen, age, epoch, next, flags}:
  *               every CN reports to every MN; each MN keeps the last report of each CN and
  *               answers with all it knows and the cache split penalty of the stored samples.
@@ -695,7 +695,7 @@ struct dm_wire_fwd_state {     /* FWD_STATE request, followed by nsample u32 */
 	uint32_t epoch;            /* re-clustering epoch the CN runs */
 	uint32_t qlen;             /* local queue: queries admitted and not answered */
 	uint32_t nsample;          /* <= DM_FWD_MAX_SAMPLE */
-	uint64_t entries;          /* cache entries in total (the sample is ~1/64 of them), or
+	uint64_t entries;          /* cache entries in total (the sample is ~1/csp_slice of them), or
 				    * DM_FWD_NO_SAMPLE: a queue-length-only report (nsample 0);
 				    * the memory node keeps the CN's last sample */
 	uint64_t seq;              /* report number (diagnostics) */
