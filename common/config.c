@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include "config_int.h"
+#include "hnsw/hnsw.h"
 #include "wire.h"
 
 #include <ctype.h>
@@ -151,7 +152,7 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 		return 1;
 	}
 	if (strcmp(key, "refresh_ms") && strcmp(key, "lease_ms") && strcmp(key, "send_queue") &&
-	    strcmp(key, "drain_ms") && strcmp(key, "call_threads"))
+	    strcmp(key, "drain_ms") && strcmp(key, "call_threads") && strcmp(key, "ef_upper"))
 		return 0;
 	if (per_node) {
 		snprintf(msg, msglen, "%s applies to every compute node: set it in [cn]", key);
@@ -182,6 +183,12 @@ int dm_config_cn_key(struct dm_cn_cfg *c, bool per_node, const char *key, const 
 			return -EINVAL;
 		}
 		c->call_threads = (uint32_t)u;
+	} else if (!strcmp(key, "ef_upper")) {
+		if (!parse_u64(v, HNSW_EF_UPPER_MAX, &u) || u < 1) {
+			snprintf(msg, msglen, "ef_upper '%s' must be 1..%u", v, HNSW_EF_UPPER_MAX);
+			return -EINVAL;
+		}
+		c->ef_upper = (uint32_t)u;
 	} else {
 		if (!parse_u64(v, 65536, &u) || u < 128) {
 			snprintf(msg, msglen, "send_queue '%s' must be 128..65536", v);
@@ -784,6 +791,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	mn_settings_default(&cfg->mn_set);
 	cfg->cn_all = (struct dm_cn_cfg){ .cache_admit = 0.1, .refresh_ms = 1000,
 		.lease_ms = 20000, .send_queue = 256, .drain_ms = 5000,
+		.ef_upper = HNSW_EF_UPPER_DEFAULT,
 		.call_threads = 8 };
 	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	snprintf(cfg->dir, sizeof(cfg->dir), "%s", base_dir ? base_dir : ".");

@@ -56,6 +56,10 @@
  *                               ; (0: stop at once; it stops earlier once idle)
  *   call_threads = 8            ; native S3 calls (libdmann C_CALL) one client connection
  *                               ; may have running at once on a CN, 1..64
+ *   ef_upper = 16               ; HNSW queries with codes: search list size on level 1,
+ *                               ; 1..256 (1: the greedy descent of hnswlib); its best
+ *                               ; ceil(ef_upper/4) nodes are level 0's entry points. Level 1
+ *                               ; is local to the CN: CPU, no READ (docs/operations.md)
  *   refresh_ms = 1000           ; period of the CN's index-generation poll, 50..60000
  *                               ; (a new `dmann load` is served within about this long)
  *   lease_ms = 20000            ; generation lease, 1000..3600000: a memory node frees an
@@ -205,6 +209,7 @@ struct dm_cn_cfg {
 	uint32_t lease_ms;           /* [cn] only; memory nodes read it too */
 	uint32_t send_queue;         /* [cn] only */
 	uint32_t call_threads;       /* [cn] only: C_CALLs run at once per client connection */
+	uint32_t ef_upper;           /* [cn] only: HNSW level-1 search list (hnsw_src.ef_upper) */
 };
 #define DM_CN_MAX_CALL_THREADS 64u
 #define DM_CN_SET_CACHE 1u

@@ -241,12 +241,13 @@ Test(config, compute_node_settings)
 	cr_assert_eq(c->cn[0].cnc.lease_ms, 20000);
 	cr_assert_eq(c->cn[0].cnc.send_queue, 256);
 	cr_assert_eq(c->cn[0].cnc.drain_ms, 5000);
+	cr_assert_eq(c->cn[0].cnc.ef_upper, 16);
 	cr_assert_eq(dm_config_cache_bytes(&c->cn[0].cnc, 1000000), 0);
 
 	cr_assert_eq(dm_config_parse(HDR "[mn.0]\naddress = h:1\n"
 				     "[cn.1]\naddress = h:3\ncache = 512MiB\ncache_admit = 1\n"
 				     "[cn]\ncache = 10%\ncache_admit = 0.25\nrefresh_ms = 50\n"
-				     "lease_ms = 1000\nsend_queue = 128\ndrain_ms = 0\n"
+				     "lease_ms = 1000\nsend_queue = 128\ndrain_ms = 0\nef_upper = 1\n"
 				     "[cn.0]\naddress = h:2\n[cn.2]\naddress = h:4\ncache = 0\n",
 				     "c.ini", dir, c, err, sizeof(err)), 0, "%s", err);
 	cr_assert(c->cn[0].cnc.cache_is_ratio);
@@ -257,6 +258,8 @@ Test(config, compute_node_settings)
 	cr_assert_eq(c->cn[0].cnc.lease_ms, 1000);
 	cr_assert_eq(c->cn[0].cnc.send_queue, 128);
 	cr_assert_eq(c->cn[0].cnc.drain_ms, 0);
+	cr_assert_eq(c->cn[0].cnc.ef_upper, 1);
+	cr_assert_eq(c->cn[2].cnc.ef_upper, 1);
 	/* cn.1 set its own cache and admission before [cn]; the rest comes from [cn]. */
 	cr_assert(!c->cn[1].cnc.cache_is_ratio);
 	cr_assert_eq(dm_config_cache_bytes(&c->cn[1].cnc, 1000000), 512ull << 20);
@@ -311,6 +314,10 @@ Test(config, compute_node_errors)
 	expect_error(HDR "[cn]\nlease_ms = 999\n", "c.ini:5: lease_ms");
 	expect_error(HDR "[cn]\nsend_queue = 100\n", "c.ini:5: send_queue '100' must be 128..65536");
 	expect_error(HDR "[cn]\ndrain_ms = 600001\n", "c.ini:5: drain_ms '600001' must be 0..600000");
+	expect_error(HDR "[cn]\nef_upper = 0\n", "c.ini:5: ef_upper '0' must be 1..256");
+	expect_error(HDR "[cn]\nef_upper = 257\n", "c.ini:5: ef_upper '257' must be 1..256");
+	expect_error(HDR "[cn.0]\naddress = h:2\nef_upper = 8\n",
+		     "c.ini:6: ef_upper applies to every compute node: set it in [cn]");
 	expect_error(HDR "[cn.0]\naddress = h:2\ndrain_ms = 1\n",
 		     "c.ini:6: drain_ms applies to every compute node: set it in [cn]");
 	expect_error(HDR "[cn]\naddress = h:1\n", "c.ini:5: unknown key 'address' in section [cn]");

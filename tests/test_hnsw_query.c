@@ -1,7 +1,8 @@
 /* test_hnsw_query.c: the resumable K-NN search (the compute node's) returns exactly what
  * the local hnsw_search returns, and never reads a record outside the batch it asked for;
  * without codes and with RaBitQ neighbour codes (beams 1, 2 and 4), where a level-0 batch
- * is the candidates being expanded. */
+ * is the candidates being expanded; level 0 entered from the greedy descent (ef_upper 1)
+ * and from the seeds of a level-1 search (ef_upper 16, 64). */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,10 @@ static void check_metric(enum dm_metric m, enum hnsw_codes codes, uint32_t beam,
 		struct dm_hit a[10], b[10], c[10];
 		int na, nb, nc, rc;
 		size_t ef = 16 + (size_t)(i % 5) * 30;
+		/* the greedy descent, the default level-1 list and a long one */
+		static const uint32_t efu[] = { 1, HNSW_EF_UPPER_DEFAULT, 64 };
+
+		local.ef_upper = ss.s.ef_upper = efu[i % 3];
 
 		na = hnsw_search_b(&local, se, qs + (size_t)i * DIM, 10, ef, beam, a);
 		cr_assert_eq(na, 10);

@@ -301,7 +301,7 @@ int dm_cmd_build(int argc, char **argv)
 static void search_usage(FILE *f)
 {
 	fprintf(f, "usage: dmann search --index INDEX --query F [--gt F] [--k 10] [--ef 64[,128...]]\n"
-		   "                    [--nq N] [--beam B] [--json]\n\n"
+		   "                    [--nq N] [--beam B] [--ef-upper E] [--json]\n\n"
 		   "Search a local index image with one thread, one query at a time; print recall@k\n"
 		   "(with --gt), QPS and latency percentiles, one line per ef.\n\n"
 		   "  --index INDEX  image written by dmann build\n"
@@ -311,6 +311,9 @@ static void search_usage(FILE *f)
 		   "  --ef E[,E...]  search breadth(s) (1..100000, default 64); ef < k is raised to k\n"
 		   "  --nq N         use only the first N queries\n"
 		   "  --beam B       with codes: candidates expanded per step (1..64, default 1)\n"
+		   "  --ef-upper E   with codes: search list size on level 1 (1..256, default 16,\n"
+		   "                 as [cn] ef_upper; 1: the greedy descent of hnswlib); its best\n"
+		   "                 ceil(E/4) nodes are level 0's entry points\n"
 		   "  --json         one JSON object per result line\n");
 }
 
@@ -352,11 +355,12 @@ int dm_cmd_search(int argc, char **argv)
 		{ "gt", required_argument, 0, 'g' },    { "k", required_argument, 0, 'k' },
 		{ "ef", required_argument, 0, 'e' },    { "nq", required_argument, 0, 'n' },
 		{ "json", no_argument, 0, 'j' },        { "help", no_argument, 0, 'h' },
-		{ "beam", required_argument, 0, 'b' },
+		{ "beam", required_argument, 0, 'b' },  { "ef-upper", required_argument, 0, 'u' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *ipath = NULL, *qpath = NULL, *gpath = NULL;
-	unsigned long long k = 10, efs[64] = { 64 }, nqmax = 0, beam = 1;
+	unsigned long long k = 10, efs[64] = { 64 }, nqmax = 0, beam = 1,
+			   ef_upper = HNSW_EF_UPPER_DEFAULT;
 	int nef = 1;
 	bool json = false;
 	int c;
@@ -388,6 +392,11 @@ int dm_cmd_search(int argc, char **argv)
 			break;
 		case 'b':
 			if (dm_cli_parse_u64("search", "--beam", optarg, 1, 64, &beam) < 0)
+				return 2;
+			break;
+		case 'u':
+			if (dm_cli_parse_u64("search", "--ef-upper", optarg, 1, HNSW_EF_UPPER_MAX,
+					     &ef_upper) < 0)
 				return 2;
 			break;
 		case 'j':
@@ -448,12 +457,14 @@ int dm_cmd_search(int argc, char **argv)
 	struct hnsw_searcher *s = hnsw_searcher_new(idx->n, idx->p.dim);
 	struct dm_hit *hits = malloc(k * sizeof(*hits));
 	uint64_t *lat = malloc(nq * sizeof(*lat));
-	if (!s || !hits || !lat) {
+	uint64_t *qd = malloc(nq * sizeof(*qd));    /* exact distances (level-0 expansions) */
+	if (!s || !hits || !lat || !qd) {
 		fprintf(stderr, "dmann search: out of memory\n");
 		goto out_free_s;
 	}
 	struct hnsw_src src;
 	hnsw_src_local(idx, &src);
+	src.ef_upper = (uint32_t)ef_upper;
 	for (int e = 0; e < nef; e++) {
 		uint64_t found = 0;
 		src.hops = src.dist_evals = src.est_evals = 0;
@@ -461,10 +472,11 @@ int dm_cmd_search(int argc, char **argv)
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 		uint64_t t0 = dm_now_ns();
 		for (uint64_t i = 0; i < nq; i++) {
-			uint64_t a = dm_now_ns();
+			uint64_t a = dm_now_ns(), d0 = src.dist_evals;
 			int n = hnsw_search_b(&src, s, (const float *)q.data + i * q.dim, k, efs[e],
 					      (uint32_t)beam, hits);
 			lat[i] = dm_now_ns() - a;
+			qd[i] = src.dist_evals - d0;
 			if (n < 0) {
 				fprintf(stderr, "dmann search: query %llu: %s\n", (unsigned long long)i,
 					strerror(-n));
@@ -493,26 +505,31 @@ int dm_cmd_search(int argc, char **argv)
 		double qps = (double)nq / secs, recall = (double)found / (double)(nq * k);
 		double hops = (double)src.hops / (double)nq, evals = (double)src.dist_evals / (double)nq;
 		double ests = (double)src.est_evals / (double)nq;
+		qsort(qd, nq, sizeof(*qd), cmp_u64);
+		unsigned long long d99 = qd[DM_MIN(nq - 1, nq * 99 / 100)], dmax = qd[nq - 1];
 		if (json) {
 			printf("{\"ef\":%llu,\"k\":%llu,\"nq\":%llu,", efs[e], k, (unsigned long long)nq);
 			if (gpath)
 				printf("\"recall\":%.5f,", recall);
 			printf("\"qps\":%.1f,\"cpu_qps\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
 			       "\"hops_per_query\":%.1f,\"dist_per_query\":%.1f,\"est_per_query\":%.1f,"
-			       "\"beam\":%llu,\"codes\":\"%s\"}\n", qps, cpu_qps, p50, p99,
-			       hops, evals, ests, beam, idx->quant ? "rabitq" : "none");
+			       "\"dist_p99\":%llu,\"dist_max\":%llu,\"beam\":%llu,\"ef_upper\":%llu,"
+			       "\"codes\":\"%s\"}\n", qps, cpu_qps, p50, p99, hops, evals, ests, d99,
+			       dmax, beam, ef_upper, idx->quant ? "rabitq" : "none");
 		} else {
 			printf("ef=%-5llu k=%llu", efs[e], k);
 			if (gpath)
 				printf(" recall@%llu=%.4f", k, recall);
 			printf(" qps=%.0f cpu_qps=%.0f p50_us=%.1f p99_us=%.1f hops/q=%.1f dists/q=%.1f"
-			       " ests/q=%.1f\n", qps, cpu_qps, p50, p99, hops, evals, ests);
+			       " (p99 %llu, max %llu) ests/q=%.1f\n", qps, cpu_qps, p50, p99, hops, evals,
+			       d99, dmax, ests);
 		}
 		fflush(stdout);
 	}
 	rc = 0;
 out_free_s:
 	free(lat);
+	free(qd);
 	free(hits);
 	hnsw_searcher_free(s);
 out_free_gt:

@@ -436,6 +436,8 @@ static void bind_graph(struct worker *w, uint32_t g)
 	v->draining = false;
 	if (d) {
 		dindex_src(d, &v->src);
+		if (w->cn->node && w->cn->node->cnc.ef_upper)
+			v->src.ef_upper = w->cn->node->cnc.ef_upper;   /* [cn] ef_upper */
 		v->src.get = stage_get;
 		v->src.ctx = w;
 	}

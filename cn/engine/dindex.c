@@ -628,6 +628,7 @@ void dindex_src(const struct dindex *d, struct hnsw_src *src)
 	src->upq = d->upq;
 	src->entry = d->entry;
 	src->max_level = d->max_level;
+	src->ef_upper = HNSW_EF_UPPER_DEFAULT;
 	/* online upper levels change the view's upper levels (cn_upper.h) */
 	src->uplock = d->cap > d->n ? (pthread_rwlock_t *)&d->up_lock : NULL;
 }

@@ -185,6 +185,10 @@ struct hnsw_src {
 					 SQ8 codes (local search and resumable query alike) */
 	uint32_t entry;
 	int max_level;
+	/* with upq: the search list size on level 1 (hnsw_upq.h); 0 or 1: the greedy descent of
+	 * the paper and hnswlib, E (2..HNSW_EF_UPPER_MAX): SEARCH-LAYER with ef = E there and
+	 * its best ceil(E / 4) nodes (at most 16) seed level 0. No effect without upq. */
+	uint32_t ef_upper;
 	/* optional: held for reading while the upper levels (upl, uvec, upq) are read, when a
 	 * writer may change them meanwhile (a compute node's online upper levels) */
 	pthread_rwlock_t *uplock;
@@ -195,6 +199,10 @@ struct hnsw_src {
 	 * est_evals = code estimates */
 	uint64_t hops, dist_evals, est_evals;
 };
+
+/* ef_upper: the default of local sources (hnsw_src_local) and compute nodes, and its bound */
+#define HNSW_EF_UPPER_DEFAULT 16u
+#define HNSW_EF_UPPER_MAX 256u
 
 /* The one accessor the search uses to read a record. */
 static inline const struct hnsw_rec_hdr *hnsw_get(struct hnsw_src *s, uint32_t id)

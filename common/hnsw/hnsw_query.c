@@ -10,7 +10,6 @@
 enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0_ENTRY, ST_L0, ST_L0_SCORE, ST_C0, ST_C0_EXPAND,
        ST_DONE };
 
-#define VIS_EMPTY UINT32_MAX
 
 struct hnsw_query *hnsw_query_new(uint32_t dim)
 {
@@ -22,19 +21,27 @@ struct hnsw_query *hnsw_query_new(uint32_t dim)
 	q->cap_cand = q->cap_res = 256;
 	q->cand = malloc(q->cap_cand * sizeof(*q->cand));
 	q->res = malloc(q->cap_res * sizeof(*q->res));
-	q->vis_cap = 4096;
-	q->vis = malloc(q->vis_cap * sizeof(*q->vis));
+	if (hnsw_idset_init(&q->vis, 4096) < 0) {
+		hnsw_query_free(q);
+		errno = ENOMEM;
+		return NULL;
+	}
 	q->arena_cap = 1 << 16;
 	q->arena = malloc(q->arena_cap * sizeof(*q->arena));
 	q->batch_cap = 64;
 	q->batch = malloc(q->batch_cap * sizeof(*q->batch));
 	q->dim = dim;
+	q->up = malloc(sizeof(*q->up));
+	if (q->up && hnsw_upbeam_init(q->up) < 0) {
+		free(q->up);
+		q->up = NULL;
+	}
 	q->l0 = malloc(sizeof(*q->l0));
 	if (q->l0 && hnsw_l0_init(q->l0) < 0) {
 		free(q->l0);
 		q->l0 = NULL;
 	}
-	if (!q->q || !q->cand || !q->res || !q->vis || !q->arena || !q->batch || !q->l0) {
+	if (!q->q || !q->cand || !q->res || !q->arena || !q->batch || !q->l0 || !q->up) {
 		hnsw_query_free(q);
 		errno = ENOMEM;
 		return NULL;
@@ -49,7 +56,7 @@ void hnsw_query_free(struct hnsw_query *q)
 	free(q->q);
 	free(q->cand);
 	free(q->res);
-	free(q->vis);
+	hnsw_idset_fini(&q->vis);
 	free(q->arena);
 	free(q->batch);
 	free(q->qrot);
@@ -57,6 +64,9 @@ void hnsw_query_free(struct hnsw_query *q)
 	if (q->l0)
 		hnsw_l0_fini(q->l0);
 	free(q->l0);
+	if (q->up)
+		hnsw_upbeam_fini(q->up);
+	free(q->up);
 	free(q);
 }
 
@@ -82,55 +92,6 @@ static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
 	*p = np;
 	*cap = c;
 	return 0;
-}
-
-/* ---- visited set: open addressing over node ids, sized to the query, not the index ---- */
-
-static inline uint32_t vis_hash(uint32_t id)
-{
-	return (uint32_t)((id * DM_GOLDEN64) >> 32);
-}
-
-static int vis_rehash(struct hnsw_query *q, uint32_t cap)
-{
-	uint32_t *old = q->vis, ocap = q->vis_cap;
-	uint32_t *nv = malloc((size_t)cap * sizeof(*nv));
-
-	if (!nv)
-		return -ENOMEM;
-	memset(nv, 0xff, (size_t)cap * sizeof(*nv));
-	for (uint32_t i = 0; i < ocap; i++) {
-		if (old[i] == VIS_EMPTY)
-			continue;
-		uint32_t pos = vis_hash(old[i]) & (cap - 1);
-
-		while (nv[pos] != VIS_EMPTY)
-			pos = (pos + 1) & (cap - 1);
-		nv[pos] = old[i];
-	}
-	free(old);
-	q->vis = nv;
-	q->vis_cap = cap;
-	return 0;
-}
-
-/* Mark id visited; returns 1 if it was new, 0 if already visited, -ENOMEM. */
-static int vis_add(struct hnsw_query *q, uint32_t id)
-{
-	uint32_t mask, pos;
-
-	if (dm_unlikely(2 * (q->vis_n + 1) > q->vis_cap) && vis_rehash(q, 2 * q->vis_cap))
-		return -ENOMEM;
-	mask = q->vis_cap - 1;
-	pos = vis_hash(id) & mask;
-	while (q->vis[pos] != VIS_EMPTY) {
-		if (q->vis[pos] == id)
-			return 0;
-		pos = (pos + 1) & mask;
-	}
-	q->vis[pos] = id;
-	q->vis_n++;
-	return 1;
 }
 
 /* Keep a copy of a record's level-0 neighbour list; returns its arena offset or -ENOMEM. */
@@ -192,8 +153,8 @@ int hnsw_query_start_b(struct hnsw_query *q, const struct hnsw_src *src, const f
 	if (grow((void **)&q->batch, &q->batch_cap, DM_MAX(2 * q->M + 1, b), sizeof(*q->batch)) ||
 	    grow((void **)&q->res, &q->cap_res, q->ef + 1, sizeof(*q->res)))
 		return -ENOMEM;
-	memset(q->vis, 0xff, (size_t)q->vis_cap * sizeof(*q->vis));
-	q->vis_n = 0;
+	hnsw_idset_clear(&q->vis);
+	q->up->nseed = 0;
 	q->ncand = q->nres = 0;
 	q->arena_len = 0;
 	q->hops = q->fetches = q->fetched = q->dist_evals = q->est_evals = 0;
@@ -243,18 +204,26 @@ static inline const float *qvec(const struct hnsw_query *q)
 
 static int visit_hash(void *arg, uint32_t id)
 {
-	return vis_add(arg, id);
+	return hnsw_idset_add(arg, id);
 }
 
 /* Enter level 0: the current node seeds both heaps (as in search_level0), or the pool. */
 static int start_level0(struct hnsw_query *q, const struct hnsw_src *src)
 {
-	if (vis_add(q, q->cur) < 0 || grow((void **)&q->cand, &q->cap_cand, 1, sizeof(*q->cand)))
+	if (hnsw_idset_add(&q->vis, q->cur) < 0 || grow((void **)&q->cand, &q->cap_cand, 1, sizeof(*q->cand)))
 		return -ENOMEM;
 	if (q->quant) {
 		int rc = hnsw_l0_start(q->l0, src, q->kern, q->qrot, q->k, q->ef, q->cur, q->curd);
 		if (rc)
 			return rc;
+		/* the other seeds of the level-1 search (q->cur is the first), as hnsw_search */
+		for (uint32_t i = 1; i < q->up->nseed; i++) {
+			rc = hnsw_idset_add(&q->vis, q->up->seed[i]);
+			if (rc < 0)
+				return rc;
+			if (rc)
+				hnsw_l0_pool_insert(q->l0, q->up->seed_d[i], q->up->seed[i], 0);
+		}
 		q->state = ST_C0;
 		return 0;
 	}
@@ -315,9 +284,20 @@ static int upper_start(struct hnsw_query *q, struct hnsw_src *src, int *rc)
 		const struct hnsw_upq *u = src->upq;
 
 		dm_sq8_query(&u->sq, q->qrot, q->upaux);
+		uint32_t efu = DM_MIN(src->ef_upper, HNSW_EF_UPPER_MAX);
+
 		q->cur = q->batch[0];
-		*rc = hnsw_upq_descend(u, q->upaux, src->upl, q->M, q->level, &q->cur, &q->curd,
-				       &q->hops, &q->est_evals);
+		*rc = hnsw_upq_descend(u, q->upaux, src->upl, q->M, q->level, efu > 1 ? 2 : 1,
+				       &q->cur, &q->curd, &q->hops, &q->est_evals);
+		if (!*rc && efu > 1) {
+			*rc = hnsw_upq_beam(u, q->upaux, src->upl, q->M, q->cur, q->curd, efu,
+					    hnsw_up_seeds(efu, q->ef), q->up, &q->hops,
+					    &q->est_evals);
+			if (!*rc) {
+				q->cur = q->up->seed[0];
+				q->curd = q->up->seed_d[0];
+			}
+		}
 		q->level = 0;
 		ran = 1;
 	} else if (src->uvec && src->uvec[q->batch[0]]) {
@@ -459,7 +439,7 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 
 				if (dm_unlikely(id >= q->n))
 					continue;   /* a corrupt record must not index out of bounds */
-				added = vis_add(q, id);
+				added = hnsw_idset_add(&q->vis, id);
 				if (added < 0)
 					return -ENOMEM;
 				if (added)
@@ -514,7 +494,7 @@ int hnsw_query_step(struct hnsw_query *q, struct hnsw_src *src)
 				r = hnsw_get(src, q->batch[j]);
 				if (!r)
 					return -EIO;
-				rc = hnsw_l0_expand(q->l0, q->batch[j], r, visit_hash, q);
+				rc = hnsw_l0_expand(q->l0, q->batch[j], r, visit_hash, &q->vis);
 				if (rc < 0)
 					return rc;
 			}

@@ -20,6 +20,8 @@
 #define DM_HNSW_QUERY_H
 
 #include "hnsw.h"
+#include "hnsw_idset.h"
+#include "hnsw_upq.h"
 
 enum hnsw_q_status {
 	HNSW_Q_FETCH = 1,   /* make the records of q->batch[0 .. q->nbatch) readable, step again */
@@ -45,8 +47,7 @@ struct hnsw_query {
 	uint32_t cur_off;         /* neighbour list of cur in the arena */
 	struct hnsw_qcand *cand, *res;   /* min-heap of candidates, max-heap of results */
 	uint32_t ncand, nres, cap_cand, cap_res;
-	uint32_t *vis;            /* visited set: open addressing, UINT32_MAX = empty */
-	uint32_t vis_cap, vis_n;
+	struct hnsw_idset vis;    /* visited set (level 0) */
 	uint32_t *arena;          /* [n0, ids...] lists */
 	size_t arena_len, arena_cap;
 	/* the batch to fetch */
@@ -57,6 +58,8 @@ struct hnsw_query {
 	struct hnsw_l0 *l0;       /* level-0 pool search state */
 	float *qrot;              /* rotated query (vdim floats) */
 	float *upaux;             /* the query prepared for the SQ8 upper-level descent */
+	struct hnsw_upbeam *up;   /* level-1 search on SQ8 codes; up->nseed > 1: its level-0
+				     seeds besides cur (0 when the search did not run) */
 	uint32_t vdim, vec_off, qrot_cap, beam, upaux_cap;
 	/* counters of the last query: hops = expanded nodes (upper levels included) */
 	uint64_t hops, fetches, fetched, dist_evals, est_evals;

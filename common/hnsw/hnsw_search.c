@@ -31,6 +31,7 @@ struct hnsw_searcher {
 	enum dm_metric kmetric;
 	hnsw_kernel_fn kern;
 	struct hnsw_l0 l0;          /* level-0 search with codes */
+	struct hnsw_upbeam up;      /* level-1 search on SQ8 codes, and level 0's seeds */
 };
 
 /* ---- level-0 pool search state (hnsw_l0.h) ----------------------------------------------- */
@@ -107,7 +108,7 @@ struct hnsw_searcher *hnsw_searcher_new(uint32_t nodes, uint32_t dim)
 	s->batch = malloc(s->batch_cap * sizeof(*s->batch));
 	s->qdim = dim ? dim : 1;
 	s->qbuf = malloc((size_t)s->qdim * sizeof(*s->qbuf));
-	if (!s->batch || !s->qbuf || hnsw_l0_init(&s->l0) < 0)
+	if (!s->batch || !s->qbuf || hnsw_l0_init(&s->l0) < 0 || hnsw_upbeam_init(&s->up) < 0)
 		goto err_free;
 	s->kmetric = DM_METRIC_L2;
 	s->kern = hnsw_kernel_for(DM_METRIC_L2);
@@ -131,6 +132,7 @@ void hnsw_searcher_free(struct hnsw_searcher *s)
 	free(s->qrot);
 	free(s->upaux);
 	hnsw_l0_fini(&s->l0);
+	hnsw_upbeam_fini(&s->up);
 	free(s);
 }
 
@@ -151,6 +153,7 @@ void hnsw_src_local(const struct hnsw_index *idx, struct hnsw_src *src)
 	src->upq = idx->quant ? idx->upq : NULL;
 	src->entry = idx->entry;
 	src->max_level = idx->max_level;
+	src->ef_upper = HNSW_EF_UPPER_DEFAULT;
 }
 
 /* Prefetch the whole vector of a local record (one of the next to score). */
@@ -298,17 +301,25 @@ static inline void prefetch_next(struct hnsw_src *src, struct hnsw_l0 *l, uint32
 	}
 }
 
-/* Level 0 with codes (hnsw_l0.h): expand the best b pool entries per fetch. */
+/* Level 0 with codes (hnsw_l0.h) from the seeds in s->up (entry points with the score that
+ * chose them): expand the best b pool entries per fetch. */
 static int search_level0_codes(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
-			       uint32_t ep, float epd, uint32_t k, uint32_t ef, uint32_t b)
+			       uint32_t k, uint32_t ef, uint32_t b)
 {
 	struct hnsw_l0 *l = &s->l0;
+	const struct hnsw_upbeam *up = &s->up;
 	uint32_t *ids = s->batch, m;
 	hnsw_visited_next(&s->vis);
-	s->vis.tag[ep] = s->vis.epoch;
-	int rc = hnsw_l0_start(l, src, s->kern, q, k, ef, ep, epd);
+	s->vis.tag[up->seed[0]] = s->vis.epoch;
+	int rc = hnsw_l0_start(l, src, s->kern, q, k, ef, up->seed[0], up->seed_d[0]);
 	if (rc < 0)
 		return rc;
+	for (uint32_t i = 1; i < up->nseed; i++) {
+		if (s->vis.tag[up->seed[i]] == s->vis.epoch)
+			continue;
+		s->vis.tag[up->seed[i]] = s->vis.epoch;
+		hnsw_l0_pool_insert(l, up->seed_d[i], up->seed[i], 0);
+	}
 	while ((m = hnsw_l0_take(l, ids, b)) != 0) {
 		rc = fetch_batch(src, ids, m);
 		if (rc < 0)
@@ -395,10 +406,22 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 			s->upaux_cap = (uint32_t)hnsw_upq_aux_len(u);
 		}
 		dm_sq8_query(&u->sq, q, s->upaux);
-		rc = hnsw_upq_descend(u, s->upaux, src->upl, src->M, src->max_level, &cur, &curd,
-				      &src->hops, &src->est_evals);
+		uint32_t efu = DM_MIN(src->ef_upper, HNSW_EF_UPPER_MAX);
+		rc = hnsw_upq_descend(u, s->upaux, src->upl, src->M, src->max_level, efu > 1 ? 2 : 1,
+				      &cur, &curd, &src->hops, &src->est_evals);
 		if (rc < 0)
 			return rc;
+		if (efu > 1) {
+			rc = hnsw_upq_beam(u, s->upaux, src->upl, src->M, cur, curd, efu,
+					   hnsw_up_seeds(efu, (uint32_t)ef), &s->up, &src->hops,
+					   &src->est_evals);
+			if (rc < 0)
+				return rc;
+		} else {
+			s->up.nseed = 1;
+			s->up.seed[0] = cur;
+			s->up.seed_d[0] = curd;
+		}
 	} else {
 		rc = fetch_batch(src, &cur, 1);
 		if (rc < 0)
@@ -412,9 +435,12 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 			if (rc < 0)
 				return rc;
 		}
+		s->up.nseed = 1;
+		s->up.seed[0] = cur;
+		s->up.seed_d[0] = curd;
 	}
 	if (src->quant) {
-		rc = search_level0_codes(src, s, q, cur, curd, (uint32_t)k, (uint32_t)ef, b);
+		rc = search_level0_codes(src, s, q, (uint32_t)k, (uint32_t)ef, b);
 		return rc < 0 ? rc : hnsw_l0_results(&s->l0, src->metric, out);
 	}
 	rc = search_level0(src, s, q, cur, curd, (uint32_t)ef);

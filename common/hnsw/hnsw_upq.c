@@ -1,6 +1,6 @@
-/* hnsw_upq.c: building the SQ8 codes of the upper-level nodes (hnsw_upq.h): collect the
- * stored vectors of the nodes that have one, in id order, train the quantizer on them and
- * encode each into its row. */
+/* hnsw_upq.c: the SQ8 codes of the upper-level nodes (hnsw_upq.h) and the level-1 search on
+ * them. Building: collect the stored vectors of the nodes that have one, in id order, train
+ * the quantizer on them and encode each into its row. */
 #include "hnsw_upq.h"
 #include "hnsw_int.h"
 
@@ -114,5 +114,102 @@ int hnsw_upq_attach(struct hnsw_index *idx)
 		return -errno;
 	hnsw_upq_free(idx->upq);
 	idx->upq = u;
+	return 0;
+}
+
+/* ---- level 1: SEARCH-LAYER (Algorithm 2) on SQ8 scores ----------------------------------- */
+
+int hnsw_upbeam_init(struct hnsw_upbeam *b)
+{
+	b->nseed = 0;
+	return hnsw_idset_init(&b->vis, 1024);
+}
+
+void hnsw_upbeam_fini(struct hnsw_upbeam *b)
+{
+	hnsw_idset_fini(&b->vis);
+}
+
+/* Insert (d, id) into the pool of np (< or = ef) entries sorted ascending, after the equal
+ * ones; the worst falls out of a full pool. Returns the new count. */
+static uint32_t upbeam_insert(struct hnsw_upent *pool, uint32_t np, uint32_t ef, float d,
+			      uint32_t id)
+{
+	uint32_t lo = 0, hi = np;
+
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) >> 1;
+
+		if (pool[mid].d <= d)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	memmove(pool + lo + 1, pool + lo, (size_t)((np == ef ? np - 1 : np) - lo) * sizeof(*pool));
+	pool[lo] = (struct hnsw_upent){ d, id, 0 };
+	return np < ef ? np + 1 : np;
+}
+
+int hnsw_upq_beam(const struct hnsw_upq *u, const float *aux, uint32_t *const *upl, uint32_t M,
+		  uint32_t entry, float entryd, uint32_t ef_up, uint32_t nseed,
+		  struct hnsw_upbeam *b, uint64_t *hops, uint64_t *evals)
+{
+	struct hnsw_upent *pool = b->pool;
+	uint32_t vd = u->vdim, np = 0, i = 0;
+	int rc;
+
+	if (ef_up < 2 || ef_up > HNSW_EF_UPPER_MAX || nseed < 1 || nseed > HNSW_UP_MAX_SEEDS)
+		return -EINVAL;
+	hnsw_idset_clear(&b->vis);
+	rc = hnsw_idset_add(&b->vis, entry);
+	if (rc < 0)
+		return rc;
+	np = upbeam_insert(pool, np, ef_up, entryd, entry);
+	for (;;) {
+		/* the closest unexpanded entry; done when none (all of W expanded) */
+		while (i < np && pool[i].done)
+			i++;
+		if (i == np)
+			break;
+		pool[i].done = 1;
+		uint32_t c = pool[i].id;
+		const uint32_t *w = c < u->n ? upl[c] : NULL;
+
+		if (dm_unlikely(!w))
+			return -EIO;
+		uint32_t cnt = DM_MIN(w[0], M);
+
+		(*hops)++;
+		for (uint32_t j = 0; j < cnt; j++) {
+			uint32_t v = w[1 + j], s = v < u->n ? u->slot[v] : HNSW_UPQ_NONE;
+
+			if (dm_unlikely(s == HNSW_UPQ_NONE))
+				return -EIO;
+			__builtin_prefetch(u->codes + (size_t)s * vd);
+		}
+		for (uint32_t j = 0; j < cnt; j++) {
+			uint32_t v = w[1 + j];
+			float d;
+
+			rc = hnsw_idset_add(&b->vis, v);
+			if (rc <= 0) {
+				if (rc < 0)
+					return rc;
+				continue;
+			}
+			d = u->score(aux, u->codes + (size_t)u->slot[v] * vd, vd);
+			(*evals)++;
+			if (np == ef_up && d >= pool[np - 1].d)
+				continue;
+			np = upbeam_insert(pool, np, ef_up, d, v);
+		}
+		/* an entry inserted before i is unexpanded: look again from the start */
+		i = 0;
+	}
+	b->nseed = DM_MIN(nseed, np);
+	for (uint32_t j = 0; j < b->nseed; j++) {
+		b->seed[j] = pool[j].id;
+		b->seed_d[j] = pool[j].d;
+	}
 	return 0;
 }
