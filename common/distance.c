@@ -430,10 +430,20 @@ static void batch_direct(enum dm_metric m, const float *q, size_t nq, const floa
 			out[i * nb + j] = dm_distance(m, q + i * dim, b + j * dim, dim);
 }
 
+/* OpenBLAS's own: stop the pool's threads (it runs this at fork); a later threaded call
+ * starts them again. Not in its headers: weak, so that another BLAS links too. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
 int dm_blas_node_threads(void)
 {
-	if (!getenv("OPENBLAS_NUM_THREADS"))
+	if (!getenv("OPENBLAS_NUM_THREADS")) {
 		openblas_set_num_threads(1);
+		/* The pool started with the process before main, and fewer threads do not
+		 * stop its idle workers spinning on sched_yield (a 0.5 s `dmann route refresh`
+		 * spent 0.08 s of CPU on it): stop them; one-thread calls never use the pool. */
+		if (blas_thread_shutdown_)
+			blas_thread_shutdown_();
+	}
 	return openblas_get_num_threads();
 }
 

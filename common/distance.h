@@ -48,8 +48,10 @@ void dm_distance_batch(enum dm_metric m, const float *q, size_t nq, const float 
  * threads, and OpenBLAS's pool, sized to the cores, keeps its workers spinning on
  * sched_yield for about 0.1 s after each call: an oracle fit paced to 25% of a CPU took
  * 127% of one that way (0.45 s of process CPU against 0.11 s of the fitting thread, 6161 x
- * 100, k = 96) and slowed every query of its node. Returns the thread count in effect.
- * Call once at start, before other threads. */
+ * 100, k = 96) and slowed every query of its node; and the pool's threads, started with
+ * the process, spin until they time out even then, so they are stopped (OpenBLAS's
+ * blas_thread_shutdown_). Returns the thread count in effect. Call once at start, before
+ * other threads. The dmann CLI calls it too, but for the commands that run large sgemms. */
 int dm_blas_node_threads(void);
 
 enum dm_metric dm_metric_from_name(const char *s, bool *ok);

@@ -3,10 +3,13 @@
 #ifndef DM_CLI_H
 #define DM_CLI_H
 
+#include <stdbool.h>
+
 struct dm_cli_cmd {
 	const char *name;
 	const char *summary;
 	int (*run)(int argc, char **argv);   /* argv[0] is the subcommand name */
+	bool blas_pool;   /* runs large sgemms (ground truth, k-means): keeps OpenBLAS's pool */
 };
 
 /* Progress bar on stderr when it is a terminal; silent otherwise. */

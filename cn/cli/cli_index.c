@@ -466,7 +466,7 @@ int dm_cmd_search(int argc, char **argv)
 	hnsw_src_local(idx, &src);
 	src.ef_upper = (uint32_t)ef_upper;
 	for (int e = 0; e < nef; e++) {
-		uint64_t found = 0;
+		uint64_t found = 0, lost = 0;   /* lost: queries that found none of their k */
 		src.hops = src.dist_evals = src.est_evals = 0;
 		struct timespec c0, c1;
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
@@ -487,12 +487,15 @@ int dm_cmd_search(int argc, char **argv)
 				hits[j].id = hnsw_label(idx->labels, idx->n, hits[j].id);
 			if (gpath) {
 				const int32_t *g = (const int32_t *)gt.data + i * gt.dim;
+				uint64_t f0 = found;
+
 				for (int j = 0; j < n; j++)
 					for (unsigned long long t = 0; t < k; t++)
 						if ((int64_t)hits[j].id == g[t]) {
 							found++;
 							break;
 						}
+				lost += found == f0;
 			}
 		}
 		double secs = (double)(dm_now_ns() - t0) / 1e9;
@@ -510,7 +513,7 @@ int dm_cmd_search(int argc, char **argv)
 		if (json) {
 			printf("{\"ef\":%llu,\"k\":%llu,\"nq\":%llu,", efs[e], k, (unsigned long long)nq);
 			if (gpath)
-				printf("\"recall\":%.5f,", recall);
+				printf("\"recall\":%.5f,\"lost\":%llu,", recall, (unsigned long long)lost);
 			printf("\"qps\":%.1f,\"cpu_qps\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
 			       "\"hops_per_query\":%.1f,\"dist_per_query\":%.1f,\"est_per_query\":%.1f,"
 			       "\"dist_p99\":%llu,\"dist_max\":%llu,\"beam\":%llu,\"ef_upper\":%llu,"
@@ -519,7 +522,8 @@ int dm_cmd_search(int argc, char **argv)
 		} else {
 			printf("ef=%-5llu k=%llu", efs[e], k);
 			if (gpath)
-				printf(" recall@%llu=%.4f", k, recall);
+				printf(" recall@%llu=%.4f (none found: %llu)", k, recall,
+				       (unsigned long long)lost);
 			printf(" qps=%.0f cpu_qps=%.0f p50_us=%.1f p99_us=%.1f hops/q=%.1f dists/q=%.1f"
 			       " (p99 %llu, max %llu) ests/q=%.1f\n", qps, cpu_qps, p50, p99, hops, evals,
 			       d99, dmax, ests);
