@@ -40,6 +40,7 @@ def timefile(path):
 
 def main():
     res, md_path, dataset = sys.argv[1:4]
+    ef_upper = os.environ.get("EF_UPPER", "1")
     title, target = TITLES[dataset]
     threads = sorted(int(n.split(".build")[1].split(".")[0]) for n in os.listdir(res)
                      if n.startswith("hnswlib.build") and n.endswith(".json"))
@@ -93,11 +94,13 @@ def main():
                "codes (a search scores all neighbours of an expanded node from its codes and computes "
                "exact distances only for the nodes it expands; the upper levels are descended on SQ8 "
                "codes of the upper-level nodes, so the only exact distances are those of expanded "
-               "level-0 nodes); dmann-nocodes: the same layout without the code area (every "
+               "level-0 nodes; searched with `--ef-upper %s`%s); dmann-nocodes: the same layout without the code area (every "
                "neighbour scored exactly, upper levels descended exactly, as hnswlib does). QPS: wall clock, best of the "
                "interleaved rounds; CPU QPS: queries per second of the search thread's CPU time (what "
                "an idle core gives; robust to other load, which on this shared machine is large).\n"
-               % dataset)
+               % (dataset, ef_upper, ": the greedy descent of hnswlib and faiss, level 1 included"
+                  if ef_upper == "1" else ": a level-1 search list of that size, whose best "
+                  "nodes all enter level 0"))
     out.append("Machine: " + "; ".join(machine) + ".\n")
     out.append("### QPS at recall@10 = 0.95 (interpolated)\n")
     out.append("| library | QPS | CPU QPS | CPU QPS vs hnswlib | index file (MiB) |")

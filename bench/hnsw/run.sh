@@ -21,6 +21,10 @@
 # Writes its table between <!-- BEGIN hnsw[-DATASET] --> markers in docs/benchmarks.md and
 # the plot docs/hnsw-recall-qps[-DATASET].png (recall vs QPS, all four).
 #
+# EF_UPPER (default 1): dmann-codes' --ef-upper, the level-1 search list; 1 is the greedy
+# upper-level descent of hnswlib and faiss, so that the comparison is of the level-0 search
+# (dmann's default, 16, is measured against 1 by bench/hnsw/upper.sh).
+#
 # Compilers and flags (the fairness note of the table repeats them):
 #   dmann    meson --buildtype=release (-O3; project flag -march=x86-64-v2), distance kernels
 #            and the RaBitQ estimator chosen at run time (AVX-512, else AVX2, else portable)
@@ -36,6 +40,8 @@ EFC=200
 K=10
 EFS=${EFS:-10,12,14,16,18,20,22,24,26,28,30,32,36,40,44,48,56,64,80,96,128}
 ROUNDS=${ROUNDS:-2}
+EF_UPPER=${EF_UPPER:-1}
+export EF_UPPER
 FAISS_ROUNDS=${FAISS_ROUNDS:-1}
 CXXFLAGS="-O3 -march=native -std=c++17"
 case $DATASET in
@@ -112,7 +118,8 @@ for round in $(seq 1 $ROUNDS); do
 		for lib in dmann-codes dmann-nocodes; do
 			/usr/bin/time -f '%M %e %U %S' -o "$RES/$lib.search.$round.$ef.time" "$DMANN" search \
 				--index "$WORK/$DATASET.$lib.$ST.idx" --query "$DATA/query.fbin" \
-				--gt "$DATA/gt.ibin" --k $K --ef $ef --json >>"$RES/$lib.search.json"
+				--gt "$DATA/gt.ibin" --k $K --ef $ef --ef-upper "$EF_UPPER" --json \
+				>>"$RES/$lib.search.json"
 		done
 		/usr/bin/time -f '%M %e %U %S' -o "$RES/hnswlib.search.$round.$ef.time" "$WORK/hnswlib_driver" \
 			search "$WORK/$DATASET.hnswlib.$ST.idx" "$DATA/query.fbin" "$DATA/gt.ibin" $K $ef \
