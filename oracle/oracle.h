@@ -142,6 +142,11 @@ int dm_oracle_two_opt(const float *pts, uint32_t *order, uint32_t k, size_t dim,
 
 /* Deterministic squared L2 in double, fixed summation order (same bits on every x86-64). */
 double dm_oracle_l2_exact(const float *a, const float *b, size_t dim);
+/* out[j] = dm_oracle_l2_exact(x, c + j * dim, dim) for j < nc, bit for bit; with AVX2, four
+ * centroids at a time (the four accumulators of one pair are the four lanes of a vector,
+ * and four pairs give the independent chains a scalar loop lacks). */
+void dm_oracle_l2_exact_many(const float *x, const float *c, size_t nc, size_t dim,
+			     double *out);
 
 /* ---- cache split penalty ---------------------------------------------------------------- */
 

@@ -312,14 +312,18 @@ err_oracle:
 
 uint32_t dm_vhash_nearest(const struct dm_vhash *vh, const float *x, double *d2)
 {
-	double best = INFINITY;
+	double best = INFINITY, d[64];
 	uint32_t br = 0;
 
-	for (uint32_t r = 0; r < vh->k; r++) {
-		double d = dm_oracle_l2_exact(x, vh->centroids + (size_t)r * vh->dim, vh->dim);
-		if (d < best) { /* strict: ties stay with the lower id */
-			best = d;
-			br = r;
+	for (uint32_t r0 = 0; r0 < vh->k; r0 += 64) {
+		uint32_t nr = DM_MIN(64u, vh->k - r0);
+
+		dm_oracle_l2_exact_many(x, vh->centroids + (size_t)r0 * vh->dim, nr, vh->dim, d);
+		for (uint32_t j = 0; j < nr; j++) {
+			if (d[j] < best) { /* strict: ties stay with the lower id */
+				best = d[j];
+				br = r0 + j;
+			}
 		}
 	}
 	if (d2)

@@ -12,6 +12,7 @@
 
 #include "oracle.h"
 #include "distance.h"
+#include "util/dm_hash.h"
 
 #include <cblas.h>
 #include <fcntl.h>
@@ -436,6 +437,33 @@ Test(oracle, constrained_golden_crc)
 		dm_oracle_free(o);
 	}
 	free(x);
+}
+
+/* The many-centroid kernel gives dm_oracle_l2_exact's bits for every pair: dimensions 1..133
+ * (vector tails) and 1..13 centroids (groups of four and the rest), values of mixed scale. */
+Test(oracle, l2_exact_many_is_bit_identical)
+{
+	struct dm_rng r;
+	float x[133], c[13 * 133];
+	double out[13];
+
+	dm_rng_seed(&r, 77);
+	for (size_t dim = 1; dim <= 133; dim++) {
+		for (size_t nc = 1; nc <= 13; nc += 3) {
+			for (size_t i = 0; i < dim; i++)
+				x[i] = (float)((dm_rng_double(&r) - 0.5) * 1e3 * dm_rng_double(&r));
+			for (size_t i = 0; i < nc * dim; i++)
+				c[i] = (float)((dm_rng_double(&r) - 0.5) * 1e3 * dm_rng_double(&r));
+			dm_oracle_l2_exact_many(x, c, nc, dim, out);
+			for (size_t j = 0; j < nc; j++) {
+				double e = dm_oracle_l2_exact(x, c + j * dim, dim);
+
+				cr_assert(memcmp(&e, &out[j], sizeof(e)) == 0,
+					  "dim %zu centroid %zu of %zu: %.17g vs %.17g", dim, j, nc,
+					  out[j], e);
+			}
+		}
+	}
 }
 
 /* SHINE doubling: greedy merging promises no bound in general, so check (1) on 8 equal,
