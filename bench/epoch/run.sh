@@ -72,18 +72,21 @@ LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 prepare "$DATASET"
 
 mono() { $PY -c 'import time; print(time.monotonic_ns())'; }
-# Partition owners of compute node $1 as "o0 o1 o2" (empty when it does not answer).
-owners() {
-	local url
-	url=$(awk -v s="[cn.$1]" '$0 == s { f = 1; next } /^\[/ { f = 0 } f && $1 == "metrics" { print $3 }' "$LC/cluster.ini")
-	curl -s --max-time 2 "http://$url/metrics" 2>/dev/null |
-		awk '/^dmann_cn_route_owner\{/ { match($0, /partition="[0-9]+"/); p = substr($0, RSTART + 11, RLENGTH - 12); o[p] = $2; n++ }
-		     END { for (i = 0; i < n; i++) printf "%s%s", i ? " " : "", o[i] }'
-}
 metric() {   # cn name
 	local url
 	url=$(awk -v s="[cn.$1]" '$0 == s { f = 1; next } /^\[/ { f = 0 } f && $1 == "metrics" { print $3 }' "$LC/cluster.ini")
 	curl -s --max-time 2 "http://$url/metrics" 2>/dev/null | awk -v m="$2" '$1 ~ "^"m"\\{" { print $2; exit }'
+}
+# Owners and moved partitions of compute node $1 from one scrape (the router snapshots
+# both together; two scrapes could pair owners from before a change with the count from
+# after it): "o0 o1 o2|moved", or "|" when it does not answer.
+owners_moved() {
+	local url
+	url=$(awk -v s="[cn.$1]" '$0 == s { f = 1; next } /^\[/ { f = 0 } f && $1 == "metrics" { print $3 }' "$LC/cluster.ini")
+	curl -s --max-time 2 "http://$url/metrics" 2>/dev/null |
+		awk '/^dmann_cn_route_owner\{/ { match($0, /partition="[0-9]+"/); p = substr($0, RSTART + 11, RLENGTH - 12); o[p] = $2; n++ }
+		     /^dmann_cn_route_partitions_moved\{/ { m = $2 }
+		     END { for (i = 0; i < n; i++) printf "%s%s", i ? " " : "", o[i]; printf "|%s\n", m }'
 }
 # Wait (at most 60 s) until the compute nodes in "$1" report the same owners, with $2 of
 # them served by a neighbour; echo those owners.
@@ -92,8 +95,8 @@ wait_owners() {
 	while :; do
 		local first="" same=1
 		for c in $nodes; do
-			local o m
-			o=$(owners "$c"); m=$(metric "$c" dmann_cn_route_partitions_moved)
+			local om o m
+			om=$(owners_moved "$c"); o=${om%|*}; m=${om#*|}
 			if [ -z "$o" ] || [ "$m" != "$moved" ]; then same=0; break; fi
 			if [ -z "$first" ]; then first=$o; elif [ "$o" != "$first" ]; then same=0; break; fi
 		done
