@@ -10,7 +10,6 @@
 enum { ST_IDLE, ST_START, ST_ENTRY, ST_UPPER, ST_L0_ENTRY, ST_L0, ST_L0_SCORE, ST_C0, ST_C0_EXPAND,
        ST_DONE };
 
-
 struct hnsw_query *hnsw_query_new(uint32_t dim)
 {
 	struct hnsw_query *q = calloc(1, sizeof(*q));
@@ -210,7 +209,8 @@ static int visit_hash(void *arg, uint32_t id)
 /* Enter level 0: the current node seeds both heaps (as in search_level0), or the pool. */
 static int start_level0(struct hnsw_query *q, const struct hnsw_src *src)
 {
-	if (hnsw_idset_add(&q->vis, q->cur) < 0 || grow((void **)&q->cand, &q->cap_cand, 1, sizeof(*q->cand)))
+	if (hnsw_idset_add(&q->vis, q->cur) < 0 ||
+	    grow((void **)&q->cand, &q->cap_cand, 1, sizeof(*q->cand)))
 		return -ENOMEM;
 	if (q->quant) {
 		int rc = hnsw_l0_start(q->l0, src, q->kern, q->qrot, q->k, q->ef, q->cur, q->curd);
