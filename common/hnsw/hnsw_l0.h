@@ -17,14 +17,9 @@
 #define DM_HNSW_L0_H
 
 #include "hnsw_int.h"
+#include "hnsw_pool.h"
 
-#define L0_EXPANDED 1u
-
-struct hnsw_pent {
-	float d;
-	uint32_t id;
-	uint32_t st;        /* L0_EXPANDED once taken */
-};
+#define L0_EXPANDED 1u   /* hnsw_pent.st: taken for expansion */
 
 struct hnsw_l0 {
 	struct hnsw_pent *pool;
@@ -51,24 +46,9 @@ int hnsw_l0_start(struct hnsw_l0 *l, const struct hnsw_src *src, hnsw_kernel_fn 
 /* Insert (d, id) into the sorted pool if it fits; keeps first up to date. */
 static inline void hnsw_l0_pool_insert(struct hnsw_l0 *l, float d, uint32_t id, uint32_t st)
 {
-	struct hnsw_pent *a = l->pool;
-	uint32_t n = l->np;
-	if (n == l->cap && d >= a[n - 1].d)
+	uint32_t lo = hnsw_pent_insert(l->pool, &l->np, l->cap, d, id, st);
+	if (lo == UINT32_MAX)
 		return;
-	/* first position whose d is > d (stable among equals: the earlier stays first) */
-	uint32_t lo = 0, hi = n;
-	while (lo < hi) {
-		uint32_t mid = (lo + hi) >> 1;
-		if (a[mid].d <= d)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	uint32_t move = (n == l->cap ? n - 1 : n) - lo;
-	memmove(a + lo + 1, a + lo, (size_t)move * sizeof(*a));
-	a[lo] = (struct hnsw_pent){ d, id, st };
-	if (n < l->cap)
-		l->np = n + 1;
 	if (!st && lo < l->first)
 		l->first = lo;
 	else if (l->first > l->np)

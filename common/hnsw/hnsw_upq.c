@@ -130,31 +130,11 @@ void hnsw_upbeam_fini(struct hnsw_upbeam *b)
 	hnsw_idset_fini(&b->vis);
 }
 
-/* Insert (d, id) into the pool of np (< or = ef) entries sorted ascending, after the equal
- * ones; the worst falls out of a full pool. Returns the new count. */
-static uint32_t upbeam_insert(struct hnsw_upent *pool, uint32_t np, uint32_t ef, float d,
-			      uint32_t id)
-{
-	uint32_t lo = 0, hi = np;
-
-	while (lo < hi) {
-		uint32_t mid = (lo + hi) >> 1;
-
-		if (pool[mid].d <= d)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	memmove(pool + lo + 1, pool + lo, (size_t)((np == ef ? np - 1 : np) - lo) * sizeof(*pool));
-	pool[lo] = (struct hnsw_upent){ d, id, 0 };
-	return np < ef ? np + 1 : np;
-}
-
 int hnsw_upq_beam(const struct hnsw_upq *u, const float *aux, uint32_t *const *upl, uint32_t M,
 		  uint32_t entry, float entryd, uint32_t ef_up, uint32_t nseed,
 		  struct hnsw_upbeam *b, uint64_t *hops, uint64_t *evals)
 {
-	struct hnsw_upent *pool = b->pool;
+	struct hnsw_pent *pool = b->pool;
 	uint32_t vd = u->vdim, np = 0, i = 0;
 	int rc;
 
@@ -164,14 +144,14 @@ int hnsw_upq_beam(const struct hnsw_upq *u, const float *aux, uint32_t *const *u
 	rc = hnsw_idset_add(&b->vis, entry);
 	if (rc < 0)
 		return rc;
-	np = upbeam_insert(pool, np, ef_up, entryd, entry);
+	hnsw_pent_insert(pool, &np, ef_up, entryd, entry, 0);
 	for (;;) {
 		/* the closest unexpanded entry; done when none (all of W expanded) */
-		while (i < np && pool[i].done)
+		while (i < np && pool[i].st)
 			i++;
 		if (i == np)
 			break;
-		pool[i].done = 1;
+		pool[i].st = 1;
 		uint32_t c = pool[i].id;
 		const uint32_t *w = c < u->n ? upl[c] : NULL;
 
@@ -199,9 +179,7 @@ int hnsw_upq_beam(const struct hnsw_upq *u, const float *aux, uint32_t *const *u
 			}
 			d = u->score(aux, u->codes + (size_t)u->slot[v] * vd, vd);
 			(*evals)++;
-			if (np == ef_up && d >= pool[np - 1].d)
-				continue;
-			np = upbeam_insert(pool, np, ef_up, d, v);
+			hnsw_pent_insert(pool, &np, ef_up, d, v, 0);
 		}
 		/* an entry inserted before i is unexpanded: look again from the start */
 		i = 0;

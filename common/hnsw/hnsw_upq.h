@@ -21,6 +21,7 @@
 
 #include "hnsw.h"
 #include "hnsw_idset.h"
+#include "hnsw_pool.h"
 #include "quant/sq8.h"
 
 #define HNSW_UPQ_NONE UINT32_MAX
@@ -118,11 +119,7 @@ static inline uint32_t hnsw_up_seeds(uint32_t ef_upper, uint32_t ef)
 /* Scratch of one level-1 search (one per searcher or query; not shared between threads). */
 struct hnsw_upbeam {
 	struct hnsw_idset vis;
-	struct hnsw_upent {
-		float d;
-		uint32_t id;
-		uint32_t done;
-	} pool[HNSW_EF_UPPER_MAX];
+	struct hnsw_pent pool[HNSW_EF_UPPER_MAX];   /* st: expanded */
 	uint32_t seed[HNSW_UP_MAX_SEEDS];   /* the result: level-0 seeds, best first */
 	float seed_d[HNSW_UP_MAX_SEEDS];
 	uint32_t nseed;
