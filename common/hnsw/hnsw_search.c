@@ -393,6 +393,7 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 
 	uint32_t cur = src->entry;
 	float curd;
+	bool seeded = false;   /* s->up holds the level-1 search's seeds */
 	int rc;
 	if (src->quant && src->upq && src->max_level >= 1) {
 		/* Upper levels on SQ8 codes: the level-0 search scores its entry exactly when
@@ -417,10 +418,7 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 					   &src->est_evals);
 			if (rc < 0)
 				return rc;
-		} else {
-			s->up.nseed = 1;
-			s->up.seed[0] = cur;
-			s->up.seed_d[0] = curd;
+			seeded = true;
 		}
 	} else {
 		rc = fetch_batch(src, &cur, 1);
@@ -435,6 +433,8 @@ int hnsw_search_b(struct hnsw_src *src, struct hnsw_searcher *s, const float *q,
 			if (rc < 0)
 				return rc;
 		}
+	}
+	if (!seeded) {   /* the greedy descent's node is level 0's one entry point */
 		s->up.nseed = 1;
 		s->up.seed[0] = cur;
 		s->up.seed_d[0] = curd;

@@ -179,10 +179,12 @@ int hnsw_upq_beam(const struct hnsw_upq *u, const float *aux, uint32_t *const *u
 			}
 			d = u->score(aux, u->codes + (size_t)u->slot[v] * vd, vd);
 			(*evals)++;
-			hnsw_pent_insert(pool, &np, ef_up, d, v, 0);
+			uint32_t pos = hnsw_pent_insert(pool, &np, ef_up, d, v, 0);
+
+			/* everything before i is expanded; a new entry at or before i is not */
+			if (pos < i)
+				i = pos;
 		}
-		/* an entry inserted before i is unexpanded: look again from the start */
-		i = 0;
 	}
 	b->nseed = DM_MIN(nseed, np);
 	for (uint32_t j = 0; j < b->nseed; j++) {
