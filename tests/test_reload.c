@@ -327,6 +327,10 @@ Test(reload, graphs_side_by_side)
 	cr_assert_eq(sh("grep -Eq '^3 +1 +%d +128 +12 +%d' %s/list.txt", NB, NB, dir), 0);
 	cr_assert_eq(sh("%s graph check --config %s --graph 3 --json | grep -q "
 			"'\"graph\":3,\"generation\":1,.*\"unreachable\":0,'", dmann, ini), 0);
+	cr_assert_eq(sh("%s graph check --config %s --graph 3 --json --anchors | grep -Eq "
+			"'\"far_in_links\":\\[[0-9]+,[0-9]+,[0-9]+\\]}$'", dmann, ini), 0);
+	cr_assert_eq(sh("%s graph check --config %s --graph 3 --anchors | grep -q "
+			"'nearest in-link is over 1.5x'", dmann, ini), 0);
 	/* Bad numbers and combinations: usage errors (2). */
 	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph 16", dmann, ini, dir), 2);
 	cr_assert_eq(sh("%s load --config %s --index %s/b.hnsw --graph x", dmann, ini, dir), 2);

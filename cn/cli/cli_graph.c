@@ -7,11 +7,13 @@
  * (a writer holds them, or died holding them) or empty (an id taken by an insert that never
  * wrote its record), neighbour ids out of range, level-0 edges, and the nodes no search can
  * reach: a breadth-first walk from the entry point over the upper lists and the level-0
- * lists, as HNSW's search descends and then expands (Malkov & Yashunin, Algorithms 2 and 5).
+ * lists, as HNSW's search descends and then expands (Malkov & Yashunin, Algorithms 2 and 5);
+ * with --anchors also the nodes whose nearest in-link is far (anchors()).
  * Unreachable nodes are listed with their S3 keys where the binding names them (bulk-
  * imported ids; the keys of ids the online indexer added live in the flat stores' key logs).
  * `list` and `check` are read-only: they change nothing. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@
 
 static void graph_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann graph check --config C [--graph G] [--list N] [--json]\n"
+	fprintf(f, "usage: dmann graph check --config C [--graph G] [--list N] [--anchors] [--json]\n"
 		   "       dmann graph list --config C\n"
 		   "       dmann graph drop --config C --graph G [--no-snapshot]\n\n"
 		   "check: read every record of HNSW graph G placed on cluster C's memory nodes\n"
@@ -50,6 +52,11 @@ static void graph_usage(FILE *f)
 		   "  --graph G     the graph number, 0..%u (default 0 for check)\n"
 		   "  --list N      check: name at most N unreachable nodes (0..100000,\n"
 		   "                default 20)\n"
+		   "  --anchors     check: also read every stored vector and count the nodes\n"
+		   "                whose nearest in-link is over 1.5x / 2x / 4x as far (by the\n"
+		   "                index's score) as their nearest out-link: nodes a search\n"
+		   "                for their own vector reaches only from afar (JSON:\n"
+		   "                far_in_links; holds nodes x dimension floats in memory)\n"
 		   "  --json        check: one JSON object with the figures\n"
 		   "  --no-snapshot drop: do not ask the memory nodes to snapshot\n",
 		   DM_MAX_GRAPHS - 1);
@@ -62,6 +69,9 @@ struct gcheck {
 	uint32_t *adj;            /* used x 2M level-0 lists */
 	uint16_t *n0;             /* per id: its list length */
 	uint8_t *st;              /* per id: 0 empty, 1 whole, 2 torn */
+	float *vec;               /* with --anchors: used x vdim stored vectors, else NULL */
+	uint64_t far_in[3];       /* --anchors: nodes whose nearest in-link is over 1.5x / 2x /
+				   * 4x as far as their nearest out-link */
 };
 
 enum { ST_EMPTY, ST_WHOLE, ST_TORN };
@@ -108,6 +118,9 @@ static int read_records(struct mn_set *s, const struct dindex *d, struct gcheck 
 
 					g->n0[id] = (uint16_t)h->n0;
 					memcpy(g->adj + id * M2, ids, h->n0 * sizeof(uint32_t));
+					if (g->vec)
+						memcpy(g->vec + id * d->vdim, hnsw_rec_vec(h, d->vec_off),
+						       (size_t)d->vdim * sizeof(float));
 				} else {
 					g->n0[id] = 0;
 				}
@@ -197,6 +210,50 @@ static int walk(const struct dindex *d, struct gcheck *g, uint8_t *seen)
 	return 0;
 }
 
+/* --anchors: for every whole node with in- and out-links, its nearest in-link (the node
+ * nearest to it among those that link to it) against its nearest out-link, by the index's
+ * own score (squared l2, or 1 - cos): a node a search for its own vector reaches only
+ * through nodes much farther than its neighbourhood is found by chance (the SDK test's row
+ * t21933 of 2026-12-07: one in-link, 1.7x as far as its nearest out-link). */
+static int anchors(const struct dindex *d, struct gcheck *g)
+{
+	hnsw_kernel_fn kern = hnsw_kernel_for(d->p.metric);
+	uint32_t M2 = 2 * d->p.M;
+	float *in = malloc(g->used * sizeof(float)), *out = malloc(g->used * sizeof(float));
+
+	if (!in || !out) {
+		free(in);
+		free(out);
+		return -ENOMEM;
+	}
+	for (uint64_t id = 0; id < g->used; id++)
+		in[id] = out[id] = INFINITY;
+	for (uint64_t u = 0; u < g->used; u++) {
+		for (uint32_t j = 0; j < g->n0[u]; j++) {
+			uint32_t v = g->adj[u * M2 + j];
+			float dv;
+
+			if (v >= g->used || v == u || g->st[v] != ST_WHOLE)
+				continue;
+			dv = kern(g->vec + u * d->vdim, g->vec + (uint64_t)v * d->vdim, d->vdim);
+			out[u] = DM_MIN(out[u], dv);
+			in[v] = DM_MIN(in[v], dv);
+		}
+	}
+	for (uint64_t id = 0; id < g->used; id++) {
+		static const float lim[3] = { 1.5f, 2.0f, 4.0f };
+
+		if (g->st[id] != ST_WHOLE || !isfinite(in[id]) || !isfinite(out[id]))
+			continue;
+		for (uint32_t k = 0; k < 3; k++)
+			if (in[id] > lim[k] * out[id])
+				g->far_in[k]++;
+	}
+	free(in);
+	free(out);
+	return 0;
+}
+
 static void print_key(const struct dindex *d, uint64_t id, bool json)
 {
 	uint32_t kl;
@@ -279,11 +336,12 @@ static int graph_check(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' }, { "list", required_argument, NULL, 'l' },
 		{ "json", no_argument, NULL, 'j' }, { "graph", required_argument, NULL, 'g' },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+		{ "anchors", no_argument, NULL, 'a' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *config = NULL;
 	unsigned long long list = 20, graph = 0;
-	bool json = false;
+	bool json = false, anch = false;
 	struct dm_cluster_cfg *cfg;
 	struct dm_xport *x;
 	struct mn_set *s;
@@ -304,6 +362,7 @@ static int graph_check(int argc, char **argv)
 				return 2;
 			break;
 		case 'j': json = true; break;
+		case 'a': anch = true; break;
 		case 'g':
 			if (dm_cli_parse_u64("graph check", "--graph", optarg, 0, DM_MAX_GRAPHS - 1,
 					     &graph))
@@ -369,7 +428,9 @@ static int graph_check(int argc, char **argv)
 	g.n0 = calloc(g.used, sizeof(*g.n0));
 	g.st = calloc(g.used, 1);
 	seen = calloc(g.used, 1);
-	if (!g.adj || !g.n0 || !g.st || !seen) {
+	if (anch)
+		g.vec = malloc(g.used * d->vdim * sizeof(float));
+	if (!g.adj || !g.n0 || !g.st || !seen || (anch && !g.vec)) {
 		fprintf(stderr, "dmann graph check: out of memory for %llu nodes\n",
 			(unsigned long long)g.used);
 		goto out_g;
@@ -377,6 +438,8 @@ static int graph_check(int argc, char **argv)
 	rc = read_records(s, d, &g);
 	if (!rc)
 		rc = walk(d, &g, seen);
+	if (!rc && anch)
+		rc = anchors(d, &g);
 	if (rc) {
 		fprintf(stderr, "dmann graph check: reading the records: %s\n", strerror(-rc));
 		goto out_g;
@@ -422,10 +485,18 @@ static int graph_check(int argc, char **argv)
 		}
 		shown++;
 	}
-	if (json)
+	if (json && anch)
+		printf("],\"far_in_links\":[%llu,%llu,%llu]}\n", (unsigned long long)g.far_in[0],
+		       (unsigned long long)g.far_in[1], (unsigned long long)g.far_in[2]);
+	else if (json)
 		printf("]}\n");
+	else if (anch)
+		printf("whole nodes whose nearest in-link is over 1.5x / 2x / 4x as far as their "
+		       "nearest out-link: %llu / %llu / %llu\n", (unsigned long long)g.far_in[0],
+		       (unsigned long long)g.far_in[1], (unsigned long long)g.far_in[2]);
 	status = 0;
 out_g:
+	free(g.vec);
 	free(seen);
 	free(g.adj);
 	free(g.n0);

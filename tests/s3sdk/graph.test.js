@@ -505,11 +505,12 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
 
   // The graph itself (dmann graph check): no torn record or out-of-range id once the
   // writers are idle, and how many nodes no search can reach.
-  const gc = JSON.parse(execFileSync(DMANN, ['graph', 'check', '--config', ini, '--json'],
-    { encoding: 'utf8' }));
+  const gc = JSON.parse(execFileSync(DMANN, ['graph', 'check', '--config', ini, '--json',
+    '--anchors'], { encoding: 'utf8' }));
   console.log(`FIGURES graph check after the full restart: ${gc.ids} ids, ${gc.whole} whole, ` +
     `${gc.torn} torn, ${gc.empty} empty, ${gc.bad_ids} ids out of range, ${gc.edges} edges; ` +
-    `${gc.unreachable} unreachable (${gc.no_inlink} without an in-link)` +
+    `${gc.unreachable} unreachable (${gc.no_inlink} without an in-link); nearest in-link over ` +
+    `1.5x / 2x / 4x as far as the nearest out-link: ${gc.far_in_links.join(' / ')}` +
     (gc.unreachable_nodes.length ? `: ids ${gc.unreachable_nodes.map((u) => u.id).join(' ')}` : ''));
   assert.equal(gc.torn, 0, 'torn records with every writer idle');
   assert.equal(gc.bad_ids, 0, 'neighbour ids out of range');
