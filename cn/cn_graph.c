@@ -158,7 +158,6 @@ struct ins_job {
 	const float *v;
 	uint32_t n, dim, ef;
 	uint64_t *ids;
-	bool relink;                 /* the second pass: cn_insert_relink over the rows */
 	atomic_uint next, done;
 	atomic_int err;
 };
@@ -180,27 +179,12 @@ static void *ins_main(void *arg)
 		struct cn_insert_stats st = { 0 };
 		int rc;
 
-		if (i >= j->n || (!j->relink && atomic_load(&j->err)))
+		if (i >= j->n || atomic_load(&j->err))
 			break;
 		cnt = DM_MIN(INS_CHUNK, j->n - i);
 		pthread_rwlock_rdlock(&cn->lock);
 		struct dindex *d = cn->views[j->graph].cur;
 
-		if (j->relink) {
-			/* best effort: the rows are in the graph whatever happens here */
-			rc = d && d->gen == j->gen ?
-			     cn_insert_relink(a->e, d, j->v + (size_t)i * j->dim, j->ids + i, cnt,
-					      j->dim, j->ef, &st) : -ESTALE;
-			pthread_rwlock_unlock(&cn->lock);
-			cn_insert_count(cn, &st);
-			if (rc) {
-				dm_warn("cn%u: graph %u: the second look at inserted rows stopped: "
-					"%s%s%s", cn->node->id, j->graph, strerror(-rc),
-					st.err_at[0] ? ": " : "", st.err_at);
-				break;
-			}
-			continue;
-		}
 		rc = d && d->gen == j->gen ?
 		     cn_insert_run(a->e, d, j->v + (size_t)i * j->dim, cnt, j->dim, j->ef, j->ids + i,
 				   &st) : -ESTALE;
@@ -248,26 +232,10 @@ static int graph_insert(void *ctx, uint32_t graph, uint64_t gen, const float *ve
 	}
 	if (!nt && n)
 		return -ENOMEM;
-	for (uint32_t t = 0; t < nt; t++)
+	for (uint32_t t = 0; t < nt; t++) {
 		pthread_join(a[t].t, NULL);
-	/* The second look (cn_insert_relink), once the whole batch is in: rows inserted side
-	 * by side on these threads (and on the other compute nodes' indexers) may not have
-	 * seen each other. */
-	if (atomic_load(&j.done)) {
-		uint32_t nr = 0;
-
-		atomic_store(&j.next, 0);
-		j.relink = true;
-		for (uint32_t t = 0; t < nt; t++) {
-			if (pthread_create(&a[t].t, NULL, ins_main, &a[t]))
-				break;
-			nr++;
-		}
-		for (uint32_t t = 0; t < nr; t++)
-			pthread_join(a[t].t, NULL);
-	}
-	for (uint32_t t = 0; t < nt; t++)
 		collect(a[t].e);
+	}
 	if (atomic_load(&j.done))
 		return (int)atomic_load(&j.done);
 	return n ? atomic_load(&j.err) : 0;

@@ -351,12 +351,6 @@ static void cn_metrics(void *arg, FILE *out)
 			atomic_load(&cn->insert_locks_broken), id,
 			atomic_load(&cn->insert_links_forced), id,
 			atomic_load(&cn->insert_links_kept), id, atomic_load(&cn->insert_rounds));
-		fprintf(out, "# HELP dmann_cn_insert_relinked_total Inserted nodes the online "
-			     "indexer's second look linked both ways with a nearest node their own "
-			     "insert had not seen (inserted beside them).\n"
-			     "# TYPE dmann_cn_insert_relinked_total counter\n"
-			     "dmann_cn_insert_relinked_total{node=\"%u\"} %lu\n", id,
-			atomic_load(&cn->insert_relinked));
 		fprintf(out, "# HELP dmann_cn_upper_published_total Nodes of level >= 1 this "
 			     "node's online inserts published to the cluster state (and failed "
 			     "to: they stay level 0).\n"

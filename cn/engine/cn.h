@@ -107,7 +107,6 @@ struct cn {
 	atomic_ulong insert_locks_broken;  /* locks of gone holders broken (cn_insert.h) */
 	atomic_ulong insert_links_forced;  /* new nodes linked from their nearest by force */
 	atomic_ulong insert_links_kept;    /* pushed-out neighbours linked from the new node */
-	atomic_ulong insert_relinked;      /* second looks that linked a missed nearest node */
 	atomic_ulong insert_rounds;        /* round trips the inserts waited for */
 	/* Online upper levels (cn_upper.h): the replay thread, nodes published by this compute
 	 * node (and failed to), nodes added to this node's views, nodes passed over. */

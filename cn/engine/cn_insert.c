@@ -311,7 +311,6 @@ void cn_insert_count(struct cn *cn, const struct cn_insert_stats *st)
 	atomic_fetch_add(&cn->insert_links_dropped, st->links_dropped);
 	atomic_fetch_add(&cn->insert_links_forced, st->forced);
 	atomic_fetch_add(&cn->insert_links_kept, st->kept);
-	atomic_fetch_add(&cn->insert_relinked, st->relinked);
 	atomic_fetch_add(&cn->insert_rounds, st->rounds);
 	atomic_fetch_add(&cn->insert_lock_retries, st->lock_retries);
 	atomic_fetch_add(&cn->insert_locks_broken, st->locks_broken);
@@ -1056,17 +1055,14 @@ locked:
 			slot = UINT32_MAX;
 		} else if (!dup && d->quant) {
 			/* Full: the list shrinks by one as SELECT-NEIGHBORS-HEURISTIC (Malkov &
-			 * Yashunin, Algorithm 4) would shrink it with x added: it may drop a
-			 * neighbour c farther from u than x and nearer to x than to u (covered
-			 * by x: a search near c likely passes x), farthest from u first, and
-			 * prefers one that x links to itself (else x links to it below); with
-			 * none, x takes the farthest neighbour's slot if it is nearer (a plain
-			 * cut at 2M). Replacing the farthest one alone left 43 of 54,795 rows
-			 * of the SDK test without an in-link (unreachable) once the graph had
-			 * grown 10x around them. A c that x links to but does not cover stays:
-			 * dropping it left c reachable only through x, far from it, where a
-			 * search for c's own vector does not go (the SDK test's row t21933:
-			 * its one in-link from a node 1.7x as far as its nearest one).
+			 * Yashunin, Algorithm 4) would shrink it with x added, preferring to drop
+			 * a neighbour c that stays reachable through x: first (farthest from u
+			 * first) one farther from u than x that x links to itself, then one
+			 * farther from u than x and nearer to x than to u (covered by x: a
+			 * search near c likely passes x); with neither, x takes the farthest
+			 * neighbour's slot if it is nearer (a plain cut at 2M). Replacing the
+			 * farthest one alone left 43 of 54,795 rows of the SDK test without an
+			 * in-link (unreachable) once the graph had grown 10x around them.
 			 * Distances from u's own codes: d(u, c) with u as the query (|r|^2 up to
 			 * the rounding of the query tables), d(x, c) with x as the query. */
 			const uint8_t *codes = hnsw_rec_codes(h, M);
@@ -1082,13 +1078,13 @@ locked:
 
 				if (du[j] > du[far])
 					far = j;
-				if (du[j] <= dx || dxc[j] >= du[j])
+				if (du[j] <= dx)
 					continue;
 				for (uint32_t k = 0; k < e->nsel && !linked; k++)
 					linked = e->sel[k].id == ids[j];
 				if (linked && (own == UINT32_MAX || du[j] > du[own]))
 					own = j;
-				if (cov == UINT32_MAX || du[j] > du[cov])
+				if (dxc[j] < du[j] && (cov == UINT32_MAX || du[j] > du[cov]))
 					cov = j;
 			}
 			if (own != UINT32_MAX)
@@ -1432,108 +1428,6 @@ int cn_insert_read_stored(struct cn_insert *e, const struct dindex *d, uint32_t 
 		if (!isfinite(out[i]))
 			return -ENODATA;
 	return 0;
-}
-
-/* The second look at one inserted node (cn_insert_relink): x's nearest other node n1 now
- * (a search as the insert's), and when n1 is not in x's list, the links x -> n1 and
- * n1 -> x. */
-static int relink_one(struct cn_insert *e, const float *x, uint32_t id, uint32_t ef)
-{
-	const struct dindex *d = e->d;
-	hnsw_kernel_fn kern = hnsw_kernel_for(d->p.metric);
-	uint32_t dim = d->p.dim, vdim = d->vdim, n1 = UINT32_MAX, prim, ev = UINT32_MAX;
-	float xcopy[vdim], v1[vdim];
-	int rc, nh;
-
-	memcpy(e->xbuf, x, (size_t)dim * sizeof(float));
-	if (d->p.metric == DM_METRIC_COS && dm_normalize(e->xbuf, dim) < 0)
-		return -EINVAL;
-	if (d->quant)
-		hnsw_quant_rotate(d->quant, e->xbuf, e->xr);
-	else
-		memcpy(e->xr, e->xbuf, (size_t)dim * sizeof(float));
-	memcpy(xcopy, e->xr, (size_t)vdim * sizeof(float));
-	keep_reset(e);
-	rc = hnsw_query_start_b(e->q, &e->src, x, ef, ef, d->quant ? INS_BEAM : 1);
-	while (!rc) {
-		rc = hnsw_query_step(e->q, &e->src);
-		if (rc == HNSW_Q_FETCH)
-			rc = fetch(e, e->q->batch, e->q->nbatch);
-		else if (rc == HNSW_Q_DONE)
-			break;
-	}
-	if (rc < 0)
-		return rc;
-	nh = hnsw_query_results(e->q, e->hits);
-	for (int i = 0; i < nh && n1 == UINT32_MAX; i++) {
-		const float *v = kept(e, (uint32_t)e->hits[i].id);
-
-		if ((uint32_t)e->hits[i].id != id && v) {
-			n1 = (uint32_t)e->hits[i].id;
-			memcpy(v1, v, (size_t)vdim * sizeof(float));
-		}
-	}
-	if (n1 == UINT32_MAX)
-		return 0;
-	rc = read_rec_wait(e, id, e->rec, &prim);
-	if (rc)
-		return rc == -ENODATA ? 0 : rc;
-	const struct hnsw_rec_hdr *h = (const struct hnsw_rec_hdr *)e->rec;
-	const uint32_t *ids = hnsw_rec_nbrs(h);
-
-	for (uint32_t j = 0; j < DM_MIN(h->n0, 2 * d->p.M); j++)
-		if (ids[j] == n1)
-			return 0;
-	/* n1 came after x's own search (inserted beside it, on another thread or compute
-	 * node) or that search missed it */
-	e->nsel = 0;
-	rc = link_back(e, kern, id, n1, v1, LB_ROOM, NULL);
-	if (!rc)
-		rc = link_back(e, kern, n1, id, xcopy, LB_SHRINK, &ev);
-	if (rc)
-		return rc;
-	e->st->relinked++;
-	/* a neighbour x pushed out of n1's list: x links to it (as insert_one's) */
-	if (ev != UINT32_MAX && ev != id && !read_rec_wait(e, ev, e->rec, &prim)) {
-		uint64_t l0 = e->st->links;
-
-		memcpy(v1, hnsw_rec_vec((const struct hnsw_rec_hdr *)e->rec, d->vec_off),
-		       (size_t)vdim * sizeof(float));
-		rc = link_back(e, kern, id, ev, v1, LB_ROOM, NULL);
-		if (!rc && e->st->links > l0) {
-			e->st->links--;
-			e->st->kept++;
-		}
-	}
-	return rc;
-}
-
-int cn_insert_relink(struct cn_insert *e, const struct dindex *d, const float *vecs,
-		     const uint64_t *ids, uint32_t n, uint32_t dim, uint32_t ef,
-		     struct cn_insert_stats *st)
-{
-	int rc = 0;
-
-	if (dim != d->p.dim)
-		return -EINVAL;
-	if (!ef)
-		ef = CN_INSERT_EF_DEFAULT;
-	rc = fit(e, d, ef);
-	if (rc)
-		return rc;
-	e->d = d;
-	e->st = st;
-	dindex_src(d, &e->src);
-	e->src.get = stage_get;
-	e->src.ctx = e;
-	for (uint32_t i = 0; i < n && !rc; i++) {
-		if (ids[i] >= d->cap)
-			continue;       /* not inserted */
-		st->err_at[0] = 0;
-		rc = relink_one(e, vecs + (size_t)i * dim, (uint32_t)ids[i], ef);
-	}
-	e->st = NULL;
-	return rc;
 }
 
 int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs, uint32_t n,

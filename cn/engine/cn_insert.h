@@ -57,7 +57,6 @@ struct cn_insert_stats {
 	uint64_t salvaged;  /* torn records of a gone holder with no whole copy, salvaged */
 	uint64_t forced;    /* new nodes no neighbour linked to: linked from the nearest by force */
 	uint64_t kept;      /* neighbours a back-link pushed out, linked from the new node */
-	uint64_t relinked;  /* cn_insert_relink: nodes linked with a nearest one they missed */
 	uint64_t rounds;    /* round trips waited for (a batch to several memory nodes: one) */
 	int err;            /* what stopped a batch early (0: all inserted) */
 	char err_at[96];    /* where it did, for the logs ("" when not known) */
@@ -76,20 +75,6 @@ void cn_insert_free(struct cn_insert *e);
  * and then one failed, st->err says why. Counters add into st. */
 int cn_insert_run(struct cn_insert *e, const struct dindex *d, const float *vecs, uint32_t n,
 		  uint32_t dim, uint32_t ef, uint64_t *ids, struct cn_insert_stats *st);
-
-/* The second look at rows vecs[0 .. n) that cn_insert_run inserted as ids[i] (UINT64_MAX:
- * not inserted, skipped), once every row inserted beside them (on other threads and compute
- * nodes) may be in the graph: each row's nearest other node is searched for again (breadth
- * ef, as the insert's), and when the row's list lacks it (it was inserted meanwhile, so
- * neither saw the other, or the insert's search missed it), the two are linked both ways
- * (x -> n1 in a free slot, n1 -> x by the back-link rule of a full list). Without it two
- * rows written together whose nearest neighbour is each other could both stay unlinked,
- * and a search for one of them end at the other (the SDK test's row t21933). 0 or the
- * first -errno (the rows before it were looked at); st->relinked counts the links made.
- * The caller holds cn->lock for reading. */
-int cn_insert_relink(struct cn_insert *e, const struct dindex *d, const float *vecs,
-		     const uint64_t *ids, uint32_t n, uint32_t dim, uint32_t ef,
-		     struct cn_insert_stats *st);
 
 /* Node id's record of view d read from the memory nodes as inserts read records (a whole
  * copy, waited for while torn or held, salvaged past the lease) and its stored vector
