@@ -51,6 +51,8 @@ const N = Math.max(1000, Math.floor(TAIL / 10));              // the imported se
 const GRAPH_M = Number(process.env.GRAPH_M || 16);
 const REPUT = 200, DEL = 200, DEL_TAIL = 50, NQ = 200, K = 10, DIM = 128;
 const BUCKET = 'graph-bkt', INDEX = 'graph-idx';
+// Rows of n the HNSW search may fail to find by their own vector: 0.01% (see the self-finds).
+const searchMissAllowed = (n) => Math.floor(n / 10000);
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'dmann-graph-'));
 const cdir = path.join(tmp, 'cluster');
@@ -399,9 +401,10 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
         `${what}: ${k}, not found by its vector, is not stored with it either`);
       selfMissed.add(k);
     }
-    assert.ok(selfMissed.size <= Math.floor(live.size / 10000), `${what}: acknowledged ` +
-      `vectors that do not find themselves: ${[...selfMissed].slice(0, 10).join(' ')} ` +
-      `(${selfMissed.size} in all, at most ${Math.floor(live.size / 10000)})`);
+    const allowed = searchMissAllowed(live.size);
+    assert.ok(selfMissed.size <= allowed, `${what}: acknowledged vectors that do not find ` +
+      `themselves: ${[...selfMissed].slice(0, 10).join(' ')} (${selfMissed.size} in all, at ` +
+      `most ${allowed})`);
   };
   await selfFind(sample, 'sample (indexed)');
 
@@ -520,7 +523,7 @@ test('bulk import, tail writes, re-puts, deletes, queries on the graph path', as
     `${all.length} found by their own vector among the top ${K} (${first} first), ` +
     `${((Date.now() - tAll) / 1000).toFixed(0)} s; not found: ` +
     `${missed.length ? missed.slice(0, 10).join(' ') + ' (each stored with its vector)' : 'none'}`);
-  assert.ok(missed.length <= Math.floor(all.length / 10000), `${missed.length} acknowledged ` +
+  assert.ok(missed.length <= searchMissAllowed(all.length), `${missed.length} acknowledged ` +
     `rows not found by their own vector after the full restart, e.g. ${missed.slice(0, 5).join(' ')}`);
 
   // The graph itself (dmann graph check): no torn record or out-of-range id once the
