@@ -435,18 +435,23 @@ static void cn_metrics(void *arg, FILE *out)
 			(unsigned long long)st.received, id, (unsigned long long)st.bounced, id,
 			(unsigned long long)st.paused, id, st.qlen, id, st.epoch);
 		uint32_t repoch, moved, owner[DM_MAX_NODES];
-		uint64_t changes, fitted, taken;
+		uint64_t changes, fitted, warm, taken;
 
-		router_oracle_sources(cn->rt, &fitted, &taken);
+		router_oracle_sources(cn->rt, &fitted, &warm, &taken);
 		fprintf(out, "# HELP dmann_cn_oracle_fits_total Rollout oracles (new epochs) this "
 			     "compute node fitted.\n"
 			     "# TYPE dmann_cn_oracle_fits_total counter\n"
 			     "dmann_cn_oracle_fits_total{node=\"%u\"} %llu\n"
+			     "# HELP dmann_cn_oracle_warm_fits_total Of those, the fits that "
+			     "started from the current epoch's centroids (through etcd).\n"
+			     "# TYPE dmann_cn_oracle_warm_fits_total counter\n"
+			     "dmann_cn_oracle_warm_fits_total{node=\"%u\"} %llu\n"
 			     "# HELP dmann_cn_oracle_taken_total Oracles taken from etcd, fitted "
 			     "by another compute node in a rollout.\n"
 			     "# TYPE dmann_cn_oracle_taken_total counter\n"
 			     "dmann_cn_oracle_taken_total{node=\"%u\"} %llu\n",
-			id, (unsigned long long)fitted, id, (unsigned long long)taken);
+			id, (unsigned long long)fitted, id, (unsigned long long)warm, id,
+			(unsigned long long)taken);
 
 		double mass, mass0;
 		uint64_t passes;

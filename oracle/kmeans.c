@@ -984,14 +984,24 @@ static int build_constrained(struct dm_oracle *o, struct km *m,
 	o->nfine = (uint32_t)k;
 	for (size_t j = 0; j < k; j++)
 		o->fine_group[j] = (uint32_t)j;
-	dm_rng_seed(&rng, p->seed ^ ((uint64_t)k * DM_GOLDEN64));
-	ret = km_plusplus(m, &rng, k, o->fine);
-	if (ret)
-		return ret;
-	/* a few unconstrained iterations (cheap, BLAS-filtered) to get near a local optimum */
-	ret = km_lloyd(m, o->fine, k, assign, DM_MIN(p->max_iter, 10u));
-	if (ret < 0)
-		return ret;
+	if (p->init) {
+		/* warm: the given centroids are already near a constrained optimum (the previous
+		 * epoch's, on a sample that moved little); unconstrained Lloyd would first pull
+		 * them away from it */
+		memcpy(o->fine, p->init, k * dim * sizeof(float));
+		for (size_t i = 0; i < n; i++)
+			assign[i] = UINT32_MAX;
+	} else {
+		dm_rng_seed(&rng, p->seed ^ ((uint64_t)k * DM_GOLDEN64));
+		ret = km_plusplus(m, &rng, k, o->fine);
+		if (ret)
+			return ret;
+		/* a few unconstrained iterations (cheap, BLAS-filtered) to get near a local
+		 * optimum */
+		ret = km_lloyd(m, o->fine, k, assign, DM_MIN(p->max_iter, 10u));
+		if (ret < 0)
+			return ret;
+	}
 	ret = km_constrained(m, o->fine, k, assign, cap, p->max_iter);
 	if (ret < 0)
 		return ret;
@@ -1023,6 +1033,20 @@ struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 			dm_err("oracle: sample value %zu is not finite or too large", i);
 			errno = EINVAL;
 			return NULL;
+		}
+	}
+	if (p->init) {
+		if (p->algo != DM_ORACLE_CONSTRAINED) {
+			errno = EINVAL;
+			return NULL;
+		}
+		for (size_t i = 0; i < (size_t)p->k * dim; i++) {
+			if (!isfinite(p->init[i]) || fabsf(p->init[i]) > 1e15f) {
+				dm_err("oracle: starting centroid value %zu is not finite or too "
+				       "large", i);
+				errno = EINVAL;
+				return NULL;
+			}
 		}
 	}
 	o = calloc(1, sizeof(*o));

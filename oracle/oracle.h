@@ -45,10 +45,15 @@ struct dm_oracle_params {
 	 * on it. */
 	void (*pace)(void *arg);
 	void *pace_arg;
+	/* CONSTRAINED only: k x dim centroids to start from (a warm start, e.g. the previous
+	 * epoch's, cn/router/router.c) instead of k-means++ from the seed and the unconstrained
+	 * Lloyd iterations; NULL: cold. Must be finite (EINVAL). The model depends on it: fits
+	 * that must agree (every CN fitting the same epoch) must all pass the same or none. */
+	const float *init;
 };
 
 /* Defaults: k as given, CONSTRAINED, seed 0x5348494e45 ("SHINE"), eps 0.10, 50 iterations,
- * 4 doublings, ring kNN 8, no pace. */
+ * 4 doublings, ring kNN 8, no pace, no warm start. */
 void dm_oracle_params_default(struct dm_oracle_params *p, uint32_t k);
 
 /* The built oracle: immutable once built, safe to share between threads. */

@@ -258,6 +258,7 @@ struct dm_vhash *dm_vhash_fit(const float *sample, size_t n, size_t dim, uint32_
 	p.ring_knn = opts->ring_knn;
 	p.pace = opts->pace;
 	p.pace_arg = opts->pace_arg;
+	p.init = opts->init;
 	o = dm_oracle_build(sample, n, dim, &p);
 	if (!o)
 		return NULL; /* errno set */

@@ -68,6 +68,9 @@ struct dm_vhash_opts {
 	uint32_t max_iter;   /* Lloyd iterations of the k-means (default 50) */
 	void (*pace)(void *arg);   /* dm_oracle_params.pace (default NULL) */
 	void *pace_arg;
+	const float *init;   /* k x dim region centroids to start the k-means from (a warm
+			      * start from the previous epoch's regions; dm_oracle_params.init);
+			      * NULL (default): k-means++ from the seed */
 };
 
 /* The model. Region ids are 0..k-1 (k-means order); positions are 0..k-1 in ring order. */

@@ -622,7 +622,7 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 	uint32_t nq;
 	int32_t *want = local_ids(&nq);
 	char ids[256], log[256], trace[256], extra[512], buf[8192];
-	long long e0, e1, e2, q0, fits0[3], taken0[3];
+	long long e0, e1, e2, q0, fits0[3], warm0[3], taken0[3];
 	struct trace_sum t;
 	uint64_t t0;
 	pid_t b;
@@ -654,6 +654,7 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 	}
 	for (unsigned c = 0; c < 3; c++) {
 		fits0[c] = metric(c, "dmann_cn_oracle_fits_total");
+		warm0[c] = metric(c, "dmann_cn_oracle_warm_fits_total");
 		taken0[c] = metric(c, "dmann_cn_oracle_taken_total");
 	}
 	cr_assert_eq(sh("%s route refresh --config %s/lc/cluster.ini --wait 60", dmann, dir), 0);
@@ -670,6 +671,9 @@ Test(epoch, refresh_and_a_leave_under_a_stream_move_only_what_they_must)
 		long long tk = metric(c, "dmann_cn_oracle_taken_total") - taken0[c];
 
 		cr_assert(f + tk == 1, "cn%u: fitted %lld, taken %lld oracles", c, f, tk);
+		/* through etcd the fit starts from epoch 0's centroids */
+		cr_assert_eq(metric(c, "dmann_cn_oracle_warm_fits_total") - warm0[c], f,
+			     "cn%u: the fit did not start from the current epoch's centroids", c);
 		fitters += f == 1;
 		takers += tk == 1;
 	}
@@ -749,6 +753,8 @@ Test(epoch_no_etcd, every_compute_node_fits_the_new_epoch)
 	for (unsigned c = 0; c < 3; c++) {
 		cr_assert_eq(metric(c, "dmann_cn_oracle_fits_total"), 1, "cn%u fitted epoch 1", c);
 		cr_assert_eq(metric(c, "dmann_cn_oracle_taken_total"), 0, "cn%u: nothing taken", c);
+		/* without etcd every CN fits from scratch, so that they agree */
+		cr_assert_eq(metric(c, "dmann_cn_oracle_warm_fits_total"), 0, "cn%u: warm", c);
 	}
 	fprintf(stderr, "FIGURES epoch refresh without etcd: routing epoch %08llx -> %08llx, "
 		"3 of 3 compute nodes fitted epoch 1\n", e0, e1);

@@ -441,6 +441,65 @@ Test(oracle, constrained_golden_crc)
 
 /* The many-centroid kernel gives dm_oracle_l2_exact's bits for every pair: dimensions 1..133
  * (vector tails) and 1..13 centroids (groups of four and the rest), values of mixed scale. */
+/* A warm start (dm_oracle_params.init, the previous epoch's centroids): on the same sample
+ * it converges at once to the model it started from (every point in the same group), it
+ * stays within the balance bound on another sample, it is deterministic, and it rejects a
+ * non-finite start or the doubling algorithm. */
+Test(oracle, warm_start)
+{
+	const size_t n = 4000, dim = 24;
+	const uint32_t k = 4;
+	float *x = skewed(n, dim, 16);
+	struct dm_oracle_params p;
+
+	dm_oracle_params_default(&p, k);
+	p.balance_eps = 0.05;
+	struct dm_oracle *cold = dm_oracle_build(x, n, dim, &p);
+	cr_assert(cold);
+	p.init = cold->fine;
+	struct dm_oracle *warm = dm_oracle_build(x, n, dim, &p), *again;
+	cr_assert(warm, "warm fit failed: errno %d", errno);
+	cr_assert_leq(warm->iterations, 2, "warm start took %u iterations", warm->iterations);
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(dm_oracle_best(warm, x + i * dim), dm_oracle_best(cold, x + i * dim),
+			     "point %zu changed group", i);
+	again = dm_oracle_build(x, n, dim, &p);
+	cr_assert(again);
+	cr_assert_eq(wire_crc(again), wire_crc(warm), "two warm fits differ");
+	dm_oracle_free(again);
+	/* another sample of the same shape (the next epoch's): balanced as a cold fit */
+	float *y = skewed(n + 500, dim, 16);
+	uint64_t cap = (uint64_t)ceil(1.05 * (double)(n + 500) / k), tot = 0;
+
+	again = dm_oracle_build(y, n + 500, dim, &p);
+	cr_assert(again);
+	for (uint32_t g = 0; g < k; g++) {
+		cr_assert_leq(again->sizes[g], cap);
+		tot += again->sizes[g];
+	}
+	cr_assert_eq(tot, n + 500);
+	dm_oracle_free(again);
+	free(y);
+	/* bad starts */
+	float *bad = malloc(k * dim * sizeof(float));
+	cr_assert(bad);
+	memcpy(bad, cold->fine, k * dim * sizeof(float));
+	bad[k * dim - 1] = NAN;
+	p.init = bad;
+	errno = 0;
+	cr_assert_null(dm_oracle_build(x, n, dim, &p));
+	cr_assert_eq(errno, EINVAL);
+	p.init = cold->fine;
+	p.algo = DM_ORACLE_DOUBLING;
+	errno = 0;
+	cr_assert_null(dm_oracle_build(x, n, dim, &p));
+	cr_assert_eq(errno, EINVAL);
+	free(bad);
+	dm_oracle_free(warm);
+	dm_oracle_free(cold);
+	free(x);
+}
+
 Test(oracle, l2_exact_many_is_bit_identical)
 {
 	struct dm_rng r;

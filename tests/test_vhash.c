@@ -420,6 +420,46 @@ Test(vhash, pace_called_and_fit_unchanged)
 	dm_vhash_free(b);
 }
 
+/* A warm start from the regions of a fit on the same sample (the previous epoch's, cn/router)
+ * gives back the same regions: every point in the same region, the same ring, the same
+ * key-range partition of k = 3 groups; and it is deterministic. */
+Test(vhash, warm_start_keeps_regions)
+{
+	float *x;
+	struct dm_vhash *a = fit_std(true, &x), *b, *c;
+	struct dm_vhash_opts o;
+	size_t lb, lc;
+
+	dm_vhash_opts_default(&o);
+	o.init = a->centroids;
+	b = dm_vhash_fit(x, N, DIM, K, SEED + 1, &o);   /* the seed does not matter now */
+	c = dm_vhash_fit(x, N, DIM, K, SEED + 2, &o);
+	cr_assert(b && c, "warm fit failed: errno %d", errno);
+	unsigned char *bb = save_blob(b, &lb), *bc = save_blob(c, &lc);
+	cr_assert(lb == lc && memcmp(bb, bc, lb) == 0, "two warm fits differ");
+	for (uint32_t t = 0; t < K; t++)
+		cr_assert_eq(b->ring[t], a->ring[t], "ring position %u differs", t);
+	struct dm_oracle *pa = dm_oracle_from_vhash(a, 3, 0.10);
+	struct dm_oracle *pb = dm_oracle_from_vhash(b, 3, 0.10);
+	cr_assert(pa && pb);
+	for (size_t i = 0; i < N; i++) {
+		uint32_t ra, rb;
+
+		dm_vhash_key(a, x + i * DIM, &ra);
+		dm_vhash_key(b, x + i * DIM, &rb);
+		cr_assert_eq(ra, rb, "point %zu moved from region %u to %u", i, ra, rb);
+		cr_assert_eq(dm_oracle_best(pa, x + i * DIM), dm_oracle_best(pb, x + i * DIM));
+	}
+	dm_oracle_free(pa);
+	dm_oracle_free(pb);
+	free(bb);
+	free(bc);
+	free(x);
+	dm_vhash_free(a);
+	dm_vhash_free(b);
+	dm_vhash_free(c);
+}
+
 Test(vhash, deterministic_fit_and_roundtrip)
 {
 	float *x;

@@ -47,6 +47,7 @@ struct router {
 	uint32_t *owner;
 	uint32_t *cand, *ring_seq;   /* scratch: candidate CNs, partitions in ring order */
 	uint64_t hash;
+	uint32_t crc;                /* the index the oracle was fitted on (meta_crc) */
 	uint32_t sample_level;
 	uint32_t *hist, *limit, total;
 	uint32_t *want;              /* queries of this batch whose top-ranked CN is c */
@@ -87,6 +88,7 @@ struct router {
 	 * oracle), each opened on first use (a handle is one thread's at a time). */
 	struct router_etcd *etcd, *etcd_first;
 	atomic_ulong fits_here;       /* rollout oracles fitted here */
+	atomic_ulong fits_warm;       /* of those, started from the current epoch's centroids */
 	atomic_ulong fits_taken;      /* rollout oracles taken from etcd */
 	atomic_uint rollout;          /* DM_FWD_ROLLOUT_* */
 	uint32_t cluster_epoch;       /* the epoch the others route with (the first oracle's) */
@@ -227,6 +229,7 @@ struct oracle_build {
 	int lv;
 	bool keyrange;
 	float *sample;               /* n x dim, normalised for cosine */
+	float *init;                 /* NULL, or the current epoch's centroids to start from */
 	/* the fit */
 	int rc;
 	struct dm_oracle *o;
@@ -245,6 +248,7 @@ static void build_free(struct oracle_build *b)
 	if (!b)
 		return;
 	free(b->sample);
+	free(b->init);
 	dm_oracle_free(b->o);
 	free(b->spill);
 	free(b->owire);
@@ -397,6 +401,14 @@ static int build_spill(struct oracle_build *b)
 	return 0;
 }
 
+/* The VHash regions of a key-range oracle fitted on b's sample. */
+static uint32_t fit_regions(const struct oracle_build *b)
+{
+	uint32_t K = b->regions ? b->regions : DM_MIN(DM_VHASH_K_DEFAULT, b->n / 64);
+
+	return DM_MIN(DM_MAX(K, b->ncn), DM_MIN(b->n, 256u * b->ncn));
+}
+
 static int fit_oracle(struct oracle_build *b)
 {
 	struct dm_oracle_params op;
@@ -411,21 +423,21 @@ static int fit_oracle(struct oracle_build *b)
 	}
 	if (b->keyrange) {
 		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
-		uint32_t K = b->regions ? b->regions : DM_MIN(DM_VHASH_K_DEFAULT, b->n / 64);
+		uint32_t K = fit_regions(b);
 		struct dm_vhash *vh;
-
-		K = DM_MIN(DM_MAX(K, b->ncn), DM_MIN(b->n, 256u * b->ncn));
 		struct dm_vhash_opts vo;
 
 		dm_vhash_opts_default(&vo);
 		vo.pace = op.pace;
 		vo.pace_arg = op.pace_arg;
+		vo.init = b->init;
 		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, &vo);
 		b->o = vh ? dm_oracle_from_vhash(vh, b->ncn, op.balance_eps) : NULL;
 		if (!b->o)
 			rc = -errno;
 		dm_vhash_free(vh);
 	} else {
+		op.init = b->init;
 		b->o = dm_oracle_build(b->sample, b->n, b->dim, &op);
 		if (!b->o)
 			rc = -errno;
@@ -476,6 +488,7 @@ static void install_oracle(struct router *r, struct oracle_build *b)
 	reset_demand(r);   /* group g is another region of the data in the new epoch */
 	set_limits(r);
 	r->hash = b->hash;
+	r->crc = b->crc;
 	r->metric = b->metric;
 	r->sample_level = (uint32_t)b->lv;
 	atomic_store(&r->epoch, b->epoch);
@@ -493,7 +506,8 @@ static void log_built(const struct router *r, const struct oracle_build *b, cons
 		"hash %016llx (%s in %.2f s: sample %.2f s, %s %.2f s)", r->self, b->epoch, r->ncn,
 		b->o->algo == DM_ORACLE_KEYRANGE ? "key ranges" : "k-means partitions", b->n, b->lv,
 		b->dim, (unsigned long long)b->hash, how, (b->built_ns - b->t0_ns) / 1e9,
-		(b->sampled_ns - b->t0_ns) / 1e9, b->taken ? "taken from etcd" : "fit",
+		(b->sampled_ns - b->t0_ns) / 1e9, b->taken ? "taken from etcd" :
+		b->init ? "warm fit" : "fit",
 		(b->built_ns - b->sampled_ns) / 1e9);
 }
 
@@ -530,6 +544,14 @@ static int build_oracle(struct router *r, uint32_t epoch)
 #define ROLLOUT_NICE 10                 /* the prepare thread's nice increment */
 
 #define ROLLOUT_ETCD_WAIT_MS 60000u  /* at most this long for another CN's fit in etcd */
+
+/* A rollout's oracle fitted here (not taken from etcd), from the current centroids or not. */
+static void count_fit(struct router *r, const struct oracle_build *b)
+{
+	atomic_fetch_add(&r->fits_here, 1);
+	if (b->init)
+		atomic_fetch_add(&r->fits_warm, 1);
+}
 
 #if DM_HAVE_ETCD
 /* Whether the prepare thread stops waiting for etcd: the router stops, or a later epoch
@@ -636,7 +658,7 @@ static bool prepare_etcd(struct router *r, struct oracle_build *b)
 	}
 	/* claimed: fit and publish */
 	fit_oracle(b);
-	atomic_fetch_add(&r->fits_here, 1);
+	count_fit(r, b);
 	if (b->rc) {
 		router_etcd_abandon(r->etcd, &want);
 		return true;
@@ -710,7 +732,7 @@ static void prepare_fit(struct router *r, struct oracle_build *b)
 		return;
 #endif
 	fit_oracle(b);
-	atomic_fetch_add(&r->fits_here, 1);
+	count_fit(r, b);
 }
 
 static void *prepare_main(void *arg)
@@ -757,10 +779,34 @@ static void prepare_drop(struct router *r)
 	atomic_store(&r->prep_done, false);
 }
 
+/* A rollout's fit through etcd starts from the current epoch's centroids (the VHash
+ * regions, or the k-means partitions) when they are of the same index and shape: on a
+ * sample that moved little it converges in a few iterations instead of k-means++ and
+ * Lloyd from scratch (a VHash of 6161 x 100 and 96 regions on the same sample: 0.04 s of
+ * CPU instead of 0.10), and its ranges stay where they were, so the caches stay warm
+ * (cold, a new seed moved about two thirds of the rows to another CN). Only through etcd,
+ * where one CN fits an epoch and the others take it: without etcd every CN fits each epoch
+ * itself and they must agree, and a CN that starts later has no previous epoch to start
+ * from. Router thread (the only writer of r->o). */
+static void warm_start(struct router *r, struct oracle_build *b)
+{
+	const struct dm_oracle *o = r->o;
+	uint32_t want = b->keyrange ? fit_regions(b) : b->ncn;
+
+	if (!o || !atomic_load(&r->ready) || r->crc != b->crc || o->dim != b->dim ||
+	    o->k != b->ncn || (o->algo == DM_ORACLE_KEYRANGE) != b->keyrange ||
+	    (!b->keyrange && o->algo != DM_ORACLE_CONSTRAINED) || o->nfine != want)
+		return;
+	b->init = malloc((size_t)want * b->dim * sizeof(float));
+	if (b->init)   /* else cold */
+		memcpy(b->init, o->fine, (size_t)want * b->dim * sizeof(float));
+}
+
 /* Phase 1: sample here, fit on the prepare thread (or here if it cannot start). */
 static void prepare_start(struct router *r, uint32_t target)
 {
-	int rc = gather_sample(r, target, r->cn->cfg->etcd[0] != 0, &r->prep);
+	bool etcd = r->cn->cfg->etcd[0] != 0;
+	int rc = gather_sample(r, target, etcd, &r->prep);
 
 	if (rc) {
 		if (rc != -ENOENT)
@@ -769,9 +815,12 @@ static void prepare_start(struct router *r, uint32_t target)
 		r->prep_retry_ns = dm_now_ns() + ROLLOUT_RETRY_NS;
 		return;
 	}
+	if (etcd)
+		warm_start(r, r->prep);
 	atomic_store(&r->prep_done, false);
-	dm_info("cn%u: preparing oracle epoch %u (routing with epoch %u meanwhile)", r->self,
-		target, atomic_load(&r->epoch));
+	dm_info("cn%u: preparing oracle epoch %u (routing with epoch %u meanwhile%s)", r->self,
+		target, atomic_load(&r->epoch), r->prep->init ? "; the fit starts from its "
+		"centroids" : "");
 	if (pthread_create(&r->prep_thread, NULL, prepare_main, r) == 0) {
 		r->prep_running = true;
 		return;
@@ -1110,9 +1159,11 @@ uint64_t router_csp_truncated(struct router *r)
 	return r ? atomic_load(&r->csp_truncated) : 0;
 }
 
-void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken)
+void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *warm,
+			   uint64_t *taken)
 {
 	*fitted = r ? atomic_load(&r->fits_here) : 0;
+	*warm = r ? atomic_load(&r->fits_warm) : 0;
 	*taken = r ? atomic_load(&r->fits_taken) : 0;
 }
 

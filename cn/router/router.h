@@ -89,10 +89,12 @@ bool router_epoch(struct router *r, uint32_t *epoch, uint32_t *strategy);
  * be NULL). r may be NULL (all 0). */
 void router_partitions(struct router *r, uint32_t *route_epoch, uint32_t *moved,
 		       uint64_t *changes, uint32_t *owner);
-/* Rollout oracles (not the first one a CN builds) fitted here, and oracles taken from etcd
- * (fitted by another CN in a rollout: router_etcd.h; a CN that starts after a rollout
- * takes its epoch's too). r may be NULL (0, 0). */
-void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *taken);
+/* Rollout oracles (not the first one a CN builds) fitted here, those of them that started
+ * from the current epoch's centroids (warm: a fit through etcd), and oracles taken from
+ * etcd (fitted by another CN in a rollout: router_etcd.h; a CN that starts after a rollout
+ * takes its epoch's too). r may be NULL (0, 0, 0). */
+void router_oracle_sources(struct router *r, uint64_t *fitted, uint64_t *warm,
+			   uint64_t *taken);
 /* Reports whose cache sample for the CSP estimate was cut at DM_FWD_MAX_SAMPLE ids (the
  * slice of [router] csp_slice held more): the estimate misses duplicates then. 0 for NULL. */
 uint64_t router_csp_truncated(struct router *r);
