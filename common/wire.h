@@ -706,7 +706,10 @@ _Static_assert(sizeof(struct dm_wire_fwd_state) == 40, "fwd_state layout");
 /* fwd_state / fwd_entry flags (the two-phase epoch rollout, oracle/rollout.h) */
 #define DM_FWD_S_READY    1u       /* the CN has an oracle: it routes with `epoch` */
 #define DM_FWD_S_PREPARED 2u       /* it holds the oracle of `next`, built */
-#define DM_FWD_S_MASK     3u
+#define DM_FWD_S_RESEED   4u       /* it asked for `next` because its partitions do not serve
+				    * (the CSP re-clustering): fit it from a new seed, not from
+				    * the current centroids */
+#define DM_FWD_S_MASK     7u
 
 struct dm_wire_fwd_table {     /* FWD_STATE response, followed by n entries */
 	uint32_t n;                /* <= DM_MAX_NODES */

@@ -105,6 +105,26 @@ void dm_oracle_free(struct dm_oracle *o);
  * ENOMEM. */
 struct dm_vhash;
 struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k, double balance_eps);
+/* The same key ranges numbered to keep the previous epoch's owners (a refit: the previous
+ * regions warm-started, dm_vhash_opts.init, so region r is still about where it was):
+ * prev_cn[r] (vh->k entries; UINT32_MAX: none) is the CN region r belonged to; run g goes to
+ * CN perm[g], pairs (run, CN) taken greedily by decreasing sample mass they share (ties to
+ * the lower run, then the lower CN), runs sharing none numbered with the CNs left in
+ * order. The CN ring stays the key order (ring[g] = perm[g]). NULL prev_cn: exactly
+ * dm_oracle_from_vhash. Errors as dm_oracle_from_vhash. */
+struct dm_oracle *dm_oracle_from_vhash_keep(const struct dm_vhash *vh, uint32_t k,
+					    double balance_eps, const uint32_t *prev_cn);
+/* Whether every group of o holds at most floor((1 + eps) n / k) of its sample (the balanced
+ * k-means' bound; a key-range cut that found no such cut does not). false for NULL. */
+bool dm_oracle_balanced(const struct dm_oracle *o, double eps);
+/* The sample points of o's largest group (0 for NULL). */
+uint64_t dm_oracle_largest(const struct dm_oracle *o);
+/* The regions of a key-range oracle in a key order its runs agree with (to start the next
+ * epoch's ring from, dm_vhash_opts.init_ring): the CNs' runs in CN ring order, each run's
+ * regions chained nearest first from the region nearest the previous run's last one (the
+ * first run from its region farthest from the second run's centroid). order: o->nfine
+ * entries. 0, -EINVAL (not a key-range oracle), -ENOMEM. */
+int dm_oracle_region_ring(const struct dm_oracle *o, uint32_t *order);
 
 /* Predictor: CN of the fine centroid nearest to q (squared distance + bias). */
 uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q);
@@ -138,6 +158,14 @@ uint32_t dm_oracle_route_epoch(uint32_t oracle_epoch, const uint32_t *owner, uin
  * longest edge -> 2-opt on the open path. order[] receives the k indices. -EINVAL / -ENOMEM. */
 int dm_oracle_ring_order(const float *pts, uint32_t k, size_t dim, uint32_t knn,
 			 uint32_t *order);
+/* A warm ring with hysteresis: init (a permutation of 0..k-1, e.g. the previous epoch's ring
+ * of the same points, moved a little) as it is, unless the fresh order
+ * (dm_oracle_ring_order) is shorter than it by over slack (a fraction; open paths): a
+ * fresh order of moved points is another order (the MST can be another tree), which would
+ * move every key. order must not be init. -EINVAL (not a permutation, bad slack) /
+ * -ENOMEM. */
+int dm_oracle_ring_order_from(const float *pts, uint32_t k, size_t dim, uint32_t knn,
+			      const uint32_t *init, double slack, uint32_t *order);
 /* Length of the closed tour through pts in order (Euclidean, not squared). */
 double dm_oracle_tour_length(const float *pts, const uint32_t *order, uint32_t k, size_t dim);
 /* 2-opt on the closed tour, in place, first-improvement passes until no improving move or

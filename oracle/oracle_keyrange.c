@@ -104,6 +104,27 @@ out:
 /* Run cost: the k-means objective, the within-run sum of squared distances of the regions'
  * centroids to their run's mass-weighted mean, each region weighted by its mass (running
  * sums: sum m|c|^2 - |sum m c|^2 / sum m, doubles in a fixed order). */
+static void run_add(const struct dm_vhash *vh, uint32_t r, double *sum, double *w, double *sq)
+{
+	double m = (double)vh->mass[r];
+	const float *c = vh->centroids + (size_t)r * vh->dim;
+
+	for (size_t j = 0; j < vh->dim; j++) {
+		sum[j] += m * c[j];
+		*sq += m * (double)c[j] * c[j];
+	}
+	*w += m;
+}
+
+static double run_cost(const double *sum, size_t dim, double w, double sq)
+{
+	double s2 = 0;
+
+	for (size_t j = 0; j < dim; j++)
+		s2 += sum[j] * sum[j];
+	return w > 0 ? sq - s2 / w : 0;
+}
+
 static int run_cost_sse(const struct dm_vhash *vh, const uint32_t *len, uint32_t L, double *cost)
 {
 	uint32_t K = vh->k;
@@ -117,18 +138,8 @@ static int run_cost_sse(const struct dm_vhash *vh, const uint32_t *len, uint32_t
 
 		memset(sum, 0, dim * sizeof(*sum));
 		for (uint32_t l = 1; l <= len[a]; l++) {
-			uint32_t r = vh->ring[a + l - 1];
-			double m = (double)vh->mass[r], s2 = 0;
-			const float *c = vh->centroids + (size_t)r * dim;
-
-			for (size_t j = 0; j < dim; j++) {
-				sum[j] += m * c[j];
-				sq += m * (double)c[j] * c[j];
-			}
-			w += m;
-			for (size_t j = 0; j < dim; j++)
-				s2 += sum[j] * sum[j];
-			cost[(size_t)a * L + l - 1] = w > 0 ? sq - s2 / w : 0;
+			run_add(vh, vh->ring[a + l - 1], sum, &w, &sq);
+			cost[(size_t)a * L + l - 1] = run_cost(sum, dim, w, sq);
 		}
 	}
 	free(sum);
@@ -179,12 +190,295 @@ out:
 	return rc;
 }
 
+/* Renumber o's groups: group g becomes perm[g] (o as dm_oracle_from_vhash built it: ring =
+ * identity). 0 or -ENOMEM. */
+static int renumber(struct dm_oracle *o, const uint32_t *perm)
+{
+	size_t dim = o->dim;
+	float *cent = malloc((size_t)o->k * dim * sizeof(*cent));
+	uint64_t *sizes = malloc(o->k * sizeof(*sizes));
+
+	if (!cent || !sizes) {
+		free(cent);
+		free(sizes);
+		return -ENOMEM;
+	}
+	for (uint32_t g = 0; g < o->k; g++) {
+		memcpy(cent + (size_t)perm[g] * dim, o->centroids + (size_t)g * dim,
+		       dim * sizeof(*cent));
+		sizes[perm[g]] = o->sizes[g];
+		o->ring[g] = perm[g];
+		o->ring_pos[perm[g]] = g;
+	}
+	for (uint32_t r = 0; r < o->nfine; r++)
+		o->fine_group[r] = perm[o->fine_group[r]];
+	free(o->centroids);
+	free(o->sizes);
+	o->centroids = cent;
+	o->sizes = sizes;
+	return 0;
+}
+
+static int fill_groups(struct dm_oracle *o, const struct dm_vhash *vh, const uint32_t *start);
+
+/* The k-means objective of the runs start[0..k] (start[k] = K), as run_cost_sse. */
+static double runs_cost(const struct dm_vhash *vh, const uint32_t *start, uint32_t k)
+{
+	size_t dim = vh->dim;
+	double *sum = malloc(dim * sizeof(*sum)), total = 0;
+
+	if (!sum)
+		return INFINITY;
+	for (uint32_t g = 0; g < k; g++) {
+		double w = 0, sq = 0;
+
+		memset(sum, 0, dim * sizeof(*sum));
+		for (uint32_t p = start[g]; p < start[g + 1]; p++)
+			run_add(vh, vh->ring[p], sum, &w, &sq);
+		total += run_cost(sum, dim, w, sq);
+	}
+	free(sum);
+	return total;
+}
+
+/* The previous epoch's runs on vh's ring: each CN's regions (prev_cn, by region) one
+ * contiguous run, all k CNs, every run within cap. Writes start[0..k] and the runs' CNs
+ * (cn[g]); false when they are not. */
+static bool prev_runs(const struct dm_vhash *vh, uint32_t k, uint64_t cap, const uint32_t *prev_cn,
+		      uint32_t *start, uint32_t *cn)
+{
+	bool seen[DM_MAX_NODES] = { false };
+	uint32_t g = 0;
+	uint64_t m = 0;
+
+	for (uint32_t p = 0; p < vh->k; p++) {
+		uint32_t c = prev_cn[vh->ring[p]];
+
+		if (c >= k)
+			return false;
+		if (p == 0 || c != cn[g - 1]) {
+			if (seen[c] || g == k || (p && m > cap))
+				return false;   /* a CN's second run, or a heavy run */
+			seen[c] = true;
+			start[g] = p;
+			cn[g++] = c;
+			m = 0;
+		}
+		m += vh->mass[vh->ring[p]];
+	}
+	start[k] = vh->k;
+	return g == k && m <= cap;
+}
+
+struct keep_pair {
+	uint64_t mass;
+	uint32_t run, cn;
+};
+
+static int keep_cmp(const void *a, const void *b)
+{
+	const struct keep_pair *x = a, *y = b;
+
+	if (x->mass != y->mass)
+		return x->mass > y->mass ? -1 : 1;
+	if (x->run != y->run)
+		return x->run < y->run ? -1 : 1;
+	return x->cn < y->cn ? -1 : x->cn > y->cn;
+}
+
+#define KEYRANGE_KEEP_SLACK 0.10
+
+struct dm_oracle *dm_oracle_from_vhash_keep(const struct dm_vhash *vh, uint32_t k,
+					    double balance_eps, const uint32_t *prev_cn)
+{
+	struct dm_oracle *o = dm_oracle_from_vhash(vh, k, balance_eps);
+	struct keep_pair *pairs;
+	uint32_t perm[DM_MAX_NODES];
+	bool cn_used[DM_MAX_NODES] = { false }, run_done[DM_MAX_NODES] = { false };
+	size_t np = (size_t)k * k;
+
+	if (!o || !prev_cn)
+		return o;
+	/* Hysteresis: the previous runs, where they still are runs within the bound, unless
+	 * the best cut is over KEYRANGE_KEEP_SLACK cheaper (a cut whose cost moved a little
+	 * would otherwise move a range's edge and its rows at every refit) */
+	uint32_t pstart[DM_MAX_NODES + 1], dstart[DM_MAX_NODES + 1];
+	uint64_t cap = (uint64_t)floor((1.0 + balance_eps) * (double)vh->n / (double)k);
+
+	for (uint32_t p = vh->k; p-- > 0;)
+		dstart[o->fine_group[p]] = p;
+	dstart[k] = vh->k;
+	if (prev_runs(vh, k, cap, prev_cn, pstart, perm) &&
+	    runs_cost(vh, pstart, k) <= (1 + KEYRANGE_KEEP_SLACK) * runs_cost(vh, dstart, k)) {
+		if (fill_groups(o, vh, pstart) || renumber(o, perm)) {
+			dm_oracle_free(o);
+			errno = ENOMEM;
+			return NULL;
+		}
+		return o;
+	}
+	pairs = calloc(np, sizeof(*pairs));
+	if (!pairs) {
+		dm_oracle_free(o);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (uint32_t g = 0; g < k; g++)
+		for (uint32_t c = 0; c < k; c++)
+			pairs[(size_t)g * k + c] = (struct keep_pair){ .run = g, .cn = c };
+	for (uint32_t r = 0; r < vh->k; r++)   /* region r is fine centroid ring_pos[r] */
+		if (prev_cn[r] < k)
+			pairs[(size_t)o->fine_group[vh->ring_pos[r]] * k + prev_cn[r]].mass +=
+				vh->mass[r];
+	qsort(pairs, np, sizeof(*pairs), keep_cmp);
+	for (size_t i = 0; i < np; i++) {
+		if (!pairs[i].mass || run_done[pairs[i].run] || cn_used[pairs[i].cn])
+			continue;
+		perm[pairs[i].run] = pairs[i].cn;
+		run_done[pairs[i].run] = cn_used[pairs[i].cn] = true;
+	}
+	for (uint32_t g = 0, c = 0; g < k; g++) {
+		if (run_done[g])
+			continue;
+		while (cn_used[c])
+			c++;
+		perm[g] = c;
+		cn_used[c] = true;
+	}
+	free(pairs);
+	if (renumber(o, perm)) {
+		dm_oracle_free(o);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return o;
+}
+
+bool dm_oracle_balanced(const struct dm_oracle *o, double eps)
+{
+	if (!o || !o->k)
+		return false;
+	uint64_t cap = (uint64_t)floor((1.0 + eps) * (double)o->n / (double)o->k);
+
+	for (uint32_t g = 0; g < o->k; g++)
+		if (o->sizes[g] > cap)
+			return false;
+	return true;
+}
+
+uint64_t dm_oracle_largest(const struct dm_oracle *o)
+{
+	uint64_t m = 0;
+
+	for (uint32_t g = 0; o && g < o->k; g++)
+		if (o->sizes[g] > m)
+			m = o->sizes[g];
+	return m;
+}
+
+int dm_oracle_region_ring(const struct dm_oracle *o, uint32_t *order)
+{
+	uint32_t K, no = 0, last = UINT32_MAX;
+	bool *used;
+
+	if (!o || !order || o->algo != DM_ORACLE_KEYRANGE)
+		return -EINVAL;
+	K = o->nfine;
+	/* built by dm_oracle_from_vhash: the regions are in key order already */
+	for (no = 0; no < K; no++)
+		if (o->ring_pos[o->fine_group[no]] < (no ? o->ring_pos[o->fine_group[no - 1]] : 0))
+			break;
+	if (no == K) {
+		for (uint32_t r = 0; r < K; r++)
+			order[r] = r;
+		return 0;
+	}
+	no = 0;
+	used = calloc(K, sizeof(*used));
+	if (!used)
+		return -ENOMEM;
+	for (uint32_t pos = 0; pos < o->k; pos++) {
+		uint32_t c = o->ring[pos];
+
+		for (;;) {
+			uint32_t best = UINT32_MAX;
+			double bd = 0;
+
+			for (uint32_t r = 0; r < K; r++) {
+				double dr;
+
+				if (used[r] || o->fine_group[r] != c)
+					continue;
+				if (last != UINT32_MAX)   /* nearest to the chain's end */
+					dr = -dm_oracle_l2_exact(o->fine + (size_t)r * o->dim,
+								 o->fine + (size_t)last * o->dim,
+								 o->dim);
+				else if (o->k > 1)        /* farthest from the next run */
+					dr = dm_oracle_l2_exact(o->fine + (size_t)r * o->dim,
+								o->centroids +
+								(size_t)o->ring[1] * o->dim, o->dim);
+				else
+					dr = -(double)r;
+				if (best == UINT32_MAX || dr > bd) {
+					best = r;
+					bd = dr;
+				}
+			}
+			if (best == UINT32_MAX)
+				break;
+			used[best] = true;
+			order[no++] = best;
+			last = best;
+		}
+	}
+	free(used);
+	return no == K ? 0 : -EINVAL;   /* a region of no CN of the ring */
+}
+
+/* Groups of o from the cut start[0..k] (start[k] = K): fine_group (by ring position),
+ * sizes, centroids (the mass-weighted means of the runs' region centroids: what the spill
+ * order breaks ties on), ring = identity (the CN ring is the key order: run g is CN g).
+ * 0 or -ENOMEM. */
+static int fill_groups(struct dm_oracle *o, const struct dm_vhash *vh, const uint32_t *start)
+{
+	uint32_t k = o->k;
+	size_t dim = vh->dim;
+	double *acc = calloc((size_t)k * dim, sizeof(*acc)), *w = calloc(k, sizeof(*w));
+
+	if (!acc || !w) {
+		free(acc);
+		free(w);
+		return -ENOMEM;
+	}
+	memset(o->sizes, 0, k * sizeof(*o->sizes));
+	for (uint32_t g = 0; g < k; g++)
+		for (uint32_t p = start[g]; p < start[g + 1]; p++) {
+			uint32_t r = vh->ring[p];
+			/* weight: the region's mass, at least 1 (an empty region still counts) */
+			double m = vh->mass[r] ? (double)vh->mass[r] : 1.0;
+
+			o->fine_group[p] = g;
+			o->sizes[g] += vh->mass[r];
+			w[g] += m;
+			for (size_t j = 0; j < dim; j++)
+				acc[(size_t)g * dim + j] += m * vh->centroids[(size_t)r * dim + j];
+		}
+	for (uint32_t g = 0; g < k; g++) {
+		for (size_t j = 0; j < dim; j++)
+			o->centroids[(size_t)g * dim + j] = (float)(acc[(size_t)g * dim + j] / w[g]);
+		o->ring[g] = g;
+		o->ring_pos[g] = g;
+	}
+	free(acc);
+	free(w);
+	return 0;
+}
+
 struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k, double balance_eps)
 {
 	struct dm_oracle *o;
 	uint32_t *start = NULL;
 	int rc;
-	double *acc = NULL, *w = NULL;
 	size_t dim;
 
 	if (!vh || k < 1 || k > DM_MAX_NODES || k > vh->k || vh->k > k * 256u ||
@@ -195,9 +489,7 @@ struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k, do
 	dim = vh->dim;
 	o = calloc(1, sizeof(*o));
 	start = calloc(k + 1, sizeof(*start));
-	acc = calloc((size_t)k * dim, sizeof(*acc));
-	w = calloc(k, sizeof(*w));
-	if (!o || !start || !acc || !w)
+	if (!o || !start)
 		goto out_nomem;
 	o->k = k;
 	o->dim = vh->dim;
@@ -214,42 +506,24 @@ struct dm_oracle *dm_oracle_from_vhash(const struct dm_vhash *vh, uint32_t k, do
 	if (!o->fine || !o->fine_group || !o->bias || !o->centroids || !o->sizes || !o->ring ||
 	    !o->ring_pos)
 		goto out_nomem;
-	memcpy(o->fine, vh->centroids, (size_t)vh->k * dim * sizeof(*o->fine));
+	/* fine centroid p = the region at ring position p: the oracle keeps the key order of
+	 * its regions (dm_oracle_region_ring), and the runs are index ranges */
+	for (uint32_t p = 0; p < vh->k; p++)
+		memcpy(o->fine + (size_t)p * dim, vh->centroids + (size_t)vh->ring[p] * dim,
+		       dim * sizeof(*o->fine));
 	rc = cut_runs(vh, k, balance_eps, start);
 	if (rc == -ENOMEM)
 		goto out_nomem;
 	if (rc < 0)
 		cut_runs_equal(vh, k, start);
 	start[k] = vh->k;
-	for (uint32_t g = 0; g < k; g++)
-		for (uint32_t p = start[g]; p < start[g + 1]; p++) {
-			uint32_t r = vh->ring[p];
-			/* weight: the region's mass, at least 1 (an empty region still counts) */
-			double m = vh->mass[r] ? (double)vh->mass[r] : 1.0;
-
-			o->fine_group[r] = g;
-			o->sizes[g] += vh->mass[r];
-			w[g] += m;
-			for (size_t j = 0; j < dim; j++)
-				acc[(size_t)g * dim + j] += m * vh->centroids[(size_t)r * dim + j];
-		}
-	/* A group's centroid: the mass-weighted mean of its regions' centroids (what the spill
-	 * order breaks ties on). The ring of CNs is the key order: run g is CN g. */
-	for (uint32_t g = 0; g < k; g++) {
-		for (size_t j = 0; j < dim; j++)
-			o->centroids[(size_t)g * dim + j] = (float)(acc[(size_t)g * dim + j] / w[g]);
-		o->ring[g] = g;
-		o->ring_pos[g] = g;
-	}
+	if (fill_groups(o, vh, start))
+		goto out_nomem;
 	free(start);
-	free(acc);
-	free(w);
 	return o;
 
 out_nomem:
 	free(start);
-	free(acc);
-	free(w);
 	dm_oracle_free(o);
 	errno = ENOMEM;
 	return NULL;

@@ -134,6 +134,44 @@ static int two_opt_path(const double *d, uint32_t *o, uint32_t k, uint32_t max_p
 	return moves;
 }
 
+/* Length of the open path through pts in order (Euclidean). */
+static double path_length(const float *pts, const uint32_t *order, uint32_t k, size_t dim)
+{
+	double len = 0;
+
+	for (uint32_t i = 0; i + 1 < k; i++)
+		len += sqrt(dm_oracle_l2_exact(pts + (size_t)order[i] * dim,
+					       pts + (size_t)order[i + 1] * dim, dim));
+	return len;
+}
+
+int dm_oracle_ring_order_from(const float *pts, uint32_t k, size_t dim, uint32_t knn,
+			      const uint32_t *init, double slack, uint32_t *order)
+{
+	bool *seen;
+	int ret;
+
+	if (!pts || !init || !order || k == 0 || dim == 0 || !(slack >= 0))
+		return -EINVAL;
+	seen = calloc(k, sizeof(*seen));
+	if (!seen)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < k; i++) {
+		if (init[i] >= k || seen[init[i]]) {
+			free(seen);
+			return -EINVAL;   /* not a permutation of 0..k-1 */
+		}
+		seen[init[i]] = true;
+	}
+	free(seen);
+	ret = dm_oracle_ring_order(pts, k, dim, knn, order);
+	if (ret)
+		return ret;
+	if (path_length(pts, init, k, dim) <= (1 + slack) * path_length(pts, order, k, dim))
+		memcpy(order, init, k * sizeof(*order));
+	return 0;
+}
+
 /* Is j among the knn nearest of i (ties to the lower index)? Ranks j against every other. */
 static bool in_knn(const double *d, uint32_t k, uint32_t i, uint32_t j, uint32_t knn)
 {

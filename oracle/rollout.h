@@ -22,6 +22,7 @@ struct dm_rollout_cn {
 	bool valid;                  /* a report exists */
 	bool ready;                  /* it has an oracle (routes with `epoch`) */
 	bool prepared;               /* it holds the oracle of `next`, built */
+	bool reseed;                 /* it asked for `next` to be fitted from a new seed */
 	uint32_t epoch;              /* the oracle epoch it routes with */
 	uint32_t next;               /* the epoch it rolls out (= epoch when none) */
 	uint32_t age_ms;             /* since the memory node got the report */

@@ -269,7 +269,10 @@ struct dm_vhash *dm_vhash_fit(const float *sample, size_t n, size_t dim, uint32_
 	dm_oracle_free(o);
 	vh->n = n;
 	/* layer 2: ring order (position -> region) */
-	ret = dm_oracle_ring_order(vh->centroids, k, dim, opts->ring_knn, vh->ring);
+	ret = opts->init && opts->init_ring ?
+		dm_oracle_ring_order_from(vh->centroids, k, dim, opts->ring_knn, opts->init_ring,
+					  DM_VHASH_RING_SLACK, vh->ring) :
+		dm_oracle_ring_order(vh->centroids, k, dim, opts->ring_knn, vh->ring);
 	if (ret)
 		goto err_vhash;
 	for (uint32_t t = 0; t < k; t++)

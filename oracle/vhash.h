@@ -57,6 +57,8 @@
  * biases anyway; (3) the oracle's bias auction is O(n K) per round and at K = 256 with 0.10
  * did not settle in its 27600 rounds (73 s for 12800 x 32), against 1.2 s with 3.0. */
 #define DM_VHASH_BALANCE_EPS    3.0
+/* A warm fit keeps the previous ring unless a fresh order is this much shorter. */
+#define DM_VHASH_RING_SLACK     0.10
 
 /* Fitting options; dm_vhash_opts_default() gives the defaults. */
 struct dm_vhash_opts {
@@ -71,6 +73,10 @@ struct dm_vhash_opts {
 	const float *init;   /* k x dim region centroids to start the k-means from (a warm
 			      * start from the previous epoch's regions; dm_oracle_params.init);
 			      * NULL (default): k-means++ from the seed */
+	const uint32_t *init_ring;   /* with init: k, the previous ring (position -> region),
+				      * kept unless a fresh order is over DM_VHASH_RING_SLACK
+				      * shorter (dm_oracle_ring_order_from); NULL (default):
+				      * ordered from scratch */
 };
 
 /* The model. Region ids are 0..k-1 (k-means order); positions are 0..k-1 in ring order. */

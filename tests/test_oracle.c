@@ -732,6 +732,39 @@ Test(oracle, two_opt_never_lengthens)
 	}
 }
 
+/* The warm ring (dm_oracle_ring_order_from): a good previous order is kept as it is, a much
+ * longer one gives way to the fresh order, and a non-permutation is refused. */
+Test(oracle, ring_order_from_keeps_a_good_order)
+{
+	const uint32_t k = 24;
+	const size_t dim = 3;
+	float pts[24 * 3];
+	uint32_t fresh[24], init[24], out[24];
+	uint64_t s = 5;
+
+	for (uint32_t i = 0; i < k * dim; i++)
+		pts[i] = (float)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 40) /
+			 (float)(1u << 24);
+	cr_assert_eq(dm_oracle_ring_order(pts, k, dim, 8, fresh), 0);
+	/* the fresh order with two neighbours swapped: a little longer, kept */
+	memcpy(init, fresh, sizeof(init));
+	init[10] = fresh[11];
+	init[11] = fresh[10];
+	cr_assert_eq(dm_oracle_ring_order_from(pts, k, dim, 8, init, 0.5, out), 0);
+	cr_assert_arr_eq(out, init, sizeof(init));
+	/* a far worse order (every other point first): the fresh one */
+	for (uint32_t i = 0; i < k; i++)
+		init[i] = fresh[(i * 2) % k + (i * 2 >= k)];
+	cr_assert_eq(dm_oracle_ring_order_from(pts, k, dim, 8, init, 0.10, out), 0);
+	cr_assert_arr_eq(out, fresh, sizeof(fresh));
+	/* not a permutation */
+	init[3] = init[4];
+	cr_assert_eq(dm_oracle_ring_order_from(pts, k, dim, 8, init, 0.10, out), -EINVAL);
+	init[3] = k;
+	cr_assert_eq(dm_oracle_ring_order_from(pts, k, dim, 8, init, 0.10, out), -EINVAL);
+	cr_assert_eq(dm_oracle_ring_order_from(pts, k, dim, 8, fresh, -1, out), -EINVAL);
+}
+
 Test(oracle, ring_neighbours_and_spill_order)
 {
 	/* blobs on a line: the ring must be the line order (up to direction) */

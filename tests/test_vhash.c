@@ -460,6 +460,95 @@ Test(vhash, warm_start_keeps_regions)
 	dm_vhash_free(c);
 }
 
+/* Key ranges that keep their owners through a refit (dm_oracle_from_vhash_keep, the warm
+ * refit of cn/router): the regions in key order (dm_oracle_region_ring: identity), the
+ * previous runs kept (also under another numbering of the CNs, which they follow), and a
+ * warm refit on another sample of the same mixture moves far fewer points to another CN
+ * than a cold one. */
+Test(vhash, keyrange_keeps_owners)
+{
+	float *x;
+	struct dm_vhash *vh = fit_std(false, &x);
+	const uint32_t k = 4;
+	struct dm_oracle *o = dm_oracle_from_vhash(vh, k, 0.10), *o2;
+	uint32_t order[K], prev[K], perm[4] = { 2, 0, 3, 1 };
+
+	cr_assert(o);
+	cr_assert_eq(dm_oracle_region_ring(o, order), 0);
+	for (uint32_t p = 0; p < K; p++)
+		cr_assert_eq(order[p], p, "the regions are in key order");
+	/* the same runs, numbered as before: nothing moves */
+	for (uint32_t r = 0; r < K; r++)
+		prev[r] = o->fine_group[vh->ring_pos[r]];
+	o2 = dm_oracle_from_vhash_keep(vh, k, 0.10, prev);
+	cr_assert(o2);
+	cr_assert_arr_eq(o2->fine_group, o->fine_group, K * sizeof(uint32_t));
+	dm_oracle_free(o2);
+	/* CNs numbered otherwise: each run keeps its CN, and the CN ring follows the key order */
+	for (uint32_t r = 0; r < K; r++)
+		prev[r] = perm[o->fine_group[vh->ring_pos[r]]];
+	o2 = dm_oracle_from_vhash_keep(vh, k, 0.10, prev);
+	cr_assert(o2);
+	for (uint32_t p = 0; p < K; p++)
+		cr_assert_eq(o2->fine_group[p], perm[o->fine_group[p]]);
+	for (uint32_t g = 0; g < k; g++) {
+		cr_assert_eq(o2->ring[g], perm[g]);
+		cr_assert_eq(o2->ring_pos[perm[g]], g);
+		cr_assert_eq(o2->sizes[perm[g]], o->sizes[g]);
+	}
+	cr_assert_eq(dm_oracle_region_ring(o2, order), 0);
+	for (uint32_t p = 0; p < K; p++)
+		cr_assert_eq(order[p], p);
+	for (size_t i = 0; i < N; i += 5)
+		cr_assert_eq(dm_oracle_best(o2, x + i * DIM), perm[dm_oracle_best(o, x + i * DIM)]);
+	dm_oracle_free(o2);
+	/* a refit on a sample whose every point moved a little (the next epoch's): warm (from the
+	 * oracle's regions and key order, keeping owners) against cold (another seed) */
+	float *y = malloc((size_t)N * DIM * sizeof(float));   /* every point moved a little */
+	uint64_t js = 77;
+
+	cr_assert(y);
+	for (size_t i = 0; i < (size_t)N * DIM; i++)
+		y[i] = x[i] + 0.3f * (float)normal(&js);
+	struct dm_vhash_opts vo;
+	uint32_t ring[K];
+
+	for (uint32_t p = 0; p < K; p++)
+		ring[p] = p;
+	dm_vhash_opts_default(&vo);
+	vo.init = o->fine;
+	vo.init_ring = ring;
+	struct dm_vhash *wv = dm_vhash_fit(y, N, DIM, K, SEED + 1, &vo);
+	struct dm_vhash *cv = dm_vhash_fit(y, N, DIM, K, SEED + 1, NULL);
+	cr_assert(wv && cv);
+	struct dm_oracle *wo = dm_oracle_from_vhash_keep(wv, k, 0.10, o->fine_group);
+	struct dm_oracle *co = dm_oracle_from_vhash(cv, k, 0.10);
+	cr_assert(wo && co);
+	uint64_t tot = 0;
+
+	for (uint32_t g = 0; g < k; g++)
+		tot += wo->sizes[g];
+	cr_assert_eq(tot, N);
+	size_t wm = 0, cm = 0;
+	for (size_t i = 0; i < N; i++) {
+		uint32_t before = dm_oracle_best(o, x + i * DIM);
+
+		wm += dm_oracle_best(wo, x + i * DIM) != before;
+		cm += dm_oracle_best(co, x + i * DIM) != before;
+	}
+	fprintf(stderr, "keyrange refit on another sample: warm moves %zu of %d points to another "
+		"CN, cold %zu\n", wm, N, cm);
+	cr_assert_lt(wm * 4, cm, "warm moved %zu, cold %zu", wm, cm);
+	dm_oracle_free(wo);
+	dm_oracle_free(co);
+	dm_vhash_free(wv);
+	dm_vhash_free(cv);
+	free(y);
+	dm_oracle_free(o);
+	dm_vhash_free(vh);
+	free(x);
+}
+
 Test(vhash, deterministic_fit_and_roundtrip)
 {
 	float *x;
@@ -949,7 +1038,11 @@ Test(vhash, keyrange_cut_is_balanced_and_optimal)
 					cr_assert_leq(o->sizes[g], cap, "k=%u: run %u holds %llu > %llu",
 						      k, g, (unsigned long long)o->sizes[g],
 						      (unsigned long long)cap);
-				double got = cut_cost(vh, o->fine_group);
+				uint32_t byreg[K];   /* fine centroid p is the region at ring position p */
+
+				for (uint32_t r = 0; r < K; r++)
+					byreg[r] = o->fine_group[vh->ring_pos[r]];
+				double got = cut_cost(vh, byreg);
 
 				cr_assert(got <= want * (1 + 1e-9), "skew %d k=%u: cut cost %.9g, the "
 					  "best %.9g", skew, k, got, want);
@@ -1000,9 +1093,14 @@ Test(vhash, keyrange_partitions)
 		cr_assert_eq(o->nfine, vh->k);
 		cr_assert_eq(o->algo, DM_ORACLE_KEYRANGE);
 		/* contiguous, non-decreasing by one along the ring, covering 0..k-1 */
-		cr_assert_eq(o->fine_group[vh->ring[0]], 0);
+		/* fine centroid p is the region at ring position p */
+		for (uint32_t p = 0; p < vh->k; p++)
+			cr_assert(memcmp(o->fine + (size_t)p * DIM,
+					 vh->centroids + (size_t)vh->ring[p] * DIM,
+					 DIM * sizeof(float)) == 0);
+		cr_assert_eq(o->fine_group[0], 0);
 		for (uint32_t p = 1; p < vh->k; p++) {
-			uint32_t g = o->fine_group[vh->ring[p]];
+			uint32_t g = o->fine_group[p];
 
 			cr_assert(g == prev || g == prev + 1, "k=%u: group %u after %u at %u", k, g,
 				  prev, p);
@@ -1022,8 +1120,8 @@ Test(vhash, keyrange_partitions)
 			uint32_t reg, g = dm_oracle_best(o, x + i * DIM);
 			uint64_t key = dm_vhash_key(vh, x + i * DIM, &reg);
 
-			cr_assert_eq(g, o->fine_group[reg]);
-			cr_assert_eq(g, o->fine_group[dm_vhash_key_region(vh, key)]);
+			cr_assert_eq(g, o->fine_group[vh->ring_pos[reg]]);
+			cr_assert_eq(g, o->fine_group[vh->ring_pos[dm_vhash_key_region(vh, key)]]);
 		}
 		/* the wire form keeps it whole */
 		size_t len = dm_oracle_wire_size(o);
@@ -1071,7 +1169,7 @@ Test(vhash, keyrange_partitions)
 
 	cr_assert(o);
 	for (uint32_t p = 0; p < vh->k; p++)
-		cr_assert_eq(o->fine_group[vh->ring[p]], p);
+		cr_assert_eq(o->fine_group[p], p);
 	dm_oracle_free(o);
 	dm_vhash_free(vh);
 	free(x);

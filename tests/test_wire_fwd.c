@@ -96,7 +96,8 @@ Test(wire_fwd, state_table_router)
 {
 	uint8_t b[1024];
 	struct dm_wire_fwd_state s = { .cn = 2, .epoch = 1, .qlen = 40, .nsample = 3, .entries = 200,
-				       .next = 2, .flags = DM_FWD_S_READY | DM_FWD_S_PREPARED },
+				       .next = 2, .flags = DM_FWD_S_READY | DM_FWD_S_PREPARED |
+						DM_FWD_S_RESEED },
 				 s2;
 	struct dm_wire_fwd_entry e = { .cn = 1, .qlen = 3, .age_ms = 20, .epoch = 4, .next = 5,
 				       .flags = DM_FWD_S_READY }, e2;
@@ -120,7 +121,7 @@ Test(wire_fwd, state_table_router)
 	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
 	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);
 	s.next = 1;
-	s.flags = 4;                    /* unknown flag */
+	s.flags = 8;                    /* unknown flag */
 	dm_wire_fwd_state_encode(b + DM_WIRE_HDR_LEN, &s);
 	cr_assert_eq(dm_wire_fwd_state_decode(b + DM_WIRE_HDR_LEN, sizeof(s), &s2), -EBADMSG);
 	s.flags = DM_FWD_S_READY;
@@ -149,6 +150,10 @@ Test(wire_fwd, state_table_router)
 	dm_wire_fwd_entry_encode(b, &e);
 	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e), &e2), -EBADMSG, "next below epoch");
 	e.next = 4;
+	e.flags = DM_FWD_S_READY | DM_FWD_S_RESEED;
+	dm_wire_fwd_entry_encode(b, &e);
+	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e), &e2), 0);
+	cr_assert_eq(e2.flags, DM_FWD_S_READY | DM_FWD_S_RESEED);
 	e.flags = 8;
 	dm_wire_fwd_entry_encode(b, &e);
 	cr_assert_eq(dm_wire_fwd_entry_decode(b, sizeof(e), &e2), -EBADMSG, "unknown flag");

@@ -74,6 +74,9 @@ struct router {
 	/* Oracle epochs: the highest one asked for here (dmann route refresh, re-clustering)
 	 * and the highest one the memory nodes reported. */
 	atomic_uint want_epoch, seen_epoch;
+	/* The epoch the CSP re-clustering asked for here (0: none): fitted from a new seed,
+	 * reported with DM_FWD_S_RESEED (a warm fit would give the same partitions back). */
+	atomic_uint reseed_epoch;
 	/* The two-phase rollout (oracle/rollout.h; router thread, except the atomics): the
 	 * oracle of a later epoch being fitted by the prepare thread or fitted (prep_done),
 	 * installed once every live CN has it. */
@@ -230,6 +233,8 @@ struct oracle_build {
 	bool keyrange;
 	float *sample;               /* n x dim, normalised for cosine */
 	float *init;                 /* NULL, or the current epoch's centroids to start from */
+	uint32_t *init_ring;         /* key ranges, with init: the current regions' key order */
+	uint32_t *prev_cn;           /* key ranges, with init: each region's current CN */
 	/* the fit */
 	int rc;
 	struct dm_oracle *o;
@@ -249,6 +254,8 @@ static void build_free(struct oracle_build *b)
 		return;
 	free(b->sample);
 	free(b->init);
+	free(b->init_ring);
+	free(b->prev_cn);
 	dm_oracle_free(b->o);
 	free(b->spill);
 	free(b->owire);
@@ -431,8 +438,31 @@ static int fit_oracle(struct oracle_build *b)
 		vo.pace = op.pace;
 		vo.pace_arg = op.pace_arg;
 		vo.init = b->init;
+		vo.init_ring = b->init_ring;
 		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, &vo);
-		b->o = vh ? dm_oracle_from_vhash(vh, b->ncn, op.balance_eps) : NULL;
+		b->o = vh ? dm_oracle_from_vhash_keep(vh, b->ncn, op.balance_eps, b->prev_cn) :
+			    NULL;
+		if (b->o && b->init && !dm_oracle_balanced(b->o, op.balance_eps)) {
+			/* No cut within the bound: the warm start may have kept regions that the
+			 * sample now crowds into. Fit from scratch too (as without etcd) and take
+			 * whichever is better balanced (a sample with a heavy region cannot be
+			 * cut within the bound either way). */
+			struct dm_vhash *cv = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, NULL);
+			struct dm_oracle *co = cv ? dm_oracle_from_vhash(cv, b->ncn, op.balance_eps) :
+						    NULL;
+
+			if (co && dm_oracle_largest(co) < dm_oracle_largest(b->o)) {
+				dm_info("oracle epoch %u: the warm fit found no balanced cut (the "
+					"sample moved): fitted from a new seed", b->epoch);
+				dm_oracle_free(b->o);
+				b->o = co;
+				co = NULL;
+				free(b->init);
+				b->init = NULL;
+			}
+			dm_oracle_free(co);
+			dm_vhash_free(cv);
+		}
 		if (!b->o)
 			rc = -errno;
 		dm_vhash_free(vh);
@@ -798,12 +828,27 @@ static void warm_start(struct router *r, struct oracle_build *b)
 	    (!b->keyrange && o->algo != DM_ORACLE_CONSTRAINED) || o->nfine != want)
 		return;
 	b->init = malloc((size_t)want * b->dim * sizeof(float));
-	if (b->init)   /* else cold */
-		memcpy(b->init, o->fine, (size_t)want * b->dim * sizeof(float));
+	if (!b->init)
+		return;   /* cold */
+	memcpy(b->init, o->fine, (size_t)want * b->dim * sizeof(float));
+	if (!b->keyrange)
+		return;   /* k-means partitions keep their numbers: centroid j starts as j */
+	/* Key ranges: the ring of regions starts from the current key order and the runs keep
+	 * their CNs where they can (dm_oracle_from_vhash_keep); without them, a refit on a
+	 * moved sample orders the regions anew and most rows change CN. */
+	b->init_ring = malloc(want * sizeof(uint32_t));
+	b->prev_cn = malloc(want * sizeof(uint32_t));
+	if (!b->init_ring || !b->prev_cn || dm_oracle_region_ring(o, b->init_ring)) {
+		free(b->init_ring);
+		free(b->prev_cn);
+		b->init_ring = b->prev_cn = NULL;   /* the regions only */
+		return;
+	}
+	memcpy(b->prev_cn, o->fine_group, want * sizeof(uint32_t));
 }
 
 /* Phase 1: sample here, fit on the prepare thread (or here if it cannot start). */
-static void prepare_start(struct router *r, uint32_t target)
+static void prepare_start(struct router *r, uint32_t target, bool reseed)
 {
 	bool etcd = r->cn->cfg->etcd[0] != 0;
 	int rc = gather_sample(r, target, etcd, &r->prep);
@@ -815,7 +860,7 @@ static void prepare_start(struct router *r, uint32_t target)
 		r->prep_retry_ns = dm_now_ns() + ROLLOUT_RETRY_NS;
 		return;
 	}
-	if (etcd)
+	if (etcd && !reseed)
 		warm_start(r, r->prep);
 	atomic_store(&r->prep_done, false);
 	dm_info("cn%u: preparing oracle epoch %u (routing with epoch %u meanwhile%s)", r->self,
@@ -852,8 +897,12 @@ static bool rollout_step(struct router *r, const struct dm_rollout_cn *rep)
 		return false;
 	}
 	if (!r->prep) {
+		bool reseed = atomic_load(&r->reseed_epoch) == target;
+
+		for (uint32_t c = 0; c < r->ncn; c++)
+			reseed |= rep[c].valid && rep[c].next == target && rep[c].reseed;
 		if (now >= r->prep_retry_ns)
-			prepare_start(r, target);
+			prepare_start(r, target, reseed);
 		atomic_store(&r->rollout, DM_FWD_ROLLOUT_PREPARING);
 		return false;
 	}
@@ -1427,7 +1476,8 @@ static bool exchange(struct router *r, bool with_sample)
 	s.next = DM_MAX(s.epoch, atomic_load(&r->next_epoch));
 	s.flags = (atomic_load(&r->ready) ? DM_FWD_S_READY : 0) |
 		  (s.next > s.epoch && atomic_load(&r->rollout) == DM_FWD_ROLLOUT_PREPARED ?
-			   DM_FWD_S_PREPARED : 0);
+			   DM_FWD_S_PREPARED : 0) |
+		  (s.next > s.epoch && atomic_load(&r->reseed_epoch) == s.next ? DM_FWD_S_RESEED : 0);
 	s.nsample = sc.n;
 	s.seq = ++r->seq;
 	dm_wire_fwd_state_encode(msg, &s);
@@ -1467,7 +1517,8 @@ static bool exchange(struct router *r, bool with_sample)
 				best_age[e.cn] = e.age_ms;
 				rep[e.cn] = (struct dm_rollout_cn){
 					.valid = true, .ready = e.flags & DM_FWD_S_READY,
-					.prepared = e.flags & DM_FWD_S_PREPARED, .epoch = e.epoch,
+					.prepared = e.flags & DM_FWD_S_PREPARED,
+					.reseed = e.flags & DM_FWD_S_RESEED, .epoch = e.epoch,
 					.next = e.next, .age_ms = e.age_ms };
 				if (e.cn != r->self)
 					r->qlen[e.cn] = e.qlen;
@@ -1498,6 +1549,7 @@ static bool exchange(struct router *r, bool with_sample)
 				dm_info("cn%u: re-clustering: CSP above %.2f for %u s (epoch %u -> %u)",
 					r->self, r->p.recluster_csp, r->p.recluster_secs,
 					atomic_load(&r->epoch), atomic_load(&r->epoch) + 1);
+				atomic_store(&r->reseed_epoch, atomic_load(&r->epoch) + 1);
 				atomic_store(&r->want_epoch, atomic_load(&r->epoch) + 1);
 			}
 		} else {
