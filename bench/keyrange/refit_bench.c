@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 	struct dm_vecs v;
 	char err[256];
 
-	for (int i = 1; i < argc; i++) {
+	for (int i = 1; i < argc; i += 2) {   /* every option takes a value */
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -142,7 +142,6 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
-		i++;
 	}
 	if (!base) {
 		usage(stderr);
