@@ -1012,6 +1012,18 @@ static int build_constrained(struct dm_oracle *o, struct km *m,
 	return km_bias(m, o->fine, k, cap, o->bias, assign);
 }
 
+/* Finite and small enough that squared norms cannot overflow float sgemm. */
+static bool values_ok(const float *v, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(v[i]) || fabsf(v[i]) > 1e15f) {
+			dm_err("oracle: %s value %zu is not finite or too large", what, i);
+			return false;
+		}
+	}
+	return true;
+}
+
 struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 				  const struct dm_oracle_params *p)
 {
@@ -1027,27 +1039,11 @@ struct dm_oracle *dm_oracle_build(const float *sample, size_t n, size_t dim,
 		errno = EINVAL;
 		return NULL;
 	}
-	for (size_t i = 0; i < n * dim; i++) {
-		/* finite and small enough that squared norms cannot overflow float sgemm */
-		if (!isfinite(sample[i]) || fabsf(sample[i]) > 1e15f) {
-			dm_err("oracle: sample value %zu is not finite or too large", i);
-			errno = EINVAL;
-			return NULL;
-		}
-	}
-	if (p->init) {
-		if (p->algo != DM_ORACLE_CONSTRAINED) {
-			errno = EINVAL;
-			return NULL;
-		}
-		for (size_t i = 0; i < (size_t)p->k * dim; i++) {
-			if (!isfinite(p->init[i]) || fabsf(p->init[i]) > 1e15f) {
-				dm_err("oracle: starting centroid value %zu is not finite or too "
-				       "large", i);
-				errno = EINVAL;
-				return NULL;
-			}
-		}
+	if (!values_ok(sample, n * dim, "sample") ||
+	    (p->init && (p->algo != DM_ORACLE_CONSTRAINED ||
+			 !values_ok(p->init, (size_t)p->k * dim, "starting centroid")))) {
+		errno = EINVAL;
+		return NULL;
 	}
 	o = calloc(1, sizeof(*o));
 	if (!o) {

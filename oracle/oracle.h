@@ -119,12 +119,24 @@ struct dm_oracle *dm_oracle_from_vhash_keep(const struct dm_vhash *vh, uint32_t 
 bool dm_oracle_balanced(const struct dm_oracle *o, double eps);
 /* The sample points of o's largest group (0 for NULL). */
 uint64_t dm_oracle_largest(const struct dm_oracle *o);
-/* The regions of a key-range oracle in a key order its runs agree with (to start the next
- * epoch's ring from, dm_vhash_opts.init_ring): the CNs' runs in CN ring order, each run's
- * regions chained nearest first from the region nearest the previous run's last one (the
- * first run from its region farthest from the second run's centroid). order: o->nfine
- * entries. 0, -EINVAL (not a key-range oracle), -ENOMEM. */
+/* The regions of a key-range oracle in key order (to start the next epoch's ring from,
+ * dm_vhash_opts.init_ring): the identity, as dm_oracle_from_vhash stores them. order:
+ * o->nfine entries. 0, or -EINVAL (not a key-range oracle, or its regions are not in key
+ * order: runs out of CN ring order). */
 int dm_oracle_region_ring(const struct dm_oracle *o, uint32_t *order);
+/* The key-range oracle of k groups a compute node fits for an epoch: a VHash of K regions
+ * on the n x dim sample, cut into k runs. Cold (cur_regions NULL): dm_vhash_fit from seed,
+ * dm_oracle_from_vhash. Warm (a refit: cur_regions = the current key-range oracle's fine
+ * centroids, K x dim, cur_cn = their groups, K): the k-means starts from cur_regions, the
+ * key order is kept where it serves when the current runs are contiguous (init_ring), the
+ * runs keep their CNs (dm_oracle_from_vhash_keep); a warm fit without a cut within the
+ * bound is fitted cold too and the better balanced of the two is returned. pace/pace_arg:
+ * dm_vhash_opts.pace. *warm (may be NULL): whether the result is the warm fit. NULL with
+ * errno as dm_vhash_fit / dm_oracle_from_vhash. */
+struct dm_oracle *dm_oracle_keyrange_fit(const float *sample, size_t n, size_t dim, uint32_t K,
+					 uint32_t k, double eps, uint64_t seed,
+					 const float *cur_regions, const uint32_t *cur_cn,
+					 void (*pace)(void *arg), void *pace_arg, bool *warm);
 
 /* Predictor: CN of the fine centroid nearest to q (squared distance + bias). */
 uint32_t dm_oracle_best(const struct dm_oracle *o, const float *q);

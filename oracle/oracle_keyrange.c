@@ -378,61 +378,81 @@ uint64_t dm_oracle_largest(const struct dm_oracle *o)
 
 int dm_oracle_region_ring(const struct dm_oracle *o, uint32_t *order)
 {
-	uint32_t K, no = 0, last = UINT32_MAX;
-	bool *used;
-
 	if (!o || !order || o->algo != DM_ORACLE_KEYRANGE)
 		return -EINVAL;
-	K = o->nfine;
-	/* built by dm_oracle_from_vhash: the regions are in key order already */
-	for (no = 0; no < K; no++)
-		if (o->ring_pos[o->fine_group[no]] < (no ? o->ring_pos[o->fine_group[no - 1]] : 0))
-			break;
-	if (no == K) {
-		for (uint32_t r = 0; r < K; r++)
-			order[r] = r;
-		return 0;
+	/* dm_oracle_from_vhash keeps its regions in key order: runs in CN ring order */
+	for (uint32_t p = 1; p < o->nfine; p++)
+		if (o->ring_pos[o->fine_group[p]] < o->ring_pos[o->fine_group[p - 1]])
+			return -EINVAL;
+	for (uint32_t p = 0; p < o->nfine; p++)
+		order[p] = p;
+	return 0;
+}
+
+/* Whether each group's entries of grp (K) are one contiguous index range. */
+static bool runs_contiguous(const uint32_t *grp, uint32_t K, uint32_t k)
+{
+	bool seen[DM_MAX_NODES] = { false };
+
+	for (uint32_t p = 0; p < K; p++) {
+		if (grp[p] >= k || (seen[grp[p]] && grp[p] != grp[p - 1]))
+			return false;
+		seen[grp[p]] = true;
 	}
-	no = 0;
-	used = calloc(K, sizeof(*used));
-	if (!used)
-		return -ENOMEM;
-	for (uint32_t pos = 0; pos < o->k; pos++) {
-		uint32_t c = o->ring[pos];
+	return true;
+}
 
-		for (;;) {
-			uint32_t best = UINT32_MAX;
-			double bd = 0;
+struct dm_oracle *dm_oracle_keyrange_fit(const float *sample, size_t n, size_t dim, uint32_t K,
+					 uint32_t k, double eps, uint64_t seed,
+					 const float *cur_regions, const uint32_t *cur_cn,
+					 void (*pace)(void *arg), void *pace_arg, bool *warm)
+{
+	struct dm_vhash_opts vo;
+	struct dm_vhash *vh;
+	struct dm_oracle *o;
+	uint32_t *ring = NULL;
 
-			for (uint32_t r = 0; r < K; r++) {
-				double dr;
-
-				if (used[r] || o->fine_group[r] != c)
-					continue;
-				if (last != UINT32_MAX)   /* nearest to the chain's end */
-					dr = -dm_oracle_l2_exact(o->fine + (size_t)r * o->dim,
-								 o->fine + (size_t)last * o->dim,
-								 o->dim);
-				else if (o->k > 1)        /* farthest from the next run */
-					dr = dm_oracle_l2_exact(o->fine + (size_t)r * o->dim,
-								o->centroids +
-								(size_t)o->ring[1] * o->dim, o->dim);
-				else
-					dr = -(double)r;
-				if (best == UINT32_MAX || dr > bd) {
-					best = r;
-					bd = dr;
-				}
-			}
-			if (best == UINT32_MAX)
-				break;
-			used[best] = true;
-			order[no++] = best;
-			last = best;
+	if (warm)
+		*warm = false;
+	dm_vhash_opts_default(&vo);
+	vo.pace = pace;
+	vo.pace_arg = pace_arg;
+	vo.init = cur_regions;
+	if (cur_regions && cur_cn && k <= DM_MAX_NODES && runs_contiguous(cur_cn, K, k)) {
+		/* the current regions are in key order: keep it as the ring where it serves */
+		ring = malloc(K * sizeof(*ring));
+		if (!ring) {
+			errno = ENOMEM;
+			return NULL;
 		}
+		for (uint32_t p = 0; p < K; p++)
+			ring[p] = p;
+		vo.init_ring = ring;
 	}
-	free(used);
-	return no == K ? 0 : -EINVAL;   /* a region of no CN of the ring */
+	vh = dm_vhash_fit(sample, n, dim, K, seed, &vo);
+	free(ring);
+	if (!vh)
+		return NULL;
+	o = dm_oracle_from_vhash_keep(vh, k, eps, cur_regions ? cur_cn : NULL);
+	dm_vhash_free(vh);
+	if (!o || !cur_regions)
+		return o;
+	if (!dm_oracle_balanced(o, eps)) {
+		/* No cut within the bound: the warm start may have kept regions that the sample
+		 * now crowds into. Fit from scratch too and take whichever is better balanced
+		 * (a sample with a heavy region cannot be cut within the bound either way). */
+		struct dm_oracle *co = dm_oracle_keyrange_fit(sample, n, dim, K, k, eps, seed, NULL,
+							      NULL, pace, pace_arg, NULL);
+
+		if (co && dm_oracle_largest(co) < dm_oracle_largest(o)) {
+			dm_oracle_free(o);
+			return co;   /* cold */
+		}
+		dm_oracle_free(co);
+	}
+	if (warm)
+		*warm = true;
+	return o;
 }
 
 /* Groups of o from the cut start[0..k] (start[k] = K): fine_group (by ring position),

@@ -7,9 +7,9 @@
 # fitting compute node does through etcd: the current regions as the start, the current key
 # order and runs kept unless a fresh order or cut is over 10% better, runs numbered to keep
 # their compute nodes). Scenarios: the same sample, another sample of the same data, and a
-# sample where a quarter of the rows crowd one part of the space. The library calls are the
-# router's (dm_vhash_fit with init / init_ring, dm_oracle_from_vhash_keep); the router's glue
-# (taking the current oracle, etcd) is not in this measurement. One-thread OpenBLAS, as in
+# sample where a quarter of the rows crowd one part of the space. Both fits are the router's
+# call (dm_oracle_keyrange_fit, cold or from the current oracle); the router's glue (copying
+# the current oracle, etcd) is not in this measurement. One-thread OpenBLAS, as in
 # the nodes. Writes the table between the <!-- BEGIN refit --> markers of docs/benchmarks.md.
 #
 # Env: BUILD (build), WORK (~/.cache/dmann-bench), DATASETS ("fmnist spacev"), SPACEV_N

@@ -4,8 +4,8 @@
  * through etcd (the current regions as the k-means' start, the current key order kept
  * unless a fresh one is over DM_VHASH_RING_SLACK shorter, the current runs kept unless the
  * best cut is over 10% cheaper, runs numbered to keep their compute nodes:
- * dm_vhash_opts.init / init_ring, dm_oracle_from_vhash_keep, as cn/router/router.c calls
- * them). Reported per scenario and number of compute nodes k: the share of ALL base rows
+ * dm_oracle_keyrange_fit with the current oracle, the call cn/router/router.c makes).
+ * Reported per scenario and number of compute nodes k: the share of ALL base rows
  * whose compute node (the oracle's predictor) changes from the current epoch's, the fit's
  * CPU time, the k-means objective of the k partitions over the base rows (mean squared
  * distance to their partition's mean) and the largest partition's share of the sample.
@@ -213,14 +213,10 @@ int main(int argc, char **argv)
 			c++;
 		if (k < 2 || k > K || k > DM_MAX_NODES)
 			continue;
-		struct dm_vhash_opts vo;
+		struct dm_oracle *oc = dm_oracle_keyrange_fit(x, n, dim, K, (uint32_t)k, 0.10, seed,
+							      NULL, NULL, NULL, NULL, NULL);
 
-		dm_vhash_opts_default(&vo);
-		struct dm_vhash *cur = dm_vhash_fit(x, n, dim, K, seed, &vo);
-		struct dm_oracle *oc = cur ? dm_oracle_from_vhash(cur, (uint32_t)k, 0.10) : NULL;
-		uint32_t *ring = malloc(K * sizeof(uint32_t));
-
-		if (!oc || !ring || dm_oracle_region_ring(oc, ring)) {
+		if (!oc) {
 			fprintf(stderr, "refit_bench: the current fit failed: %s\n", strerror(errno));
 			return 1;
 		}
@@ -228,38 +224,21 @@ int main(int argc, char **argv)
 			pa[i] = dm_oracle_best(oc, x + i * dim);
 		for (size_t s = 0; s < sizeof(sc) / sizeof(sc[0]); s++) {
 			double t0 = cpu_s();
-			struct dm_vhash *cv = dm_vhash_fit(sc[s].s, n, dim, K, seed + 1, NULL);
-			struct dm_oracle *co = cv ? dm_oracle_from_vhash(cv, (uint32_t)k, 0.10) : NULL;
+			struct dm_oracle *co = dm_oracle_keyrange_fit(sc[s].s, n, dim, K, (uint32_t)k,
+								      0.10, seed + 1, NULL, NULL,
+								      NULL, NULL, NULL);
 			double tc = cpu_s() - t0;
+			bool warm = false;
 
-			vo.init = oc->fine;
-			vo.init_ring = ring;
+			/* the router's refit through etcd: from the current oracle */
 			t0 = cpu_s();
-			struct dm_vhash *wv = dm_vhash_fit(sc[s].s, n, dim, K, seed + 1, &vo);
-			struct dm_oracle *wo = wv ? dm_oracle_from_vhash_keep(wv, (uint32_t)k, 0.10,
-									     oc->fine_group) : NULL;
-			bool recold = false;
-
-			if (wo && !dm_oracle_balanced(wo, 0.10)) {
-				/* as the router: no balanced cut, from scratch too, the better
-				 * balanced of the two */
-				struct dm_vhash *v2 = dm_vhash_fit(sc[s].s, n, dim, K, seed + 1, NULL);
-				struct dm_oracle *o2 = v2 ? dm_oracle_from_vhash(v2, (uint32_t)k, 0.10) :
-							    NULL;
-
-				if (o2 && dm_oracle_largest(o2) < dm_oracle_largest(wo)) {
-					dm_oracle_free(wo);
-					wo = o2;
-					o2 = NULL;
-					recold = true;
-				}
-				dm_oracle_free(o2);
-				dm_vhash_free(v2);
-			}
+			struct dm_oracle *wo = dm_oracle_keyrange_fit(sc[s].s, n, dim, K, (uint32_t)k,
+								      0.10, seed + 1, oc->fine,
+								      oc->fine_group, NULL, NULL,
+								      &warm);
+			bool recold = wo && !warm;
 			double tw = cpu_s() - t0;
 
-			vo.init = NULL;
-			vo.init_ring = NULL;
 			if (!co || !wo) {
 				fprintf(stderr, "refit_bench: a refit failed: %s\n", strerror(errno));
 				return 1;
@@ -289,12 +268,8 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			dm_oracle_free(co);
 			dm_oracle_free(wo);
-			dm_vhash_free(cv);
-			dm_vhash_free(wv);
 		}
-		free(ring);
 		dm_oracle_free(oc);
-		dm_vhash_free(cur);
 	}
 	free(same);
 	free(drift);

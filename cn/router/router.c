@@ -233,7 +233,6 @@ struct oracle_build {
 	bool keyrange;
 	float *sample;               /* n x dim, normalised for cosine */
 	float *init;                 /* NULL, or the current epoch's centroids to start from */
-	uint32_t *init_ring;         /* key ranges, with init: the current regions' key order */
 	uint32_t *prev_cn;           /* key ranges, with init: each region's current CN */
 	/* the fit */
 	int rc;
@@ -254,7 +253,6 @@ static void build_free(struct oracle_build *b)
 		return;
 	free(b->sample);
 	free(b->init);
-	free(b->init_ring);
 	free(b->prev_cn);
 	dm_oracle_free(b->o);
 	free(b->spill);
@@ -430,42 +428,19 @@ static int fit_oracle(struct oracle_build *b)
 	}
 	if (b->keyrange) {
 		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
-		uint32_t K = fit_regions(b);
-		struct dm_vhash *vh;
-		struct dm_vhash_opts vo;
+		bool warm = false;
 
-		dm_vhash_opts_default(&vo);
-		vo.pace = op.pace;
-		vo.pace_arg = op.pace_arg;
-		vo.init = b->init;
-		vo.init_ring = b->init_ring;
-		vh = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, &vo);
-		b->o = vh ? dm_oracle_from_vhash_keep(vh, b->ncn, op.balance_eps, b->prev_cn) :
-			    NULL;
-		if (b->o && b->init && !dm_oracle_balanced(b->o, op.balance_eps)) {
-			/* No cut within the bound: the warm start may have kept regions that the
-			 * sample now crowds into. Fit from scratch too (as without etcd) and take
-			 * whichever is better balanced (a sample with a heavy region cannot be
-			 * cut within the bound either way). */
-			struct dm_vhash *cv = dm_vhash_fit(b->sample, b->n, b->dim, K, op.seed, NULL);
-			struct dm_oracle *co = cv ? dm_oracle_from_vhash(cv, b->ncn, op.balance_eps) :
-						    NULL;
-
-			if (co && dm_oracle_largest(co) < dm_oracle_largest(b->o)) {
-				dm_info("oracle epoch %u: the warm fit found no balanced cut (the "
-					"sample moved): fitted from a new seed", b->epoch);
-				dm_oracle_free(b->o);
-				b->o = co;
-				co = NULL;
-				free(b->init);
-				b->init = NULL;
-			}
-			dm_oracle_free(co);
-			dm_vhash_free(cv);
+		b->o = dm_oracle_keyrange_fit(b->sample, b->n, b->dim, fit_regions(b), b->ncn,
+					      op.balance_eps, op.seed, b->init, b->prev_cn, op.pace,
+					      op.pace_arg, &warm);
+		if (b->o && b->init && !warm) {
+			dm_info("oracle epoch %u: the warm fit found no balanced cut (the sample "
+				"moved): fitted from a new seed", b->epoch);
+			free(b->init);
+			b->init = NULL;
 		}
 		if (!b->o)
 			rc = -errno;
-		dm_vhash_free(vh);
 	} else {
 		op.init = b->init;
 		b->o = dm_oracle_build(b->sample, b->n, b->dim, &op);
@@ -833,18 +808,12 @@ static void warm_start(struct router *r, struct oracle_build *b)
 	memcpy(b->init, o->fine, (size_t)want * b->dim * sizeof(float));
 	if (!b->keyrange)
 		return;   /* k-means partitions keep their numbers: centroid j starts as j */
-	/* Key ranges: the ring of regions starts from the current key order and the runs keep
-	 * their CNs where they can (dm_oracle_from_vhash_keep); without them, a refit on a
-	 * moved sample orders the regions anew and most rows change CN. */
-	b->init_ring = malloc(want * sizeof(uint32_t));
+	/* Key ranges: the key order and the runs' CNs are kept where they serve
+	 * (dm_oracle_keyrange_fit); without them, a refit on a moved sample orders the
+	 * regions anew and most rows change CN. A copy: r->o may be replaced meanwhile. */
 	b->prev_cn = malloc(want * sizeof(uint32_t));
-	if (!b->init_ring || !b->prev_cn || dm_oracle_region_ring(o, b->init_ring)) {
-		free(b->init_ring);
-		free(b->prev_cn);
-		b->init_ring = b->prev_cn = NULL;   /* the regions only */
-		return;
-	}
-	memcpy(b->prev_cn, o->fine_group, want * sizeof(uint32_t));
+	if (b->prev_cn)   /* else the regions only */
+		memcpy(b->prev_cn, o->fine_group, want * sizeof(uint32_t));
 }
 
 /* Phase 1: sample here, fit on the prepare thread (or here if it cannot start). */
