@@ -231,7 +231,11 @@ struct oracle_build {
 	uint64_t cpu_mark_ns;        /* the fitting thread's CPU time at its last pause */
 	int lv;
 	bool keyrange;
-	float *sample;               /* n x dim, normalised for cosine */
+	float *sample;               /* n x dim, normalised for cosine (sample_finish) */
+	float *raw;                  /* until sample_finish: n x vdim stored vectors */
+	uint32_t vdim;               /* their width */
+	bool normalized;             /* sample_finish done */
+	struct hnsw_quant *quant;    /* NULL, or a copy of the index's quantizer: raw is rotated */
 	float *init;                 /* NULL, or the current epoch's centroids to start from */
 	uint32_t *prev_cn;           /* key ranges, with init: each region's current CN */
 	/* the fit */
@@ -252,6 +256,8 @@ static void build_free(struct oracle_build *b)
 	if (!b)
 		return;
 	free(b->sample);
+	free(b->raw);
+	hnsw_quant_free(b->quant);
 	free(b->init);
 	free(b->prev_cn);
 	dm_oracle_free(b->o);
@@ -259,6 +265,45 @@ static void build_free(struct oracle_build *b)
 	free(b->owire);
 	free(b->qv);
 	free(b);
+}
+
+#define SAMPLE_PACE_CHUNK 256u   /* sample vectors between two calls of the fit's pace */
+
+/* b's stored vectors (raw) into the index's space (sample); raw and the quantizer copy are
+ * freed. pace (NULL: none) is called every SAMPLE_PACE_CHUNK vectors. */
+static void sample_unrotate(struct oracle_build *b, void (*pace)(void *), void *arg)
+{
+	if (!b->raw)
+		return;
+	for (uint32_t i = 0; i < b->n; i++) {
+		const float *v = b->raw + (size_t)i * b->vdim;
+
+		if (b->quant) {
+			hnsw_quant_unrotate(b->quant, v, b->raw + (size_t)i * b->vdim);
+			v = b->raw + (size_t)i * b->vdim;   /* unrotated in place: vdim >= dim */
+		}
+		memcpy(b->sample + (size_t)i * b->dim, v, b->dim * sizeof(float));
+		if (pace && i % SAMPLE_PACE_CHUNK == SAMPLE_PACE_CHUNK - 1)
+			pace(arg);
+	}
+	free(b->raw);
+	b->raw = NULL;
+	hnsw_quant_free(b->quant);
+	b->quant = NULL;
+}
+
+/* The sample as the fit takes it: in the index's space, normalised for a cosine index.
+ * On the thread that fits, at its pace; a CN that takes the oracle from etcd never does
+ * it. */
+static void sample_finish(struct oracle_build *b, void (*pace)(void *), void *arg)
+{
+	sample_unrotate(b, pace, arg);
+	if (b->normalized)
+		return;
+	if (b->metric == DM_METRIC_COS)
+		for (uint32_t i = 0; i < b->n; i++)
+			dm_normalize(b->sample + (size_t)i * b->dim, b->dim);
+	b->normalized = true;
 }
 
 /* The sample of the current index for an oracle of epoch: the vectors of the first HNSW
@@ -308,7 +353,21 @@ static int gather_sample(struct router *r, uint32_t epoch, bool online,
 	/* A level >= 1 sample is in this CN's own upper levels (their stored vectors, as the
 	 * records hold them): no READ. Reading thousands of records from the memory nodes
 	 * queued the queries' READs behind them (a rollout's prepare phase slowed the
-	 * queries of each CN in turn by up to 250 ms). Level 0: READ from the memory nodes. */
+	 * queries of each CN in turn by up to 250 ms). Level 0: READ from the memory nodes.
+	 * The stored vectors are copied as they are (rotated, for an index with codes) and
+	 * turned back into the index's space by sample_finish, on the thread that fits and
+	 * without the locks: unrotating 6161 x 100 here held cn->lock, which prefers writers,
+	 * for 10-20 ms on the router thread, at normal priority, as every rollout began. */
+	if (b->lv >= 1) {
+		b->vdim = d->quant ? hnsw_quant_vdim(d->quant) : d->p.dim;
+		b->raw = malloc(counts[b->lv] * b->vdim * sizeof(float));
+		if (d->quant)
+			b->quant = hnsw_quant_dup(d->quant);
+		if (!b->raw || (d->quant && !b->quant)) {
+			rc = -ENOMEM;
+			goto out_unlock;
+		}
+	}
 	/* online (a rollout's fit): ids up to cap, the nodes inserted online (n .. cap-1) too,
 	 * which the replay added to the upper levels (cn_upper.h) and to at_level; one CN fits
 	 * and the others take its model (etcd), so their copies of the upper levels, which
@@ -323,7 +382,8 @@ static int gather_sample(struct router *r, uint32_t epoch, bool online,
 		if (b->lv >= 1) {
 			if (!d->uvec[id])
 				continue;
-			dindex_stored_vector(d, d->uvec[id], b->sample + (size_t)b->n * b->dim);
+			memcpy(b->raw + (size_t)b->n * b->vdim, d->uvec[id],
+			       b->vdim * sizeof(float));
 		}
 		ids[b->n++] = id;
 	}
@@ -333,6 +393,7 @@ static int gather_sample(struct router *r, uint32_t epoch, bool online,
 
 		rc = chk ? read_vectors(r, d, ids, b->n, chk) : -ENOMEM;
 		if (!rc && chk != b->sample) {
+			sample_unrotate(b, NULL, NULL);   /* debug check: here, as it is */
 			dm_info("cn%u: sample check: %u vectors, upper levels %s the records", r->self,
 				b->n, memcmp(chk, b->sample, (size_t)b->n * b->dim * sizeof(float)) ?
 				"DIFFER FROM" : "equal to");
@@ -342,9 +403,6 @@ static int gather_sample(struct router *r, uint32_t epoch, bool online,
 			goto out_unlock;
 	}
 	b->sampled_ns = dm_now_ns();
-	if (b->metric == DM_METRIC_COS)
-		for (uint32_t i = 0; i < b->n; i++)
-			dm_normalize(b->sample + (size_t)i * b->dim, b->dim);
 out_unlock:
 	pthread_rwlock_unlock(&cn->lock);
 	free(ids);
@@ -426,6 +484,7 @@ static int fit_oracle(struct oracle_build *b)
 		op.pace = fit_pace;
 		op.pace_arg = b;
 	}
+	sample_finish(b, op.pace, op.pace_arg);
 	if (b->keyrange) {
 		/* Key ranges: a VHash of the same sample, its ring cut into ncn runs */
 		bool warm = false;
@@ -1549,15 +1608,23 @@ static void mass_step(struct router *r)
 	if (r->p.recluster_mass <= 0 || !r->p.recluster_secs || k < 2 || !r->mass_count ||
 	    !atomic_load(&r->ready) || !r->o || lv == 0)
 		return;   /* a level-0 sample would have to be READ: no mass pass */
-	if (r->mass_next == 0 && r->mass_pass_ns && now - r->mass_pass_ns < MASS_PERIOD_NS)
+	/* Not while a rollout prepares the next epoch, nor in the first MASS_PERIOD_NS of a
+	 * new one: the pass is background work on the router thread (a chunk is about a
+	 * millisecond of CPU, and the loop turns every ROLLOUT_POLL_MS while a rollout
+	 * waits), and a switch is when the queries can least afford it. */
+	if (r->prep)
 		return;
-	if (epoch != r->mass_epoch) {   /* a new oracle: start over */
+	if (epoch != r->mass_epoch) {   /* a new oracle: start over, a period after it */
 		memset(r->mass_count, 0, k * sizeof(*r->mass_count));
 		r->mass_next = 0;
 		r->mass_epoch = epoch;
 		r->mass_high_since = 0;
+		r->mass_pass_ns = now;
 		atomic_store(&r->mass_base_ppm, 0);
+		return;
 	}
+	if (r->mass_next == 0 && r->mass_pass_ns && now - r->mass_pass_ns < MASS_PERIOD_NS)
+		return;
 	pthread_rwlock_rdlock(&cn->lock);
 	const struct dindex *d = cn->views[0].cur;
 

@@ -134,6 +134,23 @@ struct hnsw_quant *hnsw_quant_from_blob(const void *blob, size_t len, uint32_t d
 	return wrap(r, dim, metric);
 }
 
+struct hnsw_quant *hnsw_quant_dup(const struct hnsw_quant *q)
+{
+	size_t len = rbq_save_size(q->rbq);
+	void *buf = malloc(len);
+	struct rbq *r = NULL;
+	int rc = buf ? rbq_save(q->rbq, buf, len) : -ENOMEM;
+
+	if (rc >= 0)
+		rc = rbq_load(buf, len, &r);
+	free(buf);
+	if (rc < 0) {
+		errno = -rc;
+		return NULL;
+	}
+	return wrap(r, q->dim, q->metric);
+}
+
 struct hnsw_qest *hnsw_qest_new(const struct hnsw_quant *q, uint32_t M)
 {
 	struct hnsw_qest *e = calloc(1, sizeof(*e));

@@ -53,6 +53,10 @@ struct hnsw_quant *hnsw_quant_from_blob(const void *blob, size_t len, uint32_t d
 					enum dm_metric metric, uint32_t M, uint32_t code_bytes,
 					char *err, size_t errlen);
 
+/* A copy of q that outlives it (the router unrotates a sample after it let go of the index
+ * view that owns q). NULL + errno. */
+struct hnsw_quant *hnsw_quant_dup(const struct hnsw_quant *q);
+
 /* Per-query estimator state (owned by one thread; bound to one quantizer and M). */
 struct hnsw_qest;
 struct hnsw_qest *hnsw_qest_new(const struct hnsw_quant *q, uint32_t M);
