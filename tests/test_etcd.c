@@ -922,12 +922,31 @@ static bool always(void *arg)
 	return true;
 }
 
+/* router_etcd_obtain on a thread of its own (bound 5 s). */
+struct waiter {
+	struct router_etcd *h;
+	struct router_etcd_meta want, got;
+	uint8_t *w;
+	size_t len;
+	int rc;
+};
+
+static void *wait_for_model(void *arg)
+{
+	struct waiter *wt = arg;
+
+	wt->rc = router_etcd_obtain(wt->h, &wt->want, 5000, never, NULL, &wt->w, &wt->len,
+				    &wt->got);
+	return NULL;
+}
+
 /* cn1 claims epoch 3, cn2 waits (bound passes), cn1 claims again (its own claim), publishes;
  * cn2 takes exactly its bytes; another index or regions count has keys of its own; a value
  * of another index under the key, or junk, is refused; a claimer that dies (lease
  * revoked) leaves the claim to the next; a node not registered does not claim; an oracle
  * over 1 MiB is published as a header alone (-E2BIG: fit it locally); epochs E-2 and
- * older are pruned by the fitter of E. */
+ * older are pruned by the fitter of E; a CN already waiting when the model is published
+ * takes it. */
 Test(etcd, oracle_hand_over)
 {
 	struct router_etcd *h1 = router_etcd_open(url, "o", 1), *h2 = router_etcd_open(url, "o", 2);
@@ -1045,6 +1064,26 @@ Test(etcd, oracle_hand_over)
 		cr_assert_eq(prefix_count(k, "2"), want_n, "%s", k);
 	}
 	assert_get("/dmann/o/oracle/epoch", "6", 1);
+
+	/* epoch 7: cn2 is already waiting (watching the oracle keys) when cn1 publishes; it
+	 * takes the model, within its bound */
+	{
+		pthread_t t;
+		struct waiter wt = { .h = h2, .want = want };
+
+		member_of(1, 30);
+		want.epoch = wt.want.epoch = 7;
+		want.fitter = 1;
+		cr_assert_eq(router_etcd_obtain(h1, &want, 1000, never, NULL, &w, &len, &got), 0);
+		cr_assert_eq(pthread_create(&t, NULL, wait_for_model, &wt), 0);
+		usleep(300000);
+		cr_assert_eq(router_etcd_publish(h1, &want, wire, 40, NULL), 0);
+		pthread_join(t, NULL);
+		cr_assert_eq(wt.rc, 1, "the waiter did not take the model: %d", wt.rc);
+		cr_assert(wt.len == 40 && !memcmp(wt.w, wire, 40));
+		cr_assert_eq(wt.got.fitter, 1);
+		free(wt.w);
+	}
 	router_etcd_close(h1);
 	router_etcd_close(h2);
 	router_etcd_close(h3);

@@ -15,6 +15,7 @@
 
 #define ROE_TIMEOUT_MS 2000
 #define ROE_POLL_MS 50
+#define ROE_WATCH_MS 500   /* one watch of the oracle keys while another CN fits */
 #define ROE_MAGIC 0x454f4d44u         /* "DMOE" little-endian */
 #define ROE_VERSION 1u
 
@@ -186,6 +187,29 @@ out_free:
 	return rc;
 }
 
+static void model_seen(void *arg, const struct dm_etcd_event *ev)
+{
+	(void)ev;
+	*(bool *)arg = true;
+}
+
+/* Wait (at most ms) for a change of the cluster's oracle keys after the claim of revision
+ * claim_rev: the model published, or the claim gone with its holder's lease. A watch from
+ * claim_rev + 1, so a change between the last read and the watch is not missed. The
+ * waiting CNs read the model when it is there instead of every ROE_POLL_MS (two reads
+ * each, which kept etcd busy while the fitter fitted, and a waiter saw the model up to
+ * ROE_POLL_MS late). The number of events (0: none in time) or -errno (the caller polls
+ * instead). */
+static int wait_change(struct router_etcd *h, int64_t claim_rev, uint32_t ms)
+{
+	char prefix[192];
+	int64_t from = claim_rev + 1;
+	bool seen = false;
+
+	snprintf(prefix, sizeof(prefix), "/dmann/%s/oracle/", h->cluster);
+	return dm_etcd_watch_poll(h->e, prefix, &from, (int)ms, model_seen, &seen);
+}
+
 int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *want,
 		       uint32_t wait_ms, bool (*cancel)(void *arg), void *arg, uint8_t **wire,
 		       size_t *len, struct router_etcd_meta *got)
@@ -195,6 +219,7 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 	int64_t lease = 0;
 	bool asked_holder = false;
 	bool held = false;   /* another CN holds the claim: poll with reads only */
+	int64_t claim_rev = 0;   /* held: the claim's mod_revision, the model comes after it */
 
 	key_of(h, model, sizeof(model), "model", want);
 	key_of(h, fit, sizeof(fit), "fit", want);
@@ -217,7 +242,7 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 			 * (a WAL write) even when its comparison fails, and the waiting CNs would
 			 * write every ROE_POLL_MS while the fitter works. Claim again only once
 			 * the holder's key is gone (its member lease expired). */
-			rc = dm_etcd_get(h->e, fit, &val, &vlen, NULL);
+			rc = dm_etcd_get(h->e, fit, &val, &vlen, &claim_rev);
 			if (rc == 0) {
 				free(val);
 				goto wait;
@@ -241,7 +266,7 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 			/* a claim of ours from an earlier try (a fit that failed, a sample of
 			 * an index replaced meanwhile) is ours to fit again */
 			asked_holder = true;
-			rc = dm_etcd_get(h->e, fit, &val, &vlen, NULL);
+			rc = dm_etcd_get(h->e, fit, &val, &vlen, &claim_rev);
 			if (rc == 0) {
 				ok = vlen == strlen(me) && !memcmp(val, me, vlen);
 				if (!ok)
@@ -257,10 +282,14 @@ int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *wan
 				held = false;   /* gone meanwhile: try to claim it again */
 			}
 		}
-wait:
-		if (dm_now_ns() - t0 >= (uint64_t)wait_ms * 1000000ull)
+wait:;
+		uint64_t waited_ms = (dm_now_ns() - t0) / 1000000ull;
+
+		if (waited_ms >= wait_ms)
 			return -ETIME;
-		sleep_ms(ROE_POLL_MS);
+		if (!held || claim_rev <= 0 ||
+		    wait_change(h, claim_rev, DM_MIN(ROE_WATCH_MS, wait_ms - (uint32_t)waited_ms)) < 0)
+			sleep_ms(ROE_POLL_MS);
 	}
 }
 
