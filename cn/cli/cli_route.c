@@ -1,11 +1,13 @@
 /* cli_route.c: dmann route, the compute nodes' router from the command line.
  *
  *   dmann route refresh --config C [--wait S] [--json]
+ *   dmann route status --config C [--json]
  *
- * asks every compute node for the next oracle epoch (FWD_ROUTER with refresh = the highest
+ * refresh asks every compute node for the next oracle epoch (FWD_ROUTER with refresh = the highest
  * epoch any of them runs or rolls out, plus one; or, while a rollout is in progress, that
  * rollout's epoch) and waits until each one it reached runs it (docs/router.md,
- * "Re-clustering and epoch refresh"). */
+ * "Re-clustering and epoch refresh"); status shows where each compute node's router is
+ * (the same FWD_ROUTER read, nothing changed). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,8 @@
 
 static void route_usage(FILE *f)
 {
-	fprintf(f, "usage: dmann route refresh --config C [--wait S] [--json]\n\n"
+	fprintf(f, "usage: dmann route refresh --config C [--wait S] [--json]\n"
+		   "       dmann route status --config C [--json]\n\n"
 		   "Move the compute nodes' router to a new oracle epoch now (the re-clustering\n"
 		   "that a high cache split penalty starts by itself): every compute node builds\n"
 		   "the oracle of the next epoch (seed + epoch, the same sample) in the background\n"
@@ -32,8 +35,13 @@ static void route_usage(FILE *f)
 		   "              the new epoch (default 120; 0: ask and return)\n"
 		   "  --json      one JSON object: from, to, compute nodes asked, the CLOCK_MONOTONIC\n"
 		   "              times of the request and of the end (ns), seconds, done\n\n"
-		   "Exit status: 0 done (or asked, with --wait 0), 1 a compute node refused or did\n"
-		   "not get there in time, or none was reachable, 2 usage.\n");
+		   "status: each compute node's oracle epoch, the epoch being rolled out and where\n"
+		   "it is in that rollout (idle, preparing, prepared), its routing epoch, partitions\n"
+		   "and online CSP; one JSON object per compute node with --json. Read only: the\n"
+		   "compute nodes connect to no memory node for it.\n\n"
+		   "Exit status: 0 done (or asked, with --wait 0; status: every compute node\n"
+		   "answered), 1 a compute node refused, did not get there in time, or was not\n"
+		   "reachable, 2 usage.\n");
 }
 
 struct rconn {
@@ -57,23 +65,16 @@ static int router_call(struct rconn *rc, const struct dm_wire_fwd_rcfg *c,
 	return rc2;
 }
 
-static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, bool json)
+/* Connect to every compute node and read its router's state (st[i]); cs[i].up for those
+ * that answered. The number that did. */
+static uint32_t connect_all(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
+			    struct dm_msgpool *pool, struct rconn *cs,
+			    struct dm_wire_fwd_rstats *sts)
 {
-	struct dm_xport *x = dm_cluster_xport(cfg, NULL);
-	struct dm_msgpool *pool = x ? dm_msgpool_new(x, 8, 4096) : NULL;
-	struct rconn *cs = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*cs));
-	uint32_t from = 0, to = 0, nup = 0, asked = 0, done_n = 0;
-	uint64_t t_req = 0, t_end = 0;
-	bool progress = false, done = false;
-	int ret = 1;
+	uint32_t nup = 0;
 
-	if (!x || !pool || !cs) {
-		fprintf(stderr, "dmann route: cannot set up the transport\n");
-		goto out;
-	}
-	/* Where every compute node is: the highest epoch run or rolled out. */
 	for (uint32_t i = 0; i < cfg->n_cn; i++) {
-		struct dm_wire_fwd_rstats st;
+		struct dm_wire_fwd_rstats *st = &sts[i];
 		int rc = dm_xport_connect(x, cfg->cn[i].address, 2000, &cs[i].conn);
 
 		if (!rc) {
@@ -84,7 +85,7 @@ static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, 
 			}
 		}
 		if (!rc)
-			rc = router_call(&cs[i], &(struct dm_wire_fwd_rcfg){ 0 }, &st);
+			rc = router_call(&cs[i], &(struct dm_wire_fwd_rcfg){ 0 }, st);
 		if (rc) {
 			fprintf(stderr, "dmann route: cn%u (%s): %s; left out\n", i, cfg->cn[i].address,
 				strerror(-rc));
@@ -92,9 +93,98 @@ static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, 
 		}
 		cs[i].up = true;
 		nup++;
-		from = DM_MAX(from, st.epoch);
-		to = DM_MAX(to, st.next_epoch);
-		progress = progress || st.next_epoch > st.epoch;
+	}
+	return nup;
+}
+
+static void close_all(const struct dm_cluster_cfg *cfg, struct dm_xport *x,
+		      struct dm_msgpool *pool, struct rconn *cs)
+{
+	for (uint32_t i = 0; cs && i < cfg->n_cn; i++)
+		if (cs[i].conn) {
+			dm_rpc_chan_fini(&cs[i].ch);
+			dm_conn_close(cs[i].conn);
+		}
+	free(cs);
+	if (pool)
+		dm_msgpool_free(pool);
+	if (x)
+		dm_xport_close(x);
+}
+
+static const char *rollout_name(uint32_t r)
+{
+	return r == DM_FWD_ROLLOUT_PREPARING ? "preparing" :
+	       r == DM_FWD_ROLLOUT_PREPARED ? "prepared" : "idle";
+}
+
+static int status(const struct dm_cluster_cfg *cfg, bool json)
+{
+	struct dm_xport *x = dm_cluster_xport(cfg, NULL);
+	struct dm_msgpool *pool = x ? dm_msgpool_new(x, 8, 4096) : NULL;
+	struct rconn *cs = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*cs));
+	struct dm_wire_fwd_rstats *sts = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*sts));
+	uint32_t nup;
+	int ret = 1;
+
+	if (!x || !pool || !cs || !sts) {
+		fprintf(stderr, "dmann route: cannot set up the transport\n");
+		goto out;
+	}
+	nup = connect_all(cfg, x, pool, cs, sts);
+	for (uint32_t i = 0; i < cfg->n_cn; i++) {
+		const struct dm_wire_fwd_rstats *st = &sts[i];
+		char csp[32] = "n/a";
+
+		if (!cs[i].up)
+			continue;
+		if (st->csp_ppm != DM_FWD_CSP_NONE)
+			snprintf(csp, sizeof(csp), "%.4f", st->csp_ppm / 1e6);
+		if (json)
+			printf("{\"cn\": %u, \"epoch\": %u, \"next_epoch\": %u, \"rollout\": \"%s\", "
+			       "\"route_epoch\": %u, \"strategy\": \"%s\", \"partitions\": %u, "
+			       "\"centroid_hash\": \"%016llx\", \"csp\": %s, \"queue\": %u}\n", i,
+			       st->epoch, st->next_epoch, rollout_name(st->rollout), st->route_epoch,
+			       dm_route_name(st->strategy), st->k,
+			       (unsigned long long)st->centroid_hash,
+			       st->csp_ppm != DM_FWD_CSP_NONE ? csp : "null", st->qlen);
+		else
+			printf("cn%u: oracle epoch %u (next %u, %s), routing epoch %08x, %s routing, "
+			       "%u partitions, centroid hash %016llx, CSP %s, %u queued\n", i,
+			       st->epoch, st->next_epoch, rollout_name(st->rollout), st->route_epoch,
+			       dm_route_name(st->strategy), st->k,
+			       (unsigned long long)st->centroid_hash, csp, st->qlen);
+	}
+	ret = nup == cfg->n_cn ? 0 : 1;
+out:
+	free(sts);
+	close_all(cfg, x, pool, cs);
+	return ret;
+}
+
+static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, bool json)
+{
+	struct dm_xport *x = dm_cluster_xport(cfg, NULL);
+	struct dm_msgpool *pool = x ? dm_msgpool_new(x, 8, 4096) : NULL;
+	struct rconn *cs = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*cs));
+	struct dm_wire_fwd_rstats *sts = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*sts));
+	uint32_t from = 0, to = 0, nup = 0, asked = 0, done_n = 0;
+	uint64_t t_req = 0, t_end = 0;
+	bool progress = false, done = false;
+	int ret = 1;
+
+	if (!x || !pool || !cs || !sts) {
+		fprintf(stderr, "dmann route: cannot set up the transport\n");
+		goto out;
+	}
+	/* Where every compute node is: the highest epoch run or rolled out. */
+	nup = connect_all(cfg, x, pool, cs, sts);
+	for (uint32_t i = 0; i < cfg->n_cn; i++) {
+		if (!cs[i].up)
+			continue;
+		from = DM_MAX(from, sts[i].epoch);
+		to = DM_MAX(to, sts[i].next_epoch);
+		progress = progress || sts[i].next_epoch > sts[i].epoch;
 	}
 	if (!nup) {
 		fprintf(stderr, "dmann route: no compute node reachable\n");
@@ -157,16 +247,8 @@ static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, 
 		fprintf(stderr, "dmann route: epoch %u: only %u of %u compute nodes asked run it "
 			"after %llu s (dmann status shows where each is)\n", to, done_n, asked, wait_s);
 out:
-	for (uint32_t i = 0; cs && i < cfg->n_cn; i++)
-		if (cs[i].conn) {
-			dm_rpc_chan_fini(&cs[i].ch);
-			dm_conn_close(cs[i].conn);
-		}
-	free(cs);
-	if (pool)
-		dm_msgpool_free(pool);
-	if (x)
-		dm_xport_close(x);
+	free(sts);
+	close_all(cfg, x, pool, cs);
 	return ret;
 }
 
@@ -186,31 +268,42 @@ int dm_cmd_route(int argc, char **argv)
 		route_usage(stdout);
 		return 0;
 	}
-	if (argc < 2 || strcmp(argv[1], "refresh")) {
+	if (argc < 2 || (strcmp(argv[1], "refresh") && strcmp(argv[1], "status"))) {
 		route_usage(stderr);
 		return 2;
 	}
+	const char *sub = argv[1];
+	char what[32];
+
+	snprintf(what, sizeof(what), "route %s", sub);
 	argc--;
 	argv++;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
-		case 'w': if (dm_cli_parse_u64("route refresh", "--wait", optarg, 0, 86400, &wait_s)) return 2; break;
+		case 'w':
+			if (strcmp(sub, "refresh")) {
+				dm_cli_bad_option(what, c, argv, optind);
+				return 2;
+			}
+			if (dm_cli_parse_u64(what, "--wait", optarg, 0, 86400, &wait_s))
+				return 2;
+			break;
 		case 'j': json = true; break;
 		case 'h': route_usage(stdout); return 0;
-		default: dm_cli_bad_option("route refresh", c, argv, optind); return 2;
+		default: dm_cli_bad_option(what, c, argv, optind); return 2;
 		}
 	}
 	if (!config || optind != argc) {
 		route_usage(stderr);
 		return 2;
 	}
-	cfg = dm_cli_load_cfg("route refresh", config);
+	cfg = dm_cli_load_cfg(what, config);
 	if (!cfg)
 		return 1;
 	dm_log_set_level(DM_LOG_ERROR);
-	rc = refresh(cfg, wait_s, json);
+	rc = strcmp(sub, "status") ? refresh(cfg, wait_s, json) : status(cfg, json);
 	free(cfg);
 	return rc;
 }

@@ -82,6 +82,8 @@ void cn_read_sync(struct worker *w)
 	struct cn *cn = w->cn;
 
 	w->nmn = cn->cfg->n_mn;
+	if (!w->reads)
+		return;
 	for (uint32_t m = 0; m < w->nmn; m++) {
 		unsigned e = atomic_load_explicit(&cn->mn_epoch[m], memory_order_acquire);
 		int rc;

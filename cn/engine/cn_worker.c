@@ -812,6 +812,16 @@ static bool on_client_wc(struct worker *w, const struct dm_wc *wc, bool can_star
 		w->client_gone = true;
 		return false;
 	}
+	/* The memory nodes are connected to for the first message that may READ or forward,
+	 * before it runs (here under the read lock; otherwise it waits in the backlog and the
+	 * loop connects first). A control connection (a CLI's FWD_ROUTER, Q_STATS, Q_CONFIG;
+	 * a client's Q_ROUTER) does not connect. */
+	if (!w->reads && h.op != DM_OP_FWD_ROUTER && h.op != DM_OP_Q_STATS &&
+	    h.op != DM_OP_Q_CONFIG && h.op != DM_OP_Q_ROUTER) {
+		w->reads = true;
+		if (can_start)
+			cn_read_sync(w);
+	}
 	if (h.op == DM_OP_Q_SEARCH || h.op == DM_OP_FWD_QUERY) {
 		take_search(w, wc->wr_id, wc->byte_len, can_start,
 			    h.op == DM_OP_FWD_QUERY ? BL_FWD : 0);
@@ -992,6 +1002,7 @@ void *cn_worker(void *arg)
 	w->cn = cn;
 	w->client = a->client;
 	w->serve = a->serve;
+	w->reads = a->serve;   /* forwarded queries from the first message */
 	w->rng = (uint32_t)(uintptr_t)w ^ (uint32_t)dm_now_ns();
 	atomic_fetch_add(&cn->workers, 1);
 	w->sbuf = aligned_alloc(64, DM_ALIGN_UP((size_t)SEND_SLOTS * SEND_SLOT_SIZE, 64));

@@ -117,6 +117,9 @@ struct worker {
 	struct cn_call call;         /* answer buffer of C_CALL */
 	struct cn_insert *ins;       /* Q_INSERT engine (cn_insert.h), made on first use */
 	bool serve;                  /* client is a memory node's SERVE connection */
+	bool reads;                  /* connected to the memory nodes (cn_read_sync): from the
+					first message that may READ; a client that only sends
+					control requests (dmann route, dmann status) never is */
 	bool hello[DM_MAX_NODES];    /* FWD_HELLO sent on mc[m] */
 	uint32_t rng;
 	uint64_t fres[256];          /* FWD_RESULTs waiting for a send slot to the client */
