@@ -284,7 +284,8 @@ int dm_cmd_route(int argc, char **argv)
 		case 'c': config = optarg; break;
 		case 'w':
 			if (strcmp(sub, "refresh")) {
-				dm_cli_bad_option(what, c, argv, optind);
+				fprintf(stderr, "dmann route status: --wait is an option of "
+					"route refresh\n");
 				return 2;
 			}
 			if (dm_cli_parse_u64(what, "--wait", optarg, 0, 86400, &wait_s))
