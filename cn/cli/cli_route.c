@@ -118,20 +118,48 @@ static const char *rollout_name(uint32_t r)
 	       r == DM_FWD_ROLLOUT_PREPARED ? "prepared" : "idle";
 }
 
+/* The connections to every compute node and their routers' state (route_open). */
+struct route_session {
+	struct dm_xport *x;
+	struct dm_msgpool *pool;
+	struct rconn *cs;
+	struct dm_wire_fwd_rstats *sts;
+	uint32_t nup;              /* compute nodes that answered (cs[i].up) */
+};
+
+/* Connect to every compute node and read its router's state. 0, or -1 (message printed;
+ * route_close it all the same). */
+static int route_open(const struct dm_cluster_cfg *cfg, struct route_session *s)
+{
+	*s = (struct route_session){ .x = dm_cluster_xport(cfg, NULL) };
+	s->pool = s->x ? dm_msgpool_new(s->x, 8, 4096) : NULL;
+	s->cs = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*s->cs));
+	s->sts = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*s->sts));
+	if (!s->x || !s->pool || !s->cs || !s->sts) {
+		fprintf(stderr, "dmann route: cannot set up the transport\n");
+		return -1;
+	}
+	s->nup = connect_all(cfg, s->x, s->pool, s->cs, s->sts);
+	return 0;
+}
+
+static void route_close(const struct dm_cluster_cfg *cfg, struct route_session *s)
+{
+	free(s->sts);
+	close_all(cfg, s->x, s->pool, s->cs);
+}
+
 static int status(const struct dm_cluster_cfg *cfg, bool json)
 {
-	struct dm_xport *x = dm_cluster_xport(cfg, NULL);
-	struct dm_msgpool *pool = x ? dm_msgpool_new(x, 8, 4096) : NULL;
-	struct rconn *cs = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*cs));
-	struct dm_wire_fwd_rstats *sts = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*sts));
-	uint32_t nup;
+	struct route_session rs;
+	struct rconn *cs;
+	struct dm_wire_fwd_rstats *sts;
 	int ret = 1;
 
-	if (!x || !pool || !cs || !sts) {
-		fprintf(stderr, "dmann route: cannot set up the transport\n");
+	if (route_open(cfg, &rs))
 		goto out;
-	}
-	nup = connect_all(cfg, x, pool, cs, sts);
+	cs = rs.cs;
+	sts = rs.sts;
 	for (uint32_t i = 0; i < cfg->n_cn; i++) {
 		const struct dm_wire_fwd_rstats *st = &sts[i];
 		char csp[32] = "n/a";
@@ -155,30 +183,28 @@ static int status(const struct dm_cluster_cfg *cfg, bool json)
 			       dm_route_name(st->strategy), st->k,
 			       (unsigned long long)st->centroid_hash, csp, st->qlen);
 	}
-	ret = nup == cfg->n_cn ? 0 : 1;
+	ret = rs.nup == cfg->n_cn ? 0 : 1;
 out:
-	free(sts);
-	close_all(cfg, x, pool, cs);
+	route_close(cfg, &rs);
 	return ret;
 }
 
 static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, bool json)
 {
-	struct dm_xport *x = dm_cluster_xport(cfg, NULL);
-	struct dm_msgpool *pool = x ? dm_msgpool_new(x, 8, 4096) : NULL;
-	struct rconn *cs = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*cs));
-	struct dm_wire_fwd_rstats *sts = calloc(cfg->n_cn ? cfg->n_cn : 1, sizeof(*sts));
-	uint32_t from = 0, to = 0, nup = 0, asked = 0, done_n = 0;
+	struct route_session rs;
+	struct rconn *cs;
+	struct dm_wire_fwd_rstats *sts;
+	uint32_t from = 0, to = 0, nup, asked = 0, done_n = 0;
 	uint64_t t_req = 0, t_end = 0;
 	bool progress = false, done = false;
 	int ret = 1;
 
-	if (!x || !pool || !cs || !sts) {
-		fprintf(stderr, "dmann route: cannot set up the transport\n");
-		goto out;
-	}
 	/* Where every compute node is: the highest epoch run or rolled out. */
-	nup = connect_all(cfg, x, pool, cs, sts);
+	if (route_open(cfg, &rs))
+		goto out;
+	cs = rs.cs;
+	sts = rs.sts;
+	nup = rs.nup;
 	for (uint32_t i = 0; i < cfg->n_cn; i++) {
 		if (!cs[i].up)
 			continue;
@@ -247,8 +273,7 @@ static int refresh(const struct dm_cluster_cfg *cfg, unsigned long long wait_s, 
 		fprintf(stderr, "dmann route: epoch %u: only %u of %u compute nodes asked run it "
 			"after %llu s (dmann status shows where each is)\n", to, done_n, asked, wait_s);
 out:
-	free(sts);
-	close_all(cfg, x, pool, cs);
+	route_close(cfg, &rs);
 	return ret;
 }
 

@@ -318,7 +318,7 @@ static int gather_sample(struct router *r, uint32_t epoch, bool online,
 	struct oracle_build *b = calloc(1, sizeof(*b));
 	uint64_t counts[HNSW_MAX_LEVEL + 1] = { 0 };
 	uint32_t *ids = NULL;
-	int rc;
+	int rc = 0;   /* a level >= 1 sample without the check sets it nowhere */
 
 	if (!b)
 		return -ENOMEM;
