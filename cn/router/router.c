@@ -234,7 +234,6 @@ struct oracle_build {
 	float *sample;               /* n x dim, normalised for cosine (sample_finish) */
 	float *raw;                  /* until sample_finish: n x vdim stored vectors */
 	uint32_t vdim;               /* their width */
-	bool normalized;             /* sample_finish done */
 	struct hnsw_quant *quant;    /* NULL, or a copy of the index's quantizer: raw is rotated */
 	float *init;                 /* NULL, or the current epoch's centroids to start from */
 	uint32_t *prev_cn;           /* key ranges, with init: each region's current CN */
@@ -293,17 +292,14 @@ static void sample_unrotate(struct oracle_build *b, void (*pace)(void *), void *
 }
 
 /* The sample as the fit takes it: in the index's space, normalised for a cosine index.
- * On the thread that fits, at its pace; a CN that takes the oracle from etcd never does
- * it. */
+ * Once, by fit_oracle (which frees it), on the thread that fits, at its pace; a CN that
+ * takes the oracle from etcd never does it. */
 static void sample_finish(struct oracle_build *b, void (*pace)(void *), void *arg)
 {
 	sample_unrotate(b, pace, arg);
-	if (b->normalized)
-		return;
 	if (b->metric == DM_METRIC_COS)
 		for (uint32_t i = 0; i < b->n; i++)
 			dm_normalize(b->sample + (size_t)i * b->dim, b->dim);
-	b->normalized = true;
 }
 
 /* The sample of the current index for an oracle of epoch: the vectors of the first HNSW

@@ -187,10 +187,11 @@ out_free:
 	return rc;
 }
 
-static void model_seen(void *arg, const struct dm_etcd_event *ev)
+/* The events themselves are not needed: any change sends the waiter back to its reads. */
+static void change_seen(void *arg, const struct dm_etcd_event *ev)
 {
+	(void)arg;
 	(void)ev;
-	*(bool *)arg = true;
 }
 
 /* Wait (at most ms) for a change of the cluster's oracle keys after the claim of revision
@@ -204,10 +205,9 @@ static int wait_change(struct router_etcd *h, int64_t claim_rev, uint32_t ms)
 {
 	char prefix[192];
 	int64_t from = claim_rev + 1;
-	bool seen = false;
 
 	snprintf(prefix, sizeof(prefix), "/dmann/%s/oracle/", h->cluster);
-	return dm_etcd_watch_poll(h->e, prefix, &from, (int)ms, model_seen, &seen);
+	return dm_etcd_watch_poll(h->e, prefix, &from, (int)ms, change_seen, NULL);
 }
 
 int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *want,
