@@ -56,7 +56,7 @@
  *                               ; (0: stop at once; it stops earlier once idle)
  *   call_threads = 8            ; native S3 calls (libdmann C_CALL) one client connection
  *                               ; may have running at once on a CN, 1..64
- *   ef_upper = 16               ; HNSW queries with codes: search list size on level 1,
+ *   ef_upper = 64               ; HNSW queries with codes: search list size on level 1,
  *                               ; 1..256 (1: the greedy descent of hnswlib); its best
  *                               ; ceil(ef_upper/4) nodes are level 0's entry points. Level 1
  *                               ; is local to the CN: CPU, no READ (docs/operations.md)

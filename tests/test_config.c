@@ -241,7 +241,7 @@ Test(config, compute_node_settings)
 	cr_assert_eq(c->cn[0].cnc.lease_ms, 20000);
 	cr_assert_eq(c->cn[0].cnc.send_queue, 256);
 	cr_assert_eq(c->cn[0].cnc.drain_ms, 5000);
-	cr_assert_eq(c->cn[0].cnc.ef_upper, 16);
+	cr_assert_eq(c->cn[0].cnc.ef_upper, 64);
 	cr_assert_eq(dm_config_cache_bytes(&c->cn[0].cnc, 1000000), 0);
 
 	cr_assert_eq(dm_config_parse(HDR "[mn.0]\naddress = h:1\n"

@@ -94,8 +94,8 @@ static void check_metric(enum dm_metric m, enum hnsw_codes codes, uint32_t beam,
 		struct dm_hit a[10], b[10], c[10];
 		int na, nb, nc, rc;
 		size_t ef = 16 + (size_t)(i % 5) * 30;
-		/* the greedy descent, the default level-1 list and a long one */
-		static const uint32_t efu[] = { 1, HNSW_EF_UPPER_DEFAULT, 64 };
+		/* the greedy descent, a short level-1 list and the default one */
+		static const uint32_t efu[] = { 1, 16, HNSW_EF_UPPER_DEFAULT };
 
 		local.ef_upper = ss.s.ef_upper = efu[i % 3];
 

@@ -311,7 +311,7 @@ static void search_usage(FILE *f)
 		   "  --ef E[,E...]  search breadth(s) (1..100000, default 64); ef < k is raised to k\n"
 		   "  --nq N         use only the first N queries\n"
 		   "  --beam B       with codes: candidates expanded per step (1..64, default 1)\n"
-		   "  --ef-upper E   with codes: search list size on level 1 (1..256, default 16,\n"
+		   "  --ef-upper E   with codes: search list size on level 1 (1..256, default 64,\n"
 		   "                 as [cn] ef_upper; 1: the greedy descent of hnswlib); its best\n"
 		   "                 ceil(E/4) nodes are level 0's entry points\n"
 		   "  --json         one JSON object per result line\n");

@@ -200,8 +200,10 @@ struct hnsw_src {
 	uint64_t hops, dist_evals, est_evals;
 };
 
-/* ef_upper: the default of local sources (hnsw_src_local) and compute nodes, and its bound */
-#define HNSW_EF_UPPER_DEFAULT 16u
+/* ef_upper: the default of local sources (hnsw_src_local) and compute nodes, and its bound.
+ * 64: the worst case of level-0 expansions (a remote query's READs) near the p99 on the
+ * SPACEV-shaped set (docs/benchmarks.md "The level-1 search list"); level 1 is local CPU. */
+#define HNSW_EF_UPPER_DEFAULT 64u
 #define HNSW_EF_UPPER_MAX 256u
 
 /* The one accessor the search uses to read a record. */
