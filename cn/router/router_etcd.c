@@ -187,27 +187,44 @@ out_free:
 	return rc;
 }
 
-/* The events themselves are not needed: any change sends the waiter back to its reads. */
+/* What a waiter's watch saw: the model's value when it was published (a copy), so that
+ * the waiter does not read the same 40 KB again right after the event that carried it. */
+struct seen {
+	const char *model;   /* the model's key */
+	void *val;           /* NULL, or its value (malloc'd) */
+	size_t len;
+};
+
+/* Any change sends the waiter back to its reads, but the model's PUT is kept. */
 static void change_seen(void *arg, const struct dm_etcd_event *ev)
 {
-	(void)arg;
-	(void)ev;
+	struct seen *s = arg;
+
+	if (ev->type != DM_ETCD_PUT || ev->kv.key_len != strlen(s->model) ||
+	    memcmp(ev->kv.key, s->model, ev->kv.key_len))
+		return;
+	free(s->val);
+	s->val = malloc(ev->kv.len ? ev->kv.len : 1);
+	s->len = s->val ? ev->kv.len : 0;
+	if (s->val)
+		memcpy(s->val, ev->kv.val, ev->kv.len);   /* else: read it as before */
 }
 
 /* Wait (at most ms) for a change of the cluster's oracle keys after the claim of revision
  * claim_rev: the model published, or the claim gone with its holder's lease. A watch from
  * claim_rev + 1, so a change between the last read and the watch is not missed. The
- * waiting CNs read the model when it is there instead of every ROE_POLL_MS (two reads
- * each, which kept etcd busy while the fitter fitted, and a waiter saw the model up to
- * ROE_POLL_MS late). The number of events (0: none in time) or -errno (the caller polls
- * instead). */
-static int wait_change(struct router_etcd *h, int64_t claim_rev, uint32_t ms)
+ * waiting CNs take the model from the event that published it (seen) instead of reading
+ * the model and the claim every ROE_POLL_MS (two reads each, which kept etcd busy while
+ * the fitter fitted, and a waiter saw the model up to ROE_POLL_MS late). The number of
+ * events (0: none in time) or -errno (the caller polls instead). */
+static int wait_change(struct router_etcd *h, int64_t claim_rev, uint32_t ms,
+		       struct seen *seen)
 {
 	char prefix[192];
 	int64_t from = claim_rev + 1;
 
 	snprintf(prefix, sizeof(prefix), "/dmann/%s/oracle/", h->cluster);
-	return dm_etcd_watch_poll(h->e, prefix, &from, (int)ms, change_seen, NULL);
+	return dm_etcd_watch_poll(h->e, prefix, &from, (int)ms, change_seen, seen);
 }
 
 int router_etcd_obtain(struct router_etcd *h, const struct router_etcd_meta *want,
@@ -287,9 +304,17 @@ wait:;
 
 		if (waited_ms >= wait_ms)
 			return -ETIME;
+		struct seen seen = { .model = model };
+
 		if (!held || claim_rev <= 0 ||
-		    wait_change(h, claim_rev, DM_MIN(ROE_WATCH_MS, wait_ms - (uint32_t)waited_ms)) < 0)
+		    wait_change(h, claim_rev, DM_MIN(ROE_WATCH_MS, wait_ms - (uint32_t)waited_ms),
+				&seen) < 0)
 			sleep_ms(ROE_POLL_MS);
+		if (seen.val) {   /* published: the value came with the event */
+			dm_debug("cn%u: oracle epoch %u: the model from the watch event (%zu bytes)",
+				 h->self, want->epoch, seen.len);
+			return take(want, seen.val, seen.len, wire, len, got);
+		}
 	}
 }
 
