@@ -28,7 +28,8 @@
 # client's queries in flight, CONNS x DEPTH per compute node (dmann bench; 2 per node leaves
 # a 2-core machine some idle time, so that a stall shows in the latencies; 2 x 8 saturates
 # it, and queueing then sets the p99), FIT_DUTY (the cluster's default, 25: `[router] fit_duty`,
-# the share of a CPU the one fitting compute node gives the fit), REFRESHES (5: epoch refreshes,
+# the share of a CPU the one fitting compute node gives the fit), EF_UPPER (the cluster's
+# default, 64: `[cn] ef_upper`, the level-1 search list of a query), REFRESHES (5: epoch refreshes,
 # BEFORE seconds apart: the switches' slowest queries against the noise floor of windows of
 # their length without one), WORK (~/.cache/dmann-bench).
 set -euo pipefail
@@ -48,6 +49,7 @@ BATCH=${BATCH:-100}
 CONNS=${CONNS:-1}
 DEPTH=${DEPTH:-2}
 FIT_DUTY=${FIT_DUTY:-}
+EF_UPPER=${EF_UPPER:-}
 REFRESHES=${REFRESHES:-5}
 DMANN=$ROOT/$BUILD/cn/dmann
 WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/dmann-bench}
@@ -115,7 +117,7 @@ trap '"$DMANN" local down --dir "$LC" >/dev/null 2>&1 || true' EXIT
 rm -rf "$LC"
 "$DMANN" local up --mn 2 --cn 3 --dir "$LC" "${NSARGS[@]}" --region-mb "$REGION" \
 	--router partitions=keyrange --router strategy=adaptive --router batch=$BATCH \
-	${FIT_DUTY:+--router fit_duty=$FIT_DUTY} >/dev/null
+	${FIT_DUTY:+--router fit_duty=$FIT_DUTY} ${EF_UPPER:+--cn-set ef_upper=$EF_UPPER} >/dev/null
 "$DMANN" load --config "$LC/cluster.ini" --index "$IDX" >/dev/null
 t=0
 until [ "$(grep -l "oracle epoch 0: .*key ranges" "$LC"/cn*.log 2>/dev/null | wc -l)" -ge 3 ]; do
@@ -189,9 +191,9 @@ LOAD1=$(cut -d' ' -f1 /proc/loadavg)
 
 $PY - "$RUN" "$ROOT/docs/benchmarks.md" "$DATASET" "$SPACEV_N" "$EF" "$CACHE" "$NETNS" "$RATE" \
 	"$BATCH" "$ELAPSED" "$LOAD0" "$LOAD1" "$BST" "$QPS" "$CONNS" "$DEPTH" "${FIT_DUTY:-25}" "$REFRESHES" \
-	"$DATA/query.fbin" <<'PY'
+	"$DATA/query.fbin" "${EF_UPPER:-64}" <<'PY'
 import datetime, json, os, re, subprocess, sys
-run, doc, dataset, spacev_n, ef, cache, netns, rate, batch, elapsed, load0, load1, bst, qps_cal, conns, depth, fit_duty, nref, qfile = sys.argv[1:20]
+run, doc, dataset, spacev_n, ef, cache, netns, rate, batch, elapsed, load0, load1, bst, qps_cal, conns, depth, fit_duty, nref, qfile, ef_upper = sys.argv[1:21]
 rows = []
 for l in open(f"{run}/trace.txt"):
     if l.startswith("#"):
@@ -352,7 +354,7 @@ isa = " ".join(f for f in ("avx512f", "avx2") if re.search(r"\b%s\b" % f, cpu)) 
 ncpu = len(re.findall(r"^processor\s", cpu, re.M))
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
 res.update({"isa": isa, "cores": ncpu, "load_start": float(load0), "load_end": float(load1),
-            "commit": commit, "elapsed_s": int(elapsed), "fit_duty": int(fit_duty)})
+            "commit": commit, "elapsed_s": int(elapsed), "fit_duty": int(fit_duty), "ef_upper": int(ef_upper)})
 print(json.dumps(res))
 
 net = (f"each node in its own network namespace, links rate-limited to {rate} (tc tbf)" if netns == "1" else "loopback")
@@ -365,7 +367,7 @@ lines = [
     f"{names.get(dataset, dataset)}, 2 memory + 3 compute nodes, {net}, tcp; `[router] partitions = keyrange`, "
     f"`fit_duty = {fit_duty}` (one compute node fits each epoch, through etcd), "
     f"adaptive routing (batch {batch}), client-side routing through libdmann (`dmann bench --trace`), "
-    f"cache {cache}, k=10, ef={ef}; one closed-loop stream of {len(rows)} queries, {int(conns) * int(depth)} in flight per compute node "
+    f"cache {cache}, k=10, ef={ef}, `[cn] ef_upper = {ef_upper}`; one closed-loop stream of {len(rows)} queries, {int(conns) * int(depth)} in flight per compute node "
     f"(calibrated at {qps_cal} queries/s), {len(refs)} epoch refreshes (`dmann route refresh`) a minute or more apart, "
     f"then the drills. "
     f"A switch window runs from the `dmann route refresh` request until every compute node runs the new "
