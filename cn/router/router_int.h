@@ -152,6 +152,7 @@ struct oracle_build {
 };
 
 /* router_oracle.c */
+/* The centroid hash of an oracle (logged, in dmann status, checked on a model from etcd). */
 uint64_t router_oracle_hash(const struct dm_oracle *o);
 /* The sample of the current index for an oracle of epoch (router thread). 0 or -errno
  * (-ENOENT: no index). */

@@ -102,7 +102,6 @@ out_free:
 	return rc;
 }
 
-
 void router_build_free(struct oracle_build *b)
 {
 	if (!b)
