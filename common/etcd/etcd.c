@@ -1,7 +1,10 @@
 /* etcd.c: the etcd v3 JSON/HTTP gateway client (see etcd.h): the handle, the HTTP exchange
- * with endpoint failover (libcurl), the requests, and the key-value, txn and lease calls.
+ * with endpoint failover (libcurl, opened by etcd_curl.c), the requests, and the key-value,
+ * txn and lease calls.
  * Answers are parsed in etcd_json.c, watches are in etcd_watch.c. */
 #include "etcd_int.h"
+
+#include "dm.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -10,14 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_FAILED_INIT;
-
-static void curl_init(void)
-{
-	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 int dm_etcd_fail(struct dm_etcd *e, int rc, const char *fmt, ...)
 {
@@ -107,33 +102,33 @@ int dm_etcd_post(struct dm_etcd *e, CURL *c, const char *path, const char *req, 
 
 		snprintf(url, sizeof(url), "%s%s", e->ep[e->cur], path);
 		cerr[0] = 0;
-		curl_easy_setopt(c, CURLOPT_URL, url);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, req);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(req));
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, e->hdrs);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, wr);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, ctx);
-		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, tmo_ms);
-		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, DM_MIN(tmo_ms, (long)e->timeout_ms));
-		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-		curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, sock_open);
-		curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, e);
-		curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, sock_close);
-		curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, e);
-		cc = curl_easy_perform(c);
-		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+		e->cu->easy_setopt(c, CURLOPT_URL, url);
+		e->cu->easy_setopt(c, CURLOPT_POSTFIELDS, req);
+		e->cu->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(req));
+		e->cu->easy_setopt(c, CURLOPT_HTTPHEADER, e->hdrs);
+		e->cu->easy_setopt(c, CURLOPT_WRITEFUNCTION, wr);
+		e->cu->easy_setopt(c, CURLOPT_WRITEDATA, ctx);
+		e->cu->easy_setopt(c, CURLOPT_TIMEOUT_MS, tmo_ms);
+		e->cu->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, DM_MIN(tmo_ms, (long)e->timeout_ms));
+		e->cu->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+		e->cu->easy_setopt(c, CURLOPT_NOPROXY, "*");
+		e->cu->easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+		e->cu->easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, sock_open);
+		e->cu->easy_setopt(c, CURLOPT_OPENSOCKETDATA, e);
+		e->cu->easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, sock_close);
+		e->cu->easy_setopt(c, CURLOPT_CLOSESOCKETDATA, e);
+		cc = e->cu->easy_perform(c);
+		e->cu->easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
 		if (cc == CURLE_OK)
 			return 0;
-		curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &sent);
+		e->cu->easy_getinfo(c, CURLINFO_REQUEST_SIZE, &sent);
 		rc = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ? -ECONNREFUSED :
 		     cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT :
 		     cc == CURLE_WRITE_ERROR ? -ECANCELED : -EIO;
 		if (aborted(e))
 			return dm_etcd_fail(e, -ECANCELED, "the call was aborted (the caller stops)");
 		if (rc != -ECANCELED)         /* (else wr said why) */
-			dm_etcd_fail(e, rc, "%s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
+			dm_etcd_fail(e, rc, "%s: %s", url, cerr[0] ? cerr : e->cu->easy_strerror(cc));
 		if (rc != -ECONNREFUSED && !(rc == -ETIMEDOUT && sent == 0))
 			return rc;                /* the request may have been sent: no retry */
 	}
@@ -185,13 +180,14 @@ int dm_etcd_call(struct dm_etcd *e, const char *path, const char *req, json_t **
 				    DM_ETCD_ANSWER_MAX);
 	if (rc)
 		return rc;
-	curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+	e->cu->easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
 	return dm_etcd_answer(e, path, status, e->body.p, e->body.n, ans);
 }
 
 /* ---- the handle ---- */
 struct dm_etcd *dm_etcd_open(const char *endpoints, int timeout_ms)
 {
+	const struct dm_curl_api *cu;
 	struct dm_etcd *e;
 	char *list, *tok, *save;
 	int err;
@@ -200,13 +196,13 @@ struct dm_etcd *dm_etcd_open(const char *endpoints, int timeout_ms)
 		errno = EINVAL;
 		return NULL;
 	}
-	pthread_once(&curl_once, curl_init);
-	if (curl_init_rc != CURLE_OK) {
-		errno = EIO;
+	if (!(cu = dm_curl_get())) {
+		dm_warn("etcd: %s", dm_curl_error());
 		return NULL;
 	}
 	if (!(e = calloc(1, sizeof(*e))))
 		return NULL;
+	e->cu = cu;
 	pthread_mutex_init(&e->sock_mu, NULL);
 	for (int i = 0; i < DM_ETCD_SOCKS; i++)
 		e->socks[i] = -1;
@@ -229,9 +225,9 @@ struct dm_etcd *dm_etcd_open(const char *endpoints, int timeout_ms)
 	if (!e->nep)
 		goto err_free_list;
 	errno = ENOMEM;
-	if (!(e->curl = curl_easy_init()) ||
-	    !(e->hdrs = curl_slist_append(NULL, "Content-Type: application/json")) ||
-	    !(e->hdrs = curl_slist_append(e->hdrs, "Expect:")))
+	if (!(e->curl = e->cu->easy_init()) ||
+	    !(e->hdrs = e->cu->slist_append(NULL, "Content-Type: application/json")) ||
+	    !(e->hdrs = e->cu->slist_append(e->hdrs, "Expect:")))
 		goto err_free_list;        /* (a failed append leaks nothing: close frees hdrs) */
 	free(list);
 	return e;
@@ -251,10 +247,11 @@ void dm_etcd_close(struct dm_etcd *e)
 	for (size_t i = 0; i < e->nep; i++)
 		free(e->ep[i]);
 	if (e->curl)
-		curl_easy_cleanup(e->curl);
+		e->cu->easy_cleanup(e->curl);
 	if (e->wcurl)
-		curl_easy_cleanup(e->wcurl);   /* (closes its sockets through sock_close) */
-	curl_slist_free_all(e->hdrs);
+		e->cu->easy_cleanup(e->wcurl);   /* (closes its sockets through sock_close) */
+	if (e->hdrs)
+		e->cu->slist_free_all(e->hdrs);
 	dm_buf_free(&e->body);
 	pthread_mutex_destroy(&e->sock_mu);
 	free(e);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "etcd.h"
+#include "etcd_curl.h"
 #include "util/dm_buf.h"
 
 #define DM_ETCD_EP_MAX 16
@@ -21,6 +22,7 @@ struct dm_etcd {
 	char *ep[DM_ETCD_EP_MAX];
 	size_t nep, cur;                 /* cur: the endpoint that answered last */
 	int timeout_ms;
+	const struct dm_curl_api *cu;    /* libcurl's calls (etcd_curl.h) */
 	CURL *curl;                      /* unary calls (keeps its connection) */
 	CURL *wcurl;                     /* watch polls (created on first use) */
 	struct curl_slist *hdrs;

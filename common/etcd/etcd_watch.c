@@ -71,7 +71,7 @@ static size_t wwr(char *p, size_t sz, size_t nm, void *ctx)
 	uint8_t *nl;
 
 	if (!w->status)
-		curl_easy_getinfo(w->e->wcurl, CURLINFO_RESPONSE_CODE, &w->status);
+		w->e->cu->easy_getinfo(w->e->wcurl, CURLINFO_RESPONSE_CODE, &w->status);
 	if (w->line.n + n > DM_ETCD_ANSWER_MAX) {
 		w->err = dm_etcd_fail(w->e, -EBADMSG, "/v3/watch: a message over %u bytes",
 				      DM_ETCD_ANSWER_MAX);
@@ -113,7 +113,7 @@ int dm_etcd_watch_poll(struct dm_etcd *e, const char *prefix, int64_t *from_revi
 	if (!prefix || strlen(prefix) > DM_ETCD_KEY_MAX || !from_revision || *from_revision < 0 ||
 	    timeout_ms <= 0 || !cb)
 		return dm_etcd_fail(e, -EINVAL, "bad arguments");
-	if (!e->wcurl && !(e->wcurl = curl_easy_init()))
+	if (!e->wcurl && !(e->wcurl = e->cu->easy_init()))
 		return dm_etcd_fail(e, -ENOMEM, "curl_easy_init failed");
 	w.from = *from_revision;
 	dm_buf_printf(&q, "{\"create_request\":{");
