@@ -34,15 +34,17 @@ static void load(void)
 	void *lib = NULL;
 
 	load_errno = ELIBACC;
-	for (size_t i = 0; !lib && i < sizeof(names) / sizeof(names[0]); i++)
+	for (size_t i = 0; !lib && i < sizeof(names) / sizeof(names[0]); i++) {
 		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		const char *why = dlerror();
+		if (!lib && i == 0) {   /* the reason for the usual name, not the fallback's */
+			const char *why = dlerror();
 
-		snprintf(load_err, sizeof(load_err), "cannot load libcurl (%s): %s", names[0],
-			 why ? why : "not found");
-		return;
+			snprintf(load_err, sizeof(load_err), "cannot load libcurl: %s (install "
+				 "libcurl4)", why ? why : names[0]);
+		}
 	}
+	if (!lib)
+		return;
 	if (!sym(lib, "curl_global_init", &api.global_init) ||
 	    !sym(lib, "curl_easy_init", &api.easy_init) ||
 	    !sym(lib, "curl_easy_setopt", &api.easy_setopt) ||

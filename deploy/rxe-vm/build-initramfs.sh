@@ -43,6 +43,13 @@ if [ ${#PROV[@]} = 0 ] || [ ! -f /etc/libibverbs.d/rxe.driver ]; then
 	exit 1
 fi
 FILES+=("${PROV[@]}")
+# libcurl is dlopened by the etcd client (common/etcd/etcd_curl.c): ldd of dmann does not list it
+CURL=/usr/lib/x86_64-linux-gnu/libcurl.so.4
+if [ ! -e "$CURL" ]; then
+	echo "build-initramfs: $CURL is missing (install libcurl4-openssl-dev)" >&2
+	exit 1
+fi
+FILES+=("$CURL")
 mkdir -p "$ST/etc/libibverbs.d"
 cp /etc/libibverbs.d/rxe.driver "$ST/etc/libibverbs.d/"
 for e in "$@"; do FILES+=("${e%%:*}"); done
