@@ -214,6 +214,8 @@ static void ctl_depose(struct dm_ctl *c, const char *why)
 static int ctl_lease_and_elect(struct dm_ctl *c)
 {
 	uint64_t now = dm_now_ns();
+	void *cur = NULL;   /* the leader key's value, read before trying to take office */
+	size_t len;
 	bool ok;
 	int64_t rev;
 	int rc;
@@ -240,15 +242,10 @@ static int ctl_lease_and_elect(struct dm_ctl *c)
 	/* Read first: while another candidate is in office its key is there, and a put-if-absent
 	 * that fails is still a transaction through Raft (with every other candidate trying
 	 * every CTL_PERIOD_MS, an idle cluster of 3 CNs wrote 6.7 of them a second). */
-	{
-		void *v = NULL;
-		size_t l;
-
-		rc = dm_etcd_get(c->e, c->ctl_key, &v, &l, NULL);
-		free(v);
-		if (rc != -ENOENT)
-			return rc;   /* 0: in office elsewhere */
-	}
+	rc = dm_etcd_get(c->e, c->ctl_key, &cur, &len, NULL);
+	free(cur);
+	if (rc != -ENOENT)
+		return rc;   /* 0: in office elsewhere */
 	rc = dm_etcd_put_if(c->e, c->ctl_key, c->val, strlen(c->val), c->lease, 0, &ok, &rev);
 	if (rc || !ok)
 		return rc;

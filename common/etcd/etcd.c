@@ -4,8 +4,6 @@
  * Answers are parsed in etcd_json.c, watches are in etcd_watch.c. */
 #include "etcd_int.h"
 
-#include "dm.h"
-
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -196,10 +194,8 @@ struct dm_etcd *dm_etcd_open(const char *endpoints, int timeout_ms)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!(cu = dm_curl_get())) {
-		dm_warn("etcd: %s", dm_curl_error());
-		return NULL;
-	}
+	if (!(cu = dm_curl_get()))
+		return NULL;   /* (errno set, the reason logged once) */
 	if (!(e = calloc(1, sizeof(*e))))
 		return NULL;
 	e->cu = cu;

@@ -1,27 +1,27 @@
 /* etcd_curl.c: libcurl opened with dlopen at the first etcd handle (etcd_curl.h): the
- * library, its symbols and curl_global_init, once per process. */
+ * library, its symbols and curl_global_init, once per process; a failure is logged once. */
 #include "etcd_curl.h"
+
+#include "dm.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct dm_curl_api api;
 static const struct dm_curl_api *loaded;   /* &api once everything resolved and initialised */
 static int load_errno;
-static char load_err[256];
 
-/* One symbol into *slot; false (load_err set) when libcurl lacks it. */
+/* One symbol into *slot; false (logged) when libcurl lacks it. */
 static bool sym(void *lib, const char *name, void *slot)
 {
 	void *p = dlsym(lib, name);
 
 	if (!p) {
-		snprintf(load_err, sizeof(load_err), "libcurl has no %s", name);
+		dm_warn("etcd: libcurl has no %s", name);
 		return false;
 	}
 	memcpy(slot, &p, sizeof(p));   /* (a data pointer to a function pointer, as POSIX says) */
@@ -39,8 +39,8 @@ static void load(void)
 		if (!lib && i == 0) {   /* the reason for the usual name, not the fallback's */
 			const char *why = dlerror();
 
-			snprintf(load_err, sizeof(load_err), "cannot load libcurl: %s (install "
-				 "libcurl4)", why ? why : names[0]);
+			dm_warn("etcd: cannot load libcurl: %s (install libcurl4)",
+				why ? why : names[0]);
 		}
 	}
 	if (!lib)
@@ -57,7 +57,7 @@ static void load(void)
 		return;   /* (the library stays mapped: dlclose of a half-used libcurl gains nothing) */
 	if (api.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		load_errno = EIO;
-		snprintf(load_err, sizeof(load_err), "curl_global_init failed");
+		dm_warn("etcd: curl_global_init failed");
 		return;
 	}
 	load_errno = 0;
@@ -70,9 +70,4 @@ const struct dm_curl_api *dm_curl_get(void)
 	if (!loaded)
 		errno = load_errno;
 	return loaded;
-}
-
-const char *dm_curl_error(void)
-{
-	return load_err;   /* (written once, by load, before dm_curl_get returns) */
 }

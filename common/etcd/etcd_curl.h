@@ -26,10 +26,8 @@ struct dm_curl_api {
 };
 
 /* The table, once libcurl is loaded and curl_global_init(CURL_GLOBAL_DEFAULT) succeeded
- * (both done once per process, thread-safe); NULL with errno = ELIBACC (no libcurl: the
- * reason in dm_curl_error()) or EIO (curl_global_init failed). */
+ * (both done once per process, thread-safe; the reason of a failure logged once); NULL with
+ * errno = ELIBACC (no usable libcurl) or EIO (curl_global_init failed). */
 const struct dm_curl_api *dm_curl_get(void);
-/* Why the last dm_curl_get failed ("" if it did not). */
-const char *dm_curl_error(void);
 
 #endif /* DM_ETCD_CURL_H */
