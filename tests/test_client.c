@@ -26,9 +26,13 @@ static void setup(void)
 	snprintf(dmann, sizeof(dmann), "%s/cn/dmann", root);
 	snprintf(dir, sizeof(dir), "/tmp/dmann-client-XXXXXX");
 	cr_assert_not_null(mkdtemp(dir));
+	/* the compute nodes answer QueryVectors 503 while dir/busy exists (a test hook) */
+	snprintf(cfgpath, sizeof(cfgpath), "%s/busy", dir);
+	setenv("DMANN_S3_TEST_BUSY_FILE", cfgpath, 1);
 	/* exact answers are asserted: no graph for the API-created index ([s3] graph_auto) */
 	cr_assert_eq(sh("%s local up --mn 2 --cn 2 --dir %s/lc --region-mb 32 --transport tcp "
 			"--s3-set graph_auto=0", dmann, dir), 0);
+	unsetenv("DMANN_S3_TEST_BUSY_FILE");
 	snprintf(cfgpath, sizeof(cfgpath), "%s/lc/cluster.ini", dir);
 	cr_assert_eq(dm_config_load_client(cfgpath, "local", &cfg, err, sizeof(err)), 0, "%s",
 		     err);
@@ -412,6 +416,58 @@ Test(client, libdmann_calls_survive_a_compute_node_kill, .timeout = 300)
 	free(dist);
 	free(cnt);
 	free(found);
+	dmann_close(d);
+}
+
+/* A read answered 503 (ServiceUnavailable, "retry later") is sent again after a back-off,
+ * 100 ms doubling, up to DMANN_BUSY_TRIES (5) more times, about 3.1 s in all: a query
+ * during a half-second busy spell succeeds with the right answer; one while the cluster
+ * stays busy fails with -EAGAIN and the server's message, after the back-offs. */
+Test(client, libdmann_sends_busy_reads_again, .timeout = 120)
+{
+	enum { N = 10, D = 8 };
+	dmann_t *d = dmann_connect(cfgpath, "local");
+	float v[N * D], dist[4];
+	char *keys[N], *got[4] = { 0 };
+	uint64_t s = 11, t0;
+	double took;
+	int rc;
+
+	cr_assert_not_null(d, "connect: %s", dmann_errmsg());
+	for (int i = 0; i < N * D; i++)
+		v[i] = rnd(&s);
+	for (int i = 0; i < N; i++) {
+		keys[i] = malloc(16);
+		snprintf(keys[i], 16, "b%d", i);
+	}
+	cr_assert_eq(dmann_create_index(d, "bbucket", "bidx", D, DMANN_EUCLIDEAN), 0, "%s",
+		     dmann_errmsg());
+	cr_assert_eq(dmann_put(d, "bbucket", "bidx", N, (const char *const *)keys, v, D, NULL),
+		     0, "%s", dmann_errmsg());
+	/* a busy spell of 0.5 s: the sends at 0, 0.1 and 0.3 s are refused, 0.7 s is served */
+	cr_assert_eq(sh("touch %s/busy; (sleep 0.5; rm -f %s/busy) &", dir, dir), 0);
+	t0 = dm_now_ns();
+	rc = dmann_query(d, "bbucket", "bidx", v + 3 * D, D, 4, got, dist);
+	took = (double)(dm_now_ns() - t0) / 1e9;
+	cr_assert_eq(rc, 4, "query during a short busy spell: %d (%s)", rc, dmann_errmsg());
+	cr_assert_str_eq(got[0], "b3");
+	cr_assert_eq(dist[0], 0.0f);
+	cr_assert_geq(took, 0.1, "answered after %.2f s: was it ever refused?", took);
+	dmann_free_keys(got, 4);
+	/* busy all along: refused six times, then -EAGAIN */
+	cr_assert_eq(sh("touch %s/busy", dir), 0);
+	t0 = dm_now_ns();
+	rc = dmann_query(d, "bbucket", "bidx", v, D, 4, got, dist);
+	took = (double)(dm_now_ns() - t0) / 1e9;
+	cr_assert_eq(rc, -EAGAIN, "query while busy: %d (%s)", rc, dmann_errmsg());
+	cr_assert(strstr(dmann_errmsg(), "ServiceUnavailable"), "%s", dmann_errmsg());
+	cr_assert_geq(took, 3.0, "gave up after %.2f s, before the back-offs (3.1 s)", took);
+	cr_assert_eq(sh("rm -f %s/busy", dir), 0);
+	cr_assert_eq(dmann_query(d, "bbucket", "bidx", v, D, 4, got, dist), 4, "%s",
+		     dmann_errmsg());
+	dmann_free_keys(got, 4);
+	for (int i = 0; i < N; i++)
+		free(keys[i]);
 	dmann_close(d);
 }
 

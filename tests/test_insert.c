@@ -192,10 +192,13 @@ static pid_t start_stream(const char *name, const char *opts)
 
 		snprintf(stop, sizeof(stop), "%s/stop", dir);
 		while ((access(stop, F_OK) != 0 || rounds == 0) && rounds < 250) {
-			bad |= sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin "
-				  "--gt %s/d/gt.ibin --k %d --ef 64 --cache-ratio keep %s --json "
-				  "--out %s/%s-%d.ibin >%s/%s-%d.json", dmann, dir, dir, dir, K, opts,
-				  dir, name, rounds, dir, name, rounds) != 0;
+			if (sh("%s bench --config %s/lc/cluster.ini --query %s/d/query.fbin "
+			       "--gt %s/d/gt.ibin --k %d --ef 64 --cache-ratio keep %s --json "
+			       "--out %s/%s-%d.ibin >%s/%s-%d.json 2>%s/round.err", dmann, dir, dir,
+			       dir, K, opts, dir, name, rounds, dir, name, rounds, dir) && !bad) {
+				sh("cp %s/round.err %s/stream.err", dir, dir);
+				bad = 1;
+			}
 			rounds++;
 		}
 		_exit(bad ? 0 : rounds);
@@ -214,9 +217,19 @@ static int end_stream(pid_t pid)
 		cr_assert_lt(dm_now_ns() - t0, bound_max_s(120, 300), "the query stream hangs");
 		usleep(100000);
 	}
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) >= 1, "a query of the stream failed (status %d)",
-		  st);
-	sh("rm -f %s/stop", dir);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) < 1) {
+		char p[256], why[1024] = "";
+		FILE *f;
+
+		snprintf(p, sizeof(p), "%s/stream.err", dir);
+		f = fopen(p, "r");
+		if (f) {
+			why[fread(why, 1, sizeof(why) - 1, f)] = 0;
+			fclose(f);
+		}
+		cr_assert_fail("a query of the stream failed (status %d): %s", st, why);
+	}
+	sh("rm -f %s/stop %s/stream.err", dir, dir);
 	return WEXITSTATUS(st);
 }
 
@@ -631,8 +644,11 @@ Test(insert, s3_indexer_torn_writes_and_killed_compute_node)
 		snprintf(stop, sizeof(stop), "%s/stop", dir);
 		while ((access(stop, F_OK) != 0 || rounds == 0) && rounds < 250) {
 			if (sh("%s query --config %s/cluster.ini --bucket ibkt --name iidx --vectors "
-			       "%s/d/query.fbin --k %d >%s/sq-%d.txt", dmann, lc, dir, K, dir, rounds))
+			       "%s/d/query.fbin --k %d >%s/sq-%d.txt 2>%s/round.err", dmann, lc, dir,
+			       K, dir, rounds, dir)) {
+				sh("cp %s/round.err %s/stream.err", dir, dir);
 				_exit(0);
+			}
 			rounds++;
 		}
 		_exit(rounds);

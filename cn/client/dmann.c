@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 
@@ -192,9 +193,10 @@ static int send_one(dmann_t *d, uint32_t c, struct dmann_req *r, uint64_t id)
 }
 
 /* Take one answer from compute node c (waiting up to ms), hand it to done(). 1: took one,
+ * 2: a read answered 503 (retry later), in later[] to be sent again at its not_before,
  * 0: none yet, -errno. */
 static int take_one(dmann_t *d, uint32_t c, int ms, struct dmann_req *reqs, size_t n,
-		    uint64_t base)
+		    uint64_t base, size_t *later, size_t *nlater)
 {
 	struct dm_wire_hdr h;
 	struct dm_wire_c_call m;
@@ -229,8 +231,19 @@ static int take_one(dmann_t *d, uint32_t c, int ms, struct dmann_req *reqs, size
 				    "no [s3] key)" : strerror(-h.status));
 	else
 		r->err = r->done(r, (int)m.op, (const char *)json, m.json_len);
-	r->finished = true;
 	dm_msgpool_repost(d->pool, wr_id);
+	if (r->err == -EAGAIN && !h.status && m.op == 503 && r->read &&
+	    r->busy < DMANN_BUSY_TRIES) {
+		/* It was answered, not lost: sent again after the back-off, as a new request. */
+		r->not_before = dm_now_ns() + (100000000ull << r->busy);
+		r->busy++;
+		r->err = 0;
+		r->on = 0;
+		r->tries = 0;
+		later[(*nlater)++] = h.req_id - base;
+		return 2;
+	}
+	r->finished = true;
 	return 1;
 }
 
@@ -322,16 +335,41 @@ static size_t run_lost(dmann_t *d, uint32_t c, struct dmann_req *reqs, size_t ne
 	return failed;
 }
 
+/* Busy reads whose back-off passed go to the retry queue; the time until the next one is
+ * due (ns, UINT64_MAX if none is waiting). */
+static uint64_t later_due(struct dmann_req *reqs, size_t *later, size_t *nlater,
+			  size_t *retry, size_t *nretry)
+{
+	uint64_t now = dm_now_ns(), wait = UINT64_MAX;
+
+	for (size_t i = 0; i < *nlater;) {
+		struct dmann_req *r = &reqs[later[i]];
+
+		if (r->not_before <= now) {
+			retry[(*nretry)++] = later[i];
+			later[i] = later[--*nlater];
+		} else {
+			wait = DM_MIN(wait, r->not_before - now);
+			i++;
+		}
+	}
+	return wait;
+}
+
 int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 {
-	size_t next = 0, done = 0, nretry = 0, *retry;
-	uint64_t base;
+	size_t next = 0, done = 0, nretry = 0, nlater = 0, *retry, *later;
+	uint64_t base, wait;
 	int first = 0;
 	uint32_t rr;
 
 	retry = malloc((n ? n : 1) * sizeof(*retry));
-	if (!retry)
+	later = malloc((n ? n : 1) * sizeof(*later));
+	if (!retry || !later) {
+		free(retry);
+		free(later);
 		return dmann_fail(-ENOMEM, "out of memory");
+	}
 	pthread_mutex_lock(&d->mu);
 	base = d->next_id;
 	d->next_id += n;
@@ -340,6 +378,7 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 	while (done < n) {
 		bool progress = false;
 
+		wait = later_due(reqs, later, &nlater, retry, &nretry);
 		/* Send: retries first, then new requests, to live compute nodes with room. */
 		while (!first && (nretry || next < n)) {
 			int c = dmann_live_pick(d, &rr, NULL, DMANN_WINDOW);
@@ -372,45 +411,63 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 			nretry = 0;
 			for (; next < n; next++, done++)
 				reqs[next].err = first, reqs[next].finished = true;
+			for (size_t i = 0; i < nlater; i++, done++)
+				reqs[later[i]].err = first, reqs[later[i]].finished = true;
+			nlater = 0;
 		}
 		for (uint32_t c = 0; c < d->ncn; c++) {
 			while (!d->cn[c].dead && d->cn[c].inflight) {
-				int rc = take_one(d, c, 0, reqs, n, base);
+				int rc = take_one(d, c, 0, reqs, n, base, later, &nlater);
 
 				if (rc < 0)
 					done += run_lost(d, c, reqs, next, retry, &nretry, rc);
 				if (rc <= 0)
 					break;
-				done++;
+				done += rc == 1;
 				progress = true;
 			}
 		}
 		if (first && !nretry) {
-			/* Stop sending; collect what is in flight, then report. */
-			for (uint32_t c = 0; c < d->ncn; c++)
+			/* Stop sending; collect what is in flight, then report (a busy read
+			 * among them is not sent again: it fails with the call). */
+			for (uint32_t c = 0; c < d->ncn; c++) {
+				int rc;
+
 				while (!d->cn[c].dead && d->cn[c].inflight &&
-				       take_one(d, c, 60000, reqs, n, base) == 1)
-					done++;
+				       (rc = take_one(d, c, 60000, reqs, n, base, later,
+						      &nlater)) > 0)
+					done += rc == 1;
+			}
+			for (size_t i = 0; i < nlater; i++, done++)
+				reqs[later[i]].err = first, reqs[later[i]].finished = true;
 			break;
 		}
 		if (!progress) {
+			bool waited = false;
+
 			for (uint32_t c = 0; c < d->ncn; c++) {
 				int rc;
 
 				if (d->cn[c].dead || !d->cn[c].inflight)
 					continue;
-				rc = take_one(d, c, 1, reqs, n, base);
+				rc = take_one(d, c, 1, reqs, n, base, later, &nlater);
 				if (rc == 1)
 					done++;
 				else if (rc < 0)
 					done += run_lost(d, c, reqs, next, retry, &nretry, rc);
+				waited = true;
 				break;
 			}
+			if (!waited && !nretry && nlater && wait != UINT64_MAX)
+				/* Only busy reads left, none due: sleep until the first is. */
+				nanosleep(&(struct timespec){ .tv_nsec = (long)DM_MIN(wait, 10000000ull) },
+					  NULL);
 		}
 	}
 	d->rr++;
 	pthread_mutex_unlock(&d->mu);
 	free(retry);
+	free(later);
 	if (first)
 		return first;
 	for (size_t i = 0; i < n; i++)

@@ -21,7 +21,10 @@
  *     is empty or longer than 63 bytes for a bucket / index, a key that is empty or longer
  *     than 1024 bytes, wrong dimension, a NaN or Inf component, k outside 1..100), -ENOENT
  *     unknown bucket or index, -E2BIG more than DMANN_MAX_BATCH items, -EPERM refused
- *     (AccessDenied / admin operation), -EAGAIN the cluster is overloaded (retry),
+ *     (AccessDenied / admin operation), -EAGAIN the cluster is overloaded or a memory
+ *     node is unreachable (ServiceUnavailable: retry later; a read, i.e. a get, list,
+ *     describe or query call, has already been sent again five times, after 100 ms
+ *     doubling to 1.6 s, before it fails so: a write is not sent again),
  *     -ENOSPC a write the memory nodes have no room for (ServiceQuotaExceeded: nothing of
  *     it was acknowledged; delete an index, or raise [mn] flat_max_mb),
  *     -ETIMEDOUT / -ECONNRESET / -ENOTCONN transport trouble, -EIO any other server error,

@@ -16,6 +16,9 @@
 #define DMANN_MAX_CN 64
 #define DMANN_WINDOW 32          /* C_CALLs in flight per compute node (CN's ctlq: 64) */
 
+#define DMANN_BUSY_TRIES 5       /* a read answered 503 (ServiceUnavailable: retry later) is
+				  * sent again up to this many times, after 100 ms doubling to
+				  * 1.6 s (3.1 s in all), as the AWS SDKs retry it */
 #define DMANN_TRIES 2            /* a request whose compute node died is sent once more
 				  * (a query answered -ECONNABORTED, relayed to a dead CN and
 				  * not run, twice more on top) */
@@ -80,6 +83,9 @@ struct dmann_req {
 	bool finished;
 	uint32_t on;                 /* dmann_run: connection it is in flight on + 1 */
 	uint32_t tries;              /* dmann_run: times sent */
+	bool read;                   /* a read (Get/List/Query): safe to send again */
+	uint32_t busy;               /* dmann_run: 503 answers taken (DMANN_BUSY_TRIES) */
+	uint64_t not_before;         /* dmann_run: a busy request's next send, CLOCK_MONOTONIC */
 };
 
 /* Connection c failed: close it and mark it dead (its requests in flight are the caller's
@@ -92,7 +98,8 @@ uint32_t dmann_revive(dmann_t *d);
 int dmann_live_pick(dmann_t *d, uint32_t *rr, const uint32_t *window, uint32_t all);
 
 /* Run n requests, up to DMANN_WINDOW in flight per compute node, spread over them; a
- * request whose compute node dies (its connection fails) is sent once more to another one.
+ * request whose compute node dies (its connection fails) is sent once more to another one,
+ * a read answered 503 up to DMANN_BUSY_TRIES more times after a back-off.
  * 0 or the first -errno (a transport error twice, no live compute node, or a done()
  * failure). */
 int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n);

@@ -83,6 +83,9 @@ static int req_set(struct dmann_req *r, uint32_t op, const char *text, size_t tl
 	dm_wire_c_call_encode(r->body, &m);
 	memcpy(r->body + sizeof(m), text, tlen);
 	r->blen = (uint32_t)(sizeof(m) + tlen);
+	r->read = op == DM_C_GET_BUCKET || op == DM_C_LIST_BUCKETS || op == DM_C_GET_INDEX ||
+		  op == DM_C_LIST_INDEXES || op == DM_C_GET_VECTORS || op == DM_C_LIST_VECTORS ||
+		  op == DM_C_QUERY_VECTORS;
 	return 0;
 }
 

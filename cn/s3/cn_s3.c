@@ -134,6 +134,12 @@ struct cn_s3 *cn_s3_start(const struct dm_cluster_cfg *cfg, const struct dm_node
 
 	if (dcn && *dcn && dms && strtoul(dcn, NULL, 10) == node->id)
 		s->test_delay_ms = (uint32_t)DM_MIN(strtoul(dms, NULL, 10), 60000ul);
+	/* Test hook only: while the file DMANN_S3_TEST_BUSY_FILE names exists, every
+	 * QueryVectors is answered 503 (how the tests see libdmann send busy reads again). */
+	const char *busy = getenv("DMANN_S3_TEST_BUSY_FILE");
+
+	if (busy && *busy)
+		snprintf(s->test_busy, sizeof(s->test_busy), "%s", busy);
 	pthread_mutex_init(&s->rmu, NULL);
 	pthread_mutex_init(&s->shmu, NULL);
 	pthread_mutex_init(&s->gmu, NULL);

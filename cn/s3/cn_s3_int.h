@@ -111,6 +111,7 @@ struct cn_s3 {
 	uint32_t hedge_ms;
 	uint32_t frag_piece_bytes;
 	uint32_t test_delay_ms;          /* test hook: delay scans served for other CNs */
+	char test_busy[256];             /* test hook: QueryVectors answered 503 while it exists */
 	uint32_t shards;                 /* [s3] bucket_shards: of buckets created here */
 	/* Shard counts of buckets (cn_s3_shard.c): a small cache, under shmu. */
 	pthread_mutex_t shmu;

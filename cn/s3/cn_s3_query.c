@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "flat.h"
 #include "placement.h"
@@ -781,6 +782,10 @@ void be_query(void *ctx, const char *body, size_t len, struct s3_resp *r)
 	memset(r, 0, sizeof(*r));
 	if (s3_api_user_bucket(body, len, r))
 		return;                 /* "B#s" names a shard: never a user's bucket */
+	if (s->test_busy[0] && access(s->test_busy, F_OK) == 0) {
+		s3_resp_error(r, 503, "ServiceUnavailableException", "test hook: busy");
+		return;
+	}
 	query_once(s, body, len, r, UINT32_MAX, &used);
 	if (r->status == 503 && used != UINT32_MAX) {
 		/* The memory node whose rows the scans read failed under them (it died, or it
