@@ -142,6 +142,11 @@ Test(etcd, kv_round_trips)
 	cr_assert_eq(dm_etcd_get(E, "/t/a", &v, &n, &mod), 0);
 	cr_assert(n == sizeof(bin) && memcmp(v, bin, n) == 0 && mod == rev);
 	free(v);
+	/* the serializable read: the same answer from a single member */
+	cr_assert_eq(dm_etcd_get_serial(E, "/t/a", &v, &n, &mod), 0, "%s", dm_etcd_errmsg(E));
+	cr_assert(n == sizeof(bin) && memcmp(v, bin, n) == 0 && mod == rev);
+	free(v);
+	cr_assert_eq(dm_etcd_get_serial(E, "/t/none", &v, &n, NULL), -ENOENT);
 	cr_assert_eq(dm_etcd_put(E, "/t/b", NULL, 0, 0, NULL), 0);
 	assert_get("/t/b", "", 0);
 	cr_assert_eq(dm_etcd_put(E, "/t/c", "\0", 1, 0, NULL), 0);

@@ -362,6 +362,7 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 	uint64_t base, wait;
 	int first = 0;
 	uint32_t rr;
+	bool reconnected = false;
 
 	retry = malloc((n ? n : 1) * sizeof(*retry));
 	later = malloc((n ? n : 1) * sizeof(*later));
@@ -402,6 +403,16 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 			if (i == next)
 				next++;
 			progress = true;
+		}
+		if ((nretry || next < n) && !first && dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0 &&
+		    !reconnected) {
+			/* Every connection failed: one attempt now to connect again, back-off
+			 * notwithstanding (a connection may break while its node lives on). */
+			reconnected = true;
+			for (uint32_t c = 0; c < d->ncn; c++)
+				d->cn[c].retry_ns = 0;
+			if (dmann_revive(d))
+				continue;
 		}
 		if ((nretry || next < n) && !first && dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0) {
 			/* Nobody left to send to. */

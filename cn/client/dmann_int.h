@@ -99,7 +99,9 @@ int dmann_live_pick(dmann_t *d, uint32_t *rr, const uint32_t *window, uint32_t a
 
 /* Run n requests, up to DMANN_WINDOW in flight per compute node, spread over them; a
  * request whose compute node dies (its connection fails) is sent once more to another one,
- * a read answered 503 up to DMANN_BUSY_TRIES more times after a back-off.
+ * a read answered 503 up to DMANN_BUSY_TRIES more times after a back-off; when every
+ * connection has failed, each dead one is connected again once, back-off notwithstanding,
+ * before the call fails with "no compute node is reachable".
  * 0 or the first -errno (a transport error twice, no live compute node, or a done()
  * failure). */
 int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n);

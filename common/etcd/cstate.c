@@ -18,7 +18,13 @@
 
 #define CST_TIMEOUT_MS 2000
 #define CTL_PERIOD_MS 300
-#define WATCH_POLL_MS 1000
+/* A poll ends with the first events, or after this long without any: the bound only
+ * decides how often an idle watch opens a new stream (each one a watch created and
+ * cancelled in etcd: with 1 s, 15 a second on an idle 2 MN + 3 CN cluster) and how soon
+ * an etcd that stopped answering is noticed; stopping a watch aborts its poll at once.
+ * 1 s was also too short for an etcd starved of CPU (the soft-RoCE VM under TCG: created
+ * after more than a second, logged as unreachable again and again). */
+#define WATCH_POLL_MS 10000
 
 /* ---- the value ---- */
 
@@ -241,8 +247,9 @@ static int ctl_lease_and_elect(struct dm_ctl *c)
 		return 0;
 	/* Read first: while another candidate is in office its key is there, and a put-if-absent
 	 * that fails is still a transaction through Raft (with every other candidate trying
-	 * every CTL_PERIOD_MS, an idle cluster of 3 CNs wrote 6.7 of them a second). */
-	rc = dm_etcd_get(c->e, c->ctl_key, &cur, &len, NULL);
+	 * every CTL_PERIOD_MS, an idle cluster of 3 CNs wrote 6.7 of them a second). The read
+	 * is serializable (no Raft round: the put-if-absent after it decides). */
+	rc = dm_etcd_get_serial(c->e, c->ctl_key, &cur, &len, NULL);
 	free(cur);
 	if (rc != -ENOENT)
 		return rc;   /* 0: in office elsewhere */

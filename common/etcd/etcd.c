@@ -446,8 +446,8 @@ static int range_call(struct dm_etcd *e, struct dm_buf *q, const char *key, bool
 	return rc;
 }
 
-int dm_etcd_get(struct dm_etcd *e, const char *key, void **val, size_t *len,
-		int64_t *mod_revision)
+static int get_key(struct dm_etcd *e, const char *key, void **val, size_t *len,
+		   int64_t *mod_revision, bool serializable)
 {
 	struct dm_buf q = { 0 };
 	struct dm_etcd_kv *kv;
@@ -458,7 +458,7 @@ int dm_etcd_get(struct dm_etcd *e, const char *key, void **val, size_t *len,
 		return e ? dm_etcd_fail(e, -EINVAL, "bad arguments") : -EINVAL;
 	dm_buf_printf(&q, "{\"key\":\"");
 	dm_etcd_b64_put(&q, key, strlen(key));
-	dm_buf_printf(&q, "\"}");
+	dm_buf_printf(&q, serializable ? "\",\"serializable\":true}" : "\"}");
 	if ((rc = range_call(e, &q, key, true, &kv, &n, NULL)))
 		return rc;
 	if (!n)
@@ -470,6 +470,18 @@ int dm_etcd_get(struct dm_etcd *e, const char *key, void **val, size_t *len,
 	free(kv->key);
 	free(kv);
 	return 0;
+}
+
+int dm_etcd_get(struct dm_etcd *e, const char *key, void **val, size_t *len,
+		int64_t *mod_revision)
+{
+	return get_key(e, key, val, len, mod_revision, false);
+}
+
+int dm_etcd_get_serial(struct dm_etcd *e, const char *key, void **val, size_t *len,
+		       int64_t *mod_revision)
+{
+	return get_key(e, key, val, len, mod_revision, true);
 }
 
 int dm_etcd_range(struct dm_etcd *e, const char *prefix, struct dm_etcd_kv **kvs, size_t *n,

@@ -75,6 +75,12 @@ int dm_etcd_put(struct dm_etcd *e, const char *key, const void *val, size_t len,
  * -ENOENT when the key does not exist (*val untouched). */
 int dm_etcd_get(struct dm_etcd *e, const char *key, void **val, size_t *len,
 		int64_t *mod_revision);
+/* dm_etcd_get served by the member it asks from its own store (a serializable read: no
+ * Raft round, possibly behind the leader by what has not reached that member yet): for
+ * polls whose next step is checked anyway, e.g. a controller candidate looking whether the
+ * leader key is still there before its put-if-absent. */
+int dm_etcd_get_serial(struct dm_etcd *e, const char *key, void **val, size_t *len,
+		       int64_t *mod_revision);
 /* All keys under prefix ("" = the whole key space), in key order: *kvs (free with
  * dm_etcd_kvs_free; NULL when *n is 0), *n, and *revision (may be NULL), the store
  * revision the read was served at (the point to watch from: *revision + 1). */
