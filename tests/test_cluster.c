@@ -182,7 +182,14 @@ Test(cluster, survives_a_memory_node_failure)
 	char out[256], cmd[2048];
 	FILE *f;
 
-	/* Kill a memory node in the middle of a long stream. */
+	/* Kill a memory node in the middle of a long stream: once the compute node has
+	 * answered some of its queries (a fixed 2 s was not enough in a loaded soft-RoCE VM:
+	 * the kill came while bench still configured the compute node). */
+	char lc[160];
+	long long q0;
+
+	snprintf(lc, sizeof(lc), "%s/lc", dir);
+	q0 = cluster_metric(lc, 0, "dmann_cn_queries_total");
 	snprintf(out, sizeof(out), "%s/bench-fail.log", dir);
 	bench = fork();
 	cr_assert_geq(bench, 0);
@@ -193,7 +200,11 @@ Test(cluster, survives_a_memory_node_failure)
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
-	sleep(2);
+	t0 = dm_now_ns();
+	while (cluster_metric(lc, 0, "dmann_cn_queries_total") < q0 + 100) {
+		cr_assert_lt(dm_now_ns() - t0, bound_s(60), "the stream did not start");
+		usleep(50000);
+	}
 	mn = pid_of(victim);
 	cr_assert_eq(kill(mn, SIGKILL), 0);
 	t0 = dm_now_ns();
