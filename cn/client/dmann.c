@@ -34,6 +34,17 @@ void dmann_clear_err(void)
 	errbuf[0] = 0;
 }
 
+/* dmann_run: a request failed with err (its message in errbuf): the call reports the first
+ * failure and its message, not whatever failed or was recovered from after it. */
+static int note_fail(dmann_t *d, int err)
+{
+	if (err && !d->ferr) {
+		d->ferr = err;
+		snprintf(d->fmsg, sizeof(d->fmsg), "%s", errbuf);
+	}
+	return err;
+}
+
 static dmann_t *open_handle(const char *cluster, const char *const *eps, size_t n,
 			    const char *transport, const char *client, const void *secret,
 			    size_t secret_len)
@@ -244,6 +255,7 @@ static int take_one(dmann_t *d, uint32_t c, int ms, struct dmann_req *reqs, size
 		return 2;
 	}
 	r->finished = true;
+	note_fail(d, r->err);
 	return 1;
 }
 
@@ -327,8 +339,9 @@ static size_t run_lost(dmann_t *d, uint32_t c, struct dmann_req *reqs, size_t ne
 			retry[(*nretry)++] = i;
 			continue;
 		}
-		r->err = dmann_fail(err == -EBADMSG ? err : -EHOSTDOWN, "compute node %s: %s "
-				    "(the request was sent %u times)", ep, strerror(-err), r->tries);
+		r->err = note_fail(d, dmann_fail(err == -EBADMSG ? err : -EHOSTDOWN, "compute node "
+						 "%s: %s (the request was sent %u times)", ep,
+						 strerror(-err), r->tries));
 		r->finished = true;
 		failed++;
 	}
@@ -374,6 +387,7 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 	pthread_mutex_lock(&d->mu);
 	base = d->next_id;
 	d->next_id += n;
+	d->ferr = 0;
 	rr = d->rr;
 	dmann_revive(d);
 	while (done < n) {
@@ -416,7 +430,7 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 		}
 		if ((nretry || next < n) && !first && dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0) {
 			/* Nobody left to send to. */
-			first = dmann_fail(-EHOSTDOWN, "no compute node is reachable");
+			first = note_fail(d, dmann_fail(-EHOSTDOWN, "no compute node is reachable"));
 			for (size_t i = 0; i < nretry; i++, done++)
 				reqs[retry[i]].err = first, reqs[retry[i]].finished = true;
 			nretry = 0;
@@ -476,13 +490,11 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 		}
 	}
 	d->rr++;
+	first = d->ferr;
+	if (first)
+		snprintf(errbuf, sizeof(errbuf), "%s", d->fmsg);   /* errbuf: this thread's */
 	pthread_mutex_unlock(&d->mu);
 	free(retry);
 	free(later);
-	if (first)
-		return first;
-	for (size_t i = 0; i < n; i++)
-		if (reqs[i].err)
-			return reqs[i].err;
-	return 0;
+	return first;
 }

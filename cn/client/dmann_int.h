@@ -69,6 +69,8 @@ struct dmann {
 	uint64_t rt_checked_ns;      /* when the oracle was last fetched (or tried) */
 	struct dmann_fetch *fetch;   /* an asynchronous refresh in progress (dmann_route.c) */
 	uint64_t next_fetch;
+	int ferr;                    /* dmann_run: the call's first failure, and its message */
+	char fmsg[512];
 };
 
 /* One C_CALL: body is call{op, json_len} + JSON; done() parses the answer (status, JSON)
