@@ -785,7 +785,7 @@ static int parse_text(const char *text, const char *name, const char *base_dir,
 	cfg->repair_mb_s = 100;
 	cfg->router = (struct dm_router_cfg){ .strategy = DM_ROUTE_NONE, .batch = 1000,
 		.pause_queue = 1000, .exchange_ms = 200, .sample_min_nodes = 1000,
-		.fit_duty = 25, .recluster_secs = 60, .recluster_csp = 0.5,
+		.fit_duty = 10, .recluster_secs = 60, .recluster_csp = 0.5,
 		.recluster_mass = 0.5, .csp_slice = 64 };
 	dm_s3_cfg_defaults(&cfg->s3);
 	mn_settings_default(&cfg->mn_set);

@@ -143,7 +143,7 @@
  *   exchange_ms = 200           ; queue-length report period between batches, 10..60000
  *   sample_min_nodes = 1000     ; oracle sample: first HNSW level from the top holding
  *                               ; at least this many nodes, 1..100000000
- *   fit_duty = 25               ; share of a CPU (percent, 5..100) the fit of a new
+ *   fit_duty = 10               ; share of a CPU (percent, 5..100) the fit of a new
  *                               ; oracle epoch may take while the CN routes with the
  *                               ; current one: it sleeps between blocks of work (100: never)
  *   recluster_csp = 0.5         ; re-cluster (next oracle epoch) when the cache split

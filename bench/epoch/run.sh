@@ -27,7 +27,7 @@
 # behind tc-limited links, needs root), RATE (1gbit), BATCH (100), CONNS (1) and DEPTH (2): the
 # client's queries in flight, CONNS x DEPTH per compute node (dmann bench; 2 per node leaves
 # a 2-core machine some idle time, so that a stall shows in the latencies; 2 x 8 saturates
-# it, and queueing then sets the p99), FIT_DUTY (the cluster's default, 25: `[router] fit_duty`,
+# it, and queueing then sets the p99), FIT_DUTY (the cluster's default, 10: `[router] fit_duty`,
 # the share of a CPU the one fitting compute node gives the fit), EF_UPPER (the cluster's
 # default, 64: `[cn] ef_upper`, the level-1 search list of a query), REFRESHES (5: epoch refreshes,
 # BEFORE seconds apart: the switches' slowest queries against the noise floor of windows of
