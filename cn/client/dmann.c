@@ -418,27 +418,23 @@ int dmann_run(dmann_t *d, struct dmann_req *reqs, size_t n)
 				next++;
 			progress = true;
 		}
-		if ((nretry || next < n) && !first && dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0 &&
-		    !reconnected) {
-			/* Every connection failed: one attempt now to connect again, back-off
-			 * notwithstanding (a connection may break while its node lives on). */
-			reconnected = true;
-			for (uint32_t c = 0; c < d->ncn; c++)
-				d->cn[c].retry_ns = 0;
-			if (dmann_revive(d))
-				continue;
-		}
 		if ((nretry || next < n) && !first && dmann_live_pick(d, &rr, NULL, UINT32_MAX) < 0) {
-			/* Nobody left to send to. */
+			if (!reconnected) {
+				/* Every connection failed: one attempt now to connect again, back-off
+				 * notwithstanding (a connection may break while its node lives on). */
+				reconnected = true;
+				for (uint32_t c = 0; c < d->ncn; c++)
+					d->cn[c].retry_ns = 0;
+				if (dmann_revive(d))
+					continue;
+			}
+			/* Nobody left to send to (busy reads waiting fail below, with the call). */
 			first = note_fail(d, dmann_fail(-EHOSTDOWN, "no compute node is reachable"));
 			for (size_t i = 0; i < nretry; i++, done++)
 				reqs[retry[i]].err = first, reqs[retry[i]].finished = true;
 			nretry = 0;
 			for (; next < n; next++, done++)
 				reqs[next].err = first, reqs[next].finished = true;
-			for (size_t i = 0; i < nlater; i++, done++)
-				reqs[later[i]].err = first, reqs[later[i]].finished = true;
-			nlater = 0;
 		}
 		for (uint32_t c = 0; c < d->ncn; c++) {
 			while (!d->cn[c].dead && d->cn[c].inflight) {
